@@ -1,0 +1,47 @@
+"""``bakeoff demo``: the embedded default bakeoff, end to end on this machine.
+
+The demo's bakeoff file ships with the built-in engines (``bakeoff.engines/demo.yaml``); the demo
+makes sure its engines are installed, then runs it like ``bakeoff run``.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from ..config import parse_bakeoff
+from ..errors import BakeoffError, EngineUnavailable
+from ..registry import load_engine
+from .run import execute
+
+console = Console()
+
+
+def demo_command(
+    out: Path = typer.Option(Path("runs"), "--out", help="Directory that receives the run directory"),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the demo's bakeoff file and exit"),
+) -> None:
+    """Run the built-in demo: installs what it needs, then compares the arms of the demo file."""
+    text = files("bakeoff.engines").joinpath("demo.yaml").read_text()
+    if print_config:
+        typer.echo(text)
+        return
+    try:
+        config = parse_bakeoff(text, "demo.yaml")
+        for engine in sorted({arm.engine for arm in config.arms}):
+            adapter = load_engine(engine)
+            try:
+                adapter.preflight(config.arms[0])
+            except EngineUnavailable:
+                console.print(f"{engine} is not installed yet; installing it (once, cached)")
+                adapter.install(lambda msg: console.print(f"[dim]{msg}[/dim]"))
+        execute(config, out)
+    except BakeoffError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: engines stopped[/yellow]")
+        raise typer.Exit(130) from None

@@ -1,0 +1,44 @@
+"""``bakeoff engines``: list registered engines with capabilities; install one."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import BakeoffError
+from ..registry import list_engines, load_engine
+
+app = typer.Typer(invoke_without_command=True, help="List engines, or install one.")
+console = Console()
+
+
+@app.callback()
+def engines_command(ctx: typer.Context) -> None:
+    """List every engine registered in the bakeoff.engines entry-point group."""
+    if ctx.invoked_subcommand is not None:
+        return
+    table = Table(title="bakeoff engines")
+    for col in ("engine", "status", "speculative methods", "usage per chunk", "acceptance from", "from"):
+        table.add_column(col, overflow="fold")
+    for info in list_engines():
+        if info.adapter is None:
+            table.add_row(info.name, f"[red]unavailable[/red]: {info.error}", "", "", "", info.distribution or "")
+            continue
+        caps = info.adapter.capabilities
+        table.add_row(info.name, "[green]available[/green]", ", ".join(caps.speculative_methods),
+                      "yes" if caps.usage_per_chunk else "no", caps.acceptance_source,
+                      info.distribution or "")
+    console.print(table)
+
+
+@app.command("install")
+def install_command(name: str = typer.Argument(help="Engine to install, e.g. llamacpp")) -> None:
+    """Build or install an engine into bakeoff's cache (outside the repository)."""
+    try:
+        adapter = load_engine(name)
+        where = adapter.install(lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    except BakeoffError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    console.print(f"{name}: installed at {where}")

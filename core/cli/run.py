@@ -1,0 +1,69 @@
+"""``bakeoff run FILE``: run a bakeoff and print the closing table."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from types import FrameType
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..config import BakeoffFile, load_bakeoff
+from ..errors import BakeoffError
+from ..protocol import ProtocolEvents, plan_run, run_metadata, run_plan
+from ..store import RunDir, new_run_dir
+from .report import print_tables
+
+console = Console()
+
+
+def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def execute(config: BakeoffFile, out: Path) -> RunDir:
+    """Plan, run and report one bakeoff; engines are stopped on every way out."""
+    plan = plan_run(config)
+    run = RunDir(new_run_dir(out, config.name))
+    run.write_run(run_metadata(plan))
+    console.print(f"run directory: [bold]{run.path}[/bold]")
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            task = progress.add_task("starting", total=plan.requests_total)
+
+            def on_sample(sample: object) -> None:
+                progress.advance(task)
+
+            events = ProtocolEvents(
+                on_arm_start=lambda arm, p: progress.update(task, description=f"{arm} (pass {p + 1}): starting"),
+                on_arm_ready=lambda arm, eff, boot: progress.update(
+                    task, description=f"{arm}: measuring" + (f" (boot {boot:.1f} s)" if boot else "")),
+                on_sample=on_sample,
+                on_arm_failed=lambda arm, why: progress.console.print(f"[red]arm {arm} failed:[/red] {why}"),
+                on_warning=lambda msg: progress.console.print(f"[bold yellow]WARNING[/bold yellow] {msg}"),
+            )
+            run_plan(plan, run, events)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print_tables(run.path, console)
+    console.print(f"run directory: [bold]{run.path}[/bold]")
+    return run
+
+
+def run_command(
+    file: Path = typer.Argument(help="Bakeoff YAML file"),
+    out: Path = typer.Option(Path("runs"), "--out", help="Directory that receives the run directory"),
+) -> None:
+    """Run every arm of a bakeoff file and print the comparison table."""
+    try:
+        execute(load_bakeoff(file), out)
+    except BakeoffError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: engines stopped; samples so far are in the run directory[/yellow]")
+        raise typer.Exit(130) from None

@@ -1,0 +1,261 @@
+"""The bakeoff file: arms (engine + model + speculation + settings) and one workload for all of them.
+
+Every model here forbids unknown keys, so a typo is an error that names the key and the line it is on,
+never a silently ignored setting. Engine-specific keys live under an arm's ``options:`` and are
+validated by that engine's own pydantic model when the run is planned.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+__all__ = [
+    "SPEC_METHODS",
+    "Speculative",
+    "Settings",
+    "Arm",
+    "Prompt",
+    "Workload",
+    "BakeoffFile",
+    "load_bakeoff",
+    "parse_bakeoff",
+    "format_validation_error",
+]
+
+SPEC_METHODS = ("none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram", "suffix")
+SpecMethod = Literal["none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram", "suffix"]
+_ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Speculative(Strict):
+    """One speculative vocabulary for every engine; each adapter maps it to its own flags."""
+
+    method: SpecMethod = Field("none", description="Speculative method; 'none' switches speculation off.")
+    n_max: int | None = Field(None, ge=1, description="Most draft tokens per step (llama.cpp --spec-draft-n-max, "
+                                                     "vLLM num_speculative_tokens, TabbyAPI draft_num_tokens).")
+    n_min: int | None = Field(None, ge=0, description="Fewest draft tokens per step (llama.cpp --spec-draft-n-min).")
+    p_min: float | None = Field(None, ge=0, le=1, description="Minimum draft probability to keep drafting.")
+    draft_model: str | None = Field(None, description="Path of the draft model (GGUF file or model directory).")
+    variant: str | None = Field(None, description="The engine's own sub-type, e.g. llama.cpp ngram 'mod', 'simple', "
+                                                  "'map-k', 'map-k4v', 'cache'.")
+    lookup_min: int | None = Field(None, ge=1, description="n-gram: shortest match to look up (vLLM prompt_lookup_min).")
+    lookup_max: int | None = Field(None, ge=1, description="n-gram: longest match to look up (vLLM prompt_lookup_max).")
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none"
+
+    def set_fields(self) -> set[str]:
+        """Knobs the user set explicitly (besides method), so adapters can refuse those they lack."""
+        return {k for k in self.model_fields_set if k != "method" and getattr(self, k) is not None}
+
+
+class Settings(Strict):
+    """Engine-neutral launch settings; an adapter refuses any it cannot map (see its capabilities)."""
+
+    ctx: int | None = Field(None, ge=1, description="Context length per request (llama.cpp -c per slot, vLLM --max-model-len).")
+    parallel: int | None = Field(None, ge=1, description="Concurrent sequences/slots (llama.cpp -np, vLLM --max-num-seqs).")
+    threads: int | None = Field(None, ge=1, description="CPU threads for generation (llama.cpp -t).")
+    gpu_layers: int | Literal["auto", "all"] | None = Field(None, description="Layers on the GPU (llama.cpp -ngl).")
+    split: Literal["none", "layer", "row", "tensor"] | None = Field(None, description="Multi-GPU split mode.")
+    tensor_split: list[float] | None = Field(None, description="Share of the model per GPU (llama.cpp -ts, TabbyAPI gpu_split).")
+    tensor_parallel: int | None = Field(None, ge=1, description="Tensor-parallel size (vLLM -tp).")
+    kv_type: str | None = Field(None, description="KV cache type (llama.cpp -ctk/-ctv, vLLM --kv-cache-dtype).")
+    flash_attn: Literal["on", "off", "auto"] | None = Field(None, description="Flash attention (llama.cpp -fa).")
+    batch: int | None = Field(None, ge=1, description="Logical batch size (llama.cpp -b).")
+    ubatch: int | None = Field(None, ge=1, description="Physical batch size (llama.cpp -ub).")
+    dtype: str | None = Field(None, description="Weights/activation dtype (vLLM --dtype).")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="vLLM --gpu-memory-utilization.")
+    enforce_eager: bool | None = Field(None, description="vLLM --enforce-eager (no compile/graphs: fast boot).")
+    host: str = Field("127.0.0.1", description="Interface the engine binds to; loopback unless you say otherwise.")
+    port: int | None = Field(None, ge=1, le=65535, description="Port; a free one is picked when unset.")
+
+    def set_fields(self) -> set[str]:
+        return {k for k in self.model_fields_set if k not in ("host", "port") and getattr(self, k) is not None}
+
+
+class Arm(Strict):
+    """One contestant: an engine, a model and how it runs."""
+
+    name: str = Field(description="Unique arm name, used in tables and file names.")
+    engine: str = Field(description="Engine entry-point name (see `bakeoff engines`).")
+    model: str | None = Field(None, description="Model path, or a built-in name such as 'smollm2'.")
+    url: str | None = Field(None, description="Attach mode: base URL of an already-running server; nothing is launched.")
+    api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key "
+                                                      "(the key itself is never written anywhere).")
+    launch: Literal["native", "docker", "compose"] = Field("native", description="How the engine is started.")
+    speculative: Speculative = Field(default_factory=Speculative)
+    settings: Settings = Field(default_factory=Settings)
+    extra_args: list[str] = Field(default_factory=list, description="Extra engine flags, passed verbatim and recorded.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the engine process.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Engine-specific options, validated by the adapter.")
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_filename_safe(cls, v: str) -> str:
+        if not _ARM_NAME.match(v):
+            raise ValueError("use letters, digits, '.', '_', '+' or '-' (it becomes a file name)")
+        return v
+
+    @model_validator(mode="after")
+    def _model_or_url(self) -> Arm:
+        if self.url is None and self.model is None:
+            raise ValueError("an arm needs 'model' (to launch an engine) or 'url' (to attach to a running server)")
+        return self
+
+    @property
+    def attached(self) -> bool:
+        return self.url is not None
+
+
+class Prompt(Strict):
+    name: str = Field(description="Short prompt name; a column in the tables.")
+    kind: str = Field("custom", description="What the prompt exercises: code, prose, math, ...")
+    messages: list[dict[str, str]] = Field(description="Chat messages sent as-is.")
+
+
+class SamplingMode(Strict):
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+
+
+DEFAULT_MODES: dict[str, SamplingMode] = {
+    "greedy": SamplingMode(temperature=0.0),
+    "sampled": SamplingMode(temperature=0.7, top_p=0.8, top_k=20, seed=1234),
+}
+
+
+class Workload(Strict):
+    """What every arm is asked to do, identically."""
+
+    suite: str | list[Prompt] = Field("default", description="Built-in suite name or a list of prompts.")
+    prompts: list[str] | None = Field(None, description="Run only these prompts of the suite, by name.")
+    max_tokens: int = Field(512, ge=1, description="Output tokens per request.")
+    fixed_length: bool = Field(True, description="Force exactly max_tokens (ignore_eos / min_tokens, the engine's way).")
+    modes: list[str] = Field(default_factory=lambda: ["greedy"], description="Sampling modes to run: names from "
+                                                                             "'sampling' or built-ins greedy/sampled.")
+    sampling: dict[str, SamplingMode] = Field(default_factory=dict, description="Extra or overridden sampling modes.")
+    reps: int = Field(3, ge=1, description="Timed requests per prompt and mode, per pass.")
+    passes: int = Field(1, ge=1, description="Interleaved passes over all arms.")
+    warmup: int = Field(1, ge=0, description="Untimed requests after each engine start.")
+    thinking: bool = Field(False, description="Let reasoning models think (off by default, via chat_template_kwargs).")
+    request_timeout_s: float = Field(300.0, gt=0, description="Per-request limit; a stalled stream becomes an error sample.")
+    boot_timeout_s: float = Field(600.0, gt=0, description="Limit for an engine to become ready.")
+    seed: int = Field(0, description="Seed for the order of arms in each pass (recorded).")
+
+    def sampling_modes(self) -> dict[str, SamplingMode]:
+        return {**DEFAULT_MODES, **self.sampling}
+
+    @model_validator(mode="after")
+    def _modes_known(self) -> Workload:
+        known = self.sampling_modes()
+        for mode in self.modes:
+            if mode not in known:
+                raise ValueError(f"unknown sampling mode {mode!r}; known: {', '.join(sorted(known))}")
+        return self
+
+
+class BakeoffFile(Strict):
+    """A whole bakeoff: arms, workload and the arm others are compared with."""
+
+    name: str = Field("bakeoff", description="Title of the run.")
+    arms: list[Arm] = Field(min_length=1)
+    workload: Workload = Field(default_factory=Workload)
+    baseline: str | None = Field(None, description="Arm the others are compared with (default: the first).")
+
+    @model_validator(mode="after")
+    def _unique_names_and_baseline(self) -> BakeoffFile:
+        seen: set[str] = set()
+        for arm in self.arms:
+            if arm.name in seen:
+                raise ValueError(f"two arms are named {arm.name!r}")
+            seen.add(arm.name)
+        if self.baseline is not None and self.baseline not in seen:
+            raise ValueError(f"baseline {self.baseline!r} is not an arm name")
+        return self
+
+    @property
+    def baseline_arm(self) -> str:
+        return self.baseline or self.arms[0].name
+
+
+def _yaml_line(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
+    """1-based line of the deepest node along ``loc`` in the composed YAML tree."""
+    node, line = root, None
+    for part in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == part), None)
+            if match is None:
+                break
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            break
+    else:
+        if node is not None:
+            line = node.start_mark.line + 1
+    return line
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def format_validation_error(exc: ValidationError, source: str, root: yaml.Node | None = None,
+                            prefix: tuple[int | str, ...] = ()) -> str:
+    """One line per problem: ``file:line: arms[0].settings.ctxx: unknown key``."""
+    lines = []
+    for err in exc.errors():
+        loc = prefix + tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-after", "union"))))
+        line = _yaml_line(root, loc)
+        where = f"{source}:{line}" if line else source
+        msg = "unknown key (not a field here; check the spelling)" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"{where}: {_dotted(loc) or '(top level)'}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_bakeoff(text: str, source: str = "<string>") -> BakeoffFile:
+    """Validate a bakeoff file's text.
+
+    :raises ConfigError: naming each bad key with its line.
+    """
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a bakeoff file is a mapping with 'arms:' and 'workload:'")
+    try:
+        return BakeoffFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source, root)) from exc
+
+
+def load_bakeoff(path: str | Path) -> BakeoffFile:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read bakeoff file {p}: {exc.strerror}") from exc
+    return parse_bakeoff(text, str(p))

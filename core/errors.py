@@ -1,0 +1,69 @@
+"""bakeoff's error tree. No third-party exception leaks out of the public API::
+
+    BakeoffError
+    ├── ConfigError                 bad bakeoff file, unknown key, impossible combination
+    ├── EngineError
+    │   ├── EngineStartupError      the engine did not come up; quotes the log line that says why
+    │   ├── EngineUnavailable       the adapter or the engine binary cannot be loaded or found
+    │   ├── CapabilityNotSupported  the arm asks for something this engine cannot do
+    │   └── PreflightError          refused before launch (e.g. MTP on a GGUF without NextN layers)
+    └── MeasurementError            a run could not be measured as defined (not a failed request:
+                                    a failed request is a sample with status "error")
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BakeoffError",
+    "ConfigError",
+    "EngineError",
+    "EngineStartupError",
+    "EngineUnavailable",
+    "CapabilityNotSupported",
+    "PreflightError",
+    "MeasurementError",
+]
+
+
+class BakeoffError(Exception):
+    """Base of every error bakeoff raises on purpose."""
+
+
+class ConfigError(BakeoffError):
+    """The bakeoff file or a command-line option is wrong; the message names the field."""
+
+
+class EngineError(BakeoffError):
+    """Something about an engine prevents the arm from running."""
+
+
+class EngineStartupError(EngineError):
+    """The engine exited or never became ready.
+
+    :param reason: a short classification (``missing-mtp-layers``, ``out-of-memory``, ``unknown-flag``, ...).
+    :param log_line: the engine's own log line that shows the reason, quoted verbatim.
+    :param log_tail: the last lines of the engine log, for the arm's failure record.
+    """
+
+    def __init__(self, message: str, *, reason: str = "unknown", log_line: str | None = None,
+                 log_tail: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.log_line = log_line
+        self.log_tail = log_tail
+
+
+class EngineUnavailable(EngineError):
+    """The adapter failed to import, or the engine's binary/interpreter is not installed."""
+
+
+class CapabilityNotSupported(EngineError):
+    """The arm needs a feature (speculative method, knob, split mode) this engine lacks."""
+
+
+class PreflightError(EngineError):
+    """A check before launch refused the arm; the message says what and why."""
+
+
+class MeasurementError(BakeoffError):
+    """The measurement protocol cannot be carried out as defined."""

@@ -1,0 +1,259 @@
+"""The measurement protocol: the same prompts, sampling and definitions on every arm.
+
+For each pass, every arm runs once, in an order shuffled per pass from the recorded seed. An arm's
+engine is launched (or attached to), warmed up untimed, asked every prompt × mode × rep one request at
+a time, and stopped — always, also on error and Ctrl-C. Each request becomes a Sample appended to the
+run directory the moment it completes. An arm that fails to start, or whose engine dies, is recorded
+as failed with its log tail and the run moves on to the next arm.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .adapter import EngineAdapter, Effective, check_arm_capabilities
+from .client import account, stream_chat
+from .config import Arm, BakeoffFile, Prompt, SamplingMode
+from .errors import BakeoffError, EngineError, EngineStartupError
+from .hostinfo import CpuMeter, host_info
+from .launcher import Engine, LogCursor, free_port
+from .prompts import resolve_prompts
+from .registry import load_engine
+from .sample import Sample
+from .store import RunDir
+
+__all__ = ["PlannedArm", "Plan", "plan_run", "run_plan", "ProtocolEvents", "build_request", "FOREIGN_LOAD_CORES"]
+
+FOREIGN_LOAD_CORES = 0.25  # above this, a sample is flagged as taken under foreign load
+
+
+@dataclass
+class PlannedArm:
+    arm: Arm
+    adapter: EngineAdapter
+    index: int
+
+
+@dataclass
+class Plan:
+    config: BakeoffFile
+    arms: list[PlannedArm]
+    prompts: list[Prompt]
+    modes: dict[str, SamplingMode]
+    orders: list[list[str]]  # arm names per pass
+
+    @property
+    def requests_total(self) -> int:
+        w = self.config.workload
+        return len(self.arms) * w.passes * len(self.prompts) * len(w.modes) * w.reps
+
+
+@dataclass
+class ProtocolEvents:
+    """Callbacks for progress display; all optional."""
+
+    on_arm_start: Callable[[str, int], None] = lambda arm, pass_index: None
+    on_arm_ready: Callable[[str, Effective, float | None], None] = lambda arm, eff, boot: None
+    on_sample: Callable[[Sample], None] = lambda s: None
+    on_arm_failed: Callable[[str, str], None] = lambda arm, why: None
+    on_warning: Callable[[str], None] = lambda msg: None
+
+
+def plan_run(config: BakeoffFile) -> Plan:
+    """Load adapters, validate engine options and capabilities, and preflight every arm.
+
+    Nothing is launched: a config or preflight problem in any arm stops the run before it starts.
+    """
+    arms = []
+    for i, arm in enumerate(config.arms):
+        adapter = load_engine(arm.engine)
+        adapter.options(arm, i)
+        check_arm_capabilities(adapter, arm)
+        arms.append(PlannedArm(arm, adapter, i))
+    for planned in arms:
+        if not planned.arm.attached:
+            planned.adapter.preflight(planned.arm)
+    w = config.workload
+    rng = random.Random(w.seed)
+    names = [a.arm.name for a in arms]
+    orders = []
+    for p in range(w.passes):
+        order = list(names)
+        if p > 0 or w.passes > 1:
+            rng.shuffle(order)
+        orders.append(order)
+    modes = {m: w.sampling_modes()[m] for m in w.modes}
+    return Plan(config, arms, resolve_prompts(w), modes, orders)
+
+
+def build_request(planned: PlannedArm, workload: Any, prompt: Prompt, mode: SamplingMode,
+                  model_id: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model_id or planned.arm.name,
+        "messages": prompt.messages,
+        "max_tokens": workload.max_tokens,
+        "stream": True,
+        "stream_options": planned.adapter.stream_options(),
+        "temperature": mode.temperature,
+    }
+    for key in ("top_p", "top_k", "seed"):
+        if getattr(mode, key) is not None:
+            body[key] = getattr(mode, key)
+    body.update(planned.adapter.request_fields(planned.arm, workload))
+    return body
+
+
+def _headers(arm: Arm) -> dict[str, str]:
+    if arm.api_key_env:
+        key = os.environ.get(arm.api_key_env)
+        if key:
+            return {"Authorization": f"Bearer {key}"}
+    return {}
+
+
+@contextmanager
+def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_s: float
+                ) -> Iterator[tuple[str, Engine | None]]:
+    arm = planned.arm
+    if arm.attached:
+        assert arm.url is not None
+        yield arm.url.rstrip("/"), None
+        return
+    port = arm.settings.port or free_port(arm.settings.host)
+    log_path = run.arm_dir(arm.name) / f"engine-pass{pass_index}.log"
+    spec = planned.adapter.launch_spec(arm, port, run.arm_dir(arm.name))
+    host = "127.0.0.1" if arm.settings.host in ("0.0.0.0", "::") else arm.settings.host
+    base = f"http://{host}:{port}"
+    (run.arm_dir(arm.name) / "argv.txt").write_text(" ".join(spec.argv) + "\n")
+    with Engine(planned.adapter, spec, base, log_path, boot_timeout_s) as engine:
+        yield base, engine
+
+
+def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prompt: str, mode: str,
+                 rep: int, pass_index: int, foreign: float | None, started_at: float) -> Sample:
+    caps = planned.adapter.capabilities
+    fields = account(result, usage_per_chunk=caps.usage_per_chunk, one_token_per_event=caps.one_token_per_event)
+    flags: list[str] = fields.pop("flags") + list(stats.flags)
+    sample = Sample(run_id=run_id, arm=planned.arm.name, engine=planned.adapter.name, prompt=prompt, mode=mode,
+                    rep=rep, pass_index=pass_index, started_at=started_at, **fields)
+    sample.status = "error" if result.error else "ok"
+    sample.error = result.error
+    sample.server_completion_tokens = stats.completion_tokens
+    sample.server_decode_tps = stats.decode_tps
+    sample.server_prefill_tps = stats.prefill_tps
+    if stats.completion_tokens is not None and sample.completion_tokens is not None \
+            and stats.completion_tokens != sample.completion_tokens:
+        flags.append(f"server-count-mismatch: server {stats.completion_tokens}, usage {sample.completion_tokens}")
+    if planned.arm.speculative.enabled or stats.drafted:
+        sample.drafted, sample.accepted, sample.drafts = stats.drafted, stats.accepted, stats.drafts
+        sample.acceptance_source = stats.source
+        if stats.drafted:
+            sample.acceptance = (stats.accepted or 0) / stats.drafted
+        if stats.drafts:
+            sample.mean_accepted_len = 1 + (stats.accepted or 0) / stats.drafts
+    sample.foreign_cpu_cores = foreign
+    if foreign is not None and foreign > FOREIGN_LOAD_CORES:
+        flags.append(f"foreign-load: {foreign:.2f} cores used by other processes")
+    sample.flags = flags
+    return sample
+
+
+def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, events: ProtocolEvents,
+             done: set[tuple[str, str, str, int, int]]) -> dict[str, Any]:
+    w = plan.config.workload
+    arm = planned.arm
+    record: dict[str, Any] = {"status": "ok", "pass": pass_index}
+    todo = [(p, m, r) for p in plan.prompts for m in plan.modes for r in range(w.reps)
+            if (arm.name, p.name, m, r, pass_index) not in done]
+    if not todo:
+        record["status"] = "skipped (already complete)"
+        return record
+    events.on_arm_start(arm.name, pass_index)
+    try:
+        with _engine_for(planned, run, pass_index, w.boot_timeout_s) as (base, engine):
+            record["boot_s"] = engine.boot_s if engine else None
+            with httpx.Client(base_url=base, headers=_headers(arm)) as http:
+                eff = planned.adapter.effective_settings(http, arm)
+                record.update(effective=eff.values, mismatches=eff.mismatches, version=eff.version,
+                              model_id=eff.model_id)
+                for msg in eff.mismatches:
+                    events.on_warning(f"{arm.name}: {msg}")
+                events.on_arm_ready(arm.name, eff, record["boot_s"])
+                for i in range(w.warmup):  # untimed: first-request allocations and caches
+                    warm = build_request(planned, w, plan.prompts[i % len(plan.prompts)],
+                                         next(iter(plan.modes.values())), eff.model_id)
+                    warm["max_tokens"] = min(w.max_tokens, 32)
+                    stream_chat(http, warm, w.request_timeout_s)
+                log = LogCursor(engine.log_path if engine else None)
+                meter = CpuMeter({os.getpgid(engine.proc.pid)} if engine and engine.proc else set())
+                for prompt, mode_name, rep in todo:
+                    body = build_request(planned, w, prompt, plan.modes[mode_name], eff.model_id)
+                    before = planned.adapter.before_request(http)
+                    log.read_new()
+                    started_at = time.time()
+                    meter.start()
+                    result = stream_chat(http, body, w.request_timeout_s)
+                    foreign = meter.stop()
+                    stats = planned.adapter.server_stats(http, result.final, before, log.read_new())
+                    sample = _make_sample(planned, result, stats, run.run_id, prompt.name, mode_name, rep,
+                                          pass_index, foreign, started_at)
+                    if eff.mismatches:
+                        sample.flags.append("settings-mismatch")
+                    run.append(sample)
+                    events.on_sample(sample)
+                    if engine is not None and not engine.alive:
+                        raise EngineStartupError(
+                            f"{planned.adapter.name} died during the run (exit {engine.proc.returncode})",  # type: ignore[union-attr]
+                            reason="died", log_tail=engine.log_tail())
+    except EngineError as exc:
+        record.update(status="failed", error=str(exc),
+                      log_tail=getattr(exc, "log_tail", ""), reason=getattr(exc, "reason", None))
+        events.on_arm_failed(arm.name, str(exc))
+    return record
+
+
+def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
+             done: set[tuple[str, str, str, int, int]] | None = None) -> dict[str, Any]:
+    """Run every pass of the plan into ``run``; returns the per-arm records also written to run.json."""
+    events = events or ProtocolEvents()
+    done = done or set()
+    arm_records: dict[str, list[dict[str, Any]]] = run.read_run().get("arm_records", {})
+    by_name = {a.arm.name: a for a in plan.arms}
+    for pass_index, order in enumerate(plan.orders):
+        for name in order:
+            record = _run_arm(plan, by_name[name], run, pass_index, events, done)
+            arm_records.setdefault(name, []).append(record)
+            run.update_run(arm_records=arm_records)
+    run.update_run(finished_at=time.time())
+    return arm_records
+
+
+def run_metadata(plan: Plan) -> dict[str, Any]:
+    """What run.json records before the first request: resolved config, order, seed, host, capabilities."""
+    from . import __version__
+
+    return {
+        "tool": {"name": "bakeoff", "version": __version__},
+        "config": plan.config.model_dump(mode="json"),
+        "baseline": plan.config.baseline_arm,
+        "orders": plan.orders,
+        "seed": plan.config.workload.seed,
+        "prompts": [p.model_dump() for p in plan.prompts],
+        "engines": {a.arm.name: {"engine": a.adapter.name,
+                                 "capabilities": a.adapter.capabilities.model_dump(mode="json")}
+                    for a in plan.arms},
+        "host": host_info(),
+        "started_at": time.time(),
+    }
+
+
+__all__ += ["run_metadata"]

@@ -1,0 +1,73 @@
+"""One timed request = one Sample, stored as a line of ``samples.jsonl``.
+
+Field descriptions say which clock and which event each timing comes from (DESIGN.md, "Measurement
+definitions"). A failed request is a sample with ``status="error"``, never a lost exception.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["SCHEMA_VERSION", "Sample"]
+
+SCHEMA_VERSION = 1
+
+
+class Sample(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str = ""
+    arm: str
+    engine: str
+    prompt: str
+    mode: str
+    rep: int = Field(description="Repetition index within a pass (0-based).")
+    pass_index: int = Field(0, description="Interleaved pass (0-based).")
+    status: Literal["ok", "error"] = "ok"
+    error: str | None = None
+    flags: list[str] = Field(default_factory=list, description="Every accounting disagreement or caveat.")
+    started_at: float = Field(0.0, description="time.time() when the request was sent (wall clock, seconds).")
+
+    # true token accounting
+    completion_tokens: int | None = Field(None, description="N = usage.completion_tokens (the true count).")
+    prompt_tokens: int | None = Field(None, description="usage.prompt_tokens.")
+    cached_tokens: int | None = Field(None, description="usage.prompt_tokens_details.cached_tokens, if reported.")
+    usage_present: bool = False
+    n_first: int | None = Field(None, description="Tokens in the first token-bearing event.")
+    n_first_source: Literal["usage", "one-per-event", "estimated"] | None = None
+    events: int = Field(0, description="SSE data events received (excluding [DONE]).")
+    token_events: int = Field(0, description="Events carrying output tokens.")
+    max_tokens_per_event: int | None = None
+    mean_tokens_per_event: float | None = None
+
+    # timings (perf_counter_ns on arrival of each SSE event, converted to seconds)
+    ttft_s: float | None = Field(None, description="t_first - t_send: first event carrying output tokens.")
+    decode_s: float | None = Field(None, description="t_last - t_first: first to last token-bearing event.")
+    e2e_s: float | None = Field(None, description="t_done - t_send: stream closed.")
+    decode_tps: float | None = Field(None, description="(N - n_first) / (t_last - t_first).")
+    prefill_tps: float | None = Field(None, description="Uncached prompt tokens / TTFT.")
+    event_count_decode_tps: float | None = Field(
+        None, description="What a client counting SSE events as tokens would report: (token_events-1)/decode_s.")
+
+    # the server's own figures
+    server_completion_tokens: int | None = None
+    server_decode_tps: float | None = None
+    server_prefill_tps: float | None = None
+    drafted: int | None = Field(None, description="Draft tokens proposed (0: speculation proposed nothing).")
+    accepted: int | None = None
+    drafts: int | None = None
+    acceptance: float | None = Field(None, description="accepted / drafted.")
+    mean_accepted_len: float | None = Field(None, description="1 + accepted / drafts.")
+    acceptance_source: str | None = None
+
+    # output
+    output_sha256: str | None = None
+    output_chars: int | None = None
+    finish_reason: str | None = None
+
+    # noise guard
+    foreign_cpu_cores: float | None = Field(
+        None, description="Average cores used by processes other than the engine and bakeoff during the request.")

