@@ -32,6 +32,11 @@ CMAKE_FLAGS = (
     "-DLLAMA_BUILD_APP=OFF",
     "-DLLAMA_OPENSSL=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
+    # -march=native turns on AMX where the CPU has it, but virtual machines often do not grant the
+    # AMX tile state: ggml's AMX matmul then dies at its first ldtilecfg (seen here on a Xeon VM).
+    # Explicit -mno-* flags win over -march=native in GCC whatever their order.
+    "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+    "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
 )
 
 
