@@ -34,6 +34,7 @@ class StreamResult:
     usage: dict[str, Any] | None = None
     final: dict[str, Any] | None = None  # last payload carrying usage or finish_reason (engine extras ride here)
     finish_reason: str | None = None
+    finish_t_ns: int | None = None  # arrival of the event that carried finish_reason
     text: str = ""
     error: str | None = None
     flags: list[str] = field(default_factory=list)
@@ -80,6 +81,7 @@ def stream_chat(http: httpx.Client, body: dict[str, Any], timeout_s: float) -> S
                 for c in choices:
                     if c.get("finish_reason"):
                         result.finish_reason = c["finish_reason"]
+                        result.finish_t_ns = t
                         result.final = payload
                 if usage:
                     result.usage = usage
@@ -128,6 +130,11 @@ def account(result: StreamResult, *, usage_per_chunk: bool, one_token_per_event:
             prev = max(prev, e.usage_completion)
     else:
         per_event = [(e.t_ns, 1) for e in result.events if e.content]
+        # A natural stop: usage counts the end-of-generation token, which is streamed with no text on
+        # the finish event. Count it there, so the decode window ends where the server's does.
+        if (one_token_per_event and result.finish_reason == "stop" and n == len(per_event) + 1
+                and result.finish_t_ns is not None):
+            per_event.append((result.finish_t_ns, 1))
     out["token_events"] = len(per_event)
     if not per_event:
         if result.error is None:

@@ -60,6 +60,9 @@ ACCEPTANCE_RE = re.compile(
 
 # (reason, needles, advice) — first match wins; the matching log line is quoted in the error.
 STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    # Argument errors come first: llama-server prints them (plus usage text) before loading anything.
+    ("unknown-flag", ("error: invalid argument", "error while handling argument", "unknown speculative type"),
+     "this llama-server does not accept a flag bakeoff or extra_args passed"),
     ("missing-mtp-layers", ("doesn't contain MTP layers", "failed to create MTP context"),
      "the model has no MTP (NextN) layers; use a GGUF converted with its MTP heads"),
     ("incompatible-draft-vocab", ("vocabs are not compatible", "vocab type must match"),
@@ -69,9 +72,6 @@ STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "the draft model does not fit the requested speculative type"),
     ("out-of-memory", ("out of memory", "failed to allocate", "unable to allocate", "failed to fit params"),
      "not enough memory for the model, context or KV cache"),
-    ("unknown-flag", ("invalid argument", "unknown argument", "argument has been removed",
-                      "unknown speculative type"),
-     "this llama-server does not accept a flag bakeoff or extra_args passed"),
     ("port-in-use", ("couldn't bind", "Address already in use", "address already in use"),
      "the port is taken by another process"),
     ("model-load-failed", ("failed to load model", "error loading model", "exiting due to model loading error"),
@@ -286,6 +286,31 @@ class LlamaCppAdapter(EngineAdapter):
             fields["ignore_eos"] = True
         fields["chat_template_kwargs"] = {"enable_thinking": workload.thinking}
         return fields
+
+    def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
+                            template_kwargs: dict[str, Any] | None = None) -> int:
+        """Chat-template + tokenize exactly as /v1/chat/completions does (add_special and parse_special on).
+
+        ``/v1/chat/completions/input_tokens`` does both in one call; builds without it get
+        ``/apply-template`` then ``/tokenize``.
+        """
+        from bakeoff.core.errors import MeasurementError
+
+        body: dict[str, Any] = {"messages": messages}
+        if template_kwargs is not None:
+            body["chat_template_kwargs"] = template_kwargs
+        try:
+            r = http.post("/v1/chat/completions/input_tokens", json=body, timeout=60)
+            if r.status_code == 200 and isinstance(r.json().get("input_tokens"), int):
+                return int(r.json()["input_tokens"])
+            r = http.post("/apply-template", json=body, timeout=60)
+            r.raise_for_status()
+            r = http.post("/tokenize", json={"content": r.json()["prompt"], "add_special": True,
+                                             "parse_special": True}, timeout=60)
+            r.raise_for_status()
+            return len(r.json()["tokens"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise MeasurementError(f"llama-server could not count prompt tokens: {exc}") from exc
 
     def before_request(self, http: httpx.Client) -> Any:
         return scrape(http)

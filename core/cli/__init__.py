@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
 
-from . import demo, engines, report, run, schema
+# Tables piped to a file or another program must not wrap at 80 columns: people paste them.
+# Rich reads COLUMNS when each module's Console is created, so this comes before those imports.
+if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+    os.environ["COLUMNS"] = "200"
+
+from . import demo, engines, report, run, schema  # noqa: E402
 
 __all__ = ["app", "main"]
 

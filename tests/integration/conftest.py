@@ -1,0 +1,65 @@
+"""Integration tier: real engines on the CPU. A missing engine skips with the command that installs it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bakeoff.core.launcher import free_port
+from bakeoff.core.models import smollm2_gguf
+from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    try:
+        return LlamaCppAdapter().find_binary(LlamaCppOptions())
+    except Exception as exc:  # EngineUnavailable
+        pytest.skip(f"llama-server is not installed ({exc}); run `bakeoff engines install llamacpp`")
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    return smollm2_gguf()
+
+
+@pytest.fixture
+def bakeoff_cli() -> str:
+    exe = shutil.which("bakeoff")
+    assert exe, "the bakeoff console script is not installed (pip install -e .)"
+    return exe
+
+
+@pytest.fixture
+def running_llama_server(llama_server: Path, smollm2: Path, tmp_path: Path) -> Iterator[str]:
+    """A llama-server that bakeoff did NOT start, for attach mode."""
+    port = free_port()
+    env = {**os.environ, "LD_LIBRARY_PATH": str(llama_server.parent)}
+    log = (tmp_path / "external.log").open("wb")
+    proc = subprocess.Popen([str(llama_server), "-m", str(smollm2), "--host", "127.0.0.1", "--port", str(port),
+                             "-np", "1", "-c", "2048", "-t", "2", "--metrics"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        else:
+            pytest.fail("external llama-server did not become ready")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()

@@ -1,0 +1,36 @@
+"""An editable install and a built wheel expose the same import names (bakeoff.core, bakeoff.engines)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = ("import bakeoff.core, bakeoff.engines, bakeoff.engines.llamacpp, bakeoff.core.cli;"
+         "import importlib.metadata as m;"
+         "print(bakeoff.core.__file__); print(sorted({e.name for e in m.entry_points(group='bakeoff.engines')}))")
+
+
+def test_wheel_and_editable_import_the_same_names(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+                    "-w", str(tmp_path / "dist"), str(ROOT)], check=True)
+    wheel = next((tmp_path / "dist").glob("bakeoff-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "bakeoff/core/config.py" in names and "bakeoff/engines/llamacpp.py" in names
+    assert "bakeoff/engines/demo.yaml" in names
+    entry_points = zipfile.ZipFile(wheel).read("bakeoff-0.1.0.dist-info/entry_points.txt").decode()
+    assert "[bakeoff.engines]" in entry_points and "llamacpp = bakeoff.engines.llamacpp:LlamaCppAdapter" in entry_points
+    assert not any(n.startswith(("core/", "engines/", "tests/")) for n in names)
+
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True)
+    from_wheel = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(target)!r}); {PROBE}"],
+                                capture_output=True, text=True, check=True).stdout.splitlines()
+    editable = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True,
+                              cwd=tmp_path).stdout.splitlines()
+    assert from_wheel[0].startswith(str(target))  # really imported from the wheel
+    assert editable[0].startswith(str(ROOT / "core"))  # really the editable checkout
+    assert "llamacpp" in from_wheel[1] and from_wheel[1] == editable[1]
