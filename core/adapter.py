@@ -131,6 +131,18 @@ class EngineAdapter(ABC):
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         """Turn an arm into argv + env. Pure: no I/O beyond reading the arm."""
 
+    def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
+        """The arm as one docker compose service (``launch: compose``), published on ``127.0.0.1:port``.
+
+        A service mapping of the compose specification: a pinned ``image``, ``command``, model files in
+        ``volumes`` mounted read-only, ``ports``, a ``healthcheck`` (boot time is measured to healthy)
+        and, on GPUs, ``deploy.resources.reservations.devices``. Pure: no I/O beyond resolving paths.
+
+        :raises CapabilityNotSupported: this adapter cannot run its engine under compose.
+        """
+        raise CapabilityNotSupported(f"arm {arm.name!r}: {self.name} has no docker compose service "
+                                     f"(launch: compose)")
+
     def install_hint(self) -> str:
         return f"see `bakeoff engines` for how to install {self.name}"
 

@@ -22,6 +22,7 @@ import httpx
 
 from .adapter import EngineAdapter, Effective, check_arm_capabilities
 from .client import account, stream_chat
+from .compose import ComposeEngine, project_name
 from .config import Arm, BakeoffFile, Prompt, SamplingMode
 from .errors import BakeoffError, EngineError, EngineStartupError
 from .hostinfo import CpuMeter, host_info
@@ -130,6 +131,11 @@ def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_
         return
     port = arm.settings.port or free_port(arm.settings.host)
     log_path = run.arm_dir(arm.name) / f"engine-pass{pass_index}.log"
+    if arm.launch == "compose":  # the adapter's compose service, up until healthy, always brought down
+        with ComposeEngine(planned.adapter, arm, port, run.arm_dir(arm.name), log_path, boot_timeout_s,
+                           project=project_name(run.run_id, arm.name)) as compose_engine:
+            yield compose_engine.base_url, compose_engine  # type: ignore[misc]
+        return
     spec = planned.adapter.launch_spec(arm, port, run.arm_dir(arm.name))
     host = "127.0.0.1" if arm.settings.host in ("0.0.0.0", "::") else arm.settings.host
     base = f"http://{host}:{port}"

@@ -52,6 +52,10 @@ SPEC_TYPES = {
     "draft": "draft-simple",
 }
 NGRAM_VARIANTS = ("mod", "simple", "map-k", "map-k4v", "cache")
+# launch: compose — ggml-org's server images at the build bakeoff compiles natively (compose/ pins the same)
+COMPOSE_IMAGE_CPU = "ghcr.io/ggml-org/llama.cpp:server-b11434"
+COMPOSE_IMAGE_CUDA = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
+COMPOSE_PORT = 8080
 NEEDS_DRAFT_FILE = ("dflash", "dspark", "eagle3", "draft")
 
 ACCEPTANCE_RE = re.compile(
@@ -113,8 +117,8 @@ class LlamaCppAdapter(EngineAdapter):
         usage_per_chunk=False,
         one_token_per_event=True,
         acceptance_source="timings.draft_n/draft_n_accepted per response, cross-checked with the log line",
-        launch_modes=("native",),
-        docker_image="ghcr.io/ggml-org/llama.cpp:server",
+        launch_modes=("native", "compose"),
+        docker_image=COMPOSE_IMAGE_CPU,
         stateful_speculators=("ngram-mod", "ngram-cache"),
         fixed_length_field="ignore_eos",
         tokenize_endpoint="/tokenize",
@@ -154,7 +158,8 @@ class LlamaCppAdapter(EngineAdapter):
         from .gguf_meta import read_gguf_facts
 
         spec = arm.speculative
-        self.find_binary(self.options(arm))  # type: ignore[arg-type]
+        if arm.launch == "native":
+            self.find_binary(self.options(arm))  # type: ignore[arg-type]
         if arm.model is None:
             raise PreflightError(f"arm {arm.name!r}: llama.cpp needs 'model' (a GGUF file)")
         model = resolve_model(arm.model)
@@ -197,13 +202,7 @@ class LlamaCppAdapter(EngineAdapter):
         s, spec = arm.settings, arm.speculative
         argv = [str(binary), "-m", str(resolve_model(arm.model)), "--host", s.host, "--port", str(port),
                 "--metrics", "--no-webui", "-np", str(s.parallel or 1)]
-        flags: list[tuple[str, Any]] = [
-            ("-c", s.ctx), ("-t", s.threads), ("-ngl", s.gpu_layers), ("-sm", s.split),
-            ("-ts", ",".join(f"{x:g}" for x in s.tensor_split) if s.tensor_split else None),
-            ("-ctk", s.kv_type), ("-ctv", s.kv_type), ("-fa", s.flash_attn), ("-b", s.batch), ("-ub", s.ubatch),
-            ("-lv", options.verbosity),
-        ]
-        argv += _flags(flags)
+        argv += self._setting_flags(arm, options)
         argv += self.spec_args(arm, options)
         argv += arm.extra_args
         env = {**arm.env}
@@ -212,6 +211,51 @@ class LlamaCppAdapter(EngineAdapter):
             env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(binary.parent),
                                                                    os.environ.get("LD_LIBRARY_PATH")]))
         return LaunchSpec(argv=argv, env=env, ready_path="/health")
+
+    def _setting_flags(self, arm: Arm, options: LlamaCppOptions) -> list[str]:
+        s = arm.settings
+        return _flags([
+            ("-c", s.ctx), ("-t", s.threads), ("-ngl", s.gpu_layers), ("-sm", s.split),
+            ("-ts", ",".join(f"{x:g}" for x in s.tensor_split) if s.tensor_split else None),
+            ("-ctk", s.kv_type), ("-ctv", s.kv_type), ("-fa", s.flash_attn), ("-b", s.batch), ("-ub", s.ubatch),
+            ("-lv", options.verbosity),
+        ])
+
+    def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
+        """``launch: compose``: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is
+        set and not 0), each model file bind-mounted read-only, published on 127.0.0.1:port only."""
+        options: LlamaCppOptions = self.options(arm)  # type: ignore[assignment]
+        assert arm.model is not None
+        mounts: dict[str, str] = {}  # host path -> path in the container
+
+        def place(model: str) -> str:
+            host = str(resolve_model(model).resolve())
+            return mounts.setdefault(host, f"/models/{len(mounts)}/{Path(host).name}")
+
+        command = ["-m", place(arm.model), "--host", "0.0.0.0", "--port", str(COMPOSE_PORT),
+                   "--metrics", "--no-webui", "-np", str(arm.settings.parallel or 1)]
+        command += self._setting_flags(arm, options)
+        if arm.speculative.draft_model:
+            place(arm.speculative.draft_model)
+        command += [mounts.get(str(Path(a).resolve()), a) if a.startswith("/") else a
+                    for a in self.spec_args(arm, options)]
+        command += arm.extra_args
+        gpu = arm.settings.gpu_layers not in (None, 0)
+        service: dict[str, Any] = {
+            "image": COMPOSE_IMAGE_CUDA if gpu else COMPOSE_IMAGE_CPU,
+            "command": command,
+            "ports": [{"target": COMPOSE_PORT, "published": str(port), "host_ip": "127.0.0.1", "protocol": "tcp"}],
+            "volumes": [{"type": "bind", "source": host, "target": target, "read_only": True}
+                        for host, target in mounts.items()],
+            "environment": dict(arm.env),
+            # the image ships curl; /health answers 503 until the model is loaded
+            "healthcheck": {"test": ["CMD", "curl", "-fsS", f"http://127.0.0.1:{COMPOSE_PORT}/health"],
+                            "interval": "10s", "timeout": "5s", "retries": 3},
+        }
+        if gpu:
+            service["deploy"] = {"resources": {"reservations": {"devices": [
+                {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}
+        return service
 
     def spec_args(self, arm: Arm, options: LlamaCppOptions | None = None) -> list[str]:
         """The speculative flags for an arm, always with an explicit --spec-type."""

@@ -1,0 +1,399 @@
+"""SGLang (``python -m sglang.launch_server``) as a bakeoff engine, shipped as its own distribution.
+
+It registers ``sglang`` in the ``bakeoff.engines`` entry-point group and imports nothing from bakeoff
+but the public names of ``bakeoff.core``: the proof that a new engine needs no change to bakeoff.
+
+SGLang facts it relies on (shared/engines/INTERFACES.md §4, SGLang 0.5.x):
+
+- ``--speculative-algorithm``: NEXTN (the target's own MTP heads), EAGLE3, STANDALONE (a plain draft
+  model), NGRAM, DFLASH; draft weights come from ``--speculative-draft-model-path``.
+- ``--speculative-num-steps``, ``--speculative-eagle-topk`` and ``--speculative-num-draft-tokens`` are
+  set together or not at all. ``num-draft-tokens`` counts the verified root token, so a chain of n
+  drafts is steps n, topk 1, draft tokens n + 1. DFLASH fixes steps and topk at 1 itself.
+- A streamed chat response carries no speculative numbers (``return_meta_info`` is refused together
+  with ``stream``). Per-request acceptance is therefore read from the ``Decode batch. … accept len: L``
+  lines the server logs every ``--decode-log-interval`` decode steps while the request runs, and is
+  flagged as an estimate. A response that does carry ``meta_info`` (``spec_verify_ct``) is used as is.
+  Attached (no log), only the server's running average in ``/server_info`` exists, and is flagged so.
+- ``/server_info`` (``/get_server_info`` in older versions) returns the server arguments, ``version``
+  and ``internal_states[0].avg_spec_accept_length``; ``/metrics`` needs ``--enable-metrics``.
+- The radix (prefix) cache would serve repeated prompts from cache, so it is off unless asked for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from bakeoff.core import (
+    Arm,
+    Capabilities,
+    ConfigError,
+    Effective,
+    EngineAdapter,
+    EngineStartupError,
+    EngineUnavailable,
+    LaunchSpec,
+    PreflightError,
+    ServerStats,
+    Workload,
+    first_matching_line,
+)
+
+__all__ = [
+    "ALGORITHMS",
+    "IMAGE",
+    "SglangAdapter",
+    "SglangOptions",
+    "estimate_from_log",
+    "parse_decode_lines",
+    "parse_meta_info",
+]
+
+# shared vocabulary -> --speculative-algorithm
+ALGORITHMS = {"mtp": "NEXTN", "eagle3": "EAGLE3", "draft": "STANDALONE", "ngram": "NGRAM", "dflash": "DFLASH"}
+NEEDS_DRAFT = ("eagle3", "draft", "dflash")
+CHAIN_METHODS = ("mtp", "eagle3", "draft")  # drafted step by step: steps / topk / draft tokens
+IMAGE = "lmsysorg/sglang:v0.5.23-cu129-amd64"
+CONTAINER_PORT = 30000
+SETTING_FLAGS = {"ctx": "--context-length", "parallel": "--max-running-requests", "tensor_parallel": "--tp-size",
+                 "kv_type": "--kv-cache-dtype", "dtype": "--dtype", "gpu_memory_utilization": "--mem-fraction-static"}
+
+DECODE_RE = re.compile(r"Decode batch[.,].*?accept len: (?P<len>\d+(?:\.\d+)?)"
+                       r"(?:, accept rate: (?P<rate>\d+(?:\.\d+)?))?")
+
+# (reason, needles, advice) — first match wins; the matching log line is quoted in the error.
+STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("not-installed", ("No module named 'sglang'", "No module named sglang"),
+     "the interpreter has no sglang; set options.python or $BAKEOFF_SGLANG_PYTHON"),
+    ("out-of-memory", ("CUDA out of memory", "OutOfMemoryError", "Not enough memory"),
+     "not enough GPU memory for the weights, KV pool or draft (lower settings.gpu_memory_utilization or ctx)"),
+    ("no-gpu", ("Found no NVIDIA driver", "No CUDA GPUs are available"),
+     "SGLang needs a GPU this machine does not have"),
+    ("unknown-flag", ("unrecognized arguments", "invalid choice"),
+     "this SGLang does not accept a flag bakeoff or extra_args passed"),
+    ("port-in-use", ("Address already in use", "address already in use"), "the port is taken by another process"),
+    ("model-load-failed", ("is not a local folder and is not a valid model identifier", "Error loading model",
+                           "safetensors_rust.SafetensorError"),
+     "SGLang could not load the model"),
+)
+
+
+class SglangOptions(BaseModel):
+    """Options only SGLang has (``arms[i].options``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["sglang"] = "sglang"
+    python: str | None = Field(None, description="Interpreter that has sglang installed; default "
+                                                 "$BAKEOFF_SGLANG_PYTHON, then the one running bakeoff.")
+    eagle_topk: int | None = Field(None, ge=1, description="--speculative-eagle-topk; above 1 drafts a tree and "
+                                                           "then needs num_draft_tokens.")
+    num_draft_tokens: int | None = Field(None, ge=2, description="--speculative-num-draft-tokens, the verified "
+                                                                 "root included; default speculative.n_max + 1.")
+    radix_cache: bool = Field(False, description="Keep SGLang's prefix cache on (repeated prompts then skip "
+                                                 "prefill, which flatters TTFT).")
+    decode_log_interval: int = Field(10, ge=1, description="--decode-log-interval: decode steps between the log "
+                                                           "lines per-request acceptance is read from.")
+    image: str = Field(IMAGE, description="launch: compose — the SGLang image (keep it pinned).")
+    hf_cache: str | None = Field(None, description="launch: compose — Hugging Face cache mounted read-only for a "
+                                                   "hub model id (default $HF_HOME, then ~/.cache/huggingface).")
+
+
+def parse_decode_lines(log_text: str) -> list[dict[str, float | None]]:
+    """Every ``Decode batch … accept len: L[, accept rate: R]`` in a log chunk, in order."""
+    return [{"accept_len": float(m["len"]), "accept_rate": float(m["rate"]) if m["rate"] else None}
+            for m in DECODE_RE.finditer(log_text)]
+
+
+def parse_meta_info(meta: dict[str, Any], draft_tokens: int | None) -> ServerStats:
+    """A response's ``meta_info``: exact per-request counts.
+
+    SGLang counts verify steps (``spec_verify_ct``); the first token comes from prefill and every verify
+    step yields its accepted drafts plus one token of its own, so accepted = completion − 1 − verify
+    steps, and drafted = verify steps × (draft tokens − 1) when the draft tokens per step are known.
+    """
+    completion = meta.get("completion_tokens")
+    stats = ServerStats(source="meta_info", completion_tokens=completion, prompt_tokens=meta.get("prompt_tokens"),
+                        cached_tokens=meta.get("cached_tokens"))
+    verify = meta.get("spec_verify_ct")
+    if verify is not None and completion is not None:
+        stats.drafts = int(verify)
+        stats.accepted = max(0, int(completion) - 1 - int(verify)) if verify else 0
+        if draft_tokens:
+            stats.drafted = int(verify) * (draft_tokens - 1)
+    for key in ("spec_accept_length", "spec_accept_rate", "e2e_latency"):
+        if meta.get(key) is not None:
+            stats.extra[key] = meta[key]
+    return stats
+
+
+def estimate_from_log(lines: list[dict[str, float | None]], completion_tokens: int | None,
+                      draft_tokens: int | None) -> ServerStats:
+    """Per-request counts estimated from the request's decode log lines (each averages one log interval).
+
+    With L the mean accept length (tokens per verify step) and N the completion tokens, the request
+    took about (N − 1) / L verify steps.
+    """
+    stats = ServerStats(source="log: Decode batch accept len (estimate)")
+    lengths = [line["accept_len"] for line in lines if line["accept_len"]]
+    if not lengths:
+        return stats
+    mean_len = sum(lengths) / len(lengths)  # type: ignore[arg-type]
+    stats.extra["log_accept_len"] = round(mean_len, 4)
+    rates = [line["accept_rate"] for line in lines if line["accept_rate"] is not None]
+    if rates:
+        stats.extra["log_accept_rate"] = round(sum(rates) / len(rates), 4)  # type: ignore[arg-type]
+    stats.flags.append(f"acceptance-estimated: from {len(lengths)} SGLang decode log line(s), not exact counts")
+    if completion_tokens and completion_tokens > 1:
+        drafts = max(1, round((completion_tokens - 1) / mean_len))
+        stats.drafts = drafts
+        stats.accepted = max(0, completion_tokens - 1 - drafts)
+        if draft_tokens:
+            stats.drafted = drafts * (draft_tokens - 1)
+    return stats
+
+
+def _model_id(http: httpx.Client) -> str | None:
+    try:
+        return str(http.get("/v1/models", timeout=10).json()["data"][0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+class SglangAdapter(EngineAdapter):
+    name = "sglang"
+    description = "SGLang launch_server (Hugging Face models), native process or compose; plugin package"
+    capabilities = Capabilities(
+        speculative_methods=("none", *ALGORITHMS),
+        speculative_knobs=("n_max", "draft_model"),
+        settings=(*SETTING_FLAGS, "enforce_eager"),
+        kv_types=("auto", "fp8_e5m2", "fp8_e4m3"),
+        usage_per_chunk=True,
+        one_token_per_event=False,
+        acceptance_source="meta_info.spec_verify_ct when a response carries it; otherwise the 'Decode batch … "
+                          "accept len' log lines of the request (estimate); attached: /server_info average",
+        launch_modes=("native", "compose"),
+        docker_image=IMAGE,
+        stateful_speculators=("ngram",),
+        fixed_length_field="ignore_eos",
+    )
+    Options = SglangOptions
+
+    def __init__(self) -> None:
+        self._draft_tokens: int | None = None  # per verify step, read back from /server_info
+        self._algorithm: str | None = None
+
+    # -- before launch -----------------------------------------------------------------
+    def python(self, options: SglangOptions) -> str:
+        return options.python or os.environ.get("BAKEOFF_SGLANG_PYTHON") or sys.executable
+
+    def install_hint(self) -> str:
+        return ("install SGLang in a GPU environment (`pip install sglang`) and point options.python or "
+                "$BAKEOFF_SGLANG_PYTHON at it, or use launch: compose")
+
+    def preflight(self, arm: Arm) -> None:
+        options: SglangOptions = self.options(arm)  # type: ignore[assignment]
+        spec = arm.speculative
+        if arm.model is None:
+            raise PreflightError(f"arm {arm.name!r}: SGLang needs 'model' (a model directory or hub id)")
+        if spec.method in NEEDS_DRAFT and not spec.draft_model:
+            raise PreflightError(f"arm {arm.name!r}: speculative.method {spec.method!r} "
+                                 f"({ALGORITHMS[spec.method]}) needs speculative.draft_model")
+        if spec.draft_model and spec.method in ("none", "ngram"):
+            raise PreflightError(f"arm {arm.name!r}: speculative.draft_model is set but method {spec.method!r} "
+                                 f"would not use it")
+        if options.eagle_topk is not None and spec.method not in CHAIN_METHODS:
+            raise PreflightError(f"arm {arm.name!r}: options.eagle_topk applies to {', '.join(CHAIN_METHODS)} only")
+        if (options.eagle_topk or 1) > 1 and options.num_draft_tokens is None:
+            raise PreflightError(f"arm {arm.name!r}: options.eagle_topk > 1 drafts a tree; set "
+                                 f"options.num_draft_tokens (its size) too")
+        if arm.launch == "native":
+            python = self.python(options)
+            if python == sys.executable:
+                if importlib.util.find_spec("sglang") is None:
+                    raise EngineUnavailable(f"arm {arm.name!r}: sglang is not installed here; {self.install_hint()}")
+            elif not (Path(python).is_file() or shutil.which(python)):
+                raise EngineUnavailable(f"arm {arm.name!r}: interpreter {python!r} not found; {self.install_hint()}")
+
+    # -- launch ------------------------------------------------------------------------
+    def spec_args(self, arm: Arm, options: SglangOptions, draft_path: str | None) -> list[str]:
+        """The speculative flags for an arm (none when speculation is off)."""
+        spec = arm.speculative
+        if not spec.enabled:
+            return []
+        args = ["--speculative-algorithm", ALGORITHMS[spec.method]]
+        if draft_path:
+            args += ["--speculative-draft-model-path", draft_path]
+        draft_tokens = options.num_draft_tokens or (spec.n_max + 1 if spec.n_max else None)
+        if spec.method in CHAIN_METHODS:
+            if spec.n_max is None and options.num_draft_tokens is None and options.eagle_topk is None:
+                return args  # SGLang picks its own defaults for all three
+            if spec.n_max is None:
+                raise ConfigError(f"arm {arm.name!r}: SGLang sets steps, topk and draft tokens together; "
+                                  f"set speculative.n_max (draft steps) as well")
+            args += ["--speculative-num-steps", str(spec.n_max),
+                     "--speculative-eagle-topk", str(options.eagle_topk or 1),
+                     "--speculative-num-draft-tokens", str(draft_tokens)]
+        elif draft_tokens is not None:  # NGRAM, DFLASH: only the number of tokens verified per step
+            args += ["--speculative-num-draft-tokens", str(draft_tokens)]
+        return args
+
+    def server_args(self, arm: Arm, options: SglangOptions, model: str, draft: str | None, host: str,
+                    port: int) -> list[str]:
+        """launch_server arguments shared by the native and the compose launch."""
+        s = arm.settings
+        args = ["--model-path", model, "--host", host, "--port", str(port), "--enable-metrics",
+                "--decode-log-interval", str(options.decode_log_interval)]
+        if not options.radix_cache:
+            args.append("--disable-radix-cache")
+        for field, flag in SETTING_FLAGS.items():
+            value = getattr(s, field)
+            if value is not None:
+                args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        if s.enforce_eager:
+            args.append("--disable-cuda-graph")
+        return args + self.spec_args(arm, options, draft) + list(arm.extra_args)
+
+    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+        options: SglangOptions = self.options(arm)  # type: ignore[assignment]
+        assert arm.model is not None
+        model = _local_or_hub(arm.model)
+        draft = _local_or_hub(arm.speculative.draft_model) if arm.speculative.draft_model else None
+        argv = [self.python(options), "-m", "sglang.launch_server",
+                *self.server_args(arm, options, model, draft, arm.settings.host, port)]
+        return LaunchSpec(argv=argv, env=dict(arm.env), ready_path="/health")
+
+    def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
+        """The pinned SGLang image on all GPUs; local models bind-mounted read-only, hub ids read from the
+        Hugging Face cache mounted read-only (offline: the model must already be in it)."""
+        options: SglangOptions = self.options(arm)  # type: ignore[assignment]
+        assert arm.model is not None
+        mounts: dict[str, str] = {}
+        hub = False
+
+        def place(model: str) -> str:
+            nonlocal hub
+            path = Path(model).expanduser()
+            if not path.exists():
+                hub = True
+                return model
+            host = str(path.resolve())
+            return mounts.setdefault(host, f"/models/{len(mounts)}/{path.name}")
+
+        model = place(arm.model)
+        draft = place(arm.speculative.draft_model) if arm.speculative.draft_model else None
+        env = dict(arm.env)
+        volumes = [{"type": "bind", "source": h, "target": t, "read_only": True} for h, t in mounts.items()]
+        if hub:
+            cache = options.hf_cache or os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+            volumes.append({"type": "bind", "source": str(Path(cache).expanduser()),
+                            "target": "/root/.cache/huggingface", "read_only": True})
+            env.setdefault("HF_HUB_OFFLINE", "1")
+        probe = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{CONTAINER_PORT}/health', timeout=4)"
+        return {
+            "image": options.image,
+            "command": ["python3", "-m", "sglang.launch_server",
+                        *self.server_args(arm, options, model, draft, "0.0.0.0", CONTAINER_PORT)],
+            "ports": [{"target": CONTAINER_PORT, "published": str(port), "host_ip": "127.0.0.1", "protocol": "tcp"}],
+            "volumes": volumes,
+            "environment": env,
+            "shm_size": "16gb",
+            "healthcheck": {"test": ["CMD", "python3", "-c", probe], "interval": "10s", "timeout": "5s",
+                            "retries": 3},
+            "deploy": {"resources": {"reservations": {"devices": [
+                {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}},
+        }
+
+    # -- startup -----------------------------------------------------------------------
+    def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
+        for reason, needles, advice in STARTUP_FAILURES:
+            line = first_matching_line(log_text, needles)
+            if line:
+                return EngineStartupError(f"SGLang failed to start ({reason}): {advice}. Log: {line}",
+                                          reason=reason, log_line=line)
+        return None
+
+    def server_info(self, http: httpx.Client) -> dict[str, Any] | None:
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                response = http.get(path, timeout=10)
+                if response.status_code == 200:
+                    data = response.json()
+                    return data if isinstance(data, dict) else None
+            except (httpx.HTTPError, ValueError):
+                return None
+        return None
+
+    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+        eff = Effective(model_id=_model_id(http))
+        info = self.server_info(http)
+        if info is None:
+            eff.mismatches.append("could not read /server_info")
+            return eff
+        keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                "speculative_num_draft_tokens", "speculative_draft_model_path", "context_length",
+                "max_running_requests", "tp_size", "disable_radix_cache", "model_path")
+        eff.values = {k: info.get(k) for k in keys}
+        eff.version = info.get("version")
+        self._algorithm = info.get("speculative_algorithm") or None
+        self._draft_tokens = info.get("speculative_num_draft_tokens")
+        spec, expected = arm.speculative, ALGORITHMS.get(arm.speculative.method)
+        if spec.enabled and not self._algorithm:
+            eff.mismatches.append(f"speculative.method {spec.method!r} asked, but /server_info says "
+                                  f"speculative_algorithm is {info.get('speculative_algorithm')!r} — SGLang runs "
+                                  f"WITHOUT speculation")
+        elif spec.enabled and str(self._algorithm).upper() != expected:
+            eff.mismatches.append(f"asked {expected}, /server_info says speculative_algorithm {self._algorithm!r}")
+        if not arm.attached:
+            if spec.n_max and spec.method in CHAIN_METHODS and info.get("speculative_num_steps") != spec.n_max:
+                eff.mismatches.append(f"asked {spec.n_max} draft steps, /server_info says "
+                                      f"speculative_num_steps {info.get('speculative_num_steps')}")
+            ctx = arm.settings.ctx
+            if ctx is not None and info.get("context_length") not in (None, ctx):
+                eff.mismatches.append(f"asked ctx {ctx}, /server_info says context_length {info.get('context_length')}")
+            if not spec.enabled and self._algorithm:
+                eff.mismatches.append(f"speculation is off in the arm but /server_info says {self._algorithm}")
+        return eff
+
+    # -- requests ----------------------------------------------------------------------
+    def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
+        fields: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": workload.thinking}}
+        if workload.fixed_length:
+            fields["ignore_eos"] = True
+        return fields
+
+    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
+                     log_text: str) -> ServerStats:
+        final = final or {}
+        meta = final.get("meta_info") or final.get("metadata")
+        if isinstance(meta, dict) and "completion_tokens" in meta:
+            return parse_meta_info(meta, self._draft_tokens)
+        lines = parse_decode_lines(log_text)
+        if lines:
+            usage = final.get("usage") or {}
+            return estimate_from_log(lines, usage.get("completion_tokens"), self._draft_tokens)
+        stats = ServerStats()
+        if self._algorithm:  # attached, or no decode line fell inside this request
+            info = self.server_info(http) or {}
+            states = info.get("internal_states") or [{}]
+            avg = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
+            if avg is not None:
+                stats.extra["server_avg_accept_length"] = avg
+            stats.flags.append("acceptance-unavailable: no per-request numbers (no meta_info, no decode log "
+                               "line); /server_info average recorded in extra")
+        return stats
+
+
+def _local_or_hub(model: str) -> str:
+    """A local path made absolute, or the string as given (a Hugging Face hub id)."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model

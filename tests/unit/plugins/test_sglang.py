@@ -1,0 +1,311 @@
+"""The SGLang plugin: launch specs, compose services, read-back, parsers and failure classification.
+
+SGLang cannot run here (no GPU); the fixtures in tests/fixtures/sglang are synthesized from the
+documented shapes (see their README), not captured.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bakeoff.core import Arm, CapabilityNotSupported, ConfigError, EngineUnavailable, PreflightError, Workload
+from bakeoff.core.adapter import check_arm_capabilities
+from bakeoff.core.compose import build_project
+from bakeoff_sglang import adapter as sglang_module
+from bakeoff_sglang.adapter import (
+    IMAGE,
+    SglangAdapter,
+    estimate_from_log,
+    parse_decode_lines,
+    parse_meta_info,
+)
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "sglang"
+
+
+def make_arm(tmp_path: Path, **kw: Any) -> Arm:
+    model = tmp_path / "Qwen3-8B"
+    model.mkdir(exist_ok=True)
+    data: dict[str, Any] = {"name": "s", "engine": "sglang", "model": str(model),
+                            "options": {"python": "/opt/sglang/bin/python"}}
+    data.update(kw)
+    return Arm.model_validate(data)
+
+
+def argv(tmp_path: Path, **kw: Any) -> list[str]:
+    return SglangAdapter().launch_spec(make_arm(tmp_path, **kw), 31000, tmp_path).argv
+
+
+def after(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+# -- the plugin is built on the public API only ----------------------------------------------
+def test_plugin_imports_only_bakeoff_core_public_names() -> None:
+    import bakeoff.core
+
+    tree = ast.parse(Path(sglang_module.__file__).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bakeoff"):
+            assert node.module == "bakeoff.core", f"plugin imports {node.module}"
+            assert {a.name for a in node.names} <= set(bakeoff.core.__all__)
+        if isinstance(node, ast.Import):
+            assert not any(a.name.startswith("bakeoff") for a in node.names)
+
+
+def test_entry_point_is_declared_in_the_plugin_package() -> None:
+    import tomllib
+
+    meta = tomllib.loads((Path(sglang_module.__file__).parents[2] / "pyproject.toml").read_text())
+    assert meta["project"]["entry-points"]["bakeoff.engines"] == {"sglang": "bakeoff_sglang.adapter:SglangAdapter"}
+
+
+# -- launch specs ----------------------------------------------------------------------------
+def test_plain_launch(tmp_path: Path) -> None:
+    args = argv(tmp_path)
+    assert args[:3] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server"]
+    assert after(args, "--model-path") == str(tmp_path / "Qwen3-8B")
+    assert after(args, "--host") == "127.0.0.1" and after(args, "--port") == "31000"
+    assert "--enable-metrics" in args and "--disable-radix-cache" in args
+    assert after(args, "--decode-log-interval") == "10"
+    assert not any(a.startswith("--speculative") for a in args)
+
+
+def test_mtp_is_nextn_with_a_chain_of_n_max_drafts(tmp_path: Path) -> None:
+    args = argv(tmp_path, speculative={"method": "mtp", "n_max": 3})
+    assert after(args, "--speculative-algorithm") == "NEXTN"
+    assert after(args, "--speculative-num-steps") == "3"
+    assert after(args, "--speculative-eagle-topk") == "1"
+    assert after(args, "--speculative-num-draft-tokens") == "4"  # the verified root counts
+    assert "--speculative-draft-model-path" not in args
+
+
+@pytest.mark.parametrize(("method", "algorithm"), [("eagle3", "EAGLE3"), ("draft", "STANDALONE")])
+def test_draft_model_methods(tmp_path: Path, method: str, algorithm: str) -> None:
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    args = argv(tmp_path, speculative={"method": method, "draft_model": str(draft), "n_max": 5})
+    assert after(args, "--speculative-algorithm") == algorithm
+    assert after(args, "--speculative-draft-model-path") == str(draft)
+    assert after(args, "--speculative-num-steps") == "5" and after(args, "--speculative-num-draft-tokens") == "6"
+
+
+def test_hub_ids_pass_through(tmp_path: Path) -> None:
+    args = argv(tmp_path, model="Qwen/Qwen3-8B",
+                speculative={"method": "eagle3", "draft_model": "Tengyunw/qwen3_8b_eagle3"})
+    assert after(args, "--model-path") == "Qwen/Qwen3-8B"
+    assert after(args, "--speculative-draft-model-path") == "Tengyunw/qwen3_8b_eagle3"
+    assert "--speculative-num-steps" not in args, "no knob set: SGLang picks its own defaults"
+
+
+@pytest.mark.parametrize(("method", "extra"), [("ngram", {}), ("dflash", {"draft_model": "z-lab/Qwen3-8B-DFlash"})])
+def test_block_methods_take_only_the_draft_token_count(tmp_path: Path, method: str, extra: dict[str, Any]) -> None:
+    args = argv(tmp_path, speculative={"method": method, "n_max": 15, **extra})
+    assert after(args, "--speculative-algorithm") == method.upper()
+    assert after(args, "--speculative-num-draft-tokens") == "16"
+    assert "--speculative-num-steps" not in args and "--speculative-eagle-topk" not in args
+
+
+def test_tree_drafting_through_options(tmp_path: Path) -> None:
+    args = argv(tmp_path, speculative={"method": "mtp", "n_max": 3},
+                options={"python": "/opt/sglang/bin/python", "eagle_topk": 4, "num_draft_tokens": 8})
+    assert after(args, "--speculative-eagle-topk") == "4" and after(args, "--speculative-num-draft-tokens") == "8"
+
+
+def test_settings_map_to_sglang_flags(tmp_path: Path) -> None:
+    args = argv(tmp_path, settings={"ctx": 8192, "parallel": 1, "tensor_parallel": 2, "kv_type": "fp8_e5m2",
+                                    "dtype": "bfloat16", "gpu_memory_utilization": 0.8, "enforce_eager": True},
+                options={"python": "/opt/sglang/bin/python", "radix_cache": True}, extra_args=["--log-level", "info"])
+    assert after(args, "--context-length") == "8192" and after(args, "--max-running-requests") == "1"
+    assert after(args, "--tp-size") == "2" and after(args, "--kv-cache-dtype") == "fp8_e5m2"
+    assert after(args, "--dtype") == "bfloat16" and after(args, "--mem-fraction-static") == "0.8"
+    assert "--disable-cuda-graph" in args and "--disable-radix-cache" not in args
+    assert args[-2:] == ["--log-level", "info"]
+
+
+def test_knobs_sglang_lacks_are_refused_before_launch(tmp_path: Path) -> None:
+    adapter = SglangAdapter()
+    for kw, what in (({"speculative": {"method": "mtp", "p_min": 0.5}}, "p_min"),
+                     ({"settings": {"threads": 4}}, "threads"),
+                     ({"speculative": {"method": "dspark", "draft_model": "x"}}, "dspark")):
+        with pytest.raises(CapabilityNotSupported, match=what):
+            check_arm_capabilities(adapter, make_arm(tmp_path, **kw))
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"speculative": {"method": "eagle3"}}, "needs speculative.draft_model"),
+    ({"speculative": {"method": "ngram", "draft_model": "x"}}, "would not use it"),
+    ({"speculative": {"method": "mtp", "n_max": 3}, "options": {"eagle_topk": 4}}, "num_draft_tokens"),
+    ({"speculative": {"method": "ngram"}, "options": {"eagle_topk": 1}}, "eagle_topk applies"),
+])
+def test_preflight_refuses_arms_that_cannot_work(tmp_path: Path, kw: dict[str, Any], match: str) -> None:
+    arm = make_arm(tmp_path, **kw)
+    with pytest.raises(PreflightError, match=match):
+        SglangAdapter().preflight(arm)
+
+
+def test_preflight_wants_an_interpreter_with_sglang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(EngineUnavailable, match="not found"):
+        SglangAdapter().preflight(make_arm(tmp_path, options={"python": str(tmp_path / "no-python")}))
+    monkeypatch.delenv("BAKEOFF_SGLANG_PYTHON", raising=False)
+    monkeypatch.setattr(sglang_module.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(EngineUnavailable, match="sglang is not installed"):
+        SglangAdapter().preflight(make_arm(tmp_path, options={}))
+    SglangAdapter().preflight(make_arm(tmp_path, launch="compose", options={}))  # the image has it
+    monkeypatch.setenv("BAKEOFF_SGLANG_PYTHON", sys.executable + "-elsewhere")
+    assert SglangAdapter().python(SglangAdapter.Options()) == sys.executable + "-elsewhere"  # type: ignore[call-arg]
+
+
+def test_steps_topk_and_draft_tokens_go_together(tmp_path: Path) -> None:
+    arm = make_arm(tmp_path, speculative={"method": "mtp"}, options={"eagle_topk": 2, "num_draft_tokens": 6})
+    with pytest.raises(ConfigError, match="n_max"):
+        SglangAdapter().launch_spec(arm, 1, tmp_path)
+
+
+def test_unknown_option_names_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"arms\[2\]\.options\.topk"):
+        SglangAdapter().options(make_arm(tmp_path, options={"topk": 2}), 2)
+
+
+# -- compose ---------------------------------------------------------------------------------
+def test_compose_service_mounts_local_models_read_only_on_gpus(tmp_path: Path) -> None:
+    draft = tmp_path / "eagle3"
+    draft.mkdir()
+    arm = make_arm(tmp_path, launch="compose", speculative={"method": "eagle3", "draft_model": str(draft), "n_max": 3})
+    service = SglangAdapter().compose_service(arm, 31000)
+    cmd = service["command"]
+    assert service["image"] == IMAGE and cmd[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert after(cmd, "--model-path") == "/models/0/Qwen3-8B" and after(cmd, "--host") == "0.0.0.0"
+    assert after(cmd, "--speculative-draft-model-path") == "/models/1/eagle3"
+    assert all(v["read_only"] for v in service["volumes"]) and len(service["volumes"]) == 2
+    assert service["ports"][0]["host_ip"] == "127.0.0.1" and service["ports"][0]["published"] == "31000"
+    assert service["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    project = build_project(SglangAdapter(), arm, 31000, "bakeoff-t-s")  # core's stack rules hold
+    assert "sglang" in project["services"]
+
+
+def test_compose_service_reads_hub_models_from_the_cache_offline(tmp_path: Path) -> None:
+    arm = make_arm(tmp_path, model="Qwen/Qwen3-8B", launch="compose",
+                   options={"hf_cache": str(tmp_path / "hf")})
+    service = SglangAdapter().compose_service(arm, 31000)
+    assert after(service["command"], "--model-path") == "Qwen/Qwen3-8B"
+    assert service["volumes"] == [{"type": "bind", "source": str(tmp_path / "hf"),
+                                   "target": "/root/.cache/huggingface", "read_only": True}]
+    assert service["environment"]["HF_HUB_OFFLINE"] == "1"
+
+
+# -- read-back ------------------------------------------------------------------------------
+def transport(server_info: dict[str, Any] | None, legacy: bool = False) -> httpx.MockTransport:
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "Qwen3-8B", "max_model_len": 8192}]})
+        if request.url.path == ("/get_server_info" if legacy else "/server_info") and server_info is not None:
+            return httpx.Response(200, json=server_info)
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    return httpx.MockTransport(handle)
+
+
+def server_info(**changes: Any) -> dict[str, Any]:
+    info = json.loads((FIX / "server_info_nextn.json").read_text())
+    info.update(changes)
+    return dict(info)
+
+
+def test_effective_settings_match_the_arm(tmp_path: Path) -> None:
+    arm = make_arm(tmp_path, speculative={"method": "mtp", "n_max": 3}, settings={"ctx": 8192})
+    adapter = SglangAdapter()
+    with httpx.Client(base_url="http://sglang", transport=transport(server_info())) as http:
+        eff = adapter.effective_settings(http, arm)
+    assert eff.mismatches == []
+    assert eff.version == "0.5.23" and eff.model_id == "Qwen3-8B"
+    assert eff.values["speculative_algorithm"] == "NEXTN" and eff.values["speculative_num_draft_tokens"] == 4
+
+
+def test_speculation_silently_off_is_reported(tmp_path: Path) -> None:
+    arm = make_arm(tmp_path, speculative={"method": "mtp", "n_max": 3}, settings={"ctx": 4096})
+    info = server_info(speculative_algorithm=None, speculative_num_steps=None)
+    with httpx.Client(base_url="http://sglang", transport=transport(info, legacy=True)) as http:
+        eff = SglangAdapter().effective_settings(http, arm)
+    assert any("WITHOUT speculation" in m for m in eff.mismatches)
+    assert any("context_length 8192" in m for m in eff.mismatches)
+
+
+def test_unreadable_server_info_is_a_mismatch(tmp_path: Path) -> None:
+    with httpx.Client(base_url="http://sglang", transport=transport(None)) as http:
+        eff = SglangAdapter().effective_settings(http, make_arm(tmp_path))
+    assert eff.mismatches == ["could not read /server_info"]
+
+
+# -- per-request numbers ---------------------------------------------------------------------
+def test_decode_lines_are_parsed_and_non_speculative_lines_ignored() -> None:
+    lines = parse_decode_lines((FIX / "decode_log_nextn.txt").read_text())
+    assert [line["accept_len"] for line in lines] == [3.10, 2.80, 3.40, 2.70]
+    assert lines[0]["accept_rate"] == 0.70
+    assert parse_decode_lines((FIX / "decode_log_nospec.txt").read_text()) == []
+    assert parse_decode_lines("[TP0] Decode batch. #running-req: 1, accept len: 1.50, gen throughput") == [
+        {"accept_len": 1.5, "accept_rate": None}]
+
+
+def test_log_estimate_gives_counts_consistent_with_the_mean_accept_length() -> None:
+    lines = parse_decode_lines((FIX / "decode_log_nextn.txt").read_text())
+    stats = estimate_from_log(lines, completion_tokens=256, draft_tokens=4)
+    assert (stats.drafts, stats.accepted, stats.drafted) == (85, 170, 255)  # mean len 3.0 over 255 decode tokens
+    assert 1 + stats.accepted / stats.drafts == pytest.approx(3.0)  # type: ignore[operator]
+    assert stats.extra["log_accept_len"] == 3.0 and stats.extra["log_accept_rate"] == pytest.approx(0.6675)
+    assert stats.flags and stats.flags[0].startswith("acceptance-estimated")
+
+
+def test_meta_info_gives_exact_counts() -> None:
+    meta = json.loads((FIX / "generate_meta_info_nextn.json").read_text())["meta_info"]
+    stats = parse_meta_info(meta, draft_tokens=4)
+    assert (stats.completion_tokens, stats.drafts, stats.accepted, stats.drafted) == (256, 85, 170, 255)
+    assert stats.source == "meta_info" and not stats.flags
+
+
+def test_server_stats_prefers_meta_info_then_the_log_then_the_server_average(tmp_path: Path) -> None:
+    adapter = SglangAdapter()
+    final = json.loads((FIX / "chat_stream_final_chunk.json").read_text())
+    log = (FIX / "decode_log_nextn.txt").read_text()
+    with httpx.Client(base_url="http://sglang", transport=transport(server_info())) as http:
+        adapter.effective_settings(http, make_arm(tmp_path, speculative={"method": "mtp", "n_max": 3}))
+        meta = json.loads((FIX / "generate_meta_info_nextn.json").read_text())["meta_info"]
+        assert adapter.server_stats(http, {**final, "meta_info": meta}, None, log).source == "meta_info"
+        from_log = adapter.server_stats(http, final, None, log)
+        assert from_log.drafted == 255 and from_log.source and "estimate" in from_log.source
+        attached = adapter.server_stats(http, final, None, "")
+    assert attached.drafted is None and attached.extra["server_avg_accept_length"] == 2.91
+    assert attached.flags[0].startswith("acceptance-unavailable")
+
+
+def test_no_speculation_no_acceptance_flags(tmp_path: Path) -> None:
+    adapter = SglangAdapter()
+    final = json.loads((FIX / "chat_stream_final_chunk.json").read_text())
+    with httpx.Client(base_url="http://sglang", transport=transport(server_info(speculative_algorithm=None))) as http:
+        adapter.effective_settings(http, make_arm(tmp_path))
+        stats = adapter.server_stats(http, final, None, (FIX / "decode_log_nospec.txt").read_text())
+    assert stats.drafted is None and stats.flags == []
+
+
+def test_request_fields() -> None:
+    fields = SglangAdapter().request_fields(Arm(name="s", engine="sglang", model="m"), Workload(thinking=False))
+    assert fields == {"chat_template_kwargs": {"enable_thinking": False}, "ignore_eos": True}
+    assert "ignore_eos" not in SglangAdapter().request_fields(Arm(name="s", engine="sglang", model="m"),
+                                                              Workload(fixed_length=False))
+    assert SglangAdapter().stream_options() == {"include_usage": True, "continuous_usage_stats": True}
+
+
+@pytest.mark.parametrize(("fixture", "reason"), [("startup_oom.log", "out-of-memory"),
+                                                 ("startup_unknown_flag.log", "unknown-flag")])
+def test_startup_failures_are_classified_quoting_the_line(fixture: str, reason: str) -> None:
+    err = SglangAdapter().classify_startup_failure((FIX / fixture).read_text())
+    assert err is not None and err.reason == reason
+    assert err.log_line and err.log_line in (FIX / fixture).read_text()
+    assert SglangAdapter().classify_startup_failure("[2026] The server is fired up and ready to roll!") is None
