@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bakeoff.core.client import account, stream_chat
 
@@ -56,7 +57,7 @@ def test_packed_events_use_per_chunk_usage() -> None:
     assert fields["n_first"] == 1 and fields["n_first_source"] == "usage"
     assert fields["flags"] == []
     # decode counts tokens, an event-counting client counts events: 7 tokens vs 2 events after the first
-    assert fields["decode_tps"] / fields["event_count_decode_tps"] == 7 / 2
+    assert fields["decode_tps"] / fields["event_count_decode_tps"] == pytest.approx(7 / 2)
 
 
 def test_real_vllm_capture_if_present() -> None:
