@@ -228,19 +228,63 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
 
 
 def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
-             done: set[tuple[str, str, str, int, int]] | None = None) -> dict[str, Any]:
-    """Run every pass of the plan into ``run``; returns the per-arm records also written to run.json."""
+             done: set[tuple[str, str, str, int, int]] | None = None, start_pass: int = 0) -> dict[str, Any]:
+    """Run every pass of the plan into ``run``; returns the per-arm records also written to run.json.
+
+    ``start_pass`` skips the passes before it (adaptive passes run only the one :func:`add_pass` added).
+    """
     events = events or ProtocolEvents()
     done = done or set()
+    for msg in plan_warnings(plan) if start_pass == 0 else []:
+        events.on_warning(msg)
     arm_records: dict[str, list[dict[str, Any]]] = run.read_run().get("arm_records", {})
     by_name = {a.arm.name: a for a in plan.arms}
-    for pass_index, order in enumerate(plan.orders):
+    for pass_index, order in list(enumerate(plan.orders))[start_pass:]:
         for name in order:
             record = _run_arm(plan, by_name[name], run, pass_index, events, done)
             arm_records.setdefault(name, []).append(record)
             run.update_run(arm_records=arm_records)
     run.update_run(finished_at=time.time())
     return arm_records
+
+
+def add_pass(plan: Plan) -> int:
+    """Adaptive passes: append one more pass to the plan and return its index.
+
+    Its order is the one a plan made with that many passes would have drawn from the recorded seed, so an
+    adaptive run is reproducible; the caller records ``plan.orders`` in run.json and runs it with
+    ``run_plan(..., start_pass=index)``.
+    """
+    rng = random.Random(plan.config.workload.seed)
+    names = [a.arm.name for a in plan.arms]
+    for _ in range(len(plan.orders) + 1):
+        order = list(names)
+        rng.shuffle(order)
+    plan.orders.append(order)
+    return len(plan.orders) - 1
+
+
+def run_extra_pass(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
+                   done: set[tuple[str, str, str, int, int]] | None = None) -> int:
+    """Run one more pass (every arm, relaunched, in a fresh order) and record it in run.json ``orders``."""
+    index = add_pass(plan)
+    run.update_run(orders=plan.orders)
+    run_plan(plan, run, events, done, start_pass=index)
+    return index
+
+
+def plan_warnings(plan: Plan) -> list[str]:
+    """Design caveats known before the first request (a stateful speculator serving several reps)."""
+    from .stats import stateful_warning
+
+    out = []
+    for a in plan.arms:
+        spec = a.arm.speculative
+        msg = stateful_warning(a.arm.name, spec.method, spec.variant, a.adapter.capabilities.stateful_speculators,
+                               plan.config.workload.reps)
+        if msg:
+            out.append(msg)
+    return out
 
 
 def run_metadata(plan: Plan) -> dict[str, Any]:
@@ -262,4 +306,4 @@ def run_metadata(plan: Plan) -> dict[str, Any]:
     }
 
 
-__all__ += ["run_metadata"]
+__all__ += ["run_metadata", "add_pass", "run_extra_pass", "plan_warnings"]

@@ -1,16 +1,20 @@
-"""Per-arm and per-prompt summaries of samples, and the community table (arm · overall median ·
-overall mean · one column per prompt · acceptance)."""
+"""Per-arm summaries in the spine's simple shape (plain medians, no intervals).
+
+A thin layer over core/stats.py, which holds the one implementation of every statistic; new code should
+use :func:`bakeoff.core.stats.describe_arms` or :mod:`bakeoff.core.reports` directly.
+"""
 
 from __future__ import annotations
 
-import statistics
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .sample import Sample
+from .stats import ArmStats, describe_arms
 
 __all__ = ["ArmSummary", "summarize", "community_rows"]
+
+_QUICK_BOOT = 200  # the intervals are discarded here; keep their cost small
 
 
 @dataclass
@@ -41,52 +45,22 @@ class ArmSummary:
         return self.accepted / self.drafted if self.drafted else None
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+def _plain(a: ArmStats) -> ArmSummary:
+    return ArmSummary(
+        arm=a.arm, engine=a.engine, n=a.n, errors=a.errors, flagged=a.flagged,
+        median=a.median.estimate if a.median else None, mean=a.mean, min=a.min, max=a.max, combined=a.combined,
+        per_prompt={p.prompt: p.median.estimate for p in a.per_prompt if p.median},
+        drafted=a.drafted, accepted=a.accepted, acceptance_range=a.acceptance_range, server_median=a.server_median,
+        event_count_median=a.event_count_median, max_tokens_per_event=a.max_tokens_per_event,
+        ttft_median=a.ttft_median, has_draft_counts=a.has_draft_counts, prefill_median=a.prefill_median)
 
 
 def summarize(samples: Iterable[Sample], arm_order: list[str] | None = None) -> list[ArmSummary]:
-    by_arm: dict[str, list[Sample]] = defaultdict(list)
-    for s in samples:
-        by_arm[s.arm].append(s)
-    names = [a for a in (arm_order or []) if a in by_arm] + sorted(a for a in by_arm if a not in (arm_order or []))
-    out = []
-    for name in names:
-        group = by_arm[name]
-        ok = [s for s in group if s.status == "ok" and s.decode_tps is not None]
-        rates = [s.decode_tps for s in ok if s.decode_tps is not None]
-        summary = ArmSummary(arm=name, engine=group[0].engine, n=len(ok),
-                             errors=sum(s.status == "error" for s in group),
-                             flagged=sum(bool(s.flags) for s in group))
-        if rates:
-            summary.median, summary.mean = statistics.median(rates), statistics.fmean(rates)
-            summary.min, summary.max = min(rates), max(rates)
-            tokens = sum((s.completion_tokens or 0) - (s.n_first or 0) for s in ok)
-            seconds = sum(s.decode_s or 0.0 for s in ok)
-            summary.combined = tokens / seconds if seconds else None
-        prompts: dict[str, list[float]] = defaultdict(list)
-        for s in ok:
-            prompts[s.prompt].append(s.decode_tps)  # type: ignore[arg-type]
-        summary.per_prompt = {p: statistics.median(v) for p, v in prompts.items()}
-        with_drafts = [s for s in ok if s.drafted is not None]
-        summary.has_draft_counts = bool(with_drafts)
-        summary.drafted = sum(s.drafted or 0 for s in with_drafts)
-        summary.accepted = sum(s.accepted or 0 for s in with_drafts)
-        rates_acc = [s.acceptance for s in with_drafts if s.acceptance is not None]
-        summary.acceptance_range = (min(rates_acc), max(rates_acc)) if rates_acc else None
-        summary.server_median = _median([s.server_decode_tps for s in ok if s.server_decode_tps is not None])
-        summary.event_count_median = _median([s.event_count_decode_tps for s in ok
-                                              if s.event_count_decode_tps is not None])
-        per_event = [s.max_tokens_per_event for s in ok if s.max_tokens_per_event is not None]
-        summary.max_tokens_per_event = max(per_event) if per_event else None
-        summary.ttft_median = _median([s.ttft_s for s in ok if s.ttft_s is not None])
-        summary.prefill_median = _median([s.prefill_tps for s in ok if s.prefill_tps is not None])
-        out.append(summary)
-    return out
+    return [_plain(a) for a in describe_arms(samples, arm_order or [], n_boot=_QUICK_BOOT)]
 
 
 def community_rows(summaries: list[ArmSummary], prompts: list[str]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the community table, as strings."""
+    """Header and rows of the community table, as strings (without intervals; see reports.tables)."""
     header = ["arm", "Overall median", "Overall mean", *prompts, "Acceptance"]
     rows = []
     for s in summaries:

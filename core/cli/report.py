@@ -1,4 +1,4 @@
-"""``bakeoff report RUN_DIR``: tables from a run directory's samples."""
+"""``bakeoff report RUN_DIR``: tables with intervals and verdicts, and the report files of a run directory."""
 
 from __future__ import annotations
 
@@ -6,49 +6,51 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from ..store import RunDir, read_samples
-from ..summary import community_rows, summarize
+from ..errors import BakeoffError
+from ..reports import print_summary, render_markdown, summarize_run, write_reports
+from ..stats import N_BOOT
+
+__all__ = ["print_tables", "report_command"]
 
 console = Console()
 
 
-def print_tables(run_path: Path, out: Console) -> None:
-    run = RunDir(run_path)
-    meta = run.read_run()
-    samples = read_samples(run_path)
-    arm_order = [a["name"] for a in meta.get("config", {}).get("arms", [])]
-    prompts = [p["name"] for p in meta.get("prompts", [])] or sorted({s.prompt for s in samples})
-    summaries = summarize(samples, arm_order)
-    header, rows = community_rows(summaries, prompts)
-    table = Table(title=f"decode tok/s (median per prompt) — {meta.get('config', {}).get('name', run_path.name)}")
-    for col in header:
-        table.add_column(col, justify="left" if col == "arm" else "right")
-    for row in rows:
-        table.add_row(*row)
-    out.print(table)
-    audit = Table(title="token accounting")
-    for col in ("arm", "n", "errors", "flagged", "server decode (median)", "event-counting client (median)",
-                "max tokens/event", "TTFT s", "prefill tok/s"):
-        audit.add_column(col, justify="right")
-    for s in summaries:
-        audit.add_row(s.arm, str(s.n), str(s.errors), str(s.flagged), _f(s.server_median), _f(s.event_count_median),
-                      str(s.max_tokens_per_event or "–"), _f(s.ttft_median, 3), _f(s.prefill_median))
-    out.print(audit)
-    for name, records in meta.get("arm_records", {}).items():
-        for rec in records:
-            if rec.get("status") == "failed":
-                out.print(f"[red]arm {name} failed (pass {rec.get('pass', 0) + 1}):[/red] {rec.get('error')}")
+def print_tables(run_path: Path, out: Console, *, write: bool = True, n_boot: int = N_BOOT,
+                 seed: int | None = None, drop_foreign_load: bool = False) -> None:
+    """Print the run's tables (called by ``bakeoff run`` after a run) and write its report files."""
+    summary = summarize_run(run_path, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load)
+    print_summary(summary, out)
+    if write:
+        files = write_reports(run_path, summary)
+        out.print(f"reports: {files.markdown}, {files.json}, {files.html} (+{len(files.plots)} plot files)",
+                  highlight=False, soft_wrap=True)
 
 
-def _f(v: float | None, digits: int = 1) -> str:
-    return "–" if v is None else f"{v:.{digits}f}"
-
-
-def report_command(run_dir: Path = typer.Argument(help="A run directory made by `bakeoff run`")) -> None:
-    """Print the tables of a finished (or interrupted) run."""
+def report_command(
+    run_dir: Path = typer.Argument(help="A run directory made by `bakeoff run`"),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the community markdown instead of the tables."),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON summary instead of the tables."),
+    no_files: bool = typer.Option(False, "--no-files", help="Do not write report files into RUN_DIR/report."),
+    n_boot: int = typer.Option(N_BOOT, "--n-boot", min=200, help="Bootstrap resamples per interval."),
+    seed: int | None = typer.Option(None, "--seed", help="Bootstrap seed (default: the run's recorded seed)."),
+    drop_foreign_load: bool = typer.Option(False, "--drop-foreign-load", help="Leave out samples flagged as "
+                                           "taken while other processes used the CPU (their number is reported)."),
+) -> None:
+    """Print a finished (or interrupted) run's tables with 95 % intervals and verdicts, and write its reports
+    (markdown, JSON, PNG/SVG plots, one HTML file) into RUN_DIR/report."""
     if not (run_dir / "samples.jsonl").exists() and not (run_dir / "run.json").exists():
         console.print(f"[red]error:[/red] {run_dir} is not a bakeoff run directory")
         raise typer.Exit(2)
-    print_tables(run_dir, console)
+    try:
+        if markdown or json_out:
+            summary = summarize_run(run_dir, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load)
+            typer.echo(summary.model_dump_json(indent=2) if json_out else render_markdown(summary))
+            if not no_files:
+                write_reports(run_dir, summary)
+            return
+        print_tables(run_dir, console, write=not no_files, n_boot=n_boot, seed=seed,
+                     drop_foreign_load=drop_foreign_load)
+    except BakeoffError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc

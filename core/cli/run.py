@@ -11,19 +11,33 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..config import BakeoffFile, load_bakeoff
-from ..errors import BakeoffError
-from ..protocol import ProtocolEvents, plan_run, run_metadata, run_plan
+from ..errors import BakeoffError, ConfigError
+from ..protocol import ProtocolEvents, plan_run, run_extra_pass, run_metadata, run_plan
+from ..stats import needs_more_passes
 from ..store import RunDir, new_run_dir
 from .report import print_tables
 
 console = Console()
 
 
+def _percent(text: str | None) -> float | None:
+    """'3%' or '0.03' -> 0.03."""
+    if text is None:
+        return None
+    try:
+        value = float(text.strip().rstrip("%")) / (100 if text.strip().endswith("%") else 1)
+    except ValueError:
+        raise ConfigError(f"--until-ci {text!r}: give a percentage such as 3%") from None
+    if not 0 < value < 1:
+        raise ConfigError(f"--until-ci {text!r}: give a percentage between 0 and 100 %")
+    return value
+
+
 def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def execute(config: BakeoffFile, out: Path) -> RunDir:
+def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10) -> RunDir:
     """Plan, run and report one bakeoff; engines are stopped on every way out."""
     plan = plan_run(config)
     run = RunDir(new_run_dir(out, config.name))
@@ -47,6 +61,15 @@ def execute(config: BakeoffFile, out: Path) -> RunDir:
                 on_warning=lambda msg: progress.console.print(f"[bold yellow]WARNING[/bold yellow] {msg}"),
             )
             run_plan(plan, run, events)
+            while until_ci is not None:  # adaptive passes: --until-ci
+                more, why = needs_more_passes(run.samples(), len(plan.orders), until_ci, max_passes,
+                                              seed=config.workload.seed)
+                progress.console.print(why, highlight=False)
+                if not more:
+                    break
+                per_pass = plan.requests_total // config.workload.passes
+                progress.update(task, total=(progress.tasks[0].total or 0) + per_pass)
+                run_extra_pass(plan, run, events)
     finally:
         signal.signal(signal.SIGTERM, previous)
     print_tables(run.path, console)
@@ -57,10 +80,13 @@ def execute(config: BakeoffFile, out: Path) -> RunDir:
 def run_command(
     file: Path = typer.Argument(help="Bakeoff YAML file"),
     out: Path = typer.Option(Path("runs"), "--out", help="Directory that receives the run directory"),
+    until_ci: str | None = typer.Option(None, "--until-ci", help="Add passes until every arm's median 95 % CI "
+                                        "half-width is at most this, e.g. 3%"),
+    max_passes: int = typer.Option(10, "--max-passes", min=1, help="Most passes with --until-ci"),
 ) -> None:
     """Run every arm of a bakeoff file and print the comparison table."""
     try:
-        execute(load_bakeoff(file), out)
+        execute(load_bakeoff(file), out, _percent(until_ci), max_passes)
     except BakeoffError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc

@@ -1,0 +1,64 @@
+"""``bakeoff compare RUN_A RUN_B``: did anything change between two runs made at different times?"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import BakeoffError, ConfigError
+from ..reports.compare import compare_runs, comparison_table, render_comparison_markdown
+
+__all__ = ["compare_command"]
+
+console = Console()
+
+
+def _mapping(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        a, sep, b = p.partition("=")
+        if not sep or not a or not b:
+            raise ConfigError(f"--pair {p!r}: write it as A_ARM=B_ARM")
+        out[a] = b
+    return out
+
+
+def compare_command(
+    run_a: Path = typer.Argument(help="The earlier run directory (A)"),
+    run_b: Path = typer.Argument(help="The later run directory (B)"),
+    pair: list[str] = typer.Option([], "--pair", help="Match arm A_ARM of run A with B_ARM of run B (A_ARM=B_ARM); "
+                                                      "repeatable. Arms with equal names match by default."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print markdown instead of the table."),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+) -> None:
+    """Compare each arm's decode rate between two runs (ratio B/A with a 95 % interval and a verdict)."""
+    for d in (run_a, run_b):
+        if not (d / "samples.jsonl").exists():
+            console.print(f"[red]error:[/red] {d} is not a bakeoff run directory (no samples.jsonl)")
+            raise typer.Exit(2)
+    try:
+        result = compare_runs(run_a, run_b, _mapping(pair), seed=seed)
+    except BakeoffError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    if json_out:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    if markdown:
+        typer.echo(render_comparison_markdown(result))
+        return
+    header, rows = comparison_table(result)
+    table = Table(title=f"decode tok/s: {run_b.name} (B) vs {run_a.name} (A)")
+    for col in header:
+        table.add_column(col, justify="left" if col in ("arm", "verdict") else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"[dim]prompts both runs measured: {', '.join(result.prompts)}; runs are resampled independently "
+                  "(passes, then requests).[/dim]", highlight=False)
+    if result.unmatched_a or result.unmatched_b:
+        console.print(f"not matched: A {result.unmatched_a or '–'}, B {result.unmatched_b or '–'} (use --pair)")

@@ -1,0 +1,50 @@
+"""Reports from a run directory: terminal table, community markdown, versioned JSON, plots, one HTML file.
+
+:func:`write_reports` computes the run summary once (core/stats.py) and writes every format under
+``RUN_DIR/report/``; each format only renders the summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import MeasurementError
+from .html import render_html
+from .markdown import render_markdown
+from .model import REPORT_SCHEMA_VERSION, RunSummary, load_run, summarize_run
+from .plots import render_plots, write_plots
+from .terminal import print_summary
+
+__all__ = ["REPORT_SCHEMA_VERSION", "RunSummary", "ReportFiles", "summarize_run", "write_reports", "print_summary",
+           "render_markdown", "render_html"]
+
+
+@dataclass
+class ReportFiles:
+    directory: Path
+    markdown: Path
+    json: Path
+    html: Path
+    plots: list[Path] = field(default_factory=list)
+
+
+def write_reports(run_path: Path, summary: RunSummary | None = None, *, plots: bool = True) -> ReportFiles:
+    """Write report.md, summary.json, report.html and the plots into ``run_path/report``.
+
+    :raises MeasurementError: the directory cannot be written.
+    """
+    summary = summary or summarize_run(run_path)
+    out = run_path / "report"
+    try:
+        out.mkdir(exist_ok=True)
+        samples = load_run(run_path, drop_foreign_load=summary.dropped_foreign_load is not None)[1]
+        rendered = render_plots(summary, samples) if plots else {}
+        files = ReportFiles(out, out / "report.md", out / "summary.json", out / "report.html",
+                            write_plots(rendered, out))
+        files.markdown.write_text(render_markdown(summary))
+        files.json.write_text(summary.model_dump_json(indent=2) + "\n")
+        files.html.write_text(render_html(summary, rendered))
+    except OSError as exc:
+        raise MeasurementError(f"cannot write reports into {out}: {exc.strerror or exc}") from exc
+    return files

@@ -1,0 +1,87 @@
+"""One self-contained HTML report: tables, verdicts, warnings and plots in a single file.
+
+Nothing is fetched: styles are inline and plots are embedded as base64 SVG images (each SVG stays
+isolated in its own ``<img>``, so two plots never share element ids). A two-line script records how
+many plots decoded, which the headless-browser test reads back; the page renders the same without it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+
+from .model import RunSummary
+from .tables import audit_table, community_table, footnotes
+
+__all__ = ["render_html"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1200px;color:#1b1b1b;
+padding:0 1rem}
+h1{font-size:1.4rem;margin-bottom:.2rem}h2{font-size:1.1rem;margin-top:2rem}
+.meta{color:#555;font-size:.85rem}
+table{border-collapse:collapse;font-size:.85rem;margin:.6rem 0}
+th,td{border:1px solid #d0d0d0;padding:.3rem .55rem;text-align:right;white-space:nowrap}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left;font-weight:600}
+td.text,th.text{text-align:left}.scroll{overflow-x:auto}
+.faster{color:#116611;font-weight:600}.slower{color:#a01010;font-weight:600}.not-separable{color:#8a6d00}
+.warn{background:#fff6d6;border-left:4px solid #e0b000;padding:.4rem .7rem;margin:.4rem 0;font-size:.85rem}
+.fail{background:#fde2e2;border-left:4px solid #c00;padding:.4rem .7rem;margin:.4rem 0;font-size:.85rem}
+ul.notes{font-size:.8rem;color:#444}figure{margin:1rem 0}img.plot{max-width:100%;height:auto;
+border:1px solid #eee}
+"""
+
+_SCRIPT = ("window.addEventListener('load',function(){var n=0;for(var i of document.images){"
+           "if(i.complete&&i.naturalWidth>0){n++;}}document.body.setAttribute('data-plots-loaded',String(n));});")
+
+
+def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
+    text_cols = {i for i, h in enumerate(header) if h in ("vs baseline", "Acceptance")}
+    out = [f'<div class="scroll"><table id="{table_id}"><thead><tr>'
+           + "".join(f'<th class="text">{html.escape(h)}</th>' if i in text_cols else f"<th>{html.escape(h)}</th>"
+                     for i, h in enumerate(header)) + "</tr></thead><tbody>"]
+    for row in rows:
+        cells = []
+        for i, c in enumerate(row):
+            cls = []
+            if i in text_cols:
+                cls.append("text")
+            for v in ("faster", "slower", "not separable"):
+                if header[i] == "vs baseline" and c.endswith(v):
+                    cls.append(v.replace(" ", "-"))
+            attr = f' class="{" ".join(cls)}"' if cls else ""
+            cells.append(f"<td{attr}>{html.escape(c)}</td>")
+        out.append(f'<tr data-arm="{html.escape(row[0])}">' + "".join(cells) + "</tr>")
+    out.append("</tbody></table></div>")
+    return "".join(out)
+
+
+def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
+    """The report as one HTML document; ``plots`` as returned by ``plots.render_plots``."""
+    esc = html.escape
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f"<title>bakeoff · {esc(s.name)}</title><style>{_CSS}</style></head><body>",
+             f"<h1>{esc(s.name)}</h1>",
+             f'<p class="meta">run {esc(s.run_id)} · bakeoff {esc(str(s.tool.get("version", "")))} · baseline '
+             f"<b>{esc(s.baseline or '')}</b> · {s.passes} pass(es) · host "
+             f"{esc(str(s.host.get('cpu_model') or s.host.get('platform') or '?'))}</p>",
+             "<h2>Decode rate (tok/s)</h2>", _table(*community_table(s), "community")]
+    parts.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in footnotes(s)) + "</ul>")
+    parts += [f'<div class="warn">⚠ {esc(w)}</div>' for w in s.warnings]
+    parts += [f'<div class="fail">arm {esc(f.arm)} failed in pass {f.pass_index + 1}: {esc(f.error)}</div>'
+              for f in s.failures]
+    parts.append("<h2>Plots</h2>")
+    for name, formats in plots.items():
+        data = base64.b64encode(formats["svg"]).decode("ascii")
+        parts.append(f'<figure><img class="plot" id="plot-{esc(name)}" alt="{esc(name.replace("_", " "))}" '
+                     f'src="data:image/svg+xml;base64,{data}"></figure>')
+    parts += ["<h2>Token accounting and timing</h2>", _table(*audit_table(s), "audit")]
+    if s.orders:
+        parts.append("<h2>Arm order per pass</h2><ol>" + "".join(f"<li>{esc(' → '.join(o))}</li>" for o in s.orders)
+                     + "</ol>")
+    parts.append("<details><summary>summary.json</summary><pre>"
+                 + esc(json.dumps(s.model_dump(mode="json"), indent=1)) + "</pre></details>")
+    parts.append(f"<script>{_SCRIPT}</script></body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,34 @@
+"""Markdown in the community format, ready to paste into a forum post or a README."""
+
+from __future__ import annotations
+
+from .model import RunSummary
+from .tables import audit_table, community_table, footnotes
+
+__all__ = ["render_markdown", "markdown_table"]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    align = ["---" if i == 0 or h in ("vs baseline", "Acceptance") else "---:" for i, h in enumerate(header)]
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
+    parts = [f"## {s.name}", "", markdown_table(*community_table(s)), ""]
+    parts += [f"- {note}" for note in footnotes(s)]
+    if s.warnings:
+        parts += ["", "**Warnings**", ""] + [f"- {w}" for w in s.warnings]
+    if s.failures:
+        parts += [""] + [f"- arm `{f.arm}` failed in pass {f.pass_index + 1}: {f.error}" for f in s.failures]
+    if audit:
+        parts += ["", "<details><summary>Token accounting and timing</summary>", "",
+                  markdown_table(*audit_table(s)), "", "</details>"]
+    tool = s.tool.get("version")
+    parts += ["", f"<sub>bakeoff {tool or ''} · run {s.run_id} · summary schema {s.schema_version}</sub>", ""]
+    return "\n".join(parts)

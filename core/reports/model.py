@@ -1,0 +1,147 @@
+"""The versioned run summary every report is drawn from (and written as ``summary.json``).
+
+One pass over a run directory computes every statistic once (core/stats.py); the terminal table, the
+markdown, the plots and the HTML only format this object, so they can never disagree with each other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..sample import Sample
+from ..stats import LEVEL, METHOD, N_BOOT, ArmStats, Comparison, compare_to_baseline, describe_arms, stateful_warning
+from ..store import RunDir, read_samples
+
+__all__ = ["REPORT_SCHEMA_VERSION", "FOREIGN_LOAD_FLAG", "Bootstrap", "ArmFailure", "RunSummary", "summarize_run",
+           "load_run"]
+
+REPORT_SCHEMA_VERSION = 1
+
+
+class Bootstrap(BaseModel):
+    method: str = METHOD
+    n_boot: int = N_BOOT
+    level: float = LEVEL
+    seed: int = 0
+
+
+class ArmFailure(BaseModel):
+    arm: str
+    pass_index: int
+    error: str
+
+
+class RunSummary(BaseModel):
+    """Summary of one run directory; ``schema_version`` changes when a field changes meaning."""
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    kind: str = "bakeoff-run-summary"
+    tool: dict[str, Any] = Field(default_factory=dict)
+    run_id: str
+    name: str
+    baseline: str | None = None
+    prompts: list[str] = Field(default_factory=list)
+    modes: list[str] = Field(default_factory=list)
+    max_tokens: int | None = None
+    reps: int | None = None
+    passes: int = Field(0, description="Passes recorded in run.json orders (including adaptive ones).")
+    orders: list[list[str]] = Field(default_factory=list)
+    bootstrap: Bootstrap = Field(default_factory=Bootstrap)
+    engines: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per arm: engine, version, model.")
+    host: dict[str, Any] = Field(default_factory=dict)
+    arms: list[ArmStats] = Field(default_factory=list)
+    comparisons: list[Comparison] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    failures: list[ArmFailure] = Field(default_factory=list)
+    dropped_foreign_load: int | None = Field(None, description="Samples left out because they were taken under "
+                                                               "foreign load (None: none were left out on purpose).")
+
+    def arm(self, name: str) -> ArmStats | None:
+        return next((a for a in self.arms if a.arm == name), None)
+
+    def comparison(self, name: str) -> Comparison | None:
+        return next((c for c in self.comparisons if c.arm == name), None)
+
+
+FOREIGN_LOAD_FLAG = "foreign-load"
+
+
+def load_run(path: Path, *, drop_foreign_load: bool = False) -> tuple[dict[str, Any], list[Sample]]:
+    """run.json (possibly empty for a crashed run) and the samples of a run directory.
+
+    :param drop_foreign_load: leave out samples flagged as taken while other processes used the CPU.
+    """
+    samples = read_samples(path)
+    if drop_foreign_load:
+        samples = [s for s in samples if not any(f.startswith(FOREIGN_LOAD_FLAG) for f in s.flags)]
+    return RunDir(path).read_run(), samples
+
+
+def _warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
+    out = []
+    config = meta.get("config", {})
+    reps = config.get("workload", {}).get("reps", 1)
+    for arm in config.get("arms", []):
+        spec = arm.get("speculative", {}) or {}
+        caps = meta.get("engines", {}).get(arm.get("name"), {}).get("capabilities", {})
+        msg = stateful_warning(arm.get("name", "?"), spec.get("method", "none"), spec.get("variant"),
+                               caps.get("stateful_speculators", []), reps)
+        if msg:
+            out.append(msg)
+    if summary.passes == 1 and summary.comparisons:
+        out.append("1 pass: intervals reflect request-to-request noise only; launch-to-launch variation is not "
+                   "measured (run more passes, or --until-ci)")
+    if summary.dropped_foreign_load:
+        out.append(f"{summary.dropped_foreign_load} sample(s) taken under foreign CPU load were left out "
+                   f"(--drop-foreign-load)")
+    for a in summary.arms:
+        if a.flagged:
+            out.append(f"{a.arm}: {a.flagged} sample(s) flagged (see samples.jsonl flags, e.g. foreign-load)")
+    return out
+
+
+def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int | None = None,
+                  drop_foreign_load: bool = False) -> RunSummary:
+    """Compute every statistic of a run directory once.
+
+    :param seed: bootstrap seed; defaults to the run's recorded seed, so a report is reproducible.
+    :param drop_foreign_load: leave out samples taken under foreign load (their number is recorded).
+    """
+    meta, samples = load_run(path, drop_foreign_load=drop_foreign_load)
+    config = meta.get("config", {})
+    workload = config.get("workload", {})
+    seed = int(meta.get("seed", 0) or 0) if seed is None else seed
+    arm_order = [a["name"] for a in config.get("arms", [])]
+    prompts = [p["name"] for p in meta.get("prompts", [])]
+    prompts += sorted({s.prompt for s in samples} - set(prompts))
+    records: dict[str, list[dict[str, Any]]] = meta.get("arm_records", {})
+    boot_s = {a: [r["boot_s"] for r in recs if r.get("boot_s")] for a, recs in records.items()}
+    baseline = meta.get("baseline") or (arm_order[0] if arm_order else None)
+    arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, n_boot=n_boot, level=level, seed=seed)
+    if baseline is None and arms:
+        baseline = arms[0].arm
+    comparisons = compare_to_baseline(samples, baseline, arm_order, prompts, n_boot=n_boot, level=level,
+                                      seed=seed) if baseline else []
+    engines: dict[str, dict[str, Any]] = {}
+    for a in config.get("arms", []):
+        recs = records.get(a["name"], [])
+        version = next((r.get("version") for r in reversed(recs) if r.get("version")), None)
+        engines[a["name"]] = {"engine": a.get("engine"), "version": version, "model": a.get("model") or a.get("url"),
+                              "speculative": {k: v for k, v in (a.get("speculative") or {}).items() if v is not None}}
+    failures = [ArmFailure(arm=a, pass_index=int(r.get("pass", 0)), error=str(r.get("error")))
+                for a, recs in records.items() for r in recs if r.get("status") == "failed"]
+    orders = meta.get("orders", [])
+    summary = RunSummary(
+        tool=meta.get("tool", {}), run_id=path.name, name=config.get("name", path.name), baseline=baseline,
+        prompts=prompts, modes=list(workload.get("modes", [])) or sorted({s.mode for s in samples}),
+        max_tokens=workload.get("max_tokens"), reps=workload.get("reps"),
+        passes=len(orders) or len({s.pass_index for s in samples}), orders=orders,
+        bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), engines=engines, host=meta.get("host", {}),
+        arms=arms, comparisons=comparisons, failures=failures)
+    if drop_foreign_load:
+        summary.dropped_foreign_load = len(read_samples(path)) - len(samples)
+    summary.warnings = _warnings(meta, summary)
+    return summary

@@ -1,0 +1,112 @@
+"""Plots people publish: decode rate per arm and prompt with intervals, and decode rate vs acceptance.
+
+Drawn with matplotlib's object API on the Agg canvas (never pyplot), so reports work headless, in
+threads and in tests, and leave no global state behind. Each plot is written as PNG and SVG; the SVG
+text is also what the HTML report embeds.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ..sample import Sample
+from .model import RunSummary
+
+__all__ = ["PLOTS", "decode_figure", "acceptance_figure", "render_plots", "write_plots"]
+
+PLOTS = ("decode_by_prompt", "decode_vs_acceptance")
+_RC: dict[str, Any] = {"svg.hashsalt": "bakeoff", "svg.fonttype": "path", "font.size": 9}
+
+
+def _colors(n: int) -> list[str]:
+    cmap = matplotlib.colormaps["tab10"]
+    return [matplotlib.colors.to_hex(cmap(i % 10)) for i in range(n)]
+
+
+def decode_figure(s: RunSummary) -> Figure:
+    """Grouped bars: one group per prompt (and 'overall'), one bar per arm, whiskers = median interval."""
+    groups = ["overall", *s.prompts]
+    fig = Figure(figsize=(max(6.0, 1.2 + 0.35 * len(s.arms) * len(groups)), 4.2), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    width = 0.8 / max(1, len(s.arms))
+    for i, (arm, color) in enumerate(zip(s.arms, _colors(len(s.arms)), strict=True)):
+        cis = [arm.median] + [(p.median if (p := arm.prompt(g)) else None) for g in s.prompts]
+        xs = [j - 0.4 + width * (i + 0.5) for j in range(len(groups))]
+        heights = [c.estimate if c else 0.0 for c in cis]
+        err = [[c.estimate - c.lo if c else 0.0 for c in cis], [c.hi - c.estimate if c else 0.0 for c in cis]]
+        ax.bar(xs, heights, width * 0.92, color=color, label=arm.arm, yerr=err, capsize=2,
+               error_kw={"elinewidth": 0.9, "ecolor": "#222"})
+    base = s.arm(s.baseline) if s.baseline else None
+    if base and base.median:
+        ax.axhline(base.median.estimate, color="#555", lw=0.8, ls="--", label=f"baseline {base.arm}")
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylabel("decode tok/s (median)")
+    ax.set_title(f"{s.name}: decode rate per arm and prompt, {s.bootstrap.level:.0%} bootstrap intervals")
+    ax.legend(fontsize=8, ncols=min(4, len(s.arms) + 1), loc="lower center", bbox_to_anchor=(0.5, 1.08),
+              frameon=False)
+    ax.grid(axis="y", lw=0.3)
+    return fig
+
+
+def acceptance_figure(s: RunSummary, samples: Sequence[Sample] = ()) -> Figure:
+    """Acceptance is not speed: each arm's median decode rate (with interval) against its acceptance.
+
+    Arms that draft nothing are horizontal lines; individual requests are faint dots when given.
+    """
+    fig = Figure(figsize=(6.4, 4.2), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for arm, color in zip(s.arms, _colors(len(s.arms)), strict=True):
+        if arm.median is None:
+            continue
+        if arm.acceptance is None:
+            ax.axhline(arm.median.estimate, color=color, lw=1.0, ls=":", label=f"{arm.arm} (no drafts)")
+            continue
+        own = [x for x in samples if x.arm == arm.arm and x.acceptance is not None and x.decode_tps]
+        if own:
+            ax.scatter([float(x.acceptance or 0) for x in own], [float(x.decode_tps or 0) for x in own], s=12, color=color, alpha=0.4, lw=0)
+        lo, hi = arm.acceptance_range or (arm.acceptance, arm.acceptance)
+        ax.errorbar([arm.acceptance], [arm.median.estimate],
+                    yerr=[[arm.median.estimate - arm.median.lo], [arm.median.hi - arm.median.estimate]],
+                    xerr=[[arm.acceptance - lo], [hi - arm.acceptance]], fmt="o", color=color, capsize=3,
+                    label=arm.arm)
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_xlabel("acceptance (accepted / drafted; bars: range over requests)")
+    ax.set_ylabel("decode tok/s (median)")
+    ax.set_title("decode rate vs acceptance")
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(lw=0.3)
+    return fig
+
+
+def render_plots(s: RunSummary, samples: Sequence[Sample] = ()) -> dict[str, dict[str, bytes]]:
+    """Every plot as ``{name: {"png": bytes, "svg": bytes}}``."""
+    out: dict[str, dict[str, bytes]] = {}
+    with matplotlib.rc_context(_RC):  # type: ignore[arg-type]  # stubs list the keys as literals
+        for name, fig in (("decode_by_prompt", decode_figure(s)), ("decode_vs_acceptance",
+                                                                    acceptance_figure(s, samples))):
+            out[name] = {}
+            for fmt in ("png", "svg"):
+                buf = io.BytesIO()
+                meta = {"Date": None} if fmt == "svg" else {"Software": None}
+                fig.savefig(buf, format=fmt, metadata=meta)
+                out[name][fmt] = buf.getvalue()
+    return out
+
+
+def write_plots(plots: dict[str, dict[str, bytes]], directory: Path) -> list[Path]:
+    paths = []
+    for name, formats in plots.items():
+        for fmt, data in formats.items():
+            path = directory / f"{name}.{fmt}"
+            path.write_bytes(data)
+            paths.append(path)
+    return paths

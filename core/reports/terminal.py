@@ -1,0 +1,38 @@
+"""The terminal report: the community table with intervals and verdicts, the accounting audit, warnings."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from .model import RunSummary
+from .tables import audit_table, community_table, footnotes
+
+__all__ = ["print_summary"]
+
+_VERDICT_STYLE = {"faster": "green", "slower": "red", "not separable": "yellow"}
+
+
+def print_summary(s: RunSummary, out: Console) -> None:
+    header, rows = community_table(s)
+    table = Table(title=f"decode tok/s — {s.name} ({s.run_id})")
+    for col in header:
+        table.add_column(col, justify="left" if col in ("arm", "vs baseline", "Acceptance") else "right")
+    for row in rows:
+        verdict = next((v for v in _VERDICT_STYLE if row[-1].endswith(v)), None)
+        styled = row[:-1] + [f"[{_VERDICT_STYLE[verdict]}]{row[-1]}[/]" if verdict else row[-1]]
+        table.add_row(*styled)
+    out.print(table)
+    for note in footnotes(s):
+        out.print(f"[dim]{note}[/dim]", highlight=False)
+    header, rows = audit_table(s)
+    audit = Table(title="token accounting and timing (medians)")
+    for col in header:
+        audit.add_column(col, justify="left" if col == "arm" else "right")
+    for row in rows:
+        audit.add_row(*row)
+    out.print(audit)
+    for msg in s.warnings:
+        out.print(f"[bold yellow]WARNING[/bold yellow] {msg}", highlight=False)
+    for f in s.failures:
+        out.print(f"[red]arm {f.arm} failed (pass {f.pass_index + 1}):[/red] {f.error}", highlight=False)

@@ -1,0 +1,406 @@
+"""Statistics you can trust: descriptive figures, bootstrap confidence intervals and paired verdicts.
+
+Adjacent settings are often inside the noise (deep drafts move ±20 % between passes), so every median
+comes with a bootstrap 95 % interval, and every arm is compared with the baseline through the ratio of
+its decode rate to the baseline's, paired request by request on (prompt, mode, rep, pass). The verdict is
+"faster" or "slower" only when the ratio's interval excludes 1, otherwise "not separable".
+
+The bootstrap is two-stage: it resamples passes (each pass is a separate engine start, the unit that
+carries launch-to-launch variation), then requests within each drawn pass. With one pass the interval
+only reflects request-to-request noise; the reports say so. Everything is deterministic given a seed:
+each statistic draws from a generator seeded by the run seed and a hash of the statistic's name, so the
+numbers do not depend on the order in which they are computed. This module is the one implementation
+of every statistic; summaries and reports build on it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from .sample import Sample
+
+__all__ = [
+    "LEVEL",
+    "N_BOOT",
+    "METHOD",
+    "Verdict",
+    "Interval",
+    "PromptStats",
+    "ArmStats",
+    "Comparison",
+    "bootstrap_ci",
+    "paired_ratio",
+    "unpaired_ratio",
+    "verdict",
+    "describe_arm",
+    "describe_arms",
+    "compare_to_baseline",
+    "median_half_widths",
+    "needs_more_passes",
+    "stateful_warning",
+    "rng_for",
+]
+
+LEVEL = 0.95
+N_BOOT = 2000
+METHOD = ("two-stage percentile bootstrap: passes resampled, then requests within each pass; "
+          "ratios are medians of per-request paired ratios (prompt, mode, rep, pass)")
+
+Verdict = Literal["faster", "slower", "not separable"]
+
+
+class Interval(BaseModel):
+    """A point estimate with its bootstrap confidence interval."""
+
+    estimate: float
+    lo: float
+    hi: float
+    level: float = LEVEL
+    n: int = Field(description="Observations (or pairs) behind the estimate.")
+    clusters: int = Field(1, description="Passes (engine starts) behind the estimate.")
+
+    @property
+    def half_width_rel(self) -> float:
+        """Half the interval's width relative to the estimate (0.03 = ±3 %)."""
+        return (self.hi - self.lo) / 2 / abs(self.estimate) if self.estimate else float("inf")
+
+
+class PromptStats(BaseModel):
+    prompt: str
+    n: int
+    median: Interval | None = None
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+
+class ArmStats(BaseModel):
+    """Everything the reports say about one arm; decode rates in tokens per second."""
+
+    arm: str
+    engine: str
+    n: int = Field(0, description="Successful samples with a decode rate.")
+    errors: int = 0
+    flagged: int = Field(0, description="Samples carrying at least one accounting or noise flag.")
+    passes: int = Field(0, description="Passes (engine starts) that produced samples.")
+    median: Interval | None = None
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+    combined: float | None = Field(None, description="Σ decode tokens / Σ decode seconds.")
+    per_prompt: list[PromptStats] = Field(default_factory=list)
+    has_draft_counts: bool = Field(False, description="The engine reported draft counts (possibly zero).")
+    drafted: int = 0
+    accepted: int = 0
+    acceptance_range: tuple[float, float] | None = None
+    server_median: float | None = Field(None, description="Median of the server's own decode rate.")
+    event_count_median: float | None = Field(None, description="What a client counting SSE events would report.")
+    max_tokens_per_event: int | None = None
+    ttft_median: float | None = Field(None, description="Median time to first token, seconds.")
+    prefill_median: float | None = Field(None, description="Median prefill tok/s.")
+    boot_s_median: float | None = Field(None, description="Median engine boot time over its starts, seconds.")
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    def prompt(self, name: str) -> PromptStats | None:
+        return next((p for p in self.per_prompt if p.prompt == name), None)
+
+
+class Comparison(BaseModel):
+    """An arm against a reference: ratio of decode rates with its interval, and the verdict."""
+
+    arm: str
+    reference: str
+    ratio: Interval
+    verdict: Verdict
+    paired: bool = Field(True, description="Paired by (prompt, mode, rep, pass); False across runs.")
+    per_prompt: dict[str, Interval] = Field(default_factory=dict)
+
+
+def rng_for(seed: int, key: str) -> np.random.Generator:
+    """A generator that depends only on the run seed and the statistic's name."""
+    return np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFF, zlib.crc32(key.encode())]))
+
+
+def _resample(clusters: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """Indices of ``n_boot`` two-stage resamples: clusters with replacement, then members of each.
+
+    Returns ``(index, mask)`` of shape (n_boot, P*M) where M is the largest cluster; ``mask`` is None
+    when every cluster has the same size, else it marks the positions that hold a real draw.
+    """
+    _, inv = np.unique(clusters, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    sizes = np.bincount(inv)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    p, m = len(sizes), int(sizes.max())
+    chosen = rng.integers(0, p, size=(n_boot, p))
+    counts = sizes[chosen]
+    within = np.floor(rng.random((n_boot, p, m)) * counts[..., None]).astype(np.intp)
+    index = order[offsets[chosen][..., None] + np.minimum(within, counts[..., None] - 1)].reshape(n_boot, p * m)
+    if (sizes == m).all():
+        return index, None
+    mask = (np.arange(m)[None, None, :] < counts[..., None]).reshape(n_boot, p * m)
+    return index, mask
+
+
+def _boot(values: np.ndarray, clusters: np.ndarray, n_boot: int, rng: np.random.Generator,
+          stat: Literal["median", "mean"]) -> np.ndarray:
+    index, mask = _resample(clusters, n_boot, rng)
+    draws = values[index]
+    if mask is None:
+        out = np.median(draws, axis=1) if stat == "median" else np.mean(draws, axis=1)
+    else:
+        draws = np.where(mask, draws, np.nan)
+        out = np.nanmedian(draws, axis=1) if stat == "median" else np.nanmean(draws, axis=1)
+    return np.asarray(out, dtype=float)
+
+
+def _quantiles(boot: np.ndarray, level: float) -> tuple[float, float]:
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def bootstrap_ci(values: Sequence[float], clusters: Sequence[object] | None = None, *, stat: Literal[
+        "median", "mean"] = "median", n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0,
+        key: str = "") -> Interval | None:
+    """Percentile bootstrap interval of the median (or mean) of ``values``.
+
+    :param clusters: the pass of each value; passes are resampled first, then values within them.
+    :param key: names the statistic, so its random draws do not depend on what else is computed.
+    :returns: None when there are no values.
+    """
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return None
+    cl = np.asarray(clusters if clusters is not None else np.zeros(x.size, dtype=int))
+    estimate = float(np.median(x) if stat == "median" else np.mean(x))
+    boot = _boot(x, cl, n_boot, rng_for(seed, key), stat)
+    lo, hi = _quantiles(boot, level)
+    return Interval(estimate=estimate, lo=min(lo, estimate), hi=max(hi, estimate), level=level, n=int(x.size),
+                    clusters=len(set(cl.tolist())))
+
+
+def verdict(ratio: Interval) -> Verdict:
+    """'faster' or 'slower' only when the ratio's interval excludes 1."""
+    if ratio.lo > 1:
+        return "faster"
+    if ratio.hi < 1:
+        return "slower"
+    return "not separable"
+
+
+def _ok_rates(samples: Iterable[Sample]) -> list[Sample]:
+    return [s for s in samples if s.status == "ok" and s.decode_tps is not None and s.decode_tps > 0]
+
+
+def _rate(s: Sample) -> float:
+    """Decode tok/s of a sample that passed :func:`_ok_rates`."""
+    return float(s.decode_tps or 0.0)
+
+
+def _point(s: Sample) -> tuple[object, ...]:
+    """Where a request sits in the design: prompt, mode, rep, pass, and any swept value (depth, ...)."""
+    swept = tuple(getattr(s, f, None) for f in ("depth", "concurrency", "max_tokens"))
+    return (s.prompt, s.mode, s.rep, s.pass_index, *swept)
+
+
+def _keyed(samples: Iterable[Sample]) -> dict[tuple[object, ...], Sample]:
+    """Samples by pairing key; requests sharing a point (streams of one batch) are told apart by order."""
+    seen: dict[tuple[object, ...], int] = defaultdict(int)
+    out = {}
+    for s in samples:
+        point = _point(s)
+        out[(*point, seen[point])] = s
+        seen[point] += 1
+    return out
+
+
+def paired_ratio(arm: Iterable[Sample], reference: Iterable[Sample], *, prompt: str | None = None,
+                 n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0, key: str = "") -> Interval | None:
+    """Median of per-request ratios arm/reference, paired on (prompt, mode, rep, pass), with its interval.
+
+    Ratios are resampled in log space (the median commutes with the logarithm), passes first.
+    :returns: None when no request has a partner.
+    """
+    ref = _keyed(s for s in _ok_rates(reference) if prompt is None or s.prompt == prompt)
+    logs, passes = [], []
+    for k, s in _keyed(s for s in _ok_rates(arm) if prompt is None or s.prompt == prompt).items():
+        if k in ref:
+            logs.append(float(np.log(_rate(s) / _rate(ref[k]))))
+            passes.append(s.pass_index)
+    ci = bootstrap_ci(logs, passes, n_boot=n_boot, level=level, seed=seed, key=key)
+    if ci is None:
+        return None
+    return ci.model_copy(update={"estimate": float(np.exp(ci.estimate)), "lo": float(np.exp(ci.lo)),
+                                 "hi": float(np.exp(ci.hi))})
+
+
+def unpaired_ratio(arm: Iterable[Sample], reference: Iterable[Sample], *, n_boot: int = N_BOOT,
+                   level: float = LEVEL, seed: int = 0, key: str = "") -> Interval | None:
+    """Ratio of medians arm/reference for samples that cannot be paired (runs made at different times).
+
+    Each side is resampled on its own (passes, then requests); only prompts and modes present on both
+    sides are used, so a different prompt mix cannot pass for a speed change.
+    """
+    a, r = _ok_rates(arm), _ok_rates(reference)
+
+    def cell(s: Sample) -> tuple[object, ...]:
+        point = _point(s)
+        return point[:2] + point[4:]  # the point without rep and pass
+
+    common = {cell(s) for s in a} & {cell(s) for s in r}
+    a = [s for s in a if cell(s) in common]
+    r = [s for s in r if cell(s) in common]
+    if not a or not r:
+        return None
+    xa = np.array([_rate(s) for s in a], dtype=float)
+    xr = np.array([_rate(s) for s in r], dtype=float)
+    ba = _boot(xa, np.array([s.pass_index for s in a]), n_boot, rng_for(seed, key + "/arm"), "median")
+    br = _boot(xr, np.array([s.pass_index for s in r]), n_boot, rng_for(seed, key + "/ref"), "median")
+    estimate = float(np.median(xa) / np.median(xr))
+    lo, hi = _quantiles(ba / br, level)
+    return Interval(estimate=estimate, lo=min(lo, estimate), hi=max(hi, estimate), level=level,
+                    n=min(len(a), len(r)), clusters=min(len({s.pass_index for s in a}), len({s.pass_index for s in r})))
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def describe_arm(name: str, samples: Sequence[Sample], prompts: Sequence[str] = (), *, boot_s: Sequence[float] = (),
+                 n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0) -> ArmStats:
+    """Descriptive figures and median intervals of one arm (all its samples, any pass)."""
+    ok = _ok_rates(samples)
+    rates = [_rate(s) for s in ok]
+    stats = ArmStats(arm=name, engine=samples[0].engine if samples else "?", n=len(ok),
+                     errors=sum(s.status == "error" for s in samples), flagged=sum(bool(s.flags) for s in samples),
+                     passes=len({s.pass_index for s in ok}), boot_s_median=_median([b for b in boot_s if b]))
+    if rates:
+        stats.median = bootstrap_ci(rates, [s.pass_index for s in ok], n_boot=n_boot, level=level, seed=seed,
+                                    key=f"median/{name}")
+        stats.mean, stats.min, stats.max = statistics.fmean(rates), min(rates), max(rates)
+        tokens = sum((s.completion_tokens or 0) - (s.n_first or 0) for s in ok)
+        seconds = sum(s.decode_s or 0.0 for s in ok)
+        stats.combined = tokens / seconds if seconds else None
+    names = list(prompts) + sorted({s.prompt for s in ok} - set(prompts))
+    for p in names:
+        group = [s for s in ok if s.prompt == p]
+        values = [_rate(s) for s in group]
+        if not values:
+            continue
+        stats.per_prompt.append(PromptStats(
+            prompt=p, n=len(values), mean=statistics.fmean(values), min=min(values), max=max(values),
+            median=bootstrap_ci(values, [s.pass_index for s in group], n_boot=n_boot, level=level, seed=seed,
+                                key=f"median/{name}/{p}")))
+    with_drafts = [s for s in ok if s.drafted is not None]
+    stats.has_draft_counts = bool(with_drafts)
+    stats.drafted = sum(s.drafted or 0 for s in with_drafts)
+    stats.accepted = sum(s.accepted or 0 for s in with_drafts)
+    acc = [s.acceptance for s in with_drafts if s.acceptance is not None]
+    stats.acceptance_range = (min(acc), max(acc)) if acc else None
+    stats.server_median = _median([s.server_decode_tps for s in ok if s.server_decode_tps is not None])
+    stats.event_count_median = _median([s.event_count_decode_tps for s in ok if s.event_count_decode_tps is not None])
+    per_event = [s.max_tokens_per_event for s in ok if s.max_tokens_per_event is not None]
+    stats.max_tokens_per_event = max(per_event) if per_event else None
+    stats.ttft_median = _median([s.ttft_s for s in ok if s.ttft_s is not None])
+    stats.prefill_median = _median([s.prefill_tps for s in ok if s.prefill_tps is not None])
+    return stats
+
+
+def _by_arm(samples: Iterable[Sample], arm_order: Sequence[str]) -> dict[str, list[Sample]]:
+    groups: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        groups[s.arm].append(s)
+    names = [a for a in arm_order if a in groups] + sorted(a for a in groups if a not in arm_order)
+    return {a: groups[a] for a in names}
+
+
+def describe_arms(samples: Iterable[Sample], arm_order: Sequence[str] = (), prompts: Sequence[str] = (), *,
+                  boot_s: dict[str, list[float]] | None = None, n_boot: int = N_BOOT, level: float = LEVEL,
+                  seed: int = 0) -> list[ArmStats]:
+    """:func:`describe_arm` for every arm, in ``arm_order`` (unknown arms last, by name)."""
+    return [describe_arm(a, group, prompts, boot_s=(boot_s or {}).get(a, []), n_boot=n_boot, level=level, seed=seed)
+            for a, group in _by_arm(samples, arm_order).items()]
+
+
+def compare_to_baseline(samples: Iterable[Sample], baseline: str, arm_order: Sequence[str] = (),
+                        prompts: Sequence[str] = (), *, n_boot: int = N_BOOT, level: float = LEVEL,
+                        seed: int = 0) -> list[Comparison]:
+    """Paired ratio and verdict of every other arm against ``baseline`` (overall and per prompt)."""
+    groups = _by_arm(samples, arm_order)
+    ref = groups.get(baseline, [])
+    out = []
+    for name, group in groups.items():
+        if name == baseline:
+            continue
+        ratio = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed, key=f"ratio/{name}/{baseline}")
+        if ratio is None:
+            continue
+        names = list(prompts) or sorted({s.prompt for s in group})
+        per_prompt = {p: r for p in names
+                      if (r := paired_ratio(group, ref, prompt=p, n_boot=n_boot, level=level, seed=seed,
+                                            key=f"ratio/{name}/{baseline}/{p}")) is not None}
+        out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio),
+                              per_prompt=per_prompt))
+    return out
+
+
+def median_half_widths(samples: Iterable[Sample], *, n_boot: int = N_BOOT, level: float = LEVEL,
+                       seed: int = 0) -> dict[str, float]:
+    """Relative half-width of each arm's median interval (what ``--until-ci`` drives below its target)."""
+    out = {}
+    for name, group in _by_arm(samples, ()).items():
+        ok = _ok_rates(group)
+        ci = bootstrap_ci([_rate(s) for s in ok], [s.pass_index for s in ok],
+                          n_boot=n_boot, level=level, seed=seed, key=f"median/{name}")
+        out[name] = ci.half_width_rel if ci else float("inf")
+    return out
+
+
+def stateful_warning(arm: str, method: str, variant: str | None, stateful: Sequence[str], reps: int) -> str | None:
+    """A warning when an arm's speculator keeps state across requests and one engine start serves reps > 1.
+
+    ``stateful`` is the adapter's ``capabilities.stateful_speculators``: method names (``suffix``) or
+    ``method-variant`` (``ngram-mod``). An unset variant matches when any variant of the method is
+    stateful, since the engine's default may be one of them.
+    """
+    if method == "none" or reps <= 1:
+        return None
+    if method in stateful or (variant and f"{method}-{variant}" in stateful) or (
+            not variant and any(s.startswith(f"{method}-") for s in stateful)):
+        kind = f"{method}-{variant}" if variant else method
+        return (f"{arm}: the {kind} speculator keeps state across requests, so its {reps} reps per engine start are "
+                f"not independent (later reps can reuse earlier outputs); compare passes, or use reps: 1 with "
+                f"more passes")
+    return None
+
+
+MIN_ADAPTIVE_PASSES = 2  # one pass cannot show launch-to-launch variation
+
+
+def needs_more_passes(samples: Iterable[Sample], passes_done: int, target: float, max_passes: int, *,
+                      n_boot: int = N_BOOT, seed: int = 0) -> tuple[bool, str]:
+    """The ``--until-ci`` rule: another pass while some arm's median half-width exceeds ``target``.
+
+    Stops at ``max_passes``; never stops before two passes. Returns the decision and a line saying why.
+    """
+    widths = median_half_widths(samples, n_boot=n_boot, seed=seed)
+    worst = max(widths.items(), key=lambda kv: kv[1], default=("–", float("inf")))
+    status = f"widest median CI after {passes_done} pass(es): {worst[0]} ±{worst[1]:.1%} (target ±{target:.1%})"
+    if passes_done >= max_passes:
+        return False, status + f"; stopping at --max-passes {max_passes}"
+    if passes_done < MIN_ADAPTIVE_PASSES:
+        return True, status + "; at least two passes are needed"
+    if worst[1] > target:
+        return True, status + "; adding a pass"
+    return False, status + "; target reached"

@@ -1,0 +1,74 @@
+"""The HTML report in a real headless browser (Debian chromium): it loads, the tables and plots render.
+
+Uses the committed real llama.cpp run (tests/fixtures/reports/llamacpp-run); no engine is started.
+CI installs the browser with ``apt-get install -y chromium``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from bakeoff.core.reports import summarize_run, write_reports
+
+pytestmark = pytest.mark.integration
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reports" / "llamacpp-run"
+TAB_BLUE = np.array([31, 119, 180]) / 255  # the first arm's bar colour in the plots
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        pytest.skip("chromium is not installed; run `apt-get update && apt-get install -y chromium`")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def report_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("run") / FIXTURE.name
+    run.mkdir()
+    for name in ("run.json", "samples.jsonl"):
+        shutil.copy(FIXTURE / name, run / name)
+    return write_reports(run).html
+
+
+def _chromium(exe: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=180)
+
+
+def test_dom_has_the_table_rows_and_decoded_plots(chromium: str, report_html: Path, tmp_path: Path) -> None:
+    proc = _chromium(chromium, tmp_path / "profile", "--dump-dom", report_html.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    # The page's load handler counts images the browser decoded with a non-zero size.
+    assert re.search(r'<body[^>]*data-plots-loaded="2"', dom), dom[:500]
+    community = dom[dom.index('<table id="community">'):]
+    community = community[:community.index("</table>")]
+    rows = re.findall(r'<tr data-arm="([^"]+)"', community)
+    summary = summarize_run(report_html.parent.parent)
+    assert rows == [a.arm for a in summary.arms] and len(rows) == 4
+    assert community.count("not separable") >= 1 and "baseline" in community
+    assert len(re.findall(r'<img class="plot"[^>]+src="data:image/svg\+xml;base64,', dom)) == 2
+
+
+def test_screenshot_shows_tables_and_plots(chromium: str, report_html: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "report.png"
+    proc = _chromium(chromium, tmp_path / "profile", "--hide-scrollbars", "--window-size=1280,2200",
+                     f"--screenshot={shot}", report_html.as_uri())
+    assert proc.returncode == 0 and shot.exists(), proc.stderr[-2000:]
+    pixels = imread(str(shot))[..., :3]
+    assert pixels.shape[:2] == (2200, 1280)
+    not_white = (pixels < 0.95).any(axis=2).mean()
+    assert not_white > 0.03, f"only {not_white:.1%} of the page is drawn"
+    bars = (np.abs(pixels - TAB_BLUE) < 0.03).all(axis=2).sum()
+    assert bars > 500, f"{bars} pixels in the first arm's plot colour: the plots did not render"

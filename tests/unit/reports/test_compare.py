@@ -1,0 +1,54 @@
+"""reports/compare.py and `bakeoff compare`: runs made at different times, resampled independently."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from bakeoff.core.cli import app
+from bakeoff.core.errors import ConfigError
+from bakeoff.core.reports.compare import compare_runs, render_comparison_markdown
+from typer.testing import CliRunner
+
+Maker = Callable[..., Path]
+
+
+def test_a_change_in_one_arm_is_found(make_run: Maker) -> None:
+    a = make_run({"base": 100.0, "ngram": 120.0}, seed=1)
+    b = make_run({"base": 100.0, "ngram": 150.0, "new": 10.0}, seed=2)
+    c = compare_runs(a, b)
+    by_arm = {ch.arm_a: ch for ch in c.arms}
+    assert by_arm["base"].change.verdict == "not separable"
+    assert by_arm["ngram"].change.verdict == "faster" and by_arm["ngram"].change.ratio.estimate == pytest.approx(
+        1.25, rel=0.03)
+    assert not by_arm["ngram"].change.paired and c.unmatched_b == ["new"]
+    assert by_arm["ngram"].speedup_a == pytest.approx(1.2, rel=0.03) and by_arm["base"].speedup_a == 1.0
+    assert "| ngram | " in render_comparison_markdown(c)
+
+
+def test_renamed_arms_need_a_mapping(make_run: Maker) -> None:
+    a = make_run({"old-name": 100.0})
+    b = make_run({"new-name": 90.0})
+    with pytest.raises(ConfigError, match="--pair"):
+        compare_runs(a, b)
+    c = compare_runs(a, b, {"old-name": "new-name"})
+    assert c.arms[0].change.verdict == "slower" and c.arms[0].arm_b == "new-name"
+    with pytest.raises(ConfigError):
+        compare_runs(a, b, {"old-name": "missing"})
+
+
+def test_compare_command(make_run: Maker) -> None:
+    a = make_run({"x": 100.0}, seed=1)
+    b = make_run({"x": 120.0}, seed=2)
+    runner = CliRunner()
+    res = runner.invoke(app, ["compare", str(a), str(b)])
+    assert res.exit_code == 0, res.output
+    assert "faster" in res.output and "B / A" in res.output
+    res = runner.invoke(app, ["compare", str(a), str(b), "--json"])
+    assert json.loads(res.output)["arms"][0]["change"]["verdict"] == "faster"
+    res = runner.invoke(app, ["compare", str(a), str(b), "--pair", "nonsense"])
+    assert res.exit_code == 2 and "A_ARM=B_ARM" in res.output
+    res = runner.invoke(app, ["compare", str(a), str(a.parent / "nope")])
+    assert res.exit_code == 2 and "not a bakeoff run directory" in res.output

@@ -1,0 +1,76 @@
+"""Adaptive passes (--until-ci) and plan-time warnings in core/protocol.py, with a fake adapter: no engine runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from bakeoff.core import protocol
+from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec
+from bakeoff.core.config import Arm, parse_bakeoff
+from bakeoff.core.store import RunDir
+
+
+class StatefulFake(EngineAdapter):
+    name: ClassVar[str] = "fake"
+    capabilities: ClassVar[Capabilities] = Capabilities(speculative_methods=("none", "ngram"),
+                                                        speculative_knobs=("variant",),
+                                                        stateful_speculators=("ngram-mod",))
+
+    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+        return LaunchSpec(argv=["true"])
+
+
+def _config(passes: int, reps: int = 1) -> str:
+    arms = "\n".join(f"  - {{name: arm{i}, engine: fake, model: m{i}.gguf}}" for i in range(5))
+    return (f"name: t\narms:\n{arms}\n  - {{name: ngram, engine: fake, model: n.gguf, speculative: {{method: ngram, "
+            f"variant: mod}}}}\nworkload: {{passes: {passes}, reps: {reps}, seed: 11, prompts: [prose]}}\n")
+
+
+@pytest.fixture(autouse=True)
+def fake_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(protocol, "load_engine", lambda name: StatefulFake())
+
+
+def test_added_pass_has_the_order_a_longer_plan_would_have() -> None:
+    longer = protocol.plan_run(parse_bakeoff(_config(4)))
+    plan = protocol.plan_run(parse_bakeoff(_config(2)))
+    assert protocol.add_pass(plan) == 2 and protocol.add_pass(plan) == 3
+    assert plan.orders == longer.orders
+    assert len({tuple(o) for o in plan.orders}) > 1  # shuffled per pass
+
+
+def test_run_extra_pass_runs_only_the_new_pass_and_records_its_order(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    calls: list[tuple[str, int]] = []
+
+    def fake_run_arm(plan: Any, planned: Any, run: Any, pass_index: int, *args: Any) -> dict[str, Any]:
+        calls.append((planned.arm.name, pass_index))
+        return {"status": "ok", "pass": pass_index}
+
+    monkeypatch.setattr(protocol, "_run_arm", fake_run_arm)
+    plan = protocol.plan_run(parse_bakeoff(_config(1)))
+    run = RunDir(tmp_path / "run")
+    run.write_run(protocol.run_metadata(plan))
+    protocol.run_plan(plan, run)
+    assert {p for _, p in calls} == {0}
+    calls.clear()
+    assert protocol.run_extra_pass(plan, run) == 1
+    assert calls == [(name, 1) for name in plan.orders[1]]
+    meta = run.read_run()
+    assert meta["orders"] == plan.orders and len(meta["orders"]) == 2
+    assert [r["pass"] for r in meta["arm_records"]["arm0"]] == [0, 1]
+
+
+def test_stateful_speculator_with_reps_warns_at_plan_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(protocol, "_run_arm", lambda *a, **k: {"status": "ok", "pass": 0})
+    warnings: list[str] = []
+    events = protocol.ProtocolEvents(on_warning=warnings.append)
+    plan = protocol.plan_run(parse_bakeoff(_config(1, reps=3)))
+    protocol.run_plan(plan, RunDir(tmp_path / "a"), events)
+    assert len(warnings) == 1 and warnings[0].startswith("ngram: the ngram-mod speculator")
+    warnings.clear()
+    protocol.run_plan(protocol.plan_run(parse_bakeoff(_config(1, reps=1))), RunDir(tmp_path / "b"), events)
+    assert warnings == []

@@ -1,0 +1,202 @@
+"""core/stats.py: intervals, pairing, verdicts, descriptive figures, the adaptive-pass rule, coverage."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bakeoff.core.sample import Sample
+from bakeoff.core.stats import (
+    Interval,
+    bootstrap_ci,
+    compare_to_baseline,
+    describe_arm,
+    median_half_widths,
+    needs_more_passes,
+    paired_ratio,
+    stateful_warning,
+    unpaired_ratio,
+    verdict,
+)
+
+
+def _samples(arm: str, rates: list[float], *, prompt: str = "p", passes: int = 1, **kw: object) -> list[Sample]:
+    per_pass = len(rates) // passes
+    return [Sample(arm=arm, engine="fake", prompt=prompt, mode="greedy", rep=i % per_pass, pass_index=i // per_pass,
+                   decode_tps=r, **kw) for i, r in enumerate(rates)]  # type: ignore[arg-type]
+
+
+def _noisy(mu: float, n: int, sd: float, seed: int) -> list[float]:
+    return list(mu * np.exp(np.random.default_rng(seed).normal(0, sd, n)))
+
+
+def test_bootstrap_ci_is_deterministic_per_seed_and_key_and_contains_the_median() -> None:
+    values = _noisy(100, 30, 0.05, 1)
+    a = bootstrap_ci(values, seed=3, key="x")
+    assert a is not None and a == bootstrap_ci(values, seed=3, key="x")
+    assert a != bootstrap_ci(values, seed=4, key="x") and a != bootstrap_ci(values, seed=3, key="y")
+    assert a.lo <= a.estimate <= a.hi and a.estimate == pytest.approx(float(np.median(values)))
+    assert a.n == 30 and a.clusters == 1 and a.level == 0.95
+    assert bootstrap_ci([]) is None
+
+
+def test_interval_narrows_with_more_data() -> None:
+    small = bootstrap_ci(_noisy(100, 10, 0.05, 2), key="m")
+    large = bootstrap_ci(_noisy(100, 400, 0.05, 2), key="m")
+    assert small and large and large.half_width_rel < small.half_width_rel / 2
+
+
+def test_passes_are_resampled_first_so_a_launch_effect_widens_the_interval() -> None:
+    # Three passes whose levels differ by ±10 % but are nearly flat inside: requests alone look precise.
+    values = [level * f for level in (90.0, 100.0, 110.0) for f in _noisy(1, 50, 0.002, 11)]
+    passes = [p for p in range(3) for _ in range(50)]
+    flat = bootstrap_ci(values, key="k")
+    clustered = bootstrap_ci(values, passes, key="k")
+    assert flat and clustered and clustered.clusters == 3 and flat.clusters == 1
+    assert flat.hi - flat.lo < 2.0
+    assert clustered.lo < 95.0 and clustered.hi > 105.0  # the pass levels show in the interval
+
+
+def test_unequal_pass_sizes_are_handled() -> None:
+    ci = bootstrap_ci([10.0, 11.0, 12.0, 20.0, 21.0], [0, 0, 0, 1, 1], key="u")
+    assert ci is not None and 10.0 <= ci.lo <= ci.estimate <= ci.hi <= 21.0
+
+
+def test_verdict_needs_the_interval_to_exclude_one() -> None:
+    def iv(lo: float, hi: float) -> Interval:
+        return Interval(estimate=(lo + hi) / 2, lo=lo, hi=hi, n=5)
+
+    assert verdict(iv(1.01, 1.2)) == "faster"
+    assert verdict(iv(0.8, 0.99)) == "slower"
+    assert verdict(iv(0.98, 1.05)) == "not separable"
+
+
+def test_paired_ratio_finds_a_real_speedup_and_pairs_by_point() -> None:
+    base = _noisy(100, 18, 0.03, 5)
+    arm = [b * 1.2 * f for b, f in zip(base, _noisy(1, 18, 0.01, 6), strict=True)]
+    ratio = paired_ratio(_samples("a", arm, passes=3), _samples("b", base, passes=3), key="r")
+    assert ratio is not None and ratio.n == 18 and ratio.clusters == 3
+    assert ratio.estimate == pytest.approx(1.2, rel=0.02) and verdict(ratio) == "faster"
+    slower = paired_ratio(_samples("b", base, passes=3), _samples("a", arm, passes=3), key="r")
+    assert slower is not None and verdict(slower) == "slower"
+
+
+def test_pairing_cancels_a_drift_shared_by_both_arms() -> None:
+    # Both arms slow down together from pass to pass: unpaired medians would blur, paired ratios do not.
+    drift = [1.0] * 6 + [0.8] * 6 + [0.6] * 6
+    base = [100 * d for d in drift]
+    arm = [103 * d for d in drift]
+    ratio = paired_ratio(_samples("a", arm, passes=3), _samples("b", base, passes=3), key="d")
+    assert ratio is not None and ratio.lo == pytest.approx(1.03) and ratio.hi == pytest.approx(1.03)
+    assert verdict(ratio) == "faster"
+
+
+def test_identical_arms_are_not_separable() -> None:
+    a = _samples("a", _noisy(100, 18, 0.03, 7), passes=3)
+    b = _samples("b", _noisy(100, 18, 0.03, 8), passes=3)
+    ratio = paired_ratio(a, b, key="same")
+    assert ratio is not None and verdict(ratio) == "not separable"
+
+
+def test_requests_without_a_partner_or_failed_are_left_out() -> None:
+    base = _samples("b", [100.0, 100.0, 100.0])
+    arm = _samples("a", [110.0, 120.0])
+    arm.append(Sample(arm="a", engine="fake", prompt="p", mode="greedy", rep=2, status="error", error="boom"))
+    ratio = paired_ratio(arm, base, key="x")
+    assert ratio is not None and ratio.n == 2 and ratio.estimate == pytest.approx(math.sqrt(1.1 * 1.2))
+    assert paired_ratio(_samples("a", [1.0], prompt="other"), base) is None
+
+
+def test_streams_of_one_batch_pair_in_order() -> None:
+    # A concurrency sweep writes several samples at the same (prompt, mode, rep, pass).
+    if "concurrency" not in Sample.model_fields:
+        pytest.skip("this Sample schema has no sweep fields")
+    def batch(arm: str, rates: list[float]) -> list[Sample]:
+        return [Sample(arm=arm, engine="f", prompt="p", mode="greedy", rep=0, decode_tps=r, concurrency=2)
+                for r in rates]
+
+    ratio = paired_ratio(batch("a", [20.0, 40.0]), batch("b", [10.0, 20.0]), key="c")
+    assert ratio is not None and ratio.n == 2 and ratio.estimate == pytest.approx(2.0)
+
+
+def test_unpaired_ratio_uses_only_prompts_both_sides_measured() -> None:
+    old = _samples("x", [100.0] * 6, passes=2)
+    new = _samples("x", [110.0] * 6, passes=2) + _samples("x", [500.0] * 6, prompt="extra", passes=2)
+    ratio = unpaired_ratio(new, old, key="u")
+    assert ratio is not None and ratio.estimate == pytest.approx(1.1) and verdict(ratio) == "faster"
+
+
+def test_describe_arm_figures() -> None:
+    samples = _samples("a", [10.0, 20.0, 30.0, 40.0], prompt="p1", completion_tokens=101, n_first=1,
+                       decode_s=10.0, ttft_s=0.5, drafted=10, accepted=5, acceptance=0.5)
+    samples += _samples("a", [60.0, 60.0], prompt="p2", completion_tokens=101, n_first=1, decode_s=10.0,
+                        drafted=10, accepted=10, acceptance=1.0)
+    samples.append(Sample(arm="a", engine="fake", prompt="p1", mode="greedy", rep=9, status="error", flags=["x"]))
+    st = describe_arm("a", samples, ["p1", "p2"], boot_s=[2.0, 4.0, 9.0])
+    assert st.n == 6 and st.errors == 1 and st.flagged == 1 and st.passes == 1
+    assert st.median is not None and st.median.estimate == 35.0
+    assert st.mean == pytest.approx(220 / 6) and (st.min, st.max) == (10.0, 60.0)
+    assert st.combined == pytest.approx(600 / 60)
+    assert [p.prompt for p in st.per_prompt] == ["p1", "p2"]
+    p1 = st.prompt("p1")
+    assert p1 is not None and p1.median is not None and p1.median.estimate == 25.0 and p1.n == 4
+    assert st.drafted == 60 and st.accepted == 40 and st.acceptance == pytest.approx(2 / 3)
+    assert st.acceptance_range == (0.5, 1.0)
+    assert st.ttft_median == 0.5 and st.boot_s_median == 4.0
+
+
+def test_compare_to_baseline_orders_and_skips_the_baseline() -> None:
+    samples = (_samples("base", [100.0] * 6, passes=2) + _samples("fast", [150.0] * 6, passes=2)
+               + _samples("same", [100.0] * 6, passes=2))
+    out = compare_to_baseline(samples, "base", ["base", "same", "fast"], ["p"])
+    assert [c.arm for c in out] == ["same", "fast"]
+    assert [c.verdict for c in out] == ["not separable", "faster"]
+    assert set(out[1].per_prompt) == {"p"} and out[1].reference == "base"
+
+
+def test_until_ci_rule() -> None:
+    tight = _samples("a", _noisy(100, 40, 0.005, 9), passes=2)
+    wide = _samples("b", _noisy(100, 40, 0.2, 10), passes=2)
+    widths = median_half_widths(tight + wide)
+    assert widths["a"] < 0.01 < widths["b"]
+    assert needs_more_passes(tight, 1, 0.03, 10)[0]  # one pass never suffices
+    done, why = needs_more_passes(tight, 2, 0.03, 10)
+    assert not done and "target reached" in why
+    more, why = needs_more_passes(tight + wide, 2, 0.03, 10)
+    assert more and "b ±" in why
+    stop, why = needs_more_passes(tight + wide, 10, 0.03, 10)
+    assert not stop and "--max-passes 10" in why
+
+
+def test_stateful_speculators_warn_only_with_several_reps() -> None:
+    llama = ("ngram-mod", "ngram-cache")
+    assert stateful_warning("a", "ngram", "mod", llama, 3) is not None
+    assert stateful_warning("a", "ngram", None, llama, 3) is not None  # the engine's default may be stateful
+    assert stateful_warning("a", "ngram", "simple", llama, 3) is None
+    assert stateful_warning("a", "ngram", "mod", llama, 1) is None
+    assert stateful_warning("a", "suffix", None, ("suffix",), 2) is not None
+    assert stateful_warning("a", "none", None, ("suffix",), 5) is None
+    msg = stateful_warning("arm-x", "ngram", "mod", llama, 4)
+    assert msg and msg.startswith("arm-x:") and "4 reps" in msg
+
+
+def _coverage_module() -> object:
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "ci_coverage.py"
+    spec = importlib.util.spec_from_file_location("ci_coverage", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ratio_interval_covers_the_true_ratio_about_95_percent_of_the_time() -> None:
+    cov = _coverage_module()
+    scenario = cov.Scenario("unit", passes=3, reps=3, launch_sd=0.01)  # type: ignore[attr-defined]
+    result = cov.coverage(scenario, trials=200, seed=0, n_boot=500)  # type: ignore[attr-defined]
+    assert 0.88 <= result["coverage"] <= 0.99, result
