@@ -177,6 +177,18 @@ class EngineAdapter(ABC):
             opts["continuous_usage_stats"] = True
         return opts
 
+    def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
+                            template_kwargs: dict[str, Any] | None = None) -> int:
+        """Prompt tokens the engine will process for these chat messages, chat template included,
+        counted by the engine's own tokenizer (depth sweeps pad prompts to exact sizes with it).
+
+        :param template_kwargs: ``chat_template_kwargs`` the timed request will carry.
+        :raises CapabilityNotSupported: the engine has no way to count them.
+        :raises MeasurementError: the engine's tokenizer endpoint failed.
+        """
+        raise CapabilityNotSupported(f"{self.name} cannot count prompt tokens with its own tokenizer, "
+                                     "so it cannot run a depth sweep")
+
     def before_request(self, http: httpx.Client) -> Any:
         """Snapshot taken just before a timed request (e.g. /metrics counters); passed to server_stats."""
         return None

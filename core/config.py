@@ -21,6 +21,7 @@ __all__ = [
     "Speculative",
     "Settings",
     "Arm",
+    "RequestOverrides",
     "Prompt",
     "Workload",
     "BakeoffFile",
@@ -85,6 +86,19 @@ class Settings(Strict):
         return {k for k in self.model_fields_set if k not in ("host", "port") and getattr(self, k) is not None}
 
 
+class RequestOverrides(Strict):
+    """Per-arm request-level workload values: arms differing only in these share one engine start."""
+
+    max_tokens: int | None = Field(None, ge=1, description="Output tokens per request for this arm "
+                                                          "(an output-length sweep).")
+    fixed_length: bool | None = Field(None, description="Force exactly max_tokens for this arm.")
+    thinking: bool | None = Field(None, description="Let reasoning models think, for this arm.")
+
+
+SWEEP_DESCRIPTION = ("Matrix sweep: dotted arm keys to lists of values, e.g. {speculative.n_max: [1, 2, 3], "
+                     "settings.split: [layer, tensor]}; every combination becomes a named arm.")
+
+
 class Arm(Strict):
     """One contestant: an engine, a model and how it runs."""
 
@@ -100,6 +114,11 @@ class Arm(Strict):
     extra_args: list[str] = Field(default_factory=list, description="Extra engine flags, passed verbatim and recorded.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the engine process.")
     options: dict[str, Any] = Field(default_factory=dict, description="Engine-specific options, validated by the adapter.")
+    workload: RequestOverrides = Field(default_factory=RequestOverrides,
+                                       description="Request-level workload values for this arm only.")
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description=SWEEP_DESCRIPTION)
+    swept: dict[str, Any] = Field(default_factory=dict, description="Set by sweep expansion: the sweep point "
+                                                                    "this arm stands for (key -> value).")
 
     @field_validator("name")
     @classmethod
@@ -155,6 +174,17 @@ class Workload(Strict):
     request_timeout_s: float = Field(300.0, gt=0, description="Per-request limit; a stalled stream becomes an error sample.")
     boot_timeout_s: float = Field(600.0, gt=0, description="Limit for an engine to become ready.")
     seed: int = Field(0, description="Seed for the order of arms in each pass (recorded).")
+    depths: list[int] | None = Field(None, description="Context-depth sweep: exact prompt sizes in tokens "
+                                                       "(chat template included, counted by the engine).")
+    concurrency: list[int] | None = Field(None, description="Concurrency sweep: numbers of simultaneous streams.")
+    needle: bool = Field(False, description="Depth sweep: hide a code in the filler; the answer must repeat it.")
+
+    @field_validator("depths", "concurrency")
+    @classmethod
+    def _positive_levels(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(x < 1 for x in v)):
+            raise ValueError("give a non-empty list of positive integers")
+        return v
 
     def sampling_modes(self) -> dict[str, SamplingMode]:
         return {**DEFAULT_MODES, **self.sampling}
@@ -175,6 +205,8 @@ class BakeoffFile(Strict):
     arms: list[Arm] = Field(min_length=1)
     workload: Workload = Field(default_factory=Workload)
     baseline: str | None = Field(None, description="Arm the others are compared with (default: the first).")
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description=SWEEP_DESCRIPTION + " Applies to "
+                                                                                             "every arm.")
 
     @model_validator(mode="after")
     def _unique_names_and_baseline(self) -> BakeoffFile:
@@ -183,7 +215,8 @@ class BakeoffFile(Strict):
             if arm.name in seen:
                 raise ValueError(f"two arms are named {arm.name!r}")
             seen.add(arm.name)
-        if self.baseline is not None and self.baseline not in seen:
+        swept = bool(self.sweep) or any(a.sweep for a in self.arms)  # names checked after expansion
+        if self.baseline is not None and self.baseline not in seen and not swept:
             raise ValueError(f"baseline {self.baseline!r} is not an arm name")
         return self
 
@@ -247,9 +280,12 @@ def parse_bakeoff(text: str, source: str = "<string>") -> BakeoffFile:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a bakeoff file is a mapping with 'arms:' and 'workload:'")
     try:
-        return BakeoffFile.model_validate(data)
+        config = BakeoffFile.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source, root)) from exc
+    from .sweep import expand_sweeps  # late: sweep builds on this module
+
+    return expand_sweeps(config, source, root)
 
 
 def load_bakeoff(path: str | Path) -> BakeoffFile:

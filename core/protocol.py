@@ -24,13 +24,17 @@ from .adapter import EngineAdapter, Effective, check_arm_capabilities
 from .client import account, stream_chat
 from .compose import ComposeEngine, project_name
 from .config import Arm, BakeoffFile, Prompt, SamplingMode
-from .errors import BakeoffError, EngineError, EngineStartupError
+from .errors import BakeoffError, EngineError, EngineStartupError, MeasurementError
 from .hostinfo import CpuMeter, host_info
 from .launcher import Engine, LogCursor, free_port
 from .prompts import resolve_prompts
 from .registry import load_engine
 from .sample import Sample
 from .store import RunDir
+from . import points as _points
+from .concurrency import check_levels_before_launch
+from .depth import check_depths_before_launch
+from .sweep import SharedEngine, effective_workload, order_for_sharing, server_key
 
 __all__ = ["PlannedArm", "Plan", "plan_run", "run_plan", "ProtocolEvents", "build_request", "FOREIGN_LOAD_CORES"]
 
@@ -55,7 +59,8 @@ class Plan:
     @property
     def requests_total(self) -> int:
         w = self.config.workload
-        return len(self.arms) * w.passes * len(self.prompts) * len(w.modes) * w.reps
+        return w.passes * sum(_points.samples_expected(effective_workload(w, a.arm), len(self.prompts), len(w.modes))
+                              for a in self.arms)
 
 
 @dataclass
@@ -93,7 +98,9 @@ def plan_run(config: BakeoffFile) -> Plan:
             rng.shuffle(order)
         orders.append(order)
     modes = {m: w.sampling_modes()[m] for m in w.modes}
-    return Plan(config, arms, resolve_prompts(w), modes, orders)
+    check_depths_before_launch(config, {a.arm.name: a.adapter for a in arms})
+    check_levels_before_launch(config)
+    return Plan(config, arms, resolve_prompts(w), modes, order_for_sharing(orders, config.arms))
 
 
 def build_request(planned: PlannedArm, workload: Any, prompt: Prompt, mode: SamplingMode,
@@ -174,19 +181,21 @@ def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prom
 
 
 def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, events: ProtocolEvents,
-             done: set[tuple[str, str, str, int, int]]) -> dict[str, Any]:
-    w = plan.config.workload
+             done: set[tuple[Any, ...]], shared: SharedEngine | None = None) -> dict[str, Any]:
     arm = planned.arm
+    w = effective_workload(plan.config.workload, arm)
+    own_engine, shared = shared is None, shared or SharedEngine()  # a caller's SharedEngine outlives this arm
     record: dict[str, Any] = {"status": "ok", "pass": pass_index}
-    todo = [(p, m, r) for p in plan.prompts for m in plan.modes for r in range(w.reps)
-            if (arm.name, p.name, m, r, pass_index) not in done]
+    todo = [pt for pt in _points.arm_points(w, plan.prompts, plan.modes)
+            if not _points.is_done(done, arm.name, pt, pass_index)]
     if not todo:
         record["status"] = "skipped (already complete)"
         return record
     events.on_arm_start(arm.name, pass_index)
     try:
-        with _engine_for(planned, run, pass_index, w.boot_timeout_s) as (base, engine):
-            record["boot_s"] = engine.boot_s if engine else None
+        with shared.use(server_key(arm), lambda: _engine_for(planned, run, pass_index, w.boot_timeout_s)
+                        ) as ((base, engine), fresh):
+            record["boot_s"] = engine.boot_s if engine and fresh else None
             with httpx.Client(base_url=base, headers=_headers(arm)) as http:
                 eff = planned.adapter.effective_settings(http, arm)
                 record.update(effective=eff.values, mismatches=eff.mismatches, version=eff.version,
@@ -194,36 +203,51 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                 for msg in eff.mismatches:
                     events.on_warning(f"{arm.name}: {msg}")
                 events.on_arm_ready(arm.name, eff, record["boot_s"])
-                for i in range(w.warmup):  # untimed: first-request allocations and caches
+                points = _points.PointRunner(planned.adapter, arm, w, http, eff, events.on_warning)
+                todo = points.accept(todo)
+                record.update(refused=points.refused, shared_engine=not fresh)
+                for i in range(w.warmup if fresh else 0):  # untimed: first-request allocations and caches
                     warm = build_request(planned, w, plan.prompts[i % len(plan.prompts)],
                                          next(iter(plan.modes.values())), eff.model_id)
                     warm["max_tokens"] = min(w.max_tokens, 32)
                     stream_chat(http, warm, w.request_timeout_s)
                 log = LogCursor(engine.log_path if engine else None)
                 meter = CpuMeter({os.getpgid(engine.proc.pid)} if engine and engine.proc else set())
-                for prompt, mode_name, rep in todo:
-                    body = build_request(planned, w, prompt, plan.modes[mode_name], eff.model_id)
-                    before = planned.adapter.before_request(http)
-                    log.read_new()
-                    started_at = time.time()
-                    meter.start()
-                    result = stream_chat(http, body, w.request_timeout_s)
-                    foreign = meter.stop()
-                    stats = planned.adapter.server_stats(http, result.final, before, log.read_new())
-                    sample = _make_sample(planned, result, stats, run.run_id, prompt.name, mode_name, rep,
-                                          pass_index, foreign, started_at)
-                    if eff.mismatches:
-                        sample.flags.append("settings-mismatch")
-                    run.append(sample)
-                    events.on_sample(sample)
+                for point in todo:
+                    prompt, mode_name, rep = point.prompt, point.mode, point.rep
+                    if point.concurrency is not None:  # N streams at once: one sample per stream
+                        samples = points.run_batch(point, lambda: build_request(
+                            planned, w, prompt, plan.modes[mode_name], eff.model_id), lambda res, st, fg, t0: _make_sample(
+                            planned, res, st, run.run_id, prompt.name, mode_name, rep, pass_index, fg, t0), meter)
+                    else:
+                        body = build_request(planned, w, prompt, plan.modes[mode_name], eff.model_id)
+                        depth_info = points.prepare(body, point)
+                        before = planned.adapter.before_request(http)
+                        log.read_new()
+                        started_at = time.time()
+                        meter.start()
+                        result = stream_chat(http, body, w.request_timeout_s)
+                        foreign = meter.stop()
+                        stats = planned.adapter.server_stats(http, result.final, before, log.read_new())
+                        sample = _make_sample(planned, result, stats, run.run_id, prompt.name, mode_name, rep,
+                                              pass_index, foreign, started_at)
+                        if eff.mismatches:
+                            sample.flags.append("settings-mismatch")
+                        samples = [points.finish(sample, point, body, result, depth_info)]
+                    for sample in samples:
+                        run.append(sample)
+                        events.on_sample(sample)
                     if engine is not None and not engine.alive:
                         raise EngineStartupError(
                             f"{planned.adapter.name} died during the run (exit {engine.proc.returncode})",  # type: ignore[union-attr]
                             reason="died", log_tail=engine.log_tail())
-    except EngineError as exc:
+    except (EngineError, MeasurementError) as exc:  # MeasurementError: e.g. a depth prompt could not be fitted
         record.update(status="failed", error=str(exc),
                       log_tail=getattr(exc, "log_tail", ""), reason=getattr(exc, "reason", None))
         events.on_arm_failed(arm.name, str(exc))
+    finally:
+        if own_engine:
+            shared.close()
     return record
 
 
@@ -239,11 +263,16 @@ def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
         events.on_warning(msg)
     arm_records: dict[str, list[dict[str, Any]]] = run.read_run().get("arm_records", {})
     by_name = {a.arm.name: a for a in plan.arms}
-    for pass_index, order in list(enumerate(plan.orders))[start_pass:]:
-        for name in order:
-            record = _run_arm(plan, by_name[name], run, pass_index, events, done)
-            arm_records.setdefault(name, []).append(record)
-            run.update_run(arm_records=arm_records)
+    shared = SharedEngine()  # arms differing only in request-level values reuse one engine start
+    try:
+        for pass_index, order in list(enumerate(plan.orders))[start_pass:]:
+            for name in order:
+                record = _run_arm(plan, by_name[name], run, pass_index, events, done, shared)
+                arm_records.setdefault(name, []).append(record)
+                run.update_run(arm_records=arm_records)
+            shared.close()
+    finally:
+        shared.close()
     run.update_run(finished_at=time.time())
     return arm_records
 
@@ -260,7 +289,7 @@ def add_pass(plan: Plan) -> int:
     for _ in range(len(plan.orders) + 1):
         order = list(names)
         rng.shuffle(order)
-    plan.orders.append(order)
+    plan.orders.append(order_for_sharing([order], plan.config.arms)[0])
     return len(plan.orders) - 1
 
 

@@ -68,6 +68,15 @@ class Sample(BaseModel):
     output_chars: int | None = None
     finish_reason: str | None = None
 
+    # sweep points (absent in samples written before sweeps existed)
+    max_tokens: int | None = Field(None, description="max_tokens requested (an output-length sweep varies it).")
+    depth: int | None = Field(None, description="Depth sweep: target prompt tokens, chat template included.")
+    needle_found: bool | None = Field(None, description="Depth sweep with needle: the hidden code was in the answer.")
+    concurrency: int | None = Field(None, description="Concurrency sweep: streams sent at once (None: not a sweep).")
+    batch_id: str | None = Field(None, description="Concurrency sweep: the batch of simultaneous streams.")
+    batch_wall_s: float | None = Field(
+        None, description="Concurrency sweep: first t_send to last t_done of the batch (perf_counter_ns, seconds).")
+
     # noise guard
     foreign_cpu_cores: float | None = Field(
         None, description="Average cores used by processes other than the engine and bakeoff during the request.")

@@ -1,0 +1,141 @@
+"""Concurrency sweeps: N streams at once, per-stream speed and aggregate throughput.
+
+A server that decodes 4 streams at 30 tok/s each is not "30 tok/s" and not "120 tok/s" for every
+purpose, so both are reported: the median of each stream's own decode rate (DESIGN.md's definition),
+and aggregate throughput = all generated tokens of the batch / wall time from the first request sent
+to the last stream closed, prefill included.
+
+N only means N if the engine can run N sequences at once: llama.cpp pins ``-np`` (bakeoff uses 1 unless
+told), vLLM has ``--max-num-seqs``. A level above what the engine reports is refused, not run queued.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .adapter import Effective
+from .client import StreamResult, stream_chat
+from .config import Arm, BakeoffFile
+from .errors import ConfigError
+from .sample import Sample
+
+__all__ = ["Batch", "run_batch", "effective_slots", "refused_levels", "check_levels_before_launch",
+           "concurrency_rows", "SLOT_KEYS"]
+
+# Effective.values keys under which adapters report how many sequences run at once, best first.
+SLOT_KEYS = ("total_slots", "max_num_seqs", "slots")
+
+
+@dataclass
+class Batch:
+    """N streams sent together."""
+
+    batch_id: str
+    results: list[StreamResult]
+    wall_s: float  # first t_send to last t_done, perf_counter_ns
+
+    @property
+    def tokens(self) -> int:
+        return sum((r.usage or {}).get("completion_tokens") or 0 for r in self.results)
+
+    @property
+    def aggregate_tps(self) -> float | None:
+        return self.tokens / self.wall_s if self.wall_s > 0 else None
+
+
+def run_batch(http: httpx.Client, bodies: list[dict[str, Any]], timeout_s: float) -> Batch:
+    """Send every body at once, each on its own thread (and pooled connection); wait for all.
+
+    Streams are released together by a barrier, so the batch measures N requests in flight, not N
+    requests started one thread start-up apart. httpx's connection pool is shared safely by threads.
+    """
+    results: list[StreamResult | None] = [None] * len(bodies)
+    barrier = threading.Barrier(len(bodies))
+
+    def one(i: int) -> None:
+        barrier.wait()
+        results[i] = stream_chat(http, bodies[i], timeout_s)
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done = [r if r is not None else StreamResult(t_send_ns=time.perf_counter_ns(), error="stream thread failed")
+            for r in results]
+    start = min(r.t_send_ns for r in done)
+    end = max(r.t_done_ns or r.t_send_ns for r in done)
+    return Batch(uuid.uuid4().hex[:12], done, (end - start) / 1e9)
+
+
+def effective_slots(eff: Effective, arm: Arm) -> int | None:
+    """Sequences the engine runs at once: what it reports, else the arm's ``settings.parallel``."""
+    for key in SLOT_KEYS:
+        value = eff.values.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return arm.settings.parallel
+
+
+def refused_levels(levels: Iterable[int], slots: int | None) -> dict[int, str]:
+    """Levels above the engine's slots, with the reason."""
+    if slots is None:
+        return {}
+    return {n: f"concurrency {n} > the engine's {slots} slot(s); raise settings.parallel"
+            for n in levels if n > slots}
+
+
+def check_levels_before_launch(config: BakeoffFile) -> None:
+    """Refuse, before anything starts, levels an arm's own ``settings.parallel`` rules out.
+
+    :raises ConfigError: naming ``workload.concurrency`` and the arm.
+    """
+    levels = config.workload.concurrency
+    if not levels:
+        return
+    for arm in config.arms:
+        if arm.settings.parallel is not None and max(levels) > arm.settings.parallel:
+            raise ConfigError(f"workload.concurrency: arm {arm.name!r} asks for {max(levels)} streams but "
+                              f"settings.parallel is {arm.settings.parallel}")
+
+
+def concurrency_rows(samples: Iterable[Sample], arm_order: list[str]) -> tuple[list[str], list[list[str]]]:
+    """arm | streams | per-stream decode (median) | aggregate tok/s (median over batches) | TTFT | batches."""
+    groups: dict[tuple[str, int], list[Sample]] = {}
+    for s in samples:
+        if s.concurrency is not None:
+            groups.setdefault((s.arm, s.concurrency), []).append(s)
+    arms = [a for a in arm_order if any(k[0] == a for k in groups)]
+    arms += sorted({k[0] for k in groups} - set(arms))
+    header = ["arm", "streams", "per-stream decode tok/s", "aggregate tok/s", "TTFT s", "batches", "errors"]
+    rows = []
+    for arm in arms:
+        for level in sorted(n for a, n in groups if a == arm):
+            g = groups[(arm, level)]
+            ok = [s for s in g if s.status == "ok"]
+            batches: dict[str, list[Sample]] = {}
+            for s in g:
+                batches.setdefault(s.batch_id or "", []).append(s)
+            aggregate = [sum(s.completion_tokens or 0 for s in b) / b[0].batch_wall_s
+                         for b in batches.values()
+                         if b[0].batch_wall_s and all(s.status == "ok" for s in b)]
+            rows.append([arm, str(level), _fmt(_median([s.decode_tps for s in ok if s.decode_tps is not None])),
+                         _fmt(_median(aggregate)), _fmt(_median([s.ttft_s for s in ok if s.ttft_s is not None]), 3),
+                         str(len(batches)), str(len(g) - len(ok))])
+    return header, rows
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _fmt(v: float | None, digits: int = 1) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"

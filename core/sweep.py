@@ -1,0 +1,320 @@
+"""Matrix sweeps: one bakeoff file, many named arms, as few engine starts as the sweep allows.
+
+The community's tables are sweeps (n-max 1–8 × split mode × KV type). Writing each combination as
+its own arm is error-prone, so an arm (or the whole file) may carry ``sweep: {dotted.key: [values]}``;
+every combination becomes a named arm that remembers its point in ``swept``. Expansion happens when the
+file is parsed, so everything downstream (plan, run.json, reports) sees plain arms.
+
+Arms that differ only in request-level values (``workload.max_tokens``, ``fixed_length``, ``thinking``)
+describe the same server: :func:`server_key` says so, :func:`order_for_sharing` puts them next to each
+other in every pass, and :class:`SharedEngine` keeps that one engine up across them. Everything else
+(n_max, split, KV type, model) changes the launch and relaunches.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from pathlib import PurePath
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .config import Arm, BakeoffFile, RequestOverrides, Workload, _yaml_line
+from .errors import ConfigError
+from .sample import Sample
+
+__all__ = ["expand_sweeps", "sweep_keys_of", "arm_name_for", "effective_workload", "server_key",
+           "order_for_sharing", "SharedEngine", "REQUEST_LEVEL", "sweep_rows", "print_point_tables"]
+
+# Arm keys a sweep may not touch: they are the sweep's own bookkeeping.
+_NOT_SWEEPABLE = {"name", "sweep", "swept"}
+# Arm sections whose inner keys are free-form (validated by the engine adapter or passed through).
+_FREE_FORM = {"options", "env"}
+REQUEST_LEVEL = tuple(f"workload.{k}" for k in RequestOverrides.model_fields)
+
+T = TypeVar("T")
+
+
+def _check_key(key: str) -> list[str]:
+    """The parts of a sweep key, or a ValueError saying what is wrong with it."""
+    parts = key.split(".")
+    if not all(parts):
+        raise ValueError("use a dotted key such as speculative.n_max")
+    head = parts[0]
+    if head in _NOT_SWEEPABLE or head not in Arm.model_fields:
+        known = sorted(set(Arm.model_fields) - _NOT_SWEEPABLE)
+        raise ValueError(f"unknown key {head!r}; a sweep key starts with one of: {', '.join(known)}")
+    annotation = Arm.model_fields[head].annotation
+    if head in _FREE_FORM:
+        if len(parts) != 2:
+            raise ValueError(f"use {head}.<name>")
+        return parts
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if len(parts) != 2 or parts[1] not in annotation.model_fields:
+            raise ValueError(f"unknown key; {head}.<key> takes one of: {', '.join(annotation.model_fields)}")
+        return parts
+    if len(parts) != 1:
+        raise ValueError(f"{head} has no sub-keys")
+    return parts
+
+
+def _name_part(key: str, value: Any) -> str:
+    leaf = key.split(".")[-1]
+    if isinstance(value, bool):
+        text = f"{leaf}-{'on' if value else 'off'}"
+    elif isinstance(value, (int, float)):
+        text = f"{leaf}{value:g}"
+    elif value is None:
+        text = f"{leaf}-none"
+    elif isinstance(value, str) and ("/" in value or value.endswith(".gguf")):
+        text = f"{leaf}-{PurePath(value).stem}"
+    else:
+        text = f"{leaf}-{value}"
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", text)
+
+
+def arm_name_for(base: str, point: dict[str, Any]) -> str:
+    """``spec`` + ``{speculative.n_max: 2, settings.split: tensor}`` -> ``spec-n_max2-split-tensor``."""
+    return "-".join([base, *(_name_part(k, v) for k, v in point.items())])
+
+
+def sweep_keys_of(config: BakeoffFile) -> list[str]:
+    """Every key swept anywhere in the file (arm-level first, in file order)."""
+    keys: list[str] = []
+    for arm in config.arms:
+        keys += [k for k in arm.sweep if k not in keys]
+    return keys + [k for k in config.sweep if k not in keys]
+
+
+def _set(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    for part in parts[:-1]:
+        data = data.setdefault(part, {})
+    data[parts[-1]] = value
+
+
+def _where(source: str, root: yaml.Node | None, loc: tuple[int | str, ...]) -> str:
+    line = _yaml_line(root, loc) if root is not None else None
+    return f"{source}:{line}" if line else source
+
+
+def _validated_sweep(sweep: dict[str, list[Any]], scope: tuple[int | str, ...], source: str,
+                     root: yaml.Node | None) -> dict[str, tuple[list[str], list[Any]]]:
+    out = {}
+    for key, values in sweep.items():
+        loc = (*scope, "sweep", key)
+        label = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in loc).replace(".[", "[")
+        try:
+            parts = _check_key(key)
+        except ValueError as exc:
+            raise ConfigError(f"{_where(source, root, loc)}: {label}: {exc}") from None
+        if not values:
+            raise ConfigError(f"{_where(source, root, loc)}: {label}: give at least one value")
+        out[key] = (parts, values)
+    return out
+
+
+def expand_sweeps(config: BakeoffFile, source: str = "<config>", root: yaml.Node | None = None) -> BakeoffFile:
+    """Replace every arm that has a sweep (its own or the file's) with one arm per combination.
+
+    Idempotent: a file without ``sweep:`` keys comes back unchanged. A baseline naming a swept arm
+    moves to the first arm it expanded into.
+
+    :raises ConfigError: an unknown sweep key, an empty value list, or a value the arm rejects, naming
+        the sweep key and its line.
+    """
+    top = _validated_sweep(config.sweep, (), source, root)
+    if not top and not any(a.sweep for a in config.arms):
+        return config
+    arms: list[dict[str, Any]] = []
+    renamed: dict[str, str] = {}
+    for index, arm in enumerate(config.arms):
+        own = _validated_sweep(arm.sweep, ("arms", index), source, root)
+        matrix = {**own, **{k: v for k, v in top.items() if k not in own}}
+        if not matrix:
+            arms.append(arm.model_dump(exclude_unset=True, exclude={"sweep"}))
+            continue
+        keys = list(matrix)
+        for combo in itertools.product(*(matrix[k][1] for k in keys)):
+            point = dict(zip(keys, combo))
+            data = arm.model_dump(exclude_unset=True, exclude={"sweep"})
+            for key, value in point.items():
+                _set(data, matrix[key][0], value)
+            data["name"] = arm_name_for(arm.name, point)
+            data["swept"] = {**arm.swept, **point}
+            try:
+                Arm.model_validate(data)
+            except ValidationError as exc:
+                scope: tuple[int | str, ...] = ("arms", index) if any(k in own for k in point) else ()
+                problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+                raise ConfigError(f"{_where(source, root, (*scope, 'sweep'))}: sweep point "
+                                  f"{json.dumps(point, default=str)} makes an invalid arm: {problems}") from None
+            renamed.setdefault(arm.name, data["name"])
+            arms.append(data)
+    data = config.model_dump(exclude_unset=True, exclude={"sweep", "arms"})
+    data["arms"] = arms
+    if config.baseline in renamed:
+        data["baseline"] = renamed[config.baseline]
+    try:
+        return BakeoffFile.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(e["msg"] for e in exc.errors())
+        raise ConfigError(f"{source}: after sweep expansion: {problems}") from None
+
+
+def effective_workload(workload: Workload, arm: Arm) -> Workload:
+    """The workload with this arm's request-level overrides applied (``arms[i].workload``)."""
+    changes = {k: v for k, v in arm.workload.model_dump().items() if v is not None}
+    return workload.model_copy(update=changes) if changes else workload
+
+
+def server_key(arm: Arm) -> str:
+    """Equal for arms that run on the same server: they differ only in name and request-level values."""
+    launch = arm.model_dump(mode="json", exclude={"name", "workload", "sweep", "swept"})
+    return json.dumps(launch, sort_keys=True, default=str)
+
+
+def order_for_sharing(orders: Sequence[Sequence[str]], arms: Sequence[Arm]) -> list[list[str]]:
+    """Each pass's order, regrouped so arms sharing a server run back to back (groups keep the order
+    in which the shuffle first reached them, arms keep their shuffled order within a group)."""
+    keys = {a.name: server_key(a) for a in arms}
+    out = []
+    for order in orders:
+        groups: dict[str, list[str]] = {}
+        for name in order:
+            groups.setdefault(keys.get(name, name), []).append(name)
+        out.append([name for group in groups.values() for name in group])
+    return out
+
+
+class SharedEngine:
+    """Keeps one engine up across consecutive arms with the same server key.
+
+    ``use(key, open_engine)`` yields ``(value, fresh)``: the context value of ``open_engine()`` and
+    whether it was started for this arm (warm-up is owed only then). A different key, an engine that
+    died, an exception inside the block, or :meth:`close` stops the held engine.
+    """
+
+    def __init__(self, alive: Callable[[Any], bool] | None = None) -> None:
+        self._stack: ExitStack | None = None
+        self._key: str | None = None
+        self._value: Any = None
+        self._alive = alive or _engine_alive
+
+    @contextmanager
+    def use(self, key: str, open_engine: Callable[[], AbstractContextManager[T]]) -> Iterator[tuple[T, bool]]:
+        fresh = self._stack is None or self._key != key or not self._alive(self._value)
+        if fresh:
+            self.close()
+            stack = ExitStack()
+            try:
+                value = stack.enter_context(open_engine())
+            except BaseException:
+                stack.close()
+                raise
+            self._stack, self._key, self._value = stack, key, value
+        try:
+            yield self._value, fresh
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        stack, self._stack, self._key, self._value = self._stack, None, None, None
+        if stack is not None:
+            stack.close()
+
+
+def _engine_alive(value: Any) -> bool:
+    """``(base_url, Engine | None)`` from the protocol: attached servers count as alive."""
+    engine = value[1] if isinstance(value, tuple) and len(value) > 1 else None
+    return engine is None or bool(getattr(engine, "alive", True))
+
+
+def _leaf(key: str) -> str:
+    return key.split(".")[-1]
+
+
+def sweep_rows(samples: Sequence[Sample], meta: dict[str, Any]) -> tuple[str, list[str], list[list[str]]] | None:
+    """The community sweep table (the n-max table when n_max varies): one row per arm with its swept
+    values, median decode tok/s, acceptance, mean accepted length and speed against the baseline.
+
+    None when the run is not a sweep (no arm has ``swept`` and n_max is the same everywhere). Depth and
+    concurrency samples are left out when plain ones exist (their rates answer another question).
+    """
+    arms = meta.get("config", {}).get("arms", [])
+    n_max = {a["name"]: (a.get("speculative") or {}).get("n_max") for a in arms}
+    swept_keys: list[str] = []
+    for a in arms:
+        swept_keys += [k for k in a.get("swept") or {} if k not in swept_keys]
+    varies = len({v for v in n_max.values()}) > 1
+    if not swept_keys and not varies:
+        return None
+    plain = [s for s in samples if s.depth is None and s.concurrency is None]
+    use = [s for s in (plain or samples) if s.status == "ok" and s.decode_tps is not None]
+    by_arm: dict[str, list[Sample]] = {}
+    for s in use:
+        by_arm.setdefault(s.arm, []).append(s)
+    medians = {a: statistics.median([s.decode_tps or 0.0 for s in g]) for a, g in by_arm.items()}
+    base = medians.get(meta.get("baseline") or (arms[0]["name"] if arms else ""))
+    columns = [k for k in swept_keys]
+    if varies and not any(_leaf(k) == "n_max" for k in columns):
+        columns.insert(0, "speculative.n_max")
+    title = "n-max sweep" if any(_leaf(k) == "n_max" for k in columns) else "sweep"
+    header = ["arm", *(_leaf(k) for k in columns), "median decode tok/s", "acceptance", "mean acc. len",
+              "vs baseline", "n"]
+    rows = []
+    for a in arms:
+        name, group = a["name"], by_arm.get(a["name"], [])
+        values = []
+        for k in columns:
+            v = (a.get("swept") or {}).get(k, n_max.get(name) if _leaf(k) == "n_max" else None)
+            values.append("–" if v is None else str(v))
+        drafted = sum(s.drafted or 0 for s in group)
+        accepted = sum(s.accepted or 0 for s in group)
+        drafts = sum(s.drafts or 0 for s in group)
+        acc = f"{accepted / drafted:.1%}" if drafted else ("0 drafted" if any(s.drafted is not None for s in group)
+                                                           else "–")
+        mean_len = f"{1 + accepted / drafts:.2f}" if drafts else "–"
+        med = medians.get(name)
+        vs = f"{med / base:.2f}×" if med is not None and base else "–"
+        rows.append([name, *values, "–" if med is None else f"{med:.1f}", acc, mean_len, vs, str(len(group))])
+    return title, header, rows
+
+
+def print_point_tables(run_path: Any, out: Any) -> None:
+    """Print the sweep (n-max), depth and concurrency tables a run has, with rich, after the main table."""
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from .concurrency import concurrency_rows
+    from .depth import depth_rows
+    from .store import RunDir, read_samples
+
+    meta = RunDir(Path(run_path)).read_run()
+    samples = read_samples(Path(run_path))
+    order = [a["name"] for a in meta.get("config", {}).get("arms", [])]
+    tables: list[tuple[str, list[str], list[list[str]]]] = []
+    sweep = sweep_rows(samples, meta)
+    if sweep:
+        tables.append(sweep)
+    if any(s.depth is not None for s in samples):
+        tables.append(("depth sweep (medians; depth = usage.prompt_tokens target)", *depth_rows(samples, order)))
+    if any(s.concurrency is not None for s in samples):
+        tables.append(("concurrency sweep (aggregate = all tokens / batch wall time, prefill included)",
+                       *concurrency_rows(samples, order)))
+    for title, header, rows in tables:
+        if not rows:
+            continue
+        table = Table(title=title)
+        for col in header:
+            table.add_column(col, justify="left" if col == "arm" else "right")
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)

@@ -1,0 +1,197 @@
+"""Concurrency sweeps and measurement points: streams really in flight together, aggregate throughput,
+slot checks, fixed work checked, and the points an arm runs."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bakeoff.core.adapter import Capabilities, Effective, EngineAdapter, LaunchSpec, ServerStats
+from bakeoff.core.client import StreamResult, account
+from bakeoff.core.concurrency import (
+    Batch,
+    check_levels_before_launch,
+    concurrency_rows,
+    effective_slots,
+    refused_levels,
+    run_batch,
+)
+from bakeoff.core.config import Arm, Prompt, Workload, parse_bakeoff
+from bakeoff.core.errors import ConfigError
+from bakeoff.core.points import Point, PointRunner, apply_fixed_length, arm_points, is_done, samples_expected
+from bakeoff.core.sample import Sample
+
+SSE = (Path(__file__).parent.parent / "fixtures" / "llamacpp" / "chat_stream_sse.txt").read_bytes()
+PROMPTS = [Prompt(name="a", messages=[{"role": "user", "content": "A?"}]),
+           Prompt(name="b", messages=[{"role": "user", "content": "B?"}])]
+
+
+class InFlight:
+    """A fake engine that holds each stream until ``n`` are open at once (or gives up after 5 s)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.open, self.most = n, 0, 0
+        self.lock = threading.Lock()
+        self.all_in = threading.Event()
+        self.bodies: list[bytes] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        with self.lock:
+            self.open += 1
+            self.most = max(self.most, self.open)
+            self.bodies.append(request.content)
+            if self.open >= self.n:
+                self.all_in.set()
+        self.all_in.wait(5)
+        with self.lock:
+            self.open -= 1
+        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
+
+
+def test_batch_streams_are_in_flight_together_and_aggregate_counts_all_tokens() -> None:
+    engine = InFlight(4)
+    http = httpx.Client(transport=httpx.MockTransport(engine), base_url="http://engine")
+    batch = run_batch(http, [{"messages": [], "i": i} for i in range(4)], timeout_s=10)
+    assert engine.most == 4
+    assert all(r.error is None for r in batch.results)
+    assert batch.tokens == 4 * 15  # usage.completion_tokens of the capture, per stream
+    assert batch.wall_s > 0 and batch.aggregate_tps == pytest.approx(60 / batch.wall_s)
+    assert len({b for b in engine.bodies}) == 4
+
+
+def test_aggregate_is_tokens_over_wall_including_prefill() -> None:
+    def res(send: int, done: int, n: int) -> StreamResult:
+        return StreamResult(t_send_ns=send, t_done_ns=done, usage={"completion_tokens": n})
+
+    batch = Batch("b", [res(0, 2_000_000_000, 100), res(0, 4_000_000_000, 100)], wall_s=4.0)
+    assert batch.aggregate_tps == 50.0
+
+
+def test_slots_come_from_the_engine_first() -> None:
+    arm = Arm(name="a", engine="x", model="m", settings={"parallel": 8})
+    assert effective_slots(Effective(values={"total_slots": 2}), arm) == 2
+    assert effective_slots(Effective(values={"max_num_seqs": 256}), arm) == 256
+    assert effective_slots(Effective(), arm) == 8
+    assert effective_slots(Effective(), Arm(name="b", engine="x", model="m")) is None
+    assert refused_levels([1, 2, 4], 2) == {4: "concurrency 4 > the engine's 2 slot(s); raise settings.parallel"}
+    assert refused_levels([64], None) == {}
+
+
+def test_levels_above_settings_parallel_are_refused_before_launch() -> None:
+    cfg = parse_bakeoff("arms: [{name: a, engine: x, model: m, settings: {parallel: 2}}]\n"
+                        "workload: {concurrency: [1, 4]}\n")
+    with pytest.raises(ConfigError, match=r"workload.concurrency: arm 'a' asks for 4 streams but settings.parallel"):
+        check_levels_before_launch(cfg)
+    with pytest.raises(ConfigError, match="workload.concurrency"):
+        parse_bakeoff("arms: [{name: a, engine: x, model: m}]\nworkload: {concurrency: []}\n")
+
+
+def test_concurrency_rows() -> None:
+    def s(level: int, batch: str, wall: float, tps: float, n: int = 64, status: str = "ok") -> Sample:
+        return Sample(arm="a", engine="e", prompt="p", mode="greedy", rep=0, concurrency=level, batch_id=batch,
+                      batch_wall_s=wall, decode_tps=tps, completion_tokens=n, ttft_s=0.1, status=status)  # type: ignore[arg-type]
+
+    header, rows = concurrency_rows([s(1, "x", 2.0, 40), s(2, "y", 2.0, 30), s(2, "y", 2.0, 34),
+                                     s(2, "z", 4.0, 20, status="error")], ["a"])
+    assert header[:4] == ["arm", "streams", "per-stream decode tok/s", "aggregate tok/s"]
+    assert rows[0] == ["a", "1", "40.0", "32.0", "0.100", "1", "0"]
+    assert rows[1] == ["a", "2", "32.0", "64.0", "0.100", "2", "1"]  # the failed batch gives no aggregate
+
+
+def test_points_and_resume_keys() -> None:
+    w = Workload(reps=2, depths=[512, 2048], concurrency=[1, 4], modes=["greedy"])
+    points = arm_points(w, PROMPTS, ["greedy"])
+    assert len(points) == 2 * 2 * 2 * 2
+    assert points[0] == Point(PROMPTS[0], "greedy", 0, 512, 1) and points[-1].depth == 2048
+    assert samples_expected(w, 2, 1) == 2 * (1 + 4) * 2 * 1 * 2
+    plain = Point(PROMPTS[0], "greedy", 1)
+    assert is_done({("arm", "a", "greedy", 1, 0)}, "arm", plain, 0)
+    assert not is_done({("arm", "a", "greedy", 0, 0)}, "arm", points[0], 0)
+    assert is_done({("arm", "a", "greedy", 0, 0, 512, 1)}, "arm", points[0], 0)
+    assert samples_expected(Workload(reps=3), 2, 1) == 6
+
+
+def test_fixed_work_the_engines_way() -> None:
+    body: dict[str, Any] = {"max_tokens": 64}
+    apply_fixed_length(body, Capabilities(fixed_length_field="min_tokens"), Workload())
+    assert body == {"max_tokens": 64, "min_tokens": 64}
+    body = {"max_tokens": 64}
+    apply_fixed_length(body, Capabilities(fixed_length_field="ignore_eos"), Workload())
+    assert body == {"max_tokens": 64, "ignore_eos": True}
+    body = {"max_tokens": 64}
+    apply_fixed_length(body, Capabilities(fixed_length_field="ignore_eos"), Workload(fixed_length=False))
+    assert body == {"max_tokens": 64}
+
+
+class Fake(EngineAdapter):
+    name = "fake"
+    capabilities = Capabilities(fixed_length_field="min_tokens", one_token_per_event=True)
+
+    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+        return LaunchSpec(argv=["true"])
+
+    def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
+                            template_kwargs: dict[str, Any] | None = None) -> int:
+        return 10 + sum(len(m["content"].split()) for m in messages)
+
+
+def _runner(workload: Workload, eff: Effective | None = None, warnings: list[str] | None = None) -> PointRunner:
+    http = httpx.Client(transport=httpx.MockTransport(InFlight(1)), base_url="http://engine")
+    arm = Arm(name="arm", engine="fake", model="m")
+    return PointRunner(Fake(), arm, workload, http, eff or Effective(),
+                       (warnings.append if warnings is not None else lambda m: None))
+
+
+def test_runner_refuses_what_the_engine_cannot_hold_and_warns_once() -> None:
+    warnings: list[str] = []
+    w = Workload(depths=[100, 4000], concurrency=[1, 4], max_tokens=64)
+    runner = _runner(w, Effective(values={"n_ctx_per_slot": 2048, "total_slots": 2}), warnings)
+    assert set(runner.refused) == {"depth 4000", "4 streams"}
+    kept = runner.accept(arm_points(w, PROMPTS[:1], ["greedy"]))
+    assert {(p.depth, p.concurrency) for p in kept} == {(100, 1)}
+    assert len(warnings) == 2 and any("depth 4000 + max_tokens 64 > effective context 2048" in m for m in warnings)
+
+
+def test_runner_pads_to_depth_and_flags_what_did_not_happen() -> None:
+    runner = _runner(Workload(depths=[300], max_tokens=64))
+    body: dict[str, Any] = {"max_tokens": 64, "messages": PROMPTS[0].messages}
+    point = Point(PROMPTS[0], "greedy", 0, 300)
+    info = runner.prepare(body, point)
+    assert info is not None and Fake().count_prompt_tokens(runner.http, body["messages"]) == 300
+    assert body["min_tokens"] == 64
+    result = StreamResult(t_send_ns=0, t_done_ns=1, usage={"completion_tokens": 40, "prompt_tokens": 299})
+    sample = Sample(arm="arm", engine="fake", prompt="a", mode="greedy", rep=0,
+                    **{k: v for k, v in account(result, usage_per_chunk=False, one_token_per_event=True).items()
+                       if k in ("completion_tokens", "prompt_tokens")})
+    runner.finish(sample, point, body, result, info)
+    assert (sample.depth, sample.max_tokens, sample.concurrency) == (300, 64, None)
+    assert "depth-mismatch: usage.prompt_tokens 299, target 300" in sample.flags
+    assert "fixed-length-missed: 40 of 64 tokens" in sample.flags
+
+
+def test_runner_batch_writes_one_sample_per_stream_with_salted_prompts() -> None:
+    engine = InFlight(3)
+    runner = _runner(Workload(concurrency=[3], max_tokens=15))
+    runner.http = httpx.Client(transport=httpx.MockTransport(engine), base_url="http://engine")
+
+    class Meter:
+        def start(self) -> None: ...
+
+        def stop(self) -> float:
+            return 0.0
+
+    def make(res: StreamResult, stats: ServerStats, foreign: float | None, t0: float) -> Sample:
+        fields = account(res, usage_per_chunk=False, one_token_per_event=True)
+        return Sample(arm="arm", engine="fake", prompt="a", mode="greedy", rep=0, status="ok",
+                      completion_tokens=fields["completion_tokens"], started_at=t0)
+
+    samples = runner.run_batch(Point(PROMPTS[0], "greedy", 0, None, 3),
+                               lambda: {"max_tokens": 15, "messages": PROMPTS[0].messages}, make, Meter())
+    assert engine.most == 3 and len(samples) == 3
+    assert len({s.batch_id for s in samples}) == 1 and samples[0].batch_wall_s
+    assert all(s.concurrency == 3 and not s.flags for s in samples)  # 15 of 15 tokens: fixed work held
+    assert len(set(engine.bodies)) == 3  # each stream salted: no shared prefix to cache

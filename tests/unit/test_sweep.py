@@ -1,0 +1,182 @@
+"""Matrix sweeps: expansion into named arms, errors that name the sweep key, shared engines, the n-max table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from bakeoff.core.config import Arm, Workload, parse_bakeoff
+from bakeoff.core.errors import ConfigError
+from bakeoff.core.sample import Sample
+from bakeoff.core.sweep import (
+    SharedEngine,
+    arm_name_for,
+    effective_workload,
+    expand_sweeps,
+    order_for_sharing,
+    server_key,
+    sweep_rows,
+)
+
+ARM_SWEEP = """\
+name: s
+baseline: spec
+arms:
+  - name: plain
+    engine: llamacpp
+    model: smollm2
+  - name: spec
+    engine: llamacpp
+    model: smollm2
+    speculative: {method: draft, draft_model: smollm2}
+    sweep:
+      speculative.n_max: [1, 2, 3]
+      settings.split: [layer, tensor]
+"""
+
+
+def test_arm_sweep_expands_to_every_combination_with_names_and_points() -> None:
+    cfg = parse_bakeoff(ARM_SWEEP)
+    names = [a.name for a in cfg.arms]
+    assert names == ["plain", "spec-n_max1-split-layer", "spec-n_max1-split-tensor", "spec-n_max2-split-layer",
+                     "spec-n_max2-split-tensor", "spec-n_max3-split-layer", "spec-n_max3-split-tensor"]
+    arm = cfg.arms[4]
+    assert arm.speculative.n_max == 2 and arm.settings.split == "tensor"
+    assert arm.speculative.method == "draft" and arm.speculative.draft_model == "smollm2"
+    assert arm.swept == {"speculative.n_max": 2, "settings.split": "tensor"}
+    assert not arm.sweep and cfg.arms[0].swept == {}
+    # the baseline named the swept arm: it moves to the first arm it expanded into
+    assert cfg.baseline == "spec-n_max1-split-layer"
+    # only keys the user set (or the sweep set) count as set: capability checks see the same arm
+    assert arm.speculative.set_fields() == {"draft_model", "n_max"}
+
+
+def test_top_level_sweep_applies_to_every_arm_and_expansion_is_idempotent() -> None:
+    cfg = parse_bakeoff("""\
+arms:
+  - {name: a, engine: llamacpp, model: smollm2}
+  - {name: b, engine: llamacpp, model: smollm2, sweep: {settings.threads: [1, 2]}}
+sweep: {workload.max_tokens: [32, 64]}
+""")
+    assert [a.name for a in cfg.arms] == ["a-max_tokens32", "a-max_tokens64", "b-threads1-max_tokens32",
+                                          "b-threads1-max_tokens64", "b-threads2-max_tokens32",
+                                          "b-threads2-max_tokens64"]
+    assert cfg.arms[1].workload.max_tokens == 64 and cfg.arms[2].settings.threads == 1
+    assert expand_sweeps(cfg) is cfg
+
+
+def test_unknown_sweep_key_names_the_key_and_its_line() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_bakeoff(ARM_SWEEP.replace("speculative.n_max:", "speculative.n_maxx:"), "f.yaml")
+    assert "f.yaml:12: arms[1].sweep.speculative.n_maxx" in str(err.value)
+    assert "n_max" in str(err.value)  # lists the keys that exist
+    with pytest.raises(ConfigError, match=r"sweep.workload.reps: .*max_tokens"):
+        parse_bakeoff("arms: [{name: a, engine: x, model: m}]\nsweep: {workload.reps: [1, 2]}\n")
+    with pytest.raises(ConfigError, match=r"sweep.name: unknown key"):
+        parse_bakeoff("arms: [{name: a, engine: x, model: m}]\nsweep: {name: [b, c]}\n")
+
+
+def test_empty_values_and_invalid_values_are_refused_naming_the_point() -> None:
+    with pytest.raises(ConfigError, match=r"give at least one value"):
+        parse_bakeoff("arms: [{name: a, engine: x, model: m, sweep: {speculative.n_max: []}}]\n")
+    with pytest.raises(ConfigError) as err:
+        parse_bakeoff("arms: [{name: a, engine: x, model: m, sweep: {speculative.n_max: [2, 0]}}]\n", "f.yaml")
+    assert '"speculative.n_max": 0' in str(err.value) and "greater than or equal to 1" in str(err.value)
+
+
+def test_colliding_names_after_expansion_are_an_error() -> None:
+    with pytest.raises(ConfigError, match="two arms are named 'a-n_max2'"):
+        parse_bakeoff("arms:\n  - {name: a, engine: x, model: m, sweep: {speculative.n_max: [2]}}\n"
+                      "  - {name: a-n_max2, engine: x, model: m}\n")
+
+
+def test_names_are_file_safe() -> None:
+    assert arm_name_for("m", {"model": "/models/Qwen 3/q.gguf"}) == "m-model-q"
+    assert arm_name_for("x", {"settings.enforce_eager": True, "speculative.p_min": 0.5}) == \
+        "x-enforce_eager-on-p_min0.5"
+
+
+def test_request_level_arms_share_a_server_and_launch_level_arms_do_not() -> None:
+    cfg = parse_bakeoff("""\
+arms: [{name: d, engine: llamacpp, model: smollm2, speculative: {method: draft, draft_model: smollm2}}]
+sweep: {speculative.n_max: [2, 4], workload.max_tokens: [32, 64]}
+""")
+    keys = {a.name: server_key(a) for a in cfg.arms}
+    assert keys["d-n_max2-max_tokens32"] == keys["d-n_max2-max_tokens64"]
+    assert keys["d-n_max2-max_tokens32"] != keys["d-n_max4-max_tokens32"]
+    shuffled = [["d-n_max2-max_tokens32", "d-n_max4-max_tokens64", "d-n_max2-max_tokens64", "d-n_max4-max_tokens32"]]
+    assert order_for_sharing(shuffled, cfg.arms) == [["d-n_max2-max_tokens32", "d-n_max2-max_tokens64",
+                                                      "d-n_max4-max_tokens64", "d-n_max4-max_tokens32"]]
+
+
+def test_effective_workload_applies_only_the_arms_overrides() -> None:
+    w = Workload(max_tokens=512, reps=3)
+    arm = Arm(name="a", engine="x", model="m", workload={"max_tokens": 64})
+    got = effective_workload(w, arm)
+    assert (got.max_tokens, got.reps, got.fixed_length) == (64, 3, True)
+    assert effective_workload(w, Arm(name="b", engine="x", model="m")) is w
+
+
+class FakeEngine:
+    def __init__(self, log: list[str], name: str) -> None:
+        self.log, self.name, self.alive = log, name, True
+
+
+def test_shared_engine_reuses_one_start_per_key_and_always_stops() -> None:
+    log: list[str] = []
+
+    def opener(name: str):  # type: ignore[no-untyped-def]
+        @contextmanager
+        def start() -> Iterator[tuple[str, FakeEngine]]:
+            log.append(f"start {name}")
+            try:
+                yield f"http://{name}", FakeEngine(log, name)
+            finally:
+                log.append(f"stop {name}")
+        return start
+
+    shared = SharedEngine()
+    with shared.use("k1", opener("one")) as ((base, _), fresh):
+        assert (base, fresh) == ("http://one", True)
+    with shared.use("k1", opener("unused")) as ((base, engine), fresh):
+        assert (base, fresh) == ("http://one", False)
+        engine.alive = False  # died: the next arm gets a fresh start even with the same key
+    with shared.use("k1", opener("two")) as (_, fresh):
+        assert fresh
+    with shared.use("k2", opener("three")):
+        pass
+    with pytest.raises(RuntimeError), shared.use("k2", opener("unused")):
+        raise RuntimeError("arm failed")
+    assert log == ["start one", "stop one", "start two", "stop two", "start three", "stop three"]
+    shared.close()  # nothing held: a no-op
+    assert log[-1] == "stop three"
+
+
+def _s(arm: str, tps: float, drafted: int | None = None, accepted: int | None = None,
+       drafts: int | None = None, depth: int | None = None) -> Sample:
+    return Sample(arm=arm, engine="llamacpp", prompt="p", mode="greedy", rep=0, decode_tps=tps,
+                  drafted=drafted, accepted=accepted, drafts=drafts, depth=depth)
+
+
+def test_nmax_table_rows_have_acceptance_mean_length_and_speed_vs_baseline() -> None:
+    meta = {"baseline": "off", "config": {"arms": [
+        {"name": "off", "speculative": {"method": "none"}},
+        {"name": "d-n_max1", "speculative": {"n_max": 1}, "swept": {"speculative.n_max": 1}},
+        {"name": "d-n_max4", "speculative": {"n_max": 4}, "swept": {"speculative.n_max": 4}}]}}
+    samples = [_s("off", 40), _s("off", 60), _s("d-n_max1", 60, 30, 27, 30), _s("d-n_max1", 80, 30, 27, 30),
+               _s("d-n_max4", 100, 100, 50, 25), _s("d-n_max4", 1.0, depth=4096)]
+    got = sweep_rows(samples, meta)
+    assert got is not None
+    title, header, rows = got
+    assert title == "n-max sweep"
+    assert header[:2] == ["arm", "n_max"]
+    assert rows[0] == ["off", "–", "50.0", "–", "–", "1.00×", "2"]
+    assert rows[1] == ["d-n_max1", "1", "70.0", "90.0%", "1.90", "1.40×", "2"]
+    assert rows[2] == ["d-n_max4", "4", "100.0", "50.0%", "3.00", "2.00×", "1"]  # the depth sample is left out
+
+
+def test_no_sweep_table_for_a_plain_run() -> None:
+    meta = {"config": {"arms": [{"name": "a", "speculative": {}}, {"name": "b", "speculative": {}}]}}
+    assert sweep_rows([_s("a", 1.0), _s("b", 2.0)], meta) is None
