@@ -1,0 +1,67 @@
+"""Statistics and reports on a real llama-server run: intervals, verdicts, adaptive passes, warnings.
+
+Two arms are identical (same settings, different names), so their ratio must come out "not separable";
+an ngram-mod arm with reps > 1 must draw the stateful-speculator warning at plan time and in the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bakeoff.core.reports import summarize_run
+from bakeoff.core.store import read_samples
+
+pytestmark = pytest.mark.integration
+
+CONFIG = """\
+name: stats-it
+baseline: spec-off
+arms:
+  - {name: spec-off, engine: llamacpp, model: smollm2, settings: {ctx: 2048, parallel: 1, threads: 2}}
+  - {name: spec-off-twin, engine: llamacpp, model: smollm2, settings: {ctx: 2048, parallel: 1, threads: 2}}
+  - name: ngram-mod
+    engine: llamacpp
+    model: smollm2
+    speculative: {method: ngram, variant: mod}
+    settings: {ctx: 2048, parallel: 1, threads: 2}
+workload: {prompts: [code_python, prose], max_tokens: 64, reps: 2, passes: 1, seed: 3}
+"""
+
+
+def test_until_ci_run_then_report(llama_server: Path, smollm2: Path, tmp_path: Path, bakeoff_cli: str) -> None:
+    cfg = tmp_path / "stats.yaml"
+    cfg.write_text(CONFIG)
+    proc = subprocess.run([bakeoff_cli, "run", str(cfg), "--out", str(tmp_path / "runs"), "--until-ci", "50%",
+                           "--max-passes", "3"], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "COLUMNS": "250"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "WARNING ngram-mod: the ngram-mod speculator keeps state" in out  # at plan time and in the report
+    assert "widest median CI after 1 pass(es)" in out and "at least two passes are needed" in out
+    (run,) = [d for d in (tmp_path / "runs").iterdir() if d.is_dir()]
+    meta = json.loads((run / "run.json").read_text())
+    passes = len(meta["orders"])
+    assert 2 <= passes <= 3  # one planned, at least one added, at most --max-passes
+    samples = read_samples(run)
+    assert {s.pass_index for s in samples} == set(range(passes))
+    assert len(samples) == 3 * passes * 2 * 2 and all(s.status == "ok" for s in samples)
+
+    report = subprocess.run([bakeoff_cli, "report", str(run)], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "COLUMNS": "250"})
+    assert report.returncode == 0, report.stderr
+    assert "vs baseline" in report.stdout and "×" in report.stdout
+    summary = summarize_run(run)
+    assert {c.arm for c in summary.comparisons} == {"spec-off-twin", "ngram-mod"}
+    for c in summary.comparisons:
+        assert c.ratio.lo <= c.ratio.estimate <= c.ratio.hi and c.ratio.n == passes * 2 * 2
+        assert f"{c.ratio.estimate:.3f}× ({c.ratio.lo:.3f}–{c.ratio.hi:.3f}) {c.verdict}" in report.stdout
+    # identical arms: at 99 % (a 1 % false-alarm rate for a CI test) they must not be told apart
+    twin = summarize_run(run, level=0.99).comparison("spec-off-twin")
+    assert twin is not None and twin.verdict == "not separable", twin
+    for name in ("report.md", "summary.json", "report.html", "decode_by_prompt.svg", "decode_vs_acceptance.png"):
+        assert (run / "report" / name).stat().st_size > 0
