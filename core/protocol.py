@@ -310,7 +310,7 @@ def plan_warnings(plan: Plan) -> list[str]:
     for a in plan.arms:
         spec = a.arm.speculative
         msg = stateful_warning(a.arm.name, spec.method, spec.variant, a.adapter.capabilities.stateful_speculators,
-                               plan.config.workload.reps)
+                               effective_workload(plan.config.workload, a.arm).reps)
         if msg:
             out.append(msg)
     return out
