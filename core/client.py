@@ -90,9 +90,11 @@ def stream_chat(http: httpx.Client, body: dict[str, Any], timeout_s: float) -> S
                 result.events.append(Event(t, text, (usage or {}).get("completion_tokens")))
                 if t > deadline:
                     result.error = f"request exceeded {timeout_s:g} s"
+                    result.flags.append("timeout")
                     return result
     except httpx.TimeoutException as exc:
         result.error = f"timeout after {timeout_s:g} s without data ({type(exc).__name__})"
+        result.flags.append("timeout")  # the protocol stops an engine that stalls
     except (httpx.HTTPError, SSEError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     finally:

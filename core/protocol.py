@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
 from .adapter import EngineAdapter, Effective, check_arm_capabilities
 from .client import account, stream_chat
 from .compose import ComposeEngine, project_name
 from .config import Arm, BakeoffFile, Prompt, SamplingMode
-from .errors import BakeoffError, EngineError, EngineStartupError, MeasurementError
+from .errors import BakeoffError, ConfigError, EngineError, EngineStartupError, MeasurementError
 from .hostinfo import CpuMeter, host_info
 from .launcher import Engine, LogCursor, free_port
 from .prompts import resolve_prompts
@@ -86,6 +87,9 @@ def plan_run(config: BakeoffFile) -> Plan:
         check_arm_capabilities(adapter, arm)
         arms.append(PlannedArm(arm, adapter, i))
     for planned in arms:
+        if planned.arm.api_key_env and not os.environ.get(planned.arm.api_key_env):
+            raise ConfigError(f"arm {planned.arm.name!r}: api_key_env names ${planned.arm.api_key_env}, "
+                              f"which is not set")
         if not planned.arm.attached:
             planned.adapter.preflight(planned.arm)
     w = config.workload
@@ -121,10 +125,11 @@ def build_request(planned: PlannedArm, workload: Any, prompt: Prompt, mode: Samp
 
 
 def _headers(arm: Arm) -> dict[str, str]:
+    """The Authorization header from the variable named by ``api_key_env``; the key is written nowhere."""
     if arm.api_key_env:
-        key = os.environ.get(arm.api_key_env)
-        if key:
-            return {"Authorization": f"Bearer {key}"}
+        key = SecretStr(os.environ.get(arm.api_key_env, ""))
+        if key.get_secret_value():
+            return {"Authorization": f"Bearer {key.get_secret_value()}"}
     return {}
 
 
@@ -241,6 +246,10 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                         raise EngineStartupError(
                             f"{planned.adapter.name} died during the run (exit {engine.proc.returncode})",  # type: ignore[union-attr]
                             reason="died", log_tail=engine.log_tail())
+                    if any("timeout" in s.flags for s in samples):  # a hung engine would stall every request
+                        raise EngineStartupError(
+                            f"{planned.adapter.name} stalled: no data for {w.request_timeout_s:g} s; engine stopped",
+                            reason="stalled", log_tail=engine.log_tail() if engine else "")
     except (EngineError, MeasurementError) as exc:  # MeasurementError: e.g. a depth prompt could not be fitted
         record.update(status="failed", error=str(exc),
                       log_tail=getattr(exc, "log_tail", ""), reason=getattr(exc, "reason", None))

@@ -12,7 +12,7 @@ import typer
 if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
     os.environ["COLUMNS"] = "200"
 
-from . import compare, demo, engines, report, run, schema  # noqa: E402
+from . import compare, demo, engines, report, run, runs, schema  # noqa: E402
 
 __all__ = ["app", "main"]
 
@@ -22,6 +22,7 @@ app.command("run")(run.run_command)
 app.command("demo")(demo.demo_command)
 app.command("schema")(schema.schema_command)
 app.command("report")(report.report_command)
+app.command("runs")(runs.runs_command)
 app.command("compare")(compare.compare_command)
 app.add_typer(engines.app, name="engines")
 

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..config import BakeoffFile, load_bakeoff
 from ..errors import BakeoffError, ConfigError
 from ..protocol import ProtocolEvents, plan_run, run_extra_pass, run_metadata, run_plan
+from ..resume import Resume, load_resume
 from ..stats import needs_more_passes
 from ..store import RunDir, new_run_dir
 from .report import print_tables
@@ -37,17 +38,23 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10) -> RunDir:
-    """Plan, run and report one bakeoff; engines are stopped on every way out."""
+def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
+            resume: Resume | None = None) -> RunDir:
+    """Plan, run and report one bakeoff (or finish ``resume``'s); engines are stopped on every way out."""
     plan = plan_run(config)
-    run = RunDir(new_run_dir(out, config.name))
-    run.write_run(run_metadata(plan))
+    if resume is None:
+        run = RunDir(new_run_dir(out, config.name))
+        run.write_run(run_metadata(plan))
+    else:  # same directory, recorded orders, stored samples skipped
+        run = resume.run
+        resume.apply(plan)
+    done = resume.done if resume else set()
     console.print(f"run directory: [bold]{run.path}[/bold]")
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as progress:
-            task = progress.add_task("starting", total=plan.requests_total)
+            task = progress.add_task("starting", total=plan.requests_total, completed=len(done))
 
             def on_sample(sample: object) -> None:
                 progress.advance(task)
@@ -60,7 +67,7 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
                 on_arm_failed=lambda arm, why: progress.console.print(f"[red]arm {arm} failed:[/red] {why}"),
                 on_warning=lambda msg: progress.console.print(f"[bold yellow]WARNING[/bold yellow] {msg}"),
             )
-            run_plan(plan, run, events)
+            run_plan(plan, run, events, done)
             while until_ci is not None:  # adaptive passes: --until-ci
                 more, why = needs_more_passes(run.samples(), len(plan.orders), until_ci, max_passes,
                                               seed=config.workload.seed)
@@ -78,14 +85,23 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
 
 
 def run_command(
-    file: Path = typer.Argument(help="Bakeoff YAML file"),
+    file: Path | None = typer.Argument(None, help="Bakeoff YAML file (optional with --resume)"),
     out: Path = typer.Option(Path("runs"), "--out", help="Directory that receives the run directory"),
     until_ci: str | None = typer.Option(None, "--until-ci", help="Add passes until every arm's median 95 % CI "
                                         "half-width is at most this, e.g. 3%"),
     max_passes: int = typer.Option(10, "--max-passes", min=1, help="Most passes with --until-ci"),
+    resume: Path | None = typer.Option(None, "--resume", help="Finish an interrupted run in RUN_DIR with the "
+                                       "configuration recorded there, skipping samples already stored"),
 ) -> None:
     """Run every arm of a bakeoff file and print the comparison table."""
     try:
+        if resume is not None:
+            resumed = load_resume(resume, file)
+            console.print(f"resuming: {len(resumed.done)} measurement points already stored")
+            execute(resumed.config, out, _percent(until_ci), max_passes, resume=resumed)
+            return
+        if file is None:
+            raise ConfigError("give a bakeoff FILE, or --resume RUN_DIR")
         execute(load_bakeoff(file), out, _percent(until_ci), max_passes)
     except BakeoffError as exc:
         console.print(f"[red]error:[/red] {exc}")

@@ -1,0 +1,88 @@
+"""``bakeoff runs [DIR]``: the runs under a directory, finished or not, with how to resume the others.
+
+Each run directory's SQLite index answers the counts; a run made before the index existed is read from
+its samples.jsonl instead (and is not written to: listing never changes a run).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..db import RunDB, RunSummary, StoreError, failed_arms
+from ..store import read_samples
+
+__all__ = ["runs_command", "list_runs"]
+
+console = Console()
+
+
+def _from_files(path: Path) -> RunSummary:
+    meta = json.loads((path / "run.json").read_text())
+    samples = read_samples(path)
+    return RunSummary(run_id=path.name, path=path, name=(meta.get("config") or {}).get("name"),
+                      started_at=meta.get("started_at"), finished_at=meta.get("finished_at"),
+                      samples=len(samples), errors=sum(s.status == "error" for s in samples),
+                      flagged=sum(bool(s.flags) for s in samples),
+                      arms=[a.get("name", "?") for a in (meta.get("config") or {}).get("arms", [])],
+                      failed_arms=failed_arms(meta), indexed=False)
+
+
+def list_runs(base: Path) -> list[RunSummary]:
+    """Every run directory directly under ``base`` (one with a run.json), oldest first."""
+    out: list[RunSummary] = []
+    if not base.is_dir():
+        return out
+    for path in sorted(p for p in base.iterdir() if (p / "run.json").is_file()):
+        db = RunDB(path)
+        summary = None
+        if db.exists:
+            try:
+                summary = db.summary(path.name, path)
+            except StoreError:
+                summary = None
+        if summary is None or summary.started_at is None:
+            try:
+                summary = _from_files(path)
+            except (OSError, ValueError):
+                continue
+        out.append(summary)
+    return sorted(out, key=lambda s: (s.started_at or 0.0, s.run_id))
+
+
+def _state(s: RunSummary) -> str:
+    if s.finished_at is None:
+        return "incomplete"
+    return f"{len(s.failed_arms)} arm(s) failed" if s.failed_arms else "finished"
+
+
+def runs_command(
+    base: Path = typer.Argument(Path("runs"), help="Directory holding run directories (bakeoff run --out)"),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List the runs under DIR: state, arms, samples, errors, and how to resume an incomplete one."""
+    runs = list_runs(base)
+    if json_out:
+        rows = [{**asdict(s), "path": str(s.path), "state": _state(s)} for s in runs]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not runs:
+        console.print(f"no runs under {base}")
+        return
+    table = Table(title=f"runs under {base}")
+    for col in ("run", "name", "started", "state", "arms", "samples", "errors", "flagged"):
+        table.add_column(col, justify="right" if col in ("arms", "samples", "errors", "flagged") else "left")
+    for s in runs:
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.started_at)) if s.started_at else "–"
+        table.add_row(s.run_id, s.name or "–", started, _state(s), str(len(s.arms)), str(s.samples),
+                      str(s.errors), str(s.flagged))
+    console.print(table)
+    for s in runs:
+        if s.finished_at is None or s.failed_arms:
+            console.print(f"resume {s.run_id}: bakeoff run --resume {s.path}", highlight=False, soft_wrap=True)

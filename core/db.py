@@ -1,0 +1,283 @@
+"""An embedded SQLite index of a run, beside its ``samples.jsonl``: what resume and ``bakeoff runs`` read.
+
+``samples.jsonl`` stays the record (one line per request, fsynced); the database indexes the same
+samples by their measurement point so that a resumed run can skip what is stored and can never store
+a point twice. One file per run directory (``bakeoff.sqlite``, owner-only), in WAL mode so a reader
+(``bakeoff runs`` while a run is going) never blocks the writer.
+
+Write order for one sample: a transaction checks the point and inserts the row, the JSON line is
+appended and fsynced, then the transaction commits. A crash between the last two leaves a line the
+index lacks; :meth:`RunDB.reconcile` adds it back from ``samples.jsonl`` before anything is resumed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import BakeoffError
+from .sample import Sample
+
+__all__ = ["DB_NAME", "RunDB", "RunSummary", "StoreError", "DuplicateSampleError", "point_of", "done_key"]
+
+DB_NAME = "bakeoff.sqlite"
+DB_SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id       TEXT PRIMARY KEY,
+    name         TEXT,
+    started_at   REAL,
+    finished_at  REAL,
+    tool_version TEXT,
+    meta         TEXT NOT NULL,          -- run.json as written
+    updated_at   REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples (
+    id                INTEGER PRIMARY KEY,
+    run_id            TEXT NOT NULL,
+    point             TEXT NOT NULL,      -- JSON [arm, prompt, mode, rep, pass, depth, concurrency]
+    slot              INTEGER NOT NULL,   -- 0 .. concurrency-1: streams of one batch share a point
+    uid               TEXT NOT NULL,      -- sha256 of the samples.jsonl line (equal lines may repeat)
+    arm               TEXT NOT NULL,
+    engine            TEXT,
+    prompt            TEXT NOT NULL,
+    mode              TEXT NOT NULL,
+    rep               INTEGER NOT NULL,
+    pass_index        INTEGER NOT NULL,
+    status            TEXT NOT NULL,
+    error             TEXT,
+    flags             TEXT NOT NULL,
+    completion_tokens INTEGER,
+    decode_tps        REAL,
+    ttft_s            REAL,
+    started_at        REAL,
+    data              TEXT NOT NULL,      -- the Sample as JSON
+    UNIQUE (run_id, point, slot)
+);
+CREATE INDEX IF NOT EXISTS samples_by_arm ON samples (run_id, arm, status);
+CREATE INDEX IF NOT EXISTS samples_by_uid ON samples (run_id, uid);
+"""
+
+
+class StoreError(BakeoffError):
+    """The run's SQLite index cannot be read or written."""
+
+
+class DuplicateSampleError(StoreError):
+    """A sample for a measurement point that already has all its samples: storing it would count it twice."""
+
+
+Point = tuple[str, str, str, int, int, int | None, int | None]
+
+
+def point_of(sample: Sample) -> Point:
+    """The measurement point a sample belongs to: (arm, prompt, mode, rep, pass, depth, concurrency)."""
+    return (sample.arm, sample.prompt, sample.mode, sample.rep, sample.pass_index,
+            getattr(sample, "depth", None), getattr(sample, "concurrency", None))
+
+
+def done_key(point: Point) -> tuple[Any, ...]:
+    """The protocol's resume key for a point: 5 fields for plain points, 7 when depth or concurrency is set."""
+    return point[:5] if point[5] is None and point[6] is None else point
+
+
+def _slots(point: Point) -> int:
+    return max(1, point[6] or 1)
+
+
+@dataclass
+class RunSummary:
+    """One run as ``bakeoff runs`` lists it."""
+
+    run_id: str
+    path: Path
+    name: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    samples: int = 0
+    errors: int = 0
+    flagged: int = 0
+    arms: list[str] = field(default_factory=list)
+    failed_arms: list[str] = field(default_factory=list)
+    indexed: bool = True  # False: read from samples.jsonl (no database yet)
+
+
+class RunDB:
+    """The SQLite index of one run directory.
+
+    Every call opens its own short connection: a run writes one sample every few seconds at most, and
+    nothing has to be closed on Ctrl-C.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / DB_NAME
+
+    @property
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        if not self.path.exists():
+            # Created owner-only; SQLite gives the -wal and -shm files the same mode.
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        try:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {self.path}: {exc}") from exc
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                conn.executescript(_SCHEMA)
+                conn.execute(f"PRAGMA user_version={DB_SCHEMA_VERSION}")
+            yield conn
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {exc}") from exc
+        finally:
+            conn.close()
+
+    # -- writing ---------------------------------------------------------------------------
+    def put_run(self, run_id: str, meta: dict[str, Any]) -> None:
+        """Insert or replace the run's row from its run.json content."""
+        tool = (meta.get("tool") or {}).get("version")
+        name = (meta.get("config") or {}).get("name")
+        with self._connect() as conn:
+            conn.execute(
+                "INSERT INTO runs (run_id, name, started_at, finished_at, tool_version, meta, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET name=excluded.name, "
+                "started_at=excluded.started_at, finished_at=excluded.finished_at, "
+                "tool_version=excluded.tool_version, meta=excluded.meta, updated_at=excluded.updated_at",
+                (run_id, name, meta.get("started_at"), meta.get("finished_at"), tool,
+                 json.dumps(meta, default=str), time.time()))
+
+    def insert(self, sample: Sample, line: str, write_line: Callable[[], None] | None = None) -> None:
+        """Index one sample; ``write_line`` (the samples.jsonl append) runs inside the transaction.
+
+        :param line: the exact samples.jsonl line, whose hash identifies the sample.
+        :raises DuplicateSampleError: the point already holds all its samples; nothing is written.
+        """
+        point = point_of(sample)
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                taken = self._count(conn, sample.run_id, point)
+                if taken >= _slots(point):
+                    raise DuplicateSampleError(
+                        f"arm {sample.arm!r} prompt {sample.prompt!r} mode {sample.mode!r} rep {sample.rep} "
+                        f"pass {sample.pass_index} is already stored; refusing to count it twice")
+                self._insert_row(conn, sample, line, point, taken)
+                if write_line is not None:
+                    write_line()
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    @staticmethod
+    def _count(conn: sqlite3.Connection, run_id: str, point: Point) -> int:
+        row = conn.execute("SELECT count(*) FROM samples WHERE run_id=? AND point=?",
+                           (run_id, json.dumps(point))).fetchone()
+        return int(row[0])
+
+    @staticmethod
+    def _insert_row(conn: sqlite3.Connection, sample: Sample, line: str, point: Point, slot: int) -> None:
+        conn.execute(
+            "INSERT INTO samples (run_id, point, slot, uid, arm, engine, prompt, mode, rep, pass_index, status, "
+            "error, flags, completion_tokens, decode_tps, ttft_s, started_at, data) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (sample.run_id, json.dumps(point), slot, _uid(line), sample.arm, sample.engine, sample.prompt,
+             sample.mode, sample.rep, sample.pass_index, sample.status, sample.error, json.dumps(sample.flags),
+             sample.completion_tokens, sample.decode_tps, sample.ttft_s, sample.started_at, line.strip()))
+
+    def reconcile(self, run_id: str, lines: Iterable[str]) -> int:
+        """Index every samples.jsonl line the database lacks (a crash between append and commit).
+
+        Lines are matched to rows by content, as a multiset: two streams of one batch can write equal
+        lines. Unparseable lines (a line torn by a crash) are skipped. Returns how many rows were added.
+        """
+        added = 0
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                indexed = Counter(row[0] for row in conn.execute("SELECT uid FROM samples WHERE run_id=?",
+                                                                  (run_id,)))
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    if indexed[_uid(line)] > 0:
+                        indexed[_uid(line)] -= 1
+                        continue
+                    try:
+                        sample = Sample.model_validate_json(line)
+                    except ValueError:
+                        continue
+                    if sample.run_id != run_id:
+                        continue
+                    point = point_of(sample)
+                    self._insert_row(conn, sample, line, point, self._count(conn, run_id, point))
+                    added += 1
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return added
+
+    # -- reading ---------------------------------------------------------------------------
+    def points(self, run_id: str) -> list[Point]:
+        """The point of every stored sample (one entry per sample)."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT point FROM samples WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
+        return [tuple(json.loads(r[0])) for r in rows]  # type: ignore[misc]
+
+    def samples(self, run_id: str) -> list[Sample]:
+        with self._connect() as conn:
+            rows = conn.execute("SELECT data FROM samples WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
+        return [Sample.model_validate_json(r[0]) for r in rows]
+
+    def summary(self, run_id: str, path: Path) -> RunSummary:
+        """Counts for ``bakeoff runs``."""
+        with self._connect() as conn:
+            run = conn.execute("SELECT name, started_at, finished_at, meta FROM runs WHERE run_id=?",
+                               (run_id,)).fetchone()
+            counts = conn.execute(
+                "SELECT count(*), coalesce(sum(status='error'), 0), coalesce(sum(flags != '[]'), 0) "
+                "FROM samples WHERE run_id=?", (run_id,)).fetchone()
+        out = RunSummary(run_id=run_id, path=path, samples=counts[0], errors=counts[1], flagged=counts[2])
+        if run is not None:
+            out.name, out.started_at, out.finished_at = run[0], run[1], run[2]
+            meta = json.loads(run[3])
+            out.arms = [a.get("name", "?") for a in (meta.get("config") or {}).get("arms", [])]
+            out.failed_arms = failed_arms(meta)
+        return out
+
+
+def failed_arms(meta: dict[str, Any]) -> list[str]:
+    """Arms whose latest attempt at some pass failed (a resumed pass that succeeded clears it)."""
+    failed = []
+    for arm, records in (meta.get("arm_records") or {}).items():
+        latest: dict[Any, str] = {}
+        for rec in records:
+            latest[rec.get("pass", 0)] = str(rec.get("status", ""))
+        if any(status == "failed" for status in latest.values()):
+            failed.append(arm)
+    return failed
+
+
+def _uid(line: str) -> str:
+    return hashlib.sha256(line.strip().encode()).hexdigest()
+
+
+__all__ += ["failed_arms"]

@@ -1,0 +1,72 @@
+"""``bakeoff run --resume RUN_DIR``: finish an interrupted run in its own directory.
+
+A resumed run uses the configuration recorded in run.json, not whatever the bakeoff file says today:
+mixing two configurations in one run would compare arms that were not measured the same way. Samples
+already stored (samples.jsonl, indexed in the run's SQLite database) are skipped point by point, and
+the database refuses a second sample for a point, so nothing is measured or counted twice. The pass
+orders recorded in run.json are reused, so the interleaving is the one the run started with.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .config import BakeoffFile, format_validation_error, load_bakeoff
+from .errors import ConfigError
+from .protocol import Plan
+from .store import RunDir
+
+__all__ = ["Resume", "load_resume"]
+
+
+@dataclass
+class Resume:
+    """What a resumed run continues from."""
+
+    run: RunDir
+    config: BakeoffFile
+    done: set[tuple[Any, ...]]
+    meta: dict[str, Any]
+
+    def apply(self, plan: Plan) -> None:
+        """Reuse the recorded pass orders and mark the run as resumed (and unfinished) in run.json.
+
+        :raises ConfigError: the recorded orders name arms the plan does not have.
+        """
+        orders = self.meta.get("orders")
+        if orders:
+            names = {a.arm.name for a in plan.arms}
+            if any(set(order) != names for order in orders):
+                raise ConfigError(f"{self.run.path}: the pass orders in run.json do not match its arms; "
+                                  f"this run directory cannot be resumed")
+            plan.orders = [list(order) for order in orders]
+        self.run.update_run(resumed_at=[*self.meta.get("resumed_at", []), time.time()], finished_at=None)
+
+
+def load_resume(run_dir: Path, file: Path | None = None) -> Resume:
+    """Read an interrupted run's configuration and what it already stored.
+
+    :param file: the bakeoff file, if the user gave one; it must resolve to the recorded configuration.
+    :raises ConfigError: not a run directory, an unreadable configuration, or a file that differs.
+    """
+    run_json = run_dir / "run.json"
+    if not run_json.is_file():
+        raise ConfigError(f"--resume {run_dir}: not a bakeoff run directory (no run.json)")
+    run = RunDir(run_dir)
+    meta = run.read_run()
+    stored = meta.get("config")
+    if not isinstance(stored, dict):
+        raise ConfigError(f"--resume {run_dir}: run.json records no configuration")
+    try:
+        config = BakeoffFile.model_validate(stored)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, f"{run_json} (config)", prefix=("config",))) from exc
+    if file is not None and load_bakeoff(file).model_dump(mode="json") != config.model_dump(mode="json"):
+        raise ConfigError(f"--resume: {file} differs from the configuration recorded in {run_json}; a resumed "
+                          f"run keeps its own configuration. Leave out FILE, or start a new run.")
+    return Resume(run=run, config=config, done=run.done_keys(), meta=meta)

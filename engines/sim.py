@@ -1,0 +1,121 @@
+"""``sim``: a misbehaving engine, for proving that bakeoff keeps every sample and leaves nothing running.
+
+The adapter launches ``sim_server.py`` (standard library only) as a real process through core's
+launcher, so a SIGKILL, a stall or a crash on start is exactly what a broken engine would do. What the
+server does comes from the arm's ``options:`` (validated by :class:`SimOptions`): token packing and
+pacing, wrong or missing usage, a stall, a reset, a self-kill, malformed SSE, HTTP errors, a slow boot,
+a crash on start with a given log line.
+
+Like llama.cpp it claims one token per SSE event, so ``tokens_per_event > 1`` shows that the accounting
+audit flags an engine that packs tokens. It reports its own true token count beside ``usage`` (as
+llama.cpp's ``timings.predicted_n``), so wrong usage is caught twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, ServerStats, first_matching_line
+from bakeoff.core.config import Arm
+from bakeoff.core.errors import ConfigError, EngineStartupError
+
+__all__ = ["SimAdapter", "SimOptions", "SERVER"]
+
+SERVER = Path(__file__).with_name("sim_server.py")
+
+# (reason, needles): the sim's own startup failures, in the words a user can act on.
+STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("port-in-use", ("couldn't bind", "Address already in use")),
+    ("unknown-flag", ("unrecognized arguments",)),
+    ("missing-api-key", ("an API key is required",)),
+    ("out-of-memory", ("out of memory",)),
+    ("crashed", ("E sim:",)),
+)
+
+
+class SimOptions(BaseModel):
+    """How the simulated engine behaves (``arms[i].options``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["sim"] = "sim"
+    tokens_per_event: int = Field(1, ge=1, description="Tokens packed into each SSE event.")
+    ttft_ms: float = Field(0.0, ge=0, description="Delay before the first token event.")
+    itl_ms: float = Field(0.0, ge=0, description="Delay between token events.")
+    usage: Literal["ok", "missing", "wrong"] = Field(
+        "ok", description="ok; missing: no usage at all; wrong: final usage.completion_tokens off by usage_offset.")
+    usage_offset: int = Field(3, description="How far wrong usage is off (not 0).")
+    fault: Literal["none", "stall", "reset", "kill", "malformed", "http"] = Field(
+        "none", description="stall: stop sending for stall_s; reset: TCP RST; kill: SIGKILL itself; "
+                            "malformed: a truncated JSON data line; http: answer http_status instead of a stream.")
+    fault_after_tokens: int = Field(0, ge=0, description="Tokens streamed before a mid-stream fault.")
+    fault_on_requests: list[int] | None = Field(
+        None, description="Chat requests that get the fault, 1-based, the warm-up included; all when unset.")
+    stall_s: float = Field(3600.0, gt=0, description="How long a stall lasts.")
+    http_status: int = Field(500, ge=400, le=599, description="Status of fault 'http' (500, 503, ...).")
+    boot_delay_s: float = Field(0.0, ge=0, description="Answer 503 'Loading model' this long after start.")
+    crash_on_start: str | None = Field(None, description="Log this line and exit instead of serving.")
+    crash_exit_code: int = Field(1, ge=1, le=255, description="Exit status of crash_on_start.")
+    require_api_key: bool = Field(False, description="Refuse requests without the key from arm.api_key_env.")
+    model_id: str = Field("sim", description="Model id served on /v1/models.")
+    prompt_tokens: int = Field(20, ge=0, description="usage.prompt_tokens reported.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SimOptions:
+        if self.usage == "wrong" and self.usage_offset == 0:
+            raise ValueError("usage 'wrong' needs a usage_offset other than 0")
+        if self.fault_on_requests is not None and any(n < 1 for n in self.fault_on_requests):
+            raise ValueError("fault_on_requests counts requests from 1")
+        return self
+
+
+class SimAdapter(EngineAdapter):
+    name = "sim"
+    description = "a configurable misbehaving OpenAI-compatible engine, for tests (standard library only)"
+    capabilities = Capabilities(
+        speculative_methods=("none",),
+        usage_per_chunk=False,
+        one_token_per_event=True,
+        acceptance_source="none",
+        launch_modes=("native",),
+        fixed_length_field="ignore_eos",  # it always streams max_tokens tokens; the field is accepted
+    )
+    Options = SimOptions
+
+    def preflight(self, arm: Arm) -> None:
+        options: SimOptions = self.options(arm)  # type: ignore[assignment]
+        if options.require_api_key and not arm.api_key_env:
+            raise ConfigError(f"arm {arm.name!r}: options.require_api_key needs api_key_env (the name of the "
+                              f"environment variable holding the key)")
+
+    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+        options: SimOptions = self.options(arm)  # type: ignore[assignment]
+        behaviour = options.model_dump(exclude={"kind"})
+        argv = [sys.executable, "-u", str(SERVER), "--host", arm.settings.host, "--port", str(port),
+                "--behaviour", json.dumps(behaviour, separators=(",", ":"))]
+        if options.require_api_key and arm.api_key_env:
+            argv += ["--api-key-env", arm.api_key_env]  # the variable's name; the key stays in the environment
+        argv += arm.extra_args
+        return LaunchSpec(argv=argv, env=dict(arm.env), ready_path="/health")
+
+    def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
+        for reason, needles in STARTUP_FAILURES:
+            line = first_matching_line(log_text, needles)
+            if line:
+                return EngineStartupError(f"sim failed to start ({reason}). Log: {line}", reason=reason,
+                                          log_line=line)
+        return None
+
+    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
+                     log_text: str) -> ServerStats:
+        generated = ((final or {}).get("sim") or {}).get("generated_tokens")
+        stats = ServerStats(completion_tokens=generated, source="sim")
+        if final is not None and generated is None:
+            stats.flags.append("server-count-missing")
+        return stats

@@ -1,0 +1,293 @@
+"""A misbehaving OpenAI-compatible streaming server, for testing how bakeoff copes with broken engines.
+
+It runs as a real process, started by bakeoff's launcher like any engine, so kills, crashes, stalls and
+orphans are real. It uses the standard library only and starts in well under a second. Behaviour comes
+from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` in ``engines/sim.py``:
+
+- ``tokens_per_event``, ``ttft_ms``, ``itl_ms``: how tokens are packed and paced;
+- ``usage``: ``ok``, ``missing`` (no usage at all) or ``wrong`` (final usage off by ``usage_offset``);
+- ``fault`` on the chat requests listed in ``fault_on_requests`` (1-based, warm-up included; all when
+  unset), after ``fault_after_tokens`` tokens: ``stall`` (stop sending for ``stall_s``), ``reset`` (TCP
+  RST), ``kill`` (SIGKILL itself mid-stream), ``malformed`` (a truncated JSON data line) or ``http``
+  (answer ``http_status`` instead of a stream);
+- ``boot_delay_s`` (answer 503 "Loading model" until then), ``crash_on_start`` (log this line and exit).
+
+The response body is HTTP/1.1 chunked, as real engines send it, so a process that dies mid-stream is
+seen by the client as an incomplete body rather than as a clean end of stream. The API key, when one is
+required, is read from the environment variable named by ``--api-key-env`` and never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["DEFAULTS", "Action", "stream_actions", "main"]
+
+DEFAULTS: dict[str, Any] = {
+    "tokens_per_event": 1,
+    "ttft_ms": 0.0,
+    "itl_ms": 0.0,
+    "usage": "ok",
+    "usage_offset": 3,
+    "fault": "none",
+    "fault_after_tokens": 0,
+    "fault_on_requests": None,
+    "stall_s": 3600.0,
+    "http_status": 500,
+    "boot_delay_s": 0.0,
+    "crash_on_start": None,
+    "crash_exit_code": 1,
+    "require_api_key": False,
+    "model_id": "sim",
+    "prompt_tokens": 20,
+}
+
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
+
+# An action is (kind, value): ("sleep", seconds), ("send", bytes), ("stall", seconds), ("reset", None),
+# ("kill", None). A stream is a list of them, computed without any socket so it can be unit-tested.
+Action = tuple[str, Any]
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def is_faulty(behaviour: dict[str, Any], request_no: int) -> bool:
+    """Whether chat request number ``request_no`` (1-based, warm-up included) gets the fault."""
+    if behaviour["fault"] == "none":
+        return False
+    chosen = behaviour["fault_on_requests"]
+    return chosen is None or request_no in chosen
+
+
+def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, *,
+                   include_usage: bool = True, chunk_usage: bool = False) -> Iterator[Action]:
+    """What the server does, step by step, for one streaming chat request.
+
+    :param include_usage: the client asked ``stream_options.include_usage``.
+    :param chunk_usage: the client asked ``stream_options.continuous_usage_stats`` (cumulative usage on
+        every chunk, as vLLM sends it).
+    """
+    b = {**DEFAULTS, **behaviour}
+    faulty = is_faulty(b, request_no)
+    fault = b["fault"] if faulty else "none"
+    model, prompt_tokens = b["model_id"], b["prompt_tokens"]
+    base = {"id": f"chatcmpl-sim-{request_no}", "object": "chat.completion.chunk", "created": 0, "model": model}
+
+    def chunk(delta: dict[str, Any], finish: str | None, sent: int) -> bytes:
+        payload: dict[str, Any] = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        if finish:  # the server's own count rides on the finish event, as llama.cpp's timings do
+            payload["sim"] = {"generated_tokens": sent}
+        if chunk_usage and b["usage"] != "missing":
+            payload["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
+                                "total_tokens": prompt_tokens + sent}
+        return _event(payload)
+
+    yield ("send", chunk({"role": "assistant", "content": None}, None, 0))
+    if b["ttft_ms"]:
+        yield ("sleep", b["ttft_ms"] / 1000)
+    sent = 0
+    while sent < max_tokens:
+        if fault != "none" and sent >= b["fault_after_tokens"]:
+            if fault == "stall":
+                yield ("stall", b["stall_s"])
+                fault = "none"  # after the stall the stream carries on, as a recovered engine would
+            elif fault == "malformed":
+                yield ("send", b'data: {"choices": [{"index": 0, "delta": {"content": "trunc\n\n')
+                fault = "none"
+            else:  # reset, kill: the stream ends here
+                yield (fault, None)
+                return
+        if sent and b["itl_ms"]:
+            yield ("sleep", b["itl_ms"] / 1000)
+        n = min(b["tokens_per_event"], max_tokens - sent)
+        text = "".join(WORDS[(sent + i) % len(WORDS)] + " " for i in range(n))
+        sent += n
+        yield ("send", chunk({"content": text}, None, sent))
+    yield ("send", chunk({}, "length", sent))
+    if include_usage and b["usage"] != "missing":
+        reported = sent + (b["usage_offset"] if b["usage"] == "wrong" else 0)
+        yield ("send", _event({**base, "choices": [],
+                               "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": reported,
+                                         "total_tokens": prompt_tokens + reported},
+                               "sim": {"generated_tokens": sent}}))
+    yield ("send", b"data: [DONE]\n\n")
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    behaviour: dict[str, Any]
+    api_key: str | None
+    ready_at: float
+    requests = 0
+    lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hung up mid-stream (timeout, test over) is routine here, not a traceback.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError, OSError)):
+            _log(f"W sim: connection from {client_address[0]} ended: {type(exc).__name__}")
+            return
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        return  # one line per chat request is logged by do_POST instead; headers are never logged
+
+    def _json(self, status: int, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _authorized(self) -> bool:
+        key = self.server.api_key
+        if key is None:
+            return True
+        if self.headers.get("Authorization", "") == f"Bearer {key}":
+            return True
+        self._json(401, {"error": {"message": "invalid or missing API key", "type": "authentication_error",
+                                   "code": 401}})
+        return False
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        if self.path == "/health":
+            if time.monotonic() < self.server.ready_at:
+                self._json(503, {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}})
+            else:
+                self._json(200, {"status": "ok"})
+        elif self.path == "/v1/models":
+            if self._authorized():
+                self._json(200, {"object": "list", "data": [{"id": self.server.behaviour["model_id"],
+                                                              "object": "model", "owned_by": "sim"}]})
+        else:
+            self._json(404, {"error": {"message": f"no route {self.path}", "code": 404}})
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if self.path != "/v1/chat/completions":
+            self._json(404, {"error": {"message": f"no route {self.path}", "code": 404}})
+            return
+        if not self._authorized():
+            return
+        if time.monotonic() < self.server.ready_at:
+            self._json(503, {"error": {"message": "Loading model", "code": 503}})
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            self._json(400, {"error": {"message": "request body is not JSON", "code": 400}})
+            return
+        with self.server.lock:
+            self.server.requests += 1
+            request_no = self.server.requests
+        b = self.server.behaviour
+        max_tokens = int(body.get("max_tokens") or 16)
+        faulty = is_faulty(b, request_no)
+        _log(f"I sim: request {request_no} max_tokens={max_tokens} stream={bool(body.get('stream'))} "
+             f"fault={b['fault'] if faulty else 'none'}")
+        if faulty and b["fault"] == "http":
+            status = b["http_status"]
+            self._json(status, {"error": {"message": f"sim: injected HTTP {status}", "code": status}})
+            return
+        if not body.get("stream"):
+            self._complete(b, request_no, max_tokens)
+            return
+        opts = body.get("stream_options") or {}
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for kind, value in stream_actions(b, request_no, max_tokens, include_usage=bool(opts.get("include_usage")),
+                                          chunk_usage=bool(opts.get("continuous_usage_stats"))):
+            if kind == "send":
+                self.wfile.write(f"{len(value):X}\r\n".encode() + value + b"\r\n")
+            elif kind in ("sleep", "stall"):
+                if kind == "stall":
+                    _log(f"W sim: request {request_no} stalls for {value:g} s")
+                time.sleep(value)
+            elif kind == "reset":
+                _log(f"W sim: request {request_no}: resetting the connection")
+                # SO_LINGER 0 makes close() send RST instead of FIN.
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.rfile.close()
+                self.connection.close()
+                self.close_connection = True
+                return
+            elif kind == "kill":
+                _log(f"E sim: request {request_no}: killing myself with SIGKILL mid-stream")
+                os.kill(os.getpid(), signal.SIGKILL)
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _complete(self, b: dict[str, Any], request_no: int, max_tokens: int) -> None:
+        text = "".join(WORDS[i % len(WORDS)] + " " for i in range(max_tokens))
+        reported = max_tokens + (b["usage_offset"] if b["usage"] == "wrong" else 0)
+        payload: dict[str, Any] = {"id": f"chatcmpl-sim-{request_no}", "object": "chat.completion",
+                                   "model": b["model_id"],
+                                   "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                                "finish_reason": "length"}]}
+        if b["usage"] != "missing":
+            payload["usage"] = {"prompt_tokens": b["prompt_tokens"], "completion_tokens": reported,
+                                "total_tokens": b["prompt_tokens"] + reported}
+        self._json(200, payload)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sim_server", description="bakeoff's misbehaving test engine")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--behaviour", default="{}", help="JSON object of behaviour keys (see module docstring)")
+    parser.add_argument("--api-key-env", default=None, help="name of the environment variable holding the key")
+    args = parser.parse_args(argv)
+    behaviour = {**DEFAULTS, **json.loads(args.behaviour)}
+    _log(f"I sim: starting on {args.host}:{args.port} (pid {os.getpid()})")
+    if behaviour["crash_on_start"]:
+        _log(f"E sim: {behaviour['crash_on_start']}")
+        return int(behaviour["crash_exit_code"])
+    api_key = None
+    if behaviour["require_api_key"]:
+        api_key = os.environ.get(args.api_key_env or "")
+        if not api_key:
+            _log(f"E sim: an API key is required but ${args.api_key_env} is not set")
+            return 1
+    try:
+        server = _Server((args.host, args.port), _Handler)
+    except OSError as exc:
+        _log(f"E sim: couldn't bind {args.host}:{args.port}: {exc.strerror}")
+        return 1
+    server.behaviour, server.api_key = behaviour, api_key
+    server.ready_at = time.monotonic() + behaviour["boot_delay_s"]
+    _log(f"I sim: listening on http://{args.host}:{args.port}")
+    try:
+        server.serve_forever(poll_interval=0.1)
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Test-wide guard: no process started during a test may outlive it (issue 5: nothing left behind).
+
+Every process a test starts, directly or through ``bakeoff run`` and its engines, inherits this
+session's tag in its environment, so a leaked engine is found even after its parent died and it was
+re-parented. After each test the tagged processes that are new are given a short grace to exit; any
+still alive are killed by pid and the test fails, naming them. Linux only (/proc); a no-op elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+TAG = "BAKEOFF_TEST_SESSION"
+os.environ.setdefault(TAG, f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
+_PROC = Path("/proc")
+
+
+def tagged_processes() -> dict[int, str]:
+    """Live processes (not zombies) carrying this session's tag, other than pytest itself: pid -> cmdline."""
+    marker = f"{TAG}={os.environ[TAG]}".encode()
+    found: dict[int, str] = {}
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if stat[stat.rfind(")") + 2] in "ZX":
+                continue
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        found[int(entry.name)] = cmdline
+    return found
+
+
+def _survivors(pids: set[int], grace_s: float) -> dict[int, str]:
+    deadline = time.monotonic() + grace_s
+    while True:
+        alive = {pid: cmd for pid, cmd in tagged_processes().items() if pid in pids}
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def _kill(pids: dict[int, str]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(autouse=True)
+def no_orphan_processes() -> Iterator[None]:
+    """Fail a test that leaves a process it started (an engine, a bakeoff run) alive."""
+    if not _PROC.is_dir():
+        yield
+        return
+    before = set(tagged_processes())
+    yield
+    left = _survivors(set(tagged_processes()) - before, grace_s=5.0)
+    if left:
+        _kill(left)
+        pytest.fail("processes started during this test are still alive (killed now): "
+                    + "; ".join(f"pid {pid}: {cmd[:160]}" for pid, cmd in sorted(left.items())), pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_orphans_at_session_end() -> Iterator[None]:
+    """The same check once more after module and session fixtures (shared engines) are torn down."""
+    yield
+    if _PROC.is_dir():
+        left = _survivors(set(tagged_processes()), grace_s=5.0)
+        if left:
+            _kill(left)
+            pytest.fail("processes started by the tests outlived the session (killed now): "
+                        + "; ".join(f"pid {pid}: {cmd[:160]}" for pid, cmd in sorted(left.items())), pytrace=False)
+
+
+@pytest.fixture
+def live_test_processes() -> Callable[[], dict[int, str]]:
+    """The orphan guard's view: live processes started by this test session (pid -> cmdline)."""
+    return tagged_processes
