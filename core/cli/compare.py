@@ -60,5 +60,7 @@ def compare_command(
     console.print(table)
     console.print(f"[dim]prompts both runs measured: {', '.join(result.prompts)}; runs are resampled independently "
                   "(passes, then requests).[/dim]", highlight=False)
+    for diff in result.differences:
+        console.print(f"[yellow]differs:[/yellow] {diff}", highlight=False)
     if result.unmatched_a or result.unmatched_b:
         console.print(f"not matched: A {result.unmatched_a or '–'}, B {result.unmatched_b or '–'} (use --pair)")

@@ -15,10 +15,11 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ..errors import ConfigError
+from ..sample import Sample
 from ..stats import LEVEL, N_BOOT, Comparison, unpaired_ratio, verdict
 from ..store import read_samples
 from .markdown import markdown_table
-from .model import REPORT_SCHEMA_VERSION, summarize_run
+from .model import REPORT_SCHEMA_VERSION, RunSummary, summarize_run
 from .tables import fmt, fmt_interval
 
 __all__ = ["ArmChange", "RunComparison", "compare_runs", "comparison_table", "render_comparison_markdown"]
@@ -43,6 +44,7 @@ class RunComparison(BaseModel):
     arms: list[ArmChange]
     unmatched_a: list[str] = Field(default_factory=list)
     unmatched_b: list[str] = Field(default_factory=list)
+    differences: list[str] = Field(default_factory=list, description="What differs between the runs' setups.")
     bootstrap_seed: int = 0
 
 
@@ -54,7 +56,7 @@ def compare_runs(path_a: Path, path_b: Path, mapping: Mapping[str, str] | None =
     :raises ConfigError: no arm matches, or a mapped arm does not exist.
     """
     sa, sb = summarize_run(path_a, n_boot=n_boot, level=level), summarize_run(path_b, n_boot=n_boot, level=level)
-    xa, xb = read_samples(path_a), read_samples(path_b)
+    xa, xb = _with_lengths(read_samples(path_a), sa), _with_lengths(read_samples(path_b), sb)
     names_a, names_b = [a.arm for a in sa.arms], [a.arm for a in sb.arms]
     pairs = {a: a for a in names_a if a in names_b}
     for a, b in (mapping or {}).items():
@@ -64,11 +66,12 @@ def compare_runs(path_a: Path, path_b: Path, mapping: Mapping[str, str] | None =
     if not pairs:
         raise ConfigError(f"no arm of {path_a.name} ({', '.join(names_a)}) matches one of {path_b.name} "
                           f"({', '.join(names_b)}); map them with --pair A_ARM=B_ARM")
-    changes = []
+    changes, skipped = [], []
     for a, b in pairs.items():
         ratio = unpaired_ratio([s for s in xb if s.arm == b], [s for s in xa if s.arm == a], n_boot=n_boot,
                                level=level, seed=seed, key=f"compare/{a}/{b}")
         if ratio is None:
+            skipped.append(f"{a}: no prompt, mode and length measured by both runs")
             continue
         ma, mb = sa.arm(a), sb.arm(b)
         ca, cb = sa.comparison(a), sb.comparison(b)
@@ -80,7 +83,32 @@ def compare_runs(path_a: Path, path_b: Path, mapping: Mapping[str, str] | None =
             speedup_b=cb.ratio.estimate if cb else (1.0 if b == sb.baseline else None)))
     return RunComparison(run_a=path_a.name, run_b=path_b.name, prompts=[p for p in sa.prompts if p in sb.prompts],
                          arms=changes, unmatched_a=[a for a in names_a if a not in pairs],
-                         unmatched_b=[b for b in names_b if b not in pairs.values()], bootstrap_seed=seed)
+                         unmatched_b=[b for b in names_b if b not in pairs.values()],
+                         differences=_differences(sa, sb, pairs) + skipped, bootstrap_seed=seed)
+
+
+def _with_lengths(samples: list[Sample], s: RunSummary) -> list[Sample]:
+    """Samples written before requests recorded their max_tokens get the run's, so old and new runs meet."""
+    if "max_tokens" not in Sample.model_fields or s.max_tokens is None:
+        return samples
+    return [x if getattr(x, "max_tokens", None) is not None else x.model_copy(update={"max_tokens": s.max_tokens})
+            for x in samples]
+
+
+def _differences(a: RunSummary, b: RunSummary, pairs: Mapping[str, str]) -> list[str]:
+    """Setup differences a reader must know before believing a change: workload, host, engine versions."""
+    out = []
+    for label, va, vb in (("max_tokens", a.max_tokens, b.max_tokens), ("modes", a.modes, b.modes),
+                          ("prompts", a.prompts, b.prompts), ("cpu", a.host.get("cpu_model"), b.host.get("cpu_model")),
+                          ("gpus", a.host.get("gpus"), b.host.get("gpus"))):
+        if va != vb:
+            out.append(f"{label}: {va} → {vb}")
+    for arm_a, arm_b in pairs.items():
+        ea, eb = a.engines.get(arm_a, {}), b.engines.get(arm_b, {})
+        for key in ("engine", "version", "model", "speculative"):
+            if ea.get(key) != eb.get(key):
+                out.append(f"{arm_a}: {key} {ea.get(key)} → {eb.get(key)}")
+    return out
 
 
 def comparison_table(c: RunComparison) -> tuple[list[str], list[list[str]]]:
@@ -101,4 +129,5 @@ def render_comparison_markdown(c: RunComparison) -> str:
              "only when the interval excludes 1."]
     if c.unmatched_a or c.unmatched_b:
         lines.append(f"- not matched: A {c.unmatched_a or '–'}, B {c.unmatched_b or '–'}")
+    lines += [f"- differs: {d}" for d in c.differences]
     return "\n".join(lines) + "\n"

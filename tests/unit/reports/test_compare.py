@@ -10,6 +10,7 @@ import pytest
 from bakeoff.core.cli import app
 from bakeoff.core.errors import ConfigError
 from bakeoff.core.reports.compare import compare_runs, render_comparison_markdown
+from bakeoff.core.sample import Sample
 from typer.testing import CliRunner
 
 Maker = Callable[..., Path]
@@ -26,6 +27,16 @@ def test_a_change_in_one_arm_is_found(make_run: Maker) -> None:
     assert not by_arm["ngram"].change.paired and c.unmatched_b == ["new"]
     assert by_arm["ngram"].speedup_a == pytest.approx(1.2, rel=0.03) and by_arm["base"].speedup_a == 1.0
     assert "| ngram | " in render_comparison_markdown(c)
+    assert c.differences == []
+
+
+def test_setup_differences_are_listed(make_run: Maker) -> None:
+    a = make_run({"x": 100.0})
+    b = make_run({"x": 100.0}, prompts=("code_python",))
+    c = compare_runs(a, b)
+    assert c.prompts == ["code_python"]
+    assert c.differences == ["prompts: ['code_python', 'prose'] → ['code_python']"]
+    assert "- differs: prompts" in render_comparison_markdown(c)
 
 
 def test_renamed_arms_need_a_mapping(make_run: Maker) -> None:
@@ -52,3 +63,24 @@ def test_compare_command(make_run: Maker) -> None:
     assert res.exit_code == 2 and "A_ARM=B_ARM" in res.output
     res = runner.invoke(app, ["compare", str(a), str(a.parent / "nope")])
     assert res.exit_code == 2 and "not a bakeoff run directory" in res.output
+
+
+def test_lengths_recorded_or_not_are_matched_through_the_workload(make_run: Maker) -> None:
+    if "max_tokens" not in Sample.model_fields:
+        pytest.skip("this Sample schema does not record max_tokens")
+    old = make_run({"x": 100.0})  # samples without max_tokens, workload max_tokens 128
+
+    def recorded(path: Path, length: int) -> Path:
+        lines = [json.loads(line) | {"max_tokens": length}
+                 for line in (path / "samples.jsonl").read_text().splitlines()]
+        (path / "samples.jsonl").write_text("".join(json.dumps(d) + "\n" for d in lines))
+        meta = json.loads((path / "run.json").read_text())
+        meta["config"]["workload"]["max_tokens"] = length
+        (path / "run.json").write_text(json.dumps(meta))
+        return path
+
+    same = compare_runs(old, recorded(make_run({"x": 110.0}), 128))
+    assert [ch.change.verdict for ch in same.arms] == ["faster"]
+    other = compare_runs(old, recorded(make_run({"x": 110.0}), 64))
+    assert other.arms == [] and "x: no prompt, mode and length measured by both runs" in other.differences
+    assert "max_tokens: 128 → 64" in other.differences
