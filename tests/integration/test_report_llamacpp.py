@@ -60,8 +60,9 @@ def test_until_ci_run_then_report(llama_server: Path, smollm2: Path, tmp_path: P
     for c in summary.comparisons:
         assert c.ratio.lo <= c.ratio.estimate <= c.ratio.hi and c.ratio.n == passes * 2 * 2
         assert f"{c.ratio.estimate:.3f}× ({c.ratio.lo:.3f}–{c.ratio.hi:.3f}) {c.verdict}" in report.stdout
-    # identical arms: at 99 % (a 1 % false-alarm rate for a CI test) they must not be told apart
-    twin = summarize_run(run, level=0.99).comparison("spec-off-twin")
+    # Identical arms must not be told apart: at 99 % (a 1 % false-alarm rate) and without samples the noise
+    # guard flagged; on a shared CI machine other jobs' load can otherwise slow one arm's passes only.
+    twin = summarize_run(run, level=0.99, drop_foreign_load=True).comparison("spec-off-twin")
     assert twin is not None and twin.verdict == "not separable", twin
     for name in ("report.md", "summary.json", "report.html", "decode_by_prompt.svg", "decode_vs_acceptance.png"):
         assert (run / "report" / name).stat().st_size > 0
