@@ -252,7 +252,7 @@ def sweep_rows(samples: Sequence[Sample], meta: dict[str, Any]) -> tuple[str, li
     swept_keys: list[str] = []
     for a in arms:
         swept_keys += [k for k in a.get("swept") or {} if k not in swept_keys]
-    varies = len({v for v in n_max.values()}) > 1
+    varies = len({v for v in n_max.values() if v is not None}) > 1  # two set n_max values make an n-max table
     if not swept_keys and not varies:
         return None
     plain = [s for s in samples if s.depth is None and s.concurrency is None]
