@@ -178,6 +178,7 @@ def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prom
             sample.acceptance = (stats.accepted or 0) / stats.drafted
         if stats.drafts:
             sample.mean_accepted_len = 1 + (stats.accepted or 0) / stats.drafts
+        sample.accepted_per_position = stats.extra.get("accepted_per_position")
     sample.foreign_cpu_cores = foreign
     if foreign is not None and foreign > FOREIGN_LOAD_CORES:
         flags.append(f"foreign-load: {foreign:.2f} cores used by other processes")

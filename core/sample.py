@@ -61,6 +61,8 @@ class Sample(BaseModel):
     drafts: int | None = None
     acceptance: float | None = Field(None, description="accepted / drafted.")
     mean_accepted_len: float | None = Field(None, description="1 + accepted / drafts.")
+    accepted_per_position: list[int] | None = Field(
+        None, description="Accepted draft tokens by position in the draft (0 first), where the engine counts them.")
     acceptance_source: str | None = None
 
     # output

