@@ -21,7 +21,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from .adapter import EngineAdapter, LaunchSpec, first_matching_line
 from .errors import EngineStartupError, EngineUnavailable
 
-__all__ = ["free_port", "Engine", "stop_all", "LogCursor"]
+__all__ = ["free_port", "port_is_free", "Engine", "stop_all", "LogCursor"]
 
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -30,6 +30,16 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
@@ -91,8 +101,11 @@ class Engine:
     """
 
     def __init__(self, adapter: EngineAdapter, spec: LaunchSpec, base_url: str, log_path: Path,
-                 boot_timeout_s: float = 600.0) -> None:
+                 boot_timeout_s: float = 600.0, port_taken: bool = False) -> None:
         self.adapter, self.spec, self.base_url = adapter, spec, base_url
+        # Something already listened on the (fixed) port before launch: whatever answers there is not
+        # our engine, so readiness is never probed; the engine's own bind failure is quoted instead.
+        self.port_taken = port_taken
         self.log_path, self.boot_timeout_s = log_path, boot_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
         self.boot_s: float | None = None
@@ -158,6 +171,16 @@ class Engine:
 
     def wait_ready(self) -> float:
         """Poll readiness (tenacity) until ready, exit, or the boot timeout; returns boot seconds."""
+        if self.port_taken:
+            assert self.proc is not None
+            try:
+                self.proc.wait(timeout=min(30.0, self.boot_timeout_s))
+            except subprocess.TimeoutExpired:
+                raise EngineStartupError(
+                    f"{self.adapter.name}: {self.base_url} was already in use before launch and the engine did "
+                    "not exit; refusing to measure whatever answers there", reason="port-in-use",
+                    log_tail=self.log_tail()) from None
+            raise self._startup_error(f"exited with code {self.proc.returncode}: its port was already in use")
         retrying = Retrying(stop=stop_after_delay(self.boot_timeout_s), wait=wait_fixed(0.1),
                             retry=retry_if_result(lambda ready: not ready))
         with httpx.Client(base_url=self.base_url) as http:

@@ -27,7 +27,7 @@ from .compose import ComposeEngine, project_name
 from .config import Arm, BakeoffFile, Prompt, SamplingMode
 from .errors import BakeoffError, ConfigError, EngineError, EngineStartupError, MeasurementError
 from .hostinfo import CpuMeter, host_info
-from .launcher import Engine, LogCursor, free_port
+from .launcher import Engine, LogCursor, free_port, port_is_free
 from .prompts import resolve_prompts
 from .registry import load_engine
 from .sample import Sample
@@ -142,6 +142,7 @@ def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_
         yield arm.url.rstrip("/"), None
         return
     port = arm.settings.port or free_port(arm.settings.host)
+    port_taken = bool(arm.settings.port) and not port_is_free(arm.settings.host, port)
     log_path = run.arm_dir(arm.name) / f"engine-pass{pass_index}.log"
     if arm.launch == "compose":  # the adapter's compose service, up until healthy, always brought down
         with ComposeEngine(planned.adapter, arm, port, run.arm_dir(arm.name), log_path, boot_timeout_s,
@@ -152,7 +153,7 @@ def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_
     host = "127.0.0.1" if arm.settings.host in ("0.0.0.0", "::") else arm.settings.host
     base = f"http://{host}:{port}"
     (run.arm_dir(arm.name) / "argv.txt").write_text(" ".join(spec.argv) + "\n")
-    with Engine(planned.adapter, spec, base, log_path, boot_timeout_s) as engine:
+    with Engine(planned.adapter, spec, base, log_path, boot_timeout_s, port_taken=port_taken) as engine:
         yield base, engine
 
 

@@ -406,3 +406,36 @@ arms: [{name: local, engine: sim, model: sim}]
 workload: {prompts: [prose], max_tokens: 4, reps: 1, warmup: 0}
 """, rec)
     assert listening == ["0100007F"]  # 127.0.0.1, little-endian hex as /proc/net/tcp writes it
+
+
+def test_fixed_port_answered_by_another_server_is_not_taken_for_our_engine(tmp_path: Path,
+                                                                          llama_server: Path) -> None:
+    """Another HTTP server already answering /health with 200 on the arm's fixed port must not pass for the
+    engine being ready: the engine's own bind failure is reported instead of measuring the stranger."""
+    import http.server
+    import threading
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    stranger = http.server.HTTPServer(("127.0.0.1", 0), Healthy)
+    port = stranger.server_address[1]
+    threading.Thread(target=stranger.serve_forever, daemon=True).start()
+    try:
+        run, records, recorder = run_yaml(tmp_path, f"""\
+arms:
+  - {{name: boot, engine: llamacpp, model: smollm2, settings: {{ctx: 1024, threads: 2, port: {port}}}}}
+workload: {{prompts: [prose], max_tokens: 8, reps: 1, warmup: 0, boot_timeout_s: 60}}
+""")
+    finally:
+        stranger.shutdown()
+        stranger.server_close()
+    rec = records["boot"]
+    assert rec["status"] == "failed" and rec["reason"] == "port-in-use", rec
+    assert "couldn't bind HTTP server socket" in rec["error"]  # llama-server's own line is quoted
+    assert read_samples(run.path) == []  # nothing was measured against the stranger
