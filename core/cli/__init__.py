@@ -9,10 +9,12 @@ import typer
 
 # Tables piped to a file or another program must not wrap at 80 columns: people paste them.
 # Rich reads COLUMNS when each module's Console is created, so this comes before those imports.
-if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
-    os.environ["COLUMNS"] = "200"
+# Some launchers export COLUMNS=80 to children, so a pipe gets BAKEOFF_WIDTH (default 200) instead.
+if not sys.stdout.isatty():
+    os.environ["COLUMNS"] = os.environ.get("BAKEOFF_WIDTH", "200")
 
 from . import compare, demo, engines, report, run, runs, schema  # noqa: E402
+from . import selftest  # noqa: E402
 
 __all__ = ["app", "main"]
 
@@ -24,6 +26,7 @@ app.command("schema")(schema.schema_command)
 app.command("report")(report.report_command)
 app.command("runs")(runs.runs_command)
 app.command("compare")(compare.compare_command)
+app.command("selftest")(selftest.selftest_command)
 app.add_typer(engines.app, name="engines")
 
 
