@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .config import Arm, Workload, format_validation_error
 from .errors import CapabilityNotSupported, ConfigError, EngineStartupError
+from .selftest import SelftestRow
 
 __all__ = [
     "Capabilities",
@@ -152,6 +153,15 @@ class EngineAdapter(ABC):
         :raises CapabilityNotSupported: this adapter cannot install its engine.
         """
         raise CapabilityNotSupported(f"{self.name} has no installer; {self.install_hint()}")
+
+    def selftest(self, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
+        """Run every speculative method this adapter maps through the installed engine (``bakeoff selftest``).
+
+        :param log: receives progress lines.
+        :param workdir: receives the run directories and engine logs.
+        :raises CapabilityNotSupported: this adapter has no self-test.
+        """
+        raise CapabilityNotSupported(f"{self.name} has no self-test")
 
     # -- startup -------------------------------------------------------------------------
     def is_ready(self, response: httpx.Response) -> bool:

@@ -39,6 +39,7 @@ from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import ConfigError, EngineStartupError, EngineUnavailable, PreflightError
 from bakeoff.core.metrics import delta, scrape
 from bakeoff.core.models import resolve_model
+from bakeoff.core.selftest import SelftestRow
 
 __all__ = ["LlamaCppAdapter", "LlamaCppOptions", "SPEC_TYPES", "parse_acceptance_lines"]
 
@@ -152,6 +153,12 @@ class LlamaCppAdapter(EngineAdapter):
             return str(build_llama_server(log=log))
         except (OSError, subprocess.CalledProcessError, ValueError) as exc:
             raise EngineUnavailable(f"building llama-server failed: {exc}") from exc
+
+    def selftest(self, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
+        """Every mapped method on tiny synthesized models, through the installed llama-server."""
+        from .llamacpp_selftest import run_selftest
+
+        return run_selftest(self, log, workdir)
 
     # -- preflight -----------------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:

@@ -1,0 +1,104 @@
+"""``bakeoff selftest llamacpp``: every speculative method the llama.cpp adapter maps, run for real.
+
+Each method runs on tiny synthesized models (engines/llamacpp_synth.py) with *agreeing* weights, so a
+working path must show drafts and near-total acceptance, and a path that llama-server accepted but
+silently switched off shows up as "speculative: false" or zero drafts. The cases go through core's
+self-test runner, i.e. the normal preflight → launch → request protocol, with the flags the adapter
+really emits. DFlash2 has no method of its own: it is a ``dflash`` draft that llama.cpp recognises
+by its selector tensors, so it gets its own row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bakeoff.core.config import Arm, Prompt, Settings, Speculative
+from bakeoff.core.selftest import SelftestCase, SelftestRow, run_cases
+
+from .llamacpp_synth import SynthSpec, synth_pair, synthesize
+
+if TYPE_CHECKING:
+    from .llamacpp import LlamaCppAdapter
+
+__all__ = ["selftest_cases", "run_selftest"]
+
+MIN_ACCEPTANCE = 0.99  # agreeing weights: every draft token should be accepted
+# n-gram knobs small enough to draft within one short answer (ngram-mod's defaults wait for 48+ tokens).
+# ngram-simple copies what followed the most recent match, which for a one-token loop is one token, and
+# it drafts nothing when that is shorter than the n-gram: so n-grams of 1.
+NGRAM_KNOBS: dict[str, dict[str, int]] = {
+    "mod": {"n_max": 8, "n_min": 1, "lookup_min": 4},
+    "simple": {"n_max": 8, "lookup_max": 1},
+    "map-k": {"n_max": 8, "lookup_max": 4},
+    "map-k4v": {"n_max": 8, "lookup_max": 4},
+    "cache": {},
+}
+# ngram-cache learns n-grams from the prompt only, so its prompt holds the loop the tiny target writes
+# (SmolLM2's ' the'); the map-based speculators do better without it.
+REPEAT_PROMPT = Prompt(name="selftest-repeat", kind="code", messages=[
+    {"role": "user", "content": "Repeat after me: the the the the the the the the the the the the"}])
+
+
+def _flags(adapter: LlamaCppAdapter, arm: Arm) -> str:
+    """The speculative flags bakeoff emits for an arm, with model paths shortened to file names."""
+    out = []
+    for arg in adapter.spec_args(arm, adapter.options(arm)):  # type: ignore[arg-type]
+        out.append(Path(arg).name if "/" in arg else arg)
+    return " ".join(out)
+
+
+def selftest_cases(adapter: LlamaCppAdapter, log: Callable[[str], None] = lambda msg: None,
+                   synth_root: Path | None = None) -> tuple[list[SelftestCase], list[str]]:
+    """The cases for every method in the adapter's capabilities, and the methods it has no case for."""
+    from .llamacpp import NGRAM_VARIANTS
+
+    log("synthesizing tiny models (cached after the first run)")
+    mtp = synthesize(SynthSpec("mtp", agree=True), root=synth_root)
+    pairs = {kind: synth_pair(kind, agree=True, root=synth_root) for kind in ("dflash", "dflash2", "dspark", "eagle3")}
+    target = pairs["dflash"][0]
+    settings = Settings(ctx=1024)
+
+    def case(label: str, model: Path, expect: bool = True, min_acceptance: float | None = MIN_ACCEPTANCE,
+             prompt: Prompt | None = None, **spec: object) -> SelftestCase:
+        arm = Arm(name=f"selftest-{label}", engine="llamacpp", model=str(model), settings=settings,
+                  speculative=Speculative(**spec))  # type: ignore[arg-type]
+        return SelftestCase(label, arm, _flags(adapter, arm), expect_speculation=expect,
+                            min_acceptance=min_acceptance if expect else None, prompt=prompt)
+
+    cases: list[SelftestCase] = []
+    missing: list[str] = []
+    for method in adapter.capabilities.speculative_methods:
+        if method == "none":
+            cases.append(case("none", target, expect=False))
+        elif method == "mtp":
+            cases.append(case("mtp", mtp, method="mtp", n_max=2))
+        elif method == "dflash":
+            for kind in ("dflash", "dflash2"):
+                tgt, draft = pairs[kind]
+                cases.append(case(kind, tgt, method="dflash", draft_model=str(draft), n_max=3))
+        elif method in ("dspark", "eagle3"):
+            tgt, draft = pairs[method]
+            cases.append(case(method, tgt, method=method, draft_model=str(draft), n_max=3))
+        elif method == "draft":  # the target as its own draft: greedy drafts are always right
+            cases.append(case("draft", target, method="draft", draft_model=str(target), n_max=3))
+        elif method == "ngram":
+            for variant in NGRAM_VARIANTS:
+                cases.append(case(f"ngram-{variant}", target, min_acceptance=None, method="ngram", variant=variant,
+                                  prompt=REPEAT_PROMPT if variant == "cache" else None,
+                                  **NGRAM_KNOBS.get(variant, {})))
+        else:
+            missing.append(method)
+    return cases, missing
+
+
+def run_selftest(adapter: LlamaCppAdapter, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
+    """Synthesize the models, run every case, and add a failing row for any method without a case."""
+    adapter.find_binary(adapter.Options())  # type: ignore[arg-type]  # EngineUnavailable before synthesizing
+    cases, missing = selftest_cases(adapter, log)
+    rows = run_cases(cases, workdir, log)
+    for method in missing:
+        rows.append(SelftestRow(method, "", problems=[f"the llama.cpp self-test has no case for method {method!r}; "
+                                                      f"add one to engines/llamacpp_selftest.py"]))
+    return rows

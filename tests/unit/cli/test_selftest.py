@@ -1,0 +1,77 @@
+"""`bakeoff selftest ENGINE`: the table, the exit codes, and the quoted reason of a failed method."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bakeoff.core.cli import app
+from bakeoff.core.cli import selftest as cli_selftest
+from bakeoff.core.errors import CapabilityNotSupported
+from bakeoff.core.selftest import SelftestRow
+from bakeoff.engines.openai import OpenAICompatAdapter
+
+runner = CliRunner()
+REJECTED = ('llama-server failed to start (unknown-flag): ... Log: error while handling argument "--spec-type": '
+            'unknown speculative type: draft-dspark-v2')
+
+
+class FakeAdapter:
+    def __init__(self, rows: list[SelftestRow]) -> None:
+        self.rows = rows
+        self.workdir: Path | None = None
+
+    def selftest(self, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
+        log("synthesizing")
+        self.workdir = workdir
+        return self.rows
+
+
+def ok_row(label: str) -> SelftestRow:
+    return SelftestRow(label, f"--spec-type draft-{label}", started=True, speculative=True, drafted=35,
+                       accepted=35, seconds=1.2, version="b11434-unknown")
+
+
+def invoke(monkeypatch: pytest.MonkeyPatch, adapter: object, *args: str) -> tuple[int, str]:
+    monkeypatch.setattr(cli_selftest, "load_engine", lambda name: adapter)
+    monkeypatch.setenv("COLUMNS", "250")
+    result = runner.invoke(app, ["selftest", "fake", *args])
+    return result.exit_code, result.output
+
+
+def test_all_methods_working_exits_zero_and_removes_its_temporary_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeAdapter([ok_row("mtp"), ok_row("dflash")])
+    code, out = invoke(monkeypatch, fake)
+    assert code == 0, out
+    assert "mtp" in out and "--spec-type draft-dflash" in out and "1.000" in out and "b11434-unknown" in out
+    assert "2/2 passed" in out
+    assert fake.workdir is not None and not fake.workdir.exists()
+
+
+def test_a_rejected_flag_exits_non_zero_quoting_the_engine_line(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    bad = SelftestRow("dspark", "--spec-type draft-dspark", problems=[REJECTED], run_dir=tmp_path / "run")
+    code, out = invoke(monkeypatch, FakeAdapter([ok_row("mtp"), bad]), "--keep", str(tmp_path))
+    assert code == 1
+    assert "FAILED" in out and "1/2 passed" in out
+    assert "unknown speculative type: draft-dspark-v2" in out
+    assert str(tmp_path) in out  # where the logs are
+
+
+def test_an_engine_without_a_selftest_exits_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = invoke(monkeypatch, OpenAICompatAdapter())
+    assert code == 2 and "has no self-test" in out
+
+
+def test_the_default_hook_refuses() -> None:
+    with pytest.raises(CapabilityNotSupported):
+        OpenAICompatAdapter().selftest(lambda msg: None, Path("/nonexistent"))
+
+
+def test_row_acceptance_and_verdict() -> None:
+    assert ok_row("x").acceptance == 1.0 and ok_row("x").ok
+    assert SelftestRow("none", "").acceptance is None
+    assert not SelftestRow("x", "", problems=["p"]).ok
