@@ -47,7 +47,7 @@ from bakeoff.core.adapter import (
     openai_model_id,
 )
 from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import ConfigError, EngineStartupError, EngineUnavailable, PreflightError
+from bakeoff.core.errors import ConfigError, EngineStartupError, EngineUnavailable, MeasurementError, PreflightError
 from bakeoff.core.metrics import MetricKey, delta, scrape
 from bakeoff.core.models import BUILTIN_MODELS
 
@@ -425,6 +425,20 @@ class VllmAdapter(EngineAdapter):
         return eff
 
     # -- requests --------------------------------------------------------------------------
+    def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
+                            template_kwargs: dict[str, Any] | None = None) -> int:
+        """vLLM's own count: POST /tokenize with the chat messages and the generation prompt, which applies
+        the same chat template a chat completion does (depth sweeps pad prompts to exact sizes with it)."""
+        body: dict[str, Any] = {"messages": messages, "add_generation_prompt": True}
+        if template_kwargs:
+            body["chat_template_kwargs"] = template_kwargs
+        try:
+            response = http.post("/tokenize", json=body, timeout=60)
+            response.raise_for_status()
+            return int(response.json()["count"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise MeasurementError(f"vLLM /tokenize failed: {exc}") from exc
+
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
         fields: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": workload.thinking}}
         if workload.fixed_length:

@@ -21,6 +21,7 @@ from bakeoff.core.errors import (
     CapabilityNotSupported,
     ConfigError,
     EngineUnavailable,
+    MeasurementError,
     PreflightError,
 )
 from bakeoff.core.metrics import parse_metrics
@@ -434,3 +435,21 @@ def test_a_failed_conversion_leaves_nothing_behind(monkeypatch: pytest.MonkeyPat
         vllm_install.convert_gguf(gguf, Path("/venv/bin/python"), log=lambda m: None)
     assert "unsupported architecture" in str(info.value.stderr)
     assert not any(p.name.startswith("Bad") for p in (vllm_install.cache_root() / "models").iterdir())
+
+
+def test_count_prompt_tokens_posts_messages_to_tokenize_with_the_generation_prompt() -> None:
+    capture = json.loads((Path(__file__).parents[2] / "fixtures" / "vllm" / "tokenize_messages.json").read_text())
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=capture) if request.url.path == "/tokenize" else httpx.Response(404)
+
+    http = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://vllm")
+    messages = [{"role": "user", "content": "hi"}]
+    assert VllmAdapter().count_prompt_tokens(http, messages, {"enable_thinking": False}) == capture["count"]
+    assert seen == [{"messages": messages, "add_generation_prompt": True,
+                     "chat_template_kwargs": {"enable_thinking": False}}]
+    failing = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(500)), base_url="http://vllm")
+    with pytest.raises(MeasurementError, match="/tokenize failed"):
+        VllmAdapter().count_prompt_tokens(failing, messages)
