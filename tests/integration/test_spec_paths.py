@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 from collections.abc import Callable
@@ -71,7 +72,9 @@ def spec_run(llama_server: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
                   {"role": "user", "content": "Count from one to twenty."}]}],
                            "max_tokens": MAX_TOKENS, "reps": REQUESTS, "warmup": 0}}
     (tmp / "spec.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    proc = subprocess.run(["bakeoff", "run", str(tmp / "spec.yaml"), "--out", str(tmp / "runs")],
+    exe = shutil.which("bakeoff")
+    assert exe, "the bakeoff console script is not installed (pip install -e .)"
+    proc = subprocess.run([exe, "run", str(tmp / "spec.yaml"), "--out", str(tmp / "runs")],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = next(d for d in (tmp / "runs").iterdir() if d.is_dir())
@@ -105,8 +108,8 @@ def test_normal_draft_memory_fitting_error_line_does_not_fail_a_start(spec_run: 
     assert LlamaCppAdapter().classify_startup_failure(log) is None  # ... is not a startup failure
 
 
-def test_selftest_passes_on_the_installed_build(llama_server: Path, tmp_path: Path) -> None:
-    proc = subprocess.run(["bakeoff", "selftest", "llamacpp", "--keep", str(tmp_path)],
+def test_selftest_passes_on_the_installed_build(llama_server: Path, tmp_path: Path, bakeoff_cli: str) -> None:
+    proc = subprocess.run([bakeoff_cli, "selftest", "llamacpp", "--keep", str(tmp_path)],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "250"})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     for method in ("none", "mtp", "dflash", "dflash2", "dspark", "eagle3", "draft", "ngram-mod", "ngram-simple",
