@@ -49,6 +49,8 @@ class Capabilities(BaseModel):
     kv_types: tuple[str, ...] = ()
     usage_per_chunk: bool = Field(False, description="Cumulative usage on every SSE chunk (continuous_usage_stats).")
     one_token_per_event: bool = Field(False, description="The engine is known to send exactly one token per event.")
+    count_per_chunk: bool = Field(False, description="Every chunk carries the cumulative generated-token count "
+                                                     "(usage, or the engine's own per-chunk timings).")
     acceptance_source: str = Field("none", description="Where drafted/accepted counts come from.")
     launch_modes: tuple[str, ...] = ("native",)
     docker_image: str | None = None
@@ -198,6 +200,11 @@ class EngineAdapter(ABC):
         """
         raise CapabilityNotSupported(f"{self.name} cannot count prompt tokens with its own tokenizer, "
                                      "so it cannot run a depth sweep")
+
+    def chunk_token_count(self, payload: dict[str, Any]) -> int | None:
+        """Cumulative generated tokens carried by one SSE payload, or None when it carries no count."""
+        usage = payload.get("usage")
+        return usage.get("completion_tokens") if isinstance(usage, dict) else None
 
     def before_request(self, http: httpx.Client) -> Any:
         """Snapshot taken just before a timed request (e.g. /metrics counters); passed to server_stats."""

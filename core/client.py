@@ -11,6 +11,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -46,11 +47,20 @@ def _delta_text(choice: dict[str, Any]) -> str:
     return (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
 
 
-def stream_chat(http: httpx.Client, body: dict[str, Any], timeout_s: float) -> StreamResult:
+def _usage_count(payload: dict[str, Any]) -> int | None:
+    usage = payload.get("usage")
+    return usage.get("completion_tokens") if isinstance(usage, dict) else None
+
+
+def stream_chat(http: httpx.Client, body: dict[str, Any], timeout_s: float,
+                chunk_count: Callable[[dict[str, Any]], int | None] = _usage_count) -> StreamResult:
     """POST a streaming chat completion and record the arrival time of every event.
 
     Never raises for request failures: errors (HTTP status, reset, stall, malformed SSE) land in
     ``StreamResult.error`` so the caller stores them as an error sample.
+
+    :param chunk_count: reads the cumulative generated-token count a payload carries (the adapter's
+        ``chunk_token_count``: usage, or engine timings such as llama.cpp's ``timings_per_token``).
     """
     timeout = httpx.Timeout(timeout_s, connect=10.0)
     result = StreamResult(t_send_ns=time.perf_counter_ns())
@@ -87,7 +97,7 @@ def stream_chat(http: httpx.Client, body: dict[str, Any], timeout_s: float) -> S
                     result.usage = usage
                     result.final = payload
                 result.text += text
-                result.events.append(Event(t, text, (usage or {}).get("completion_tokens")))
+                result.events.append(Event(t, text, chunk_count(payload)))
                 if t > deadline:
                     result.error = f"request exceeded {timeout_s:g} s"
                     result.flags.append("timeout")

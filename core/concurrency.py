@@ -11,6 +11,8 @@ told), vLLM has ``--max-num-seqs``. A level above what the engine reports is ref
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import statistics
 import threading
 import time
@@ -51,7 +53,8 @@ class Batch:
         return self.tokens / self.wall_s if self.wall_s > 0 else None
 
 
-def run_batch(http: httpx.Client, bodies: list[dict[str, Any]], timeout_s: float) -> Batch:
+def run_batch(http: httpx.Client, bodies: list[dict[str, Any]], timeout_s: float,
+              chunk_count: Callable[[dict[str, Any]], int | None] | None = None) -> Batch:
     """Send every body at once, each on its own thread (and pooled connection); wait for all.
 
     Streams are released together by a barrier, so the batch measures N requests in flight, not N
@@ -62,7 +65,8 @@ def run_batch(http: httpx.Client, bodies: list[dict[str, Any]], timeout_s: float
 
     def one(i: int) -> None:
         barrier.wait()
-        results[i] = stream_chat(http, bodies[i], timeout_s)
+        results[i] = (stream_chat(http, bodies[i], timeout_s, chunk_count) if chunk_count
+                      else stream_chat(http, bodies[i], timeout_s))
 
     threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(bodies))]
     for t in threads:

@@ -168,7 +168,7 @@ class PointRunner:
             bodies.append(body)
         started_at = time.time()
         meter.start()
-        batch: Batch = run_batch(self.http, bodies, self.workload.request_timeout_s)
+        batch: Batch = run_batch(self.http, bodies, self.workload.request_timeout_s, self.adapter.chunk_token_count)
         foreign = meter.stop()
         samples = []
         for body, info, result in zip(bodies, infos, batch.results):

@@ -159,7 +159,8 @@ def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_
 def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prompt: str, mode: str,
                  rep: int, pass_index: int, foreign: float | None, started_at: float) -> Sample:
     caps = planned.adapter.capabilities
-    fields = account(result, usage_per_chunk=caps.usage_per_chunk, one_token_per_event=caps.one_token_per_event)
+    fields = account(result, usage_per_chunk=caps.usage_per_chunk or caps.count_per_chunk,
+                     one_token_per_event=caps.one_token_per_event)
     flags: list[str] = fields.pop("flags") + list(stats.flags)
     sample = Sample(run_id=run_id, arm=planned.arm.name, engine=planned.adapter.name, prompt=prompt, mode=mode,
                     rep=rep, pass_index=pass_index, started_at=started_at, **fields)
@@ -232,7 +233,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                         log.read_new()
                         started_at = time.time()
                         meter.start()
-                        result = stream_chat(http, body, w.request_timeout_s)
+                        result = stream_chat(http, body, w.request_timeout_s, planned.adapter.chunk_token_count)
                         foreign = meter.stop()
                         stats = planned.adapter.server_stats(http, result.final, before, log.read_new())
                         sample = _make_sample(planned, result, stats, run.run_id, prompt.name, mode_name, rep,

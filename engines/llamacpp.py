@@ -116,6 +116,7 @@ class LlamaCppAdapter(EngineAdapter):
         split_modes=("none", "layer", "row", "tensor"),
         kv_types=("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
         usage_per_chunk=False,
+        count_per_chunk=True,  # via timings_per_token (see request_fields)
         one_token_per_event=True,
         acceptance_source="timings.draft_n/draft_n_accepted per response, cross-checked with the log line",
         launch_modes=("native", "compose"),
@@ -333,6 +334,9 @@ class LlamaCppAdapter(EngineAdapter):
     # -- requests ------------------------------------------------------------------------
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
         fields: dict[str, Any] = {"cache_prompt": False}  # repeats must not be served from the prompt cache
+        # Cumulative timings on every chunk: predicted_n counts tokens per event exactly. "One token per
+        # event" is not always true: a token ending inside a UTF-8 character streams with the next one.
+        fields["timings_per_token"] = True
         if workload.fixed_length:
             fields["ignore_eos"] = True
         fields["chat_template_kwargs"] = {"enable_thinking": workload.thinking}
@@ -362,6 +366,12 @@ class LlamaCppAdapter(EngineAdapter):
             return len(r.json()["tokens"])
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise MeasurementError(f"llama-server could not count prompt tokens: {exc}") from exc
+
+    def chunk_token_count(self, payload: dict[str, Any]) -> int | None:
+        timings = payload.get("timings")
+        if isinstance(timings, dict) and "predicted_n" in timings:
+            return int(timings["predicted_n"])
+        return super().chunk_token_count(payload)
 
     def before_request(self, http: httpx.Client) -> Any:
         return scrape(http)

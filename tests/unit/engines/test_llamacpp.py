@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bakeoff.core.adapter import check_arm_capabilities
-from bakeoff.core.config import Arm
+from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import CapabilityNotSupported, PreflightError
 from bakeoff.core.metrics import parse_metrics
 from bakeoff.engines.llamacpp import LlamaCppAdapter, parse_acceptance_lines
@@ -192,3 +192,27 @@ def test_effective_settings_flag_silent_downgrades(tmp_path: Path) -> None:
     assert "asked ctx 4096" in text and "total_slots 4" in text and "WITHOUT speculation" in text
     ok = adapter.effective_settings(_props_client(n_ctx=4096, slots=1, speculative=True), a)
     assert ok.mismatches == [] and ok.values["total_slots"] == 1
+
+
+def test_multi_token_events_are_counted_from_per_chunk_timings() -> None:
+    """Real capture: emoji tokens end inside a UTF-8 character, so llama.cpp streams 3 tokens in one event.
+    timings_per_token's cumulative predicted_n counts them exactly; the one-token-per-event assumption would not."""
+    from bakeoff.core.client import account, stream_chat
+
+    body = (FIX / "chat_stream_timings_per_token_utf8.sse").read_bytes()
+    sse = {"content-type": "text/event-stream"}
+    http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, content=body, headers=sse)),
+                        base_url="http://x")
+    result = stream_chat(http, {}, timeout_s=5, chunk_count=adapter.chunk_token_count)
+    caps = adapter.capabilities
+    exact = account(result, usage_per_chunk=caps.count_per_chunk, one_token_per_event=True)
+    assert exact["completion_tokens"] == 40
+    assert exact["max_tokens_per_event"] == 3 and exact["n_first"] == 3
+    assert not [f for f in exact["flags"] if "mismatch" in f]
+    naive = account(result, usage_per_chunk=False, one_token_per_event=True)
+    assert any(f.startswith("token-events-mismatch") for f in naive["flags"])
+    assert adapter.request_fields(arm_without_files(), Workload())["timings_per_token"] is True
+
+
+def arm_without_files() -> Arm:
+    return Arm(name="a", engine="llamacpp", model="m.gguf")
