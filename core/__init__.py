@@ -6,7 +6,16 @@ Core never imports an engine module and never names an engine. The public API fo
 
 from __future__ import annotations
 
-from .adapter import Capabilities, Effective, EngineAdapter, LaunchSpec, NoOptions, ServerStats, first_matching_line
+from .adapter import (
+    Capabilities,
+    Effective,
+    EngineAdapter,
+    FailureRule,
+    LaunchSpec,
+    NoOptions,
+    ServerStats,
+    first_matching_line,
+)
 from .config import Arm, BakeoffFile, Settings, Speculative, Workload
 from .errors import (
     BakeoffError,
@@ -35,6 +44,7 @@ __all__ = [
     "EngineError",
     "EngineStartupError",
     "EngineUnavailable",
+    "FailureRule",
     "LaunchSpec",
     "MeasurementError",
     "NoOptions",

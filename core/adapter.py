@@ -34,7 +34,11 @@ __all__ = [
     "NoOptions",
     "check_arm_capabilities",
     "first_matching_line",
+    "FailureRule",
 ]
+
+
+FailureRule = tuple[str, tuple[str, ...], str]  # (reason, log needles, advice for the user)
 
 
 class Capabilities(BaseModel):
@@ -114,6 +118,10 @@ class EngineAdapter(ABC):
     description: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
     Options: ClassVar[type[BaseModel]] = NoOptions
+    display_name: ClassVar[str] = ""  # how logs and errors call the engine ("llama-server"); default: name
+    # (reason, needles, advice): the first rule with a needle in the log classifies a failed start, and
+    # its log line is quoted. Argument errors belong first: engines print them before loading anything.
+    startup_failures: ClassVar[tuple[FailureRule, ...]] = ()
 
     def options(self, arm: Arm, index: int | None = None) -> BaseModel:
         """Validate ``arm.options`` with this engine's Options model.
@@ -172,6 +180,11 @@ class EngineAdapter(ABC):
 
     def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
         """Map an engine log to a classified startup error quoting the decisive line, or None."""
+        for reason, needles, advice in self.startup_failures:
+            line = first_matching_line(log_text, needles)
+            if line:
+                return EngineStartupError(f"{self.display_name or self.name} failed to start ({reason}): "
+                                          f"{advice}. Log: {line}", reason=reason, log_line=line)
         return None
 
     def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:

@@ -51,10 +51,9 @@ from bakeoff.core.adapter import (
     EngineAdapter,
     LaunchSpec,
     ServerStats,
-    first_matching_line,
 )
 from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import ConfigError, EngineStartupError, EngineUnavailable, PreflightError
+from bakeoff.core.errors import ConfigError, EngineUnavailable, PreflightError
 from bakeoff.core.models import resolve_model
 
 __all__ = ["ExllamaAdapter", "ExllamaOptions", "DRAFT_MODES", "MetricsLine", "parse_metrics_lines",
@@ -297,6 +296,8 @@ class ExllamaAdapter(EngineAdapter):
         tokenize_endpoint="/v1/token/encode",
     )
     Options = ExllamaOptions
+    display_name = "TabbyAPI"
+    startup_failures = STARTUP_FAILURES
 
     def __init__(self) -> None:
         self._log_dir: Path | None = None  # the arm's run directory, where the engine log is written
@@ -399,13 +400,6 @@ class ExllamaAdapter(EngineAdapter):
     def is_ready(self, response: httpx.Response) -> bool:
         return response.status_code == 200  # uvicorn listens only after the model loaded
 
-    def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
-        for reason, needles, advice in STARTUP_FAILURES:
-            line = first_matching_line(log_text, needles)
-            if line:
-                return EngineStartupError(f"TabbyAPI failed to start ({reason}): {advice}. Log: {line}",
-                                          reason=reason, log_line=line)
-        return None
 
     def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
         eff = Effective()

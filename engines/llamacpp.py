@@ -32,11 +32,10 @@ from bakeoff.core.adapter import (
     EngineAdapter,
     LaunchSpec,
     ServerStats,
-    first_matching_line,
     openai_model_id,
 )
 from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import ConfigError, EngineStartupError, EngineUnavailable, PreflightError
+from bakeoff.core.errors import ConfigError, EngineUnavailable, PreflightError
 from bakeoff.core.metrics import delta, scrape
 from bakeoff.core.models import resolve_model
 from bakeoff.core.selftest import SelftestRow
@@ -126,6 +125,8 @@ class LlamaCppAdapter(EngineAdapter):
         tokenize_endpoint="/tokenize",
     )
     Options = LlamaCppOptions
+    display_name = "llama-server"
+    startup_failures = STARTUP_FAILURES
 
     # -- binary --------------------------------------------------------------------------
     def find_binary(self, options: LlamaCppOptions) -> Path:
@@ -295,13 +296,6 @@ class LlamaCppAdapter(EngineAdapter):
     def is_ready(self, response: httpx.Response) -> bool:
         return response.status_code == 200  # 503 {"error": {"message": "Loading model"}} until loaded
 
-    def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
-        for reason, needles, advice in STARTUP_FAILURES:
-            line = first_matching_line(log_text, needles)
-            if line:
-                return EngineStartupError(f"llama-server failed to start ({reason}): {advice}. Log: {line}",
-                                          reason=reason, log_line=line)
-        return None
 
     def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
         eff = Effective(model_id=openai_model_id(http))

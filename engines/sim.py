@@ -21,21 +21,21 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, ServerStats, first_matching_line
+from bakeoff.core.adapter import Capabilities, EngineAdapter, FailureRule, LaunchSpec, ServerStats
 from bakeoff.core.config import Arm
-from bakeoff.core.errors import ConfigError, EngineStartupError
+from bakeoff.core.errors import ConfigError
 
 __all__ = ["SimAdapter", "SimOptions", "SERVER"]
 
 SERVER = Path(__file__).with_name("sim_server.py")
 
-# (reason, needles): the sim's own startup failures, in the words a user can act on.
-STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("port-in-use", ("couldn't bind", "Address already in use")),
-    ("unknown-flag", ("unrecognized arguments",)),
-    ("missing-api-key", ("an API key is required",)),
-    ("out-of-memory", ("out of memory",)),
-    ("crashed", ("E sim:",)),
+# The sim's own startup failures (reason, needles, advice), in the words a user can act on.
+STARTUP_FAILURES: tuple[FailureRule, ...] = (
+    ("port-in-use", ("couldn't bind", "Address already in use"), "the port is taken by another process"),
+    ("unknown-flag", ("unrecognized arguments",), "the sim does not accept a flag it was given"),
+    ("missing-api-key", ("an API key is required",), "set the environment variable named by api_key_env"),
+    ("out-of-memory", ("out of memory",), "the (simulated) engine ran out of memory"),
+    ("crashed", ("E sim:",), "the sim crashed on start as configured"),
 )
 
 
@@ -87,6 +87,8 @@ class SimAdapter(EngineAdapter):
         fixed_length_field="ignore_eos",  # it always streams max_tokens tokens; the field is accepted
     )
     Options = SimOptions
+    display_name = "sim"
+    startup_failures = STARTUP_FAILURES
 
     def preflight(self, arm: Arm) -> None:
         options: SimOptions = self.options(arm)  # type: ignore[assignment]
@@ -104,13 +106,6 @@ class SimAdapter(EngineAdapter):
         argv += arm.extra_args
         return LaunchSpec(argv=argv, env=dict(arm.env), ready_path="/health")
 
-    def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
-        for reason, needles in STARTUP_FAILURES:
-            line = first_matching_line(log_text, needles)
-            if line:
-                return EngineStartupError(f"sim failed to start ({reason}). Log: {line}", reason=reason,
-                                          log_line=line)
-        return None
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
                      log_text: str) -> ServerStats:

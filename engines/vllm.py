@@ -43,11 +43,10 @@ from bakeoff.core.adapter import (
     EngineAdapter,
     LaunchSpec,
     ServerStats,
-    first_matching_line,
     openai_model_id,
 )
 from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import ConfigError, EngineStartupError, EngineUnavailable, MeasurementError, PreflightError
+from bakeoff.core.errors import ConfigError, EngineUnavailable, MeasurementError, PreflightError
 from bakeoff.core.metrics import MetricKey, delta, scrape
 from bakeoff.core.models import BUILTIN_MODELS
 
@@ -193,6 +192,8 @@ class VllmAdapter(EngineAdapter):
         tokenize_endpoint="/tokenize",
     )
     Options = VllmOptions
+    display_name = "vLLM"
+    startup_failures = STARTUP_FAILURES
 
     # -- interpreter -----------------------------------------------------------------------
     def launcher(self, options: VllmOptions) -> list[str]:
@@ -392,13 +393,6 @@ class VllmAdapter(EngineAdapter):
         return LaunchSpec(argv=argv, env=env, ready_path="/health")
 
     # -- startup ---------------------------------------------------------------------------
-    def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
-        for reason, needles, advice in STARTUP_FAILURES:
-            line = first_matching_line(log_text, needles)
-            if line:
-                return EngineStartupError(f"vLLM failed to start ({reason}): {advice}. Log: {line}",
-                                          reason=reason, log_line=line)
-        return None
 
     def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
         eff = Effective()

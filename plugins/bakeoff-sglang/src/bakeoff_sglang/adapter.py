@@ -39,13 +39,11 @@ from bakeoff.core import (
     ConfigError,
     Effective,
     EngineAdapter,
-    EngineStartupError,
     EngineUnavailable,
     LaunchSpec,
     PreflightError,
     ServerStats,
     Workload,
-    first_matching_line,
 )
 
 __all__ = [
@@ -187,6 +185,8 @@ class SglangAdapter(EngineAdapter):
         fixed_length_field="ignore_eos",
     )
     Options = SglangOptions
+    display_name = "SGLang"
+    startup_failures = STARTUP_FAILURES
 
     def __init__(self) -> None:
         self._draft_tokens: int | None = None  # per verify step, read back from /server_info
@@ -314,13 +314,6 @@ class SglangAdapter(EngineAdapter):
         }
 
     # -- startup -----------------------------------------------------------------------
-    def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
-        for reason, needles, advice in STARTUP_FAILURES:
-            line = first_matching_line(log_text, needles)
-            if line:
-                return EngineStartupError(f"SGLang failed to start ({reason}): {advice}. Log: {line}",
-                                          reason=reason, log_line=line)
-        return None
 
     def server_info(self, http: httpx.Client) -> dict[str, Any] | None:
         for path in ("/server_info", "/get_server_info"):
