@@ -9,6 +9,7 @@ file); DFlash/DSpark drafts have architecture ``dflash`` (DSpark adds ``markov_w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["GgufFacts", "read_gguf_facts"]
@@ -46,13 +47,23 @@ def _scalar(reader: object, key: str) -> object | None:
 
 
 def read_gguf_facts(path: str | Path) -> GgufFacts:
-    """Header facts of a GGUF file.
+    """Header facts of a GGUF file (cached per file version: the reader parses every tokenizer string,
+    about 2 s for a 49k vocabulary, and a plan reads the same model for several arms).
 
     :raises ValueError: the file is not a readable GGUF.
     """
+    p = Path(path).resolve()
+    try:
+        st = p.stat()
+    except OSError as exc:
+        raise ValueError(f"{p} is not a readable GGUF file: {exc.strerror}") from exc
+    return _read_facts(p, st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _read_facts(p: Path, size: int, mtime_ns: int) -> GgufFacts:
     from gguf import GGUFReader
 
-    p = Path(path)
     try:
         reader = GGUFReader(p)
     except Exception as exc:  # the reader raises ValueError/struct.error/OSError on bad files
