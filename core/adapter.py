@@ -84,6 +84,14 @@ class Effective:
     version: str | None = None
     model_id: str | None = None
 
+    def first_positive(self, keys: tuple[str, ...]) -> int | None:
+        """The first positive integer among ``values[key]`` for ``keys`` (engines name the same fact differently)."""
+        for key in keys:
+            value = self.values.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
 
 class ServerStats(BaseModel):
     """The server's own numbers for one request, in one schema for every engine."""

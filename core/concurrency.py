@@ -82,11 +82,8 @@ def run_batch(http: httpx.Client, bodies: list[dict[str, Any]], timeout_s: float
 
 def effective_slots(eff: Effective, arm: Arm) -> int | None:
     """Sequences the engine runs at once: what it reports, else the arm's ``settings.parallel``."""
-    for key in SLOT_KEYS:
-        value = eff.values.get(key)
-        if isinstance(value, int) and value > 0:
-            return value
-    return arm.settings.parallel
+    reported = eff.first_positive(SLOT_KEYS)
+    return reported if reported is not None else arm.settings.parallel
 
 
 def refused_levels(levels: Iterable[int], slots: int | None) -> dict[int, str]:

@@ -173,11 +173,8 @@ def needle_found(info: DepthInfo | None, text: str) -> bool | None:
 
 def effective_context(eff: Effective, arm: Arm) -> int | None:
     """Tokens one request may use: what the engine reports, else the arm's ``settings.ctx``."""
-    for key in CONTEXT_KEYS:
-        value = eff.values.get(key)
-        if isinstance(value, int) and value > 0:
-            return value
-    return arm.settings.ctx
+    reported = eff.first_positive(CONTEXT_KEYS)
+    return reported if reported is not None else arm.settings.ctx
 
 
 def refused_depths(depths: Iterable[int], max_tokens: int, context: int | None) -> dict[int, str]:
