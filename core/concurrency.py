@@ -11,13 +11,10 @@ told), vLLM has ``--max-num-seqs``. A level above what the engine reports is ref
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import statistics
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +25,8 @@ from .client import StreamResult, stream_chat
 from .config import Arm, BakeoffFile
 from .errors import ConfigError
 from .sample import Sample
+from .stats import median_or_none
+from .textfmt import fmt
 
 __all__ = ["Batch", "run_batch", "effective_slots", "refused_levels", "check_levels_before_launch",
            "concurrency_rows", "SLOT_KEYS"]
@@ -128,15 +127,7 @@ def concurrency_rows(samples: Iterable[Sample], arm_order: list[str]) -> tuple[l
             aggregate = [sum(s.completion_tokens or 0 for s in b) / b[0].batch_wall_s
                          for b in batches.values()
                          if b[0].batch_wall_s and all(s.status == "ok" for s in b)]
-            rows.append([arm, str(level), _fmt(_median([s.decode_tps for s in ok if s.decode_tps is not None])),
-                         _fmt(_median(aggregate)), _fmt(_median([s.ttft_s for s in ok if s.ttft_s is not None]), 3),
+            rows.append([arm, str(level), fmt(median_or_none([s.decode_tps for s in ok if s.decode_tps is not None])),
+                         fmt(median_or_none(aggregate)), fmt(median_or_none([s.ttft_s for s in ok if s.ttft_s is not None]), 3),
                          str(len(batches)), str(len(g) - len(ok))])
     return header, rows
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _fmt(v: float | None, digits: int = 1) -> str:
-    return "–" if v is None else f"{v:.{digits}f}"

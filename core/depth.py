@@ -16,7 +16,6 @@ launch when ``settings.ctx`` says so, after launch from what the engine reports.
 from __future__ import annotations
 
 import random
-import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -24,6 +23,8 @@ from .adapter import EngineAdapter, Effective
 from .config import Arm, BakeoffFile, Prompt
 from .errors import CapabilityNotSupported, ConfigError, MeasurementError
 from .sample import Sample
+from .stats import median_or_none
+from .textfmt import fmt
 
 __all__ = ["DepthInfo", "DepthBuilder", "filler_words", "effective_context", "refused_depths",
            "check_depths_before_launch", "depth_rows", "needle_found", "CONTEXT_KEYS"]
@@ -206,8 +207,6 @@ def check_depths_before_launch(config: BakeoffFile, adapters: dict[str, EngineAd
                               " (settings.ctx); raise settings.ctx or drop the depth")
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
 
 
 def depth_rows(samples: Iterable[Sample], arm_order: list[str]) -> tuple[list[str], list[list[str]]]:
@@ -227,17 +226,12 @@ def depth_rows(samples: Iterable[Sample], arm_order: list[str]) -> tuple[list[st
         for depth in sorted(d for a, d in groups if a == arm):
             g = groups[(arm, depth)]
             counts = sorted({s.prompt_tokens for s in g if s.prompt_tokens is not None})
-            row = [arm, str(depth), _fmt(_median([s.ttft_s for s in g if s.ttft_s is not None]), 3),
-                   _fmt(_median([s.prefill_tps for s in g if s.prefill_tps is not None])),
-                   _fmt(_median([s.decode_tps for s in g if s.decode_tps is not None])), str(len(g)),
+            row = [arm, str(depth), fmt(median_or_none([s.ttft_s for s in g if s.ttft_s is not None]), 3),
+                   fmt(median_or_none([s.prefill_tps for s in g if s.prefill_tps is not None])),
+                   fmt(median_or_none([s.decode_tps for s in g if s.decode_tps is not None])), str(len(g)),
                    ",".join(str(c) for c in counts) or "–"]
             if needle:
                 found = [s.needle_found for s in g if s.needle_found is not None]
                 row.append(f"{sum(found)}/{len(found)}")
             rows.append(row)
     return header, rows
-
-
-def _fmt(v: float | None, digits: int = 1) -> str:
-    return "–" if v is None else f"{v:.{digits}f}"
-

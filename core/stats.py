@@ -273,7 +273,8 @@ def unpaired_ratio(arm: Iterable[Sample], reference: Iterable[Sample], *, n_boot
                     n=min(len(a), len(r)), clusters=min(len({s.pass_index for s in a}), len({s.pass_index for s in r})))
 
 
-def _median(values: list[float]) -> float | None:
+def median_or_none(values: list[float]) -> float | None:
+    """The median, or None when nothing was measured."""
     return statistics.median(values) if values else None
 
 
@@ -284,7 +285,7 @@ def describe_arm(name: str, samples: Sequence[Sample], prompts: Sequence[str] = 
     rates = [_rate(s) for s in ok]
     stats = ArmStats(arm=name, engine=samples[0].engine if samples else "?", n=len(ok),
                      errors=sum(s.status == "error" for s in samples), flagged=sum(bool(s.flags) for s in samples),
-                     passes=len({s.pass_index for s in ok}), boot_s_median=_median([b for b in boot_s if b]))
+                     passes=len({s.pass_index for s in ok}), boot_s_median=median_or_none([b for b in boot_s if b]))
     if rates:
         stats.median = bootstrap_ci(rates, [s.pass_index for s in ok], n_boot=n_boot, level=level, seed=seed,
                                     key=f"median/{name}")
@@ -308,12 +309,12 @@ def describe_arm(name: str, samples: Sequence[Sample], prompts: Sequence[str] = 
     stats.accepted = sum(s.accepted or 0 for s in with_drafts)
     acc = [s.acceptance for s in with_drafts if s.acceptance is not None]
     stats.acceptance_range = (min(acc), max(acc)) if acc else None
-    stats.server_median = _median([s.server_decode_tps for s in ok if s.server_decode_tps is not None])
-    stats.event_count_median = _median([s.event_count_decode_tps for s in ok if s.event_count_decode_tps is not None])
+    stats.server_median = median_or_none([s.server_decode_tps for s in ok if s.server_decode_tps is not None])
+    stats.event_count_median = median_or_none([s.event_count_decode_tps for s in ok if s.event_count_decode_tps is not None])
     per_event = [s.max_tokens_per_event for s in ok if s.max_tokens_per_event is not None]
     stats.max_tokens_per_event = max(per_event) if per_event else None
-    stats.ttft_median = _median([s.ttft_s for s in ok if s.ttft_s is not None])
-    stats.prefill_median = _median([s.prefill_tps for s in ok if s.prefill_tps is not None])
+    stats.ttft_median = median_or_none([s.ttft_s for s in ok if s.ttft_s is not None])
+    stats.prefill_median = median_or_none([s.prefill_tps for s in ok if s.prefill_tps is not None])
     return stats
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .sample import Sample
 from .stats import ArmStats, describe_arms
+from .textfmt import DASH, fmt
 
 __all__ = ["ArmSummary", "summarize", "community_rows"]
 
@@ -67,10 +68,6 @@ def community_rows(summaries: list[ArmSummary], prompts: list[str]) -> tuple[lis
         if s.acceptance is not None:
             acc = f"{s.acceptance:.1%} ({s.accepted}/{s.drafted})"
         else:
-            acc = "0 drafted" if s.has_draft_counts else "–"
-        rows.append([s.arm, _fmt(s.median), _fmt(s.mean), *(_fmt(s.per_prompt.get(p)) for p in prompts), acc])
+            acc = "0 drafted" if s.has_draft_counts else DASH
+        rows.append([s.arm, fmt(s.median), fmt(s.mean), *(fmt(s.per_prompt.get(p)) for p in prompts), acc])
     return header, rows
-
-
-def _fmt(v: float | None) -> str:
-    return "–" if v is None else f"{v:.1f}"

@@ -8,15 +8,11 @@ the paired ratio to the baseline with its interval and verdict.
 from __future__ import annotations
 
 from ..stats import ArmStats, Comparison, Interval
+from ..textfmt import DASH, fmt
 from .model import RunSummary
 
 __all__ = ["fmt", "fmt_interval", "fmt_ratio", "fmt_acceptance", "community_table", "audit_table", "footnotes"]
 
-DASH = "–"
-
-
-def fmt(v: float | None, digits: int = 1) -> str:
-    return DASH if v is None else f"{v:.{digits}f}"
 
 
 def fmt_interval(ci: Interval | None, digits: int = 1) -> str:
