@@ -33,9 +33,10 @@ from typing import Any
 
 import yaml
 
-from .adapter import EngineAdapter, first_matching_line
+from .adapter import EngineAdapter
 from .config import Arm
 from .errors import ConfigError, EngineStartupError, EngineUnavailable
+from .launcher import startup_error_from_log
 
 __all__ = [
     "ARM_LABEL",
@@ -364,15 +365,8 @@ class ComposeEngine:
     def _startup_error(self, what: str, reason: str) -> EngineStartupError:
         logs = self._run("logs", "--no-color", "--no-log-prefix", self.service, timeout=60)
         text = logs.stdout if logs.returncode == 0 and logs.stdout.strip() else self.log_text()
-        tail = "\n".join(text.splitlines()[-30:])
-        classified = self.adapter.classify_startup_failure(text)
-        if classified is not None:
-            classified.log_tail = tail
-            return classified
-        line = first_matching_line(text, (" E ", "error", "Error", "ERROR"))
-        detail = f": {line}" if line else ""
-        return EngineStartupError(f"{self.adapter.name} (compose project {self.project}) {what}{detail} "
-                                  f"(log: {self.log_path})", reason=reason, log_line=line, log_tail=tail)
+        return startup_error_from_log(self.adapter, text, f"{self.adapter.name} (compose project {self.project}) {what}",
+                                      self.log_path, reason)
 
     def stop(self) -> None:
         """Stop following logs and bring the project down (containers and network); safe to call twice."""

@@ -21,7 +21,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from .adapter import EngineAdapter, LaunchSpec, first_matching_line
 from .errors import EngineStartupError, EngineUnavailable
 
-__all__ = ["free_port", "port_is_free", "Engine", "stop_all", "LogCursor"]
+__all__ = ["free_port", "port_is_free", "Engine", "stop_all", "LogCursor", "startup_error_from_log"]
 
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -64,6 +64,22 @@ def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
             break
         time.sleep(0.2)
     _LIVE.pop(proc.pid, None)
+
+
+def startup_error_from_log(adapter: EngineAdapter, text: str, what: str, log_path: Path,
+                           reason: str = "unclassified") -> EngineStartupError:
+    """The adapter's classification of a failed start, else ``what`` plus the first error-looking log line.
+
+    Both carry the last 30 log lines for the arm's failure record.
+    """
+    tail = "\n".join(text.splitlines()[-30:])
+    classified = adapter.classify_startup_failure(text)
+    if classified is not None:
+        classified.log_tail = tail
+        return classified
+    line = first_matching_line(text, (" E ", "error", "Error", "ERROR"))
+    detail = f": {line}" if line else ""
+    return EngineStartupError(f"{what}{detail} (log: {log_path})", reason=reason, log_line=line, log_tail=tail)
 
 
 def stop_all() -> None:
@@ -150,15 +166,7 @@ class Engine:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
     def _startup_error(self, what: str) -> EngineStartupError:
-        text = self.log_text()
-        classified = self.adapter.classify_startup_failure(text)
-        if classified is not None:
-            classified.log_tail = self.log_tail()
-            return classified
-        line = first_matching_line(text, (" E ", "error", "Error", "ERROR"))
-        detail = f": {line}" if line else ""
-        return EngineStartupError(f"{self.adapter.name} {what}{detail} (log: {self.log_path})",
-                                  reason="unclassified", log_line=line, log_tail=self.log_tail())
+        return startup_error_from_log(self.adapter, self.log_text(), f"{self.adapter.name} {what}", self.log_path)
 
     def _probe(self, http: httpx.Client) -> bool:
         assert self.proc is not None
