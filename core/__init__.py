@@ -14,7 +14,9 @@ from .adapter import (
     LaunchSpec,
     NoOptions,
     ServerStats,
+    cli_flags,
     first_matching_line,
+    openai_model_id,
 )
 from .config import Arm, BakeoffFile, Settings, Speculative, Workload
 from .errors import (
@@ -27,12 +29,15 @@ from .errors import (
     MeasurementError,
     PreflightError,
 )
+from .models import cache_root, resolve_model
 from .sample import Sample
+from .sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
 
 __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
+    "NO_AMX_FLAGS",
     "Arm",
     "BakeoffFile",
     "BakeoffError",
@@ -50,9 +55,17 @@ __all__ = [
     "NoOptions",
     "PreflightError",
     "Sample",
+    "SdistBuild",
     "ServerStats",
     "Settings",
     "Speculative",
     "Workload",
+    "build_from_sdist",
+    "cache_root",
+    "cached_binary",
+    "cli_flags",
+    "cpu_key",
     "first_matching_line",
+    "openai_model_id",
+    "resolve_model",
 ]

@@ -33,7 +33,9 @@ __all__ = [
     "EngineAdapter",
     "NoOptions",
     "check_arm_capabilities",
+    "cli_flags",
     "first_matching_line",
+    "openai_model_id",
     "FailureRule",
 ]
 
@@ -286,3 +288,12 @@ def first_matching_line(log_text: str, needles: tuple[str, ...]) -> str | None:
         if any(n in line for n in needles):
             return line.strip()
     return None
+
+
+def cli_flags(pairs: list[tuple[str, Any]]) -> list[str]:
+    """``[flag, str(value)]`` for every pair whose value is not None, in order (None means "engine default")."""
+    out: list[str] = []
+    for flag, value in pairs:
+        if value is not None:
+            out += [flag, str(value)]
+    return out

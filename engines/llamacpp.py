@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +33,7 @@ from bakeoff.core.adapter import (
     ServerStats,
     openai_model_id,
 )
+from bakeoff.core.adapter import cli_flags as _flags
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import ConfigError, EngineUnavailable, PreflightError
 from bakeoff.core.metrics import delta, scrape
@@ -151,10 +151,7 @@ class LlamaCppAdapter(EngineAdapter):
     def install(self, log: Callable[[str], None]) -> str:
         from .llamacpp_build import build_llama_server
 
-        try:
-            return str(build_llama_server(log=log))
-        except (OSError, subprocess.CalledProcessError, ValueError) as exc:
-            raise EngineUnavailable(f"building llama-server failed: {exc}") from exc
+        return str(build_llama_server(log=log))
 
     def selftest(self, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
         """Every mapped method on tiny synthesized models, through the installed llama-server."""
@@ -401,10 +398,3 @@ class LlamaCppAdapter(EngineAdapter):
             stats.extra["log_mean_len"] = last["mean_len"]
         return stats
 
-
-def _flags(pairs: list[tuple[str, Any]]) -> list[str]:
-    out: list[str] = []
-    for flag, value in pairs:
-        if value is not None:
-            out += [flag, str(value)]
-    return out

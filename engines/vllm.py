@@ -45,6 +45,7 @@ from bakeoff.core.adapter import (
     ServerStats,
     openai_model_id,
 )
+from bakeoff.core.adapter import cli_flags as _flags
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import ConfigError, EngineUnavailable, MeasurementError, PreflightError
 from bakeoff.core.metrics import MetricKey, delta, scrape
@@ -504,10 +505,3 @@ def _has_module(python: Path, module: str) -> bool | None:
 
     return has_package(python, module)
 
-
-def _flags(pairs: list[tuple[str, Any]]) -> list[str]:
-    out: list[str] = []
-    for flag, value in pairs:
-        if value is not None:
-            out += [flag, str(value)]
-    return out
