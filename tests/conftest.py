@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))  # hostile_server, importable from every tier
+from hostile_server import HostileServer  # noqa: E402
 
 TAG = "BAKEOFF_TEST_SESSION"
 os.environ.setdefault(TAG, f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -90,3 +94,11 @@ def no_orphans_at_session_end() -> Iterator[None]:
 def live_test_processes() -> Callable[[], dict[int, str]]:
     """The orphan guard's view: live processes started by this test session (pid -> cmdline)."""
     return tagged_processes
+
+
+@pytest.fixture(scope="session")
+def hostile_server() -> Iterator[HostileServer]:
+    """A lying, trickling, bursting OpenAI-compatible server on 127.0.0.1 (tests/fixtures/hostile_server.py);
+    ``hostile_server.url(mode)`` is an attach-mode base URL."""
+    with HostileServer() as srv:
+        yield srv
