@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .client import SETUP_TIMEOUT_S, TokenCounts, bounded_get
 from .config import Arm, Workload, format_validation_error
 from .errors import CapabilityNotSupported, ConfigError, EngineStartupError
 from .selftest import SelftestRow
@@ -53,10 +54,10 @@ class Capabilities(BaseModel):
     settings: tuple[str, ...] = Field((), description="Settings fields it maps to flags.")
     split_modes: tuple[str, ...] = ()
     kv_types: tuple[str, ...] = ()
-    usage_per_chunk: bool = Field(False, description="Cumulative usage on every SSE chunk (continuous_usage_stats).")
-    one_token_per_event: bool = Field(False, description="The engine is known to send exactly one token per event.")
-    count_per_chunk: bool = Field(False, description="Every chunk carries the cumulative generated-token count "
-                                                     "(usage, or the engine's own per-chunk timings).")
+    token_counts: TokenCounts = Field("final_usage_only", description=(
+        "What each SSE chunk says about its tokens: usage_per_chunk (continuous_usage_stats), engine_per_chunk "
+        "(the engine's own cumulative count, via chunk_token_count), one_per_event, or final_usage_only "
+        "(first-event tokens are then estimated and flagged)."))
     acceptance_source: str = Field("none", description="Where drafted/accepted counts come from.")
     launch_modes: tuple[str, ...] = ("native",)
     docker_image: str | None = None
@@ -208,7 +209,7 @@ class EngineAdapter(ABC):
 
     def stream_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"include_usage": True}
-        if self.capabilities.usage_per_chunk:
+        if self.capabilities.token_counts == "usage_per_chunk":
             opts["continuous_usage_stats"] = True
         return opts
 
@@ -244,10 +245,10 @@ class EngineAdapter(ABC):
         return ServerStats()
 
 
-def openai_model_id(http: httpx.Client) -> str | None:
-    """The first model id from ``/v1/models``; None if the server does not list one."""
+def openai_model_id(http: httpx.Client, timeout_s: float = SETUP_TIMEOUT_S) -> str | None:
+    """The first model id from ``/v1/models``; None if the server does not list one within ``timeout_s``."""
     try:
-        data = http.get("/v1/models", timeout=10).json()
+        data = bounded_get(http, "/v1/models", timeout_s).json()
         return str(data["data"][0]["id"])
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
         return None

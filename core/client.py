@@ -1,30 +1,70 @@
-"""Streaming chat client: timestamps every SSE event and turns a stream into a Sample's accounting.
+"""Streaming chat client: record now, parse later, then turn the stream into a Sample's accounting.
 
-Tokens are counted from ``usage`` (``stream_options.include_usage``), never from events: vLLM packs
-every accepted draft token into one event, so event counts read speculative gains as losses. The raw
-event timeline is kept in memory only for the accounting below.
+While the response streams, the only work per network read is one clock reading and one list append:
+``(perf_counter_ns(), bytes)``. After the stream ends the bytes are split into SSE events, each event
+stamped with the arrival time of the read that completed it, and every payload is validated where it
+enters: engine output is untrusted data, and a bad shape becomes an error sample naming the field,
+never a traceback. One wall-clock deadline bounds every request, however slowly the bytes trickle.
+
+Tokens are counted from what the engine reports (usage, or its own per-chunk counts), never from
+events: vLLM packs every accepted draft token into one event, so event counts read speculative gains
+as losses.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+import socket
+import threading
 import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from collections.abc import Callable
-from typing import Any
+from itertools import accumulate
+from typing import Any, Literal
 
 import httpx
-from httpx_sse import SSEError, connect_sse
 
-__all__ = ["Event", "StreamResult", "stream_chat", "account"]
+__all__ = ["TokenCounts", "SETUP_TIMEOUT_S", "Event", "Recording", "StreamResult", "record_stream", "parse_stream", "stream_chat",
+           "account", "bounded_get", "BURST_FLAG", "NO_RATE_FLAG"]
+
+TokenCounts = Literal["usage_per_chunk", "engine_per_chunk", "one_per_event", "final_usage_only"]
+"""What an engine says about the tokens in each SSE chunk:
+
+- ``usage_per_chunk``: cumulative ``usage.completion_tokens`` on every chunk (vLLM ``continuous_usage_stats``);
+- ``engine_per_chunk``: a cumulative count in the engine's own per-chunk fields (llama.cpp ``timings_per_token``);
+- ``one_per_event``: exactly one token per text event, by construction (the sim engine);
+- ``final_usage_only``: only the final usage; per-event counts (and so first-event tokens) are estimated.
+"""
+
+MAX_COUNT = 2 ** 53  # a larger "token count" is not a count (and would overflow SQLite's INTEGER)
+BURST_FLAG = "burst-delivery"
+NO_RATE_FLAG = "no-rate"
+SETUP_TIMEOUT_S = 10.0
 
 
 @dataclass
 class Event:
-    t_ns: int
+    t_ns: int  # arrival of the read that completed the event
+    read: int  # index of that read: events sharing a read arrived together, their spacing is unmeasured
     content: str
-    usage_completion: int | None  # cumulative usage.completion_tokens on this event, if any
+    count: int | None  # cumulative generated tokens the payload reports (usage or engine timings), if any
+
+
+@dataclass
+class Recording:
+    """What arrived, untouched: ``reads`` are ``(perf_counter_ns on return of the read, bytes)``."""
+
+    t_send_ns: int
+    t_done_ns: int = 0
+    status: int | None = None
+    reads: list[tuple[int, bytes]] = field(default_factory=list)
+    error: str | None = None
+    flags: list[str] = field(default_factory=list)
+    deadline_hit: bool = False
+    client_cpu_s: float | None = None  # CPU of the recording thread from send to close
 
 
 @dataclass
@@ -40,6 +80,192 @@ class StreamResult:
     error: str | None = None
     flags: list[str] = field(default_factory=list)
     http_status: int | None = None
+    reads: int = 0
+    client_cpu_s: float | None = None
+
+
+class _Watchdog:
+    """Shuts a response's socket down at an absolute deadline, so neither silence nor a byte-a-second
+    trickle can outlive it (httpx's read timeout restarts with every byte)."""
+
+    def __init__(self, deadline_ns: int) -> None:
+        self.deadline_ns = deadline_ns
+        self.fired = False
+        self._timer: threading.Timer | None = None
+
+    def arm(self, response: httpx.Response) -> None:
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if isinstance(sock, socket.socket):
+            self._timer = threading.Timer(max(0.0, (self.deadline_ns - time.perf_counter_ns()) / 1e9),
+                                          self._fire, (sock,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self, sock: socket.socket) -> None:
+        self.fired = True
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked read; close() alone would not
+        except OSError:
+            pass
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def expired(self, t_ns: int) -> bool:
+        return self.fired or t_ns > self.deadline_ns
+
+
+def _timeout(timeout_s: float) -> httpx.Timeout:
+    return httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
+
+
+def record_stream(http: httpx.Client, body: dict[str, Any], timeout_s: float,
+                  path: str = "/v1/chat/completions") -> Recording:
+    """POST ``body`` and keep every read's bytes with its arrival time; nothing is parsed here.
+
+    Never raises for request failures: they land in ``Recording.error``.
+    """
+    clock = time.perf_counter_ns
+    cpu0 = time.thread_time()
+    rec = Recording(t_send_ns=clock())
+    watchdog = _Watchdog(rec.t_send_ns + int(timeout_s * 1e9))
+    # identity: a compressing proxy would buffer the stream (FAULTS D3); we still decode one if it does
+    headers = {"accept": "text/event-stream", "accept-encoding": "identity"}
+    try:
+        with http.stream("POST", path, json=body, headers=headers, timeout=_timeout(timeout_s)) as response:
+            rec.status = response.status_code
+            watchdog.arm(response)
+            append = rec.reads.append
+            for chunk in response.iter_bytes():
+                t = clock()
+                append((t, chunk))
+                if t > watchdog.deadline_ns:
+                    break
+    except httpx.TimeoutException as exc:
+        if not watchdog.fired:
+            rec.error = f"timeout after {timeout_s:g} s without data ({type(exc).__name__})"
+            rec.flags.append("timeout")  # the protocol stops an engine that stalls
+    except httpx.HTTPError as exc:
+        if not watchdog.fired:
+            rec.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        rec.t_done_ns = clock()
+        watchdog.cancel()
+        rec.client_cpu_s = time.thread_time() - cpu0
+    rec.deadline_hit = watchdog.expired(rec.t_done_ns) and rec.error is None
+    return rec
+
+
+def bounded_get(http: httpx.Client, path: str, timeout_s: float = SETUP_TIMEOUT_S,
+                max_bytes: int = 64 * 2 ** 20) -> httpx.Response:
+    """GET with one overall deadline (and a size bound), for setup calls: ``/v1/models``, ``/props``, ``/metrics``.
+
+    httpx's own timeout is per read, so a server trickling a byte a second would hold a plain ``get``
+    forever; here the whole answer must arrive within ``timeout_s``.
+
+    :raises httpx.ReadTimeout: the answer did not complete within ``timeout_s``.
+    :raises httpx.HTTPError: anything else that went wrong on the wire.
+    """
+    clock = time.perf_counter_ns
+    watchdog = _Watchdog(clock() + int(timeout_s * 1e9))
+    parts: list[bytes] = []
+    size = 0
+    try:
+        with http.stream("GET", path, timeout=_timeout(timeout_s)) as response:
+            watchdog.arm(response)
+            for chunk in response.iter_bytes():
+                parts.append(chunk)
+                size += len(chunk)
+                if watchdog.expired(clock()):
+                    break
+                if size > max_bytes:
+                    raise httpx.DecodingError(f"GET {path}: answer larger than {max_bytes} bytes",
+                                              request=response.request)
+    except httpx.HTTPError:
+        if not watchdog.fired:
+            raise
+    finally:
+        watchdog.cancel()
+    if watchdog.expired(clock()):
+        raise httpx.ReadTimeout(f"GET {path}: no complete answer within {timeout_s:g} s",
+                                request=response.request)
+    headers = [(k, v) for k, v in response.headers.items() if k not in ("content-encoding", "content-length")]
+    return httpx.Response(response.status_code, headers=headers, content=b"".join(parts), request=response.request)
+
+
+_LINE = re.compile(rb"([^\r\n]*)(\r\n|\n|\r)")
+
+
+def _sse_events(buf: bytes) -> Iterator[tuple[int, bytes]]:
+    """SSE events of ``buf`` as (offset of the byte that completed the event, data).
+
+    Comments, ``id:``, ``event:`` and ``retry:`` lines are ignored; an event with no ``data`` is not
+    dispatched (a keep-alive after an ``id:`` is valid SSE, FAULTS D20). Data pending when the stream
+    closed without a blank line is dispatched too (lenient: the bytes did arrive).
+    """
+    data: list[bytes] = []
+    end = 0
+    for m in _LINE.finditer(buf):
+        line, end = m.group(1), m.end()
+        if not line:
+            if data:
+                yield m.start(2), b"\n".join(data)
+                data = []
+            continue
+        name, _, value = line.partition(b":")
+        if name == b"data":
+            data.append(value[1:] if value.startswith(b" ") else value)
+    rest = buf[end:]
+    if rest.startswith(b"data:"):
+        data.append(rest[5:].lstrip(b" "))
+    if data:
+        yield len(buf) - 1, b"\n".join(data)
+
+
+def _count_problem(where: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{where} is {value!r}, not an integer"
+    if abs(value) >= MAX_COUNT:
+        return f"{where} is {value}, out of range"
+    return None
+
+
+def _shape_problem(payload: Any) -> str | None:
+    """Why an SSE payload is not an OpenAI chat chunk bakeoff can read, or None if it is."""
+    if not isinstance(payload, dict):
+        return f"event is {type(payload).__name__}, not an object"
+    choices = payload.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        return f"choices is {type(choices).__name__}, not a list"
+    for i, c in enumerate(choices or []):
+        if not isinstance(c, dict):
+            return f"choices[{i}] is {type(c).__name__}, not an object"
+        delta = c.get("delta")
+        if delta is not None and not isinstance(delta, dict):
+            return f"choices[{i}].delta is {type(delta).__name__}, not an object"
+        for key in ("content", "reasoning_content", "reasoning"):
+            value = (delta or {}).get(key)
+            if value is not None and not isinstance(value, str):
+                return f"choices[{i}].delta.{key} is {value!r}, not a string"
+        finish = c.get("finish_reason")
+        if finish is not None and not isinstance(finish, str):
+            return f"choices[{i}].finish_reason is {finish!r}, not a string"
+    usage = payload.get("usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        return f"usage is {usage!r}, not an object"
+    for key in ("completion_tokens", "prompt_tokens"):
+        if why := _count_problem(f"usage.{key}", usage.get(key)):
+            return why
+    details = usage.get("prompt_tokens_details")
+    if details is not None and not isinstance(details, dict):
+        return f"usage.prompt_tokens_details is {details!r}, not an object"
+    return _count_problem("usage.prompt_tokens_details.cached_tokens", (details or {}).get("cached_tokens"))
 
 
 def _delta_text(choice: dict[str, Any]) -> str:
@@ -52,73 +278,126 @@ def _usage_count(payload: dict[str, Any]) -> int | None:
     return usage.get("completion_tokens") if isinstance(usage, dict) else None
 
 
+def _impossible_usage(usage: dict[str, Any], text_events: int, max_tokens: int | None) -> str | None:
+    """Counts no engine can have produced (FAULTS D7), whatever ``fixed_length`` says."""
+    n, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if n is not None and n < 0:
+        return f"completion_tokens {n} is negative"
+    if n == 0 and text_events:
+        return f"completion_tokens 0 with {text_events} text event(s)"
+    if n is not None and max_tokens is not None and n > max_tokens:
+        return f"completion_tokens {n} > max_tokens {max_tokens}"
+    if prompt is not None and prompt < 0:
+        return f"prompt_tokens {prompt} is negative"
+    if cached is not None and (cached < 0 or (prompt is not None and cached > prompt)):
+        return f"cached_tokens {cached} outside 0..prompt_tokens {prompt}"
+    return None
+
+
+def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], int | None] = _usage_count,
+                 max_tokens: int | None = None, timeout_s: float | None = None) -> StreamResult:
+    """Split a recording into timed events and validate every payload (off the timing path)."""
+    result = StreamResult(t_send_ns=rec.t_send_ns, t_done_ns=rec.t_done_ns, error=rec.error, flags=list(rec.flags),
+                          http_status=rec.status, reads=len(rec.reads), client_cpu_s=rec.client_cpu_s)
+    buf = b"".join(chunk for _, chunk in rec.reads)
+    if rec.status is not None and rec.status != 200:
+        result.error = f"HTTP {rec.status}: {buf[:300].decode('utf-8', 'replace')}"
+        return result
+    ends = list(accumulate(len(chunk) for _, chunk in rec.reads))
+    data_events = 0
+    for offset, data in _sse_events(buf):
+        read = min(bisect_right(ends, offset), len(rec.reads) - 1)
+        t = rec.reads[read][0]
+        text = data.decode("utf-8", "replace")
+        if text.strip() == "[DONE]":
+            break  # OpenAI's terminator; llama.cpp's native endpoint has none, chat does
+        data_events += 1
+        if result.error is not None:
+            continue
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            result.flags.append("malformed-sse")
+            result.error = f"malformed SSE data: {text[:120]!r}"
+            continue
+        if why := _shape_problem(payload):
+            result.flags.append("malformed-payload")
+            result.error = f"malformed-payload: {why}"
+            continue
+        if "error" in payload and not payload.get("choices"):
+            result.error = f"engine error in stream: {json.dumps(payload['error'])[:300]}"
+            continue
+        try:
+            count = chunk_count(payload)
+            why = _count_problem("per-chunk token count", count)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            why = f"per-chunk token count unreadable ({type(exc).__name__}: {exc})"
+        if why:
+            result.flags.append("malformed-payload")
+            result.error = f"malformed-payload: {why}"
+            continue
+        choices = payload.get("choices") or []
+        content = "".join(_delta_text(c) for c in choices)
+        for c in choices:
+            if c.get("finish_reason"):
+                result.finish_reason = c["finish_reason"]
+                result.finish_t_ns = t
+                result.final = payload
+        if payload.get("usage"):
+            result.usage = payload["usage"]
+            result.final = payload
+        result.text += content
+        result.events.append(Event(t, read, content, count))
+    if rec.deadline_hit:
+        last = max((e.t_ns for e in result.events), default=rec.t_send_ns)
+        idle_s = (rec.t_done_ns - last) / 1e9
+        if timeout_s is not None and idle_s >= timeout_s / 2:  # bytes may trickle, but no event completes
+            result.error = f"timeout after {timeout_s:g} s: no event completed in the last {idle_s:.1f} s (stalled)"
+            result.flags.append("timeout")  # a stalled engine: the protocol stops it
+        else:  # still streaming: a slow request, not a stalled engine (AUDIT L12)
+            result.error = f"deadline-exceeded: still streaming when request_timeout_s ({timeout_s or 0:g} s) ran out"
+            result.flags.append("deadline-exceeded")
+    elif result.error is None and data_events == 0:
+        result.flags.append("no-events")
+        result.error = f"HTTP 200 without a single SSE data event; the server sent: {buf[:300].decode('utf-8', 'replace')!r}"
+    elif result.error is None and result.usage is not None:
+        why = _impossible_usage(result.usage, sum(1 for e in result.events if e.content), max_tokens)
+        if why:
+            result.flags.append("usage-impossible")
+            result.error = f"usage-impossible: {why}"
+    return result
+
+
 def stream_chat(http: httpx.Client, body: dict[str, Any], timeout_s: float,
                 chunk_count: Callable[[dict[str, Any]], int | None] = _usage_count) -> StreamResult:
-    """POST a streaming chat completion and record the arrival time of every event.
+    """POST a streaming chat completion, record its arrival times, then parse and validate it.
 
-    Never raises for request failures: errors (HTTP status, reset, stall, malformed SSE) land in
-    ``StreamResult.error`` so the caller stores them as an error sample.
+    Never raises for request or payload failures: errors (HTTP status, reset, deadline, malformed or
+    impossible data) land in ``StreamResult.error`` so the caller stores them as an error sample.
 
     :param chunk_count: reads the cumulative generated-token count a payload carries (the adapter's
         ``chunk_token_count``: usage, or engine timings such as llama.cpp's ``timings_per_token``).
     """
-    timeout = httpx.Timeout(timeout_s, connect=10.0)
-    result = StreamResult(t_send_ns=time.perf_counter_ns())
-    deadline = result.t_send_ns + int(timeout_s * 1e9)
-    try:
-        with connect_sse(http, "POST", "/v1/chat/completions", json=body, timeout=timeout) as source:
-            result.http_status = source.response.status_code
-            if source.response.status_code != 200:
-                source.response.read()
-                result.error = f"HTTP {source.response.status_code}: {source.response.text[:300]}"
-                return result
-            for sse in source.iter_sse():
-                t = time.perf_counter_ns()
-                if sse.data.strip() == "[DONE]":
-                    break  # OpenAI's terminator; llama.cpp's native endpoint has none, chat does
-                try:
-                    payload = json.loads(sse.data)
-                except json.JSONDecodeError:
-                    result.flags.append("malformed-sse")
-                    result.error = f"malformed SSE data: {sse.data[:120]!r}"
-                    return result
-                if "error" in payload and not payload.get("choices"):
-                    result.error = f"engine error in stream: {json.dumps(payload['error'])[:300]}"
-                    return result
-                usage = payload.get("usage")
-                choices = payload.get("choices") or []
-                text = "".join(_delta_text(c) for c in choices)
-                for c in choices:
-                    if c.get("finish_reason"):
-                        result.finish_reason = c["finish_reason"]
-                        result.finish_t_ns = t
-                        result.final = payload
-                if usage:
-                    result.usage = usage
-                    result.final = payload
-                result.text += text
-                result.events.append(Event(t, text, chunk_count(payload)))
-                if t > deadline:
-                    result.error = f"request exceeded {timeout_s:g} s"
-                    result.flags.append("timeout")
-                    return result
-    except httpx.TimeoutException as exc:
-        result.error = f"timeout after {timeout_s:g} s without data ({type(exc).__name__})"
-        result.flags.append("timeout")  # the protocol stops an engine that stalls
-    except (httpx.HTTPError, SSEError) as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        result.t_done_ns = time.perf_counter_ns()
-    return result
+    rec = record_stream(http, body, timeout_s)
+    return parse_stream(rec, chunk_count, body.get("max_tokens"), timeout_s)
 
 
-def account(result: StreamResult, *, usage_per_chunk: bool, one_token_per_event: bool) -> dict[str, Any]:
-    """The accounting of DESIGN.md for one stream, as Sample fields.
+def _burst_share(per_event: list[tuple[int, int, int]]) -> tuple[int, int]:
+    """(decode tokens that arrived in the same read as the previous token event, all decode tokens)."""
+    shared = sum(c for (_, read, c), (_, prev, _) in zip(per_event[1:], per_event) if read == prev)
+    return shared, sum(c for _, _, c in per_event[1:])
 
-    An event is token-bearing when cumulative usage rose on it (engines with per-chunk usage) or,
-    otherwise, when it carried output text. N always comes from the final usage.
+
+def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
+    """The accounting of one stream, as Sample fields.
+
+    An event is token-bearing when the cumulative count it reports rose (engines declaring per-chunk
+    counts, when the stream really carries them) or, otherwise, when it carried output text. N always
+    comes from the final usage. A sample without a decode rate carries a ``no-rate: why`` flag.
     """
-    out: dict[str, Any] = {"flags": list(result.flags), "events": len(result.events)}
+    out: dict[str, Any] = {"flags": list(result.flags), "events": len(result.events), "reads": result.reads,
+                           "client_cpu_s": result.client_cpu_s}
     usage = result.usage or {}
     n = usage.get("completion_tokens")
     out["usage_present"] = n is not None
@@ -130,44 +409,53 @@ def account(result: StreamResult, *, usage_per_chunk: bool, one_token_per_event:
     out["output_chars"] = len(result.text)
     out["e2e_s"] = (result.t_done_ns - result.t_send_ns) / 1e9 if result.t_done_ns else None
 
-    per_event: list[tuple[int, int]] = []  # (t_ns, tokens in event)
-    have_chunk_usage = usage_per_chunk and any(e.usage_completion is not None for e in result.events)
-    if have_chunk_usage:
+    text_events = [e for e in result.events if e.content]
+    per_chunk = token_counts in ("usage_per_chunk", "engine_per_chunk")
+    counted = [e for e in result.events if e.count is not None]
+    have_counts = per_chunk and bool(counted) and all(e.count is not None for e in text_events)
+    if per_chunk and not have_counts and text_events:
+        missing = sum(e.count is None for e in text_events)
+        out["flags"].append(f"chunk-counts-missing: {missing} of {len(text_events)} text events carry no "
+                            f"token count; tokens per event estimated")
+    per_event: list[tuple[int, int, int]] = []  # (t_ns, read, tokens in event)
+    if have_counts:
         prev = 0
-        for e in result.events:
-            if e.usage_completion is None:
-                continue
-            if e.usage_completion > prev:
-                per_event.append((e.t_ns, e.usage_completion - prev))
-            prev = max(prev, e.usage_completion)
+        for e in counted:
+            assert e.count is not None
+            if e.count > prev:
+                per_event.append((e.t_ns, e.read, e.count - prev))
+            prev = max(prev, e.count)
     else:
-        per_event = [(e.t_ns, 1) for e in result.events if e.content]
+        per_event = [(e.t_ns, e.read, 1) for e in text_events]
         # A natural stop: usage counts the end-of-generation token, which is streamed with no text on
         # the finish event. Count it there, so the decode window ends where the server's does.
-        if (one_token_per_event and result.finish_reason == "stop" and n == len(per_event) + 1
+        if (token_counts == "one_per_event" and result.finish_reason == "stop" and n == len(per_event) + 1
                 and result.finish_t_ns is not None):
-            per_event.append((result.finish_t_ns, 1))
+            finish_read = next((e.read for e in result.events if e.t_ns == result.finish_t_ns), -1)
+            per_event.append((result.finish_t_ns, finish_read, 1))
     out["token_events"] = len(per_event)
     if not per_event:
         if result.error is None:
-            out["flags"].append("no-output-tokens")
+            out["flags"] += ["no-output-tokens", f"{NO_RATE_FLAG}: no output tokens"]
         return out
 
-    counts = [c for _, c in per_event]
-    if have_chunk_usage:
+    counts = [c for _, _, c in per_event]
+    if have_counts:
         n_first, source = counts[0], "usage"
         out["max_tokens_per_event"] = max(counts)
-    elif one_token_per_event:
+    elif token_counts == "one_per_event":
         n_first, source = 1, "one-per-event"
         out["max_tokens_per_event"] = 1
     else:
-        # Text-bearing events may hold several tokens; with no per-chunk usage the best estimate is the mean.
-        n_first, source = max(1, round((n or len(per_event)) / len(per_event))), "estimated"
+        # No per-chunk count: the first event's share of the output text is the best estimate of its tokens
+        # (M5: N / events is biased when one event carries most of the text).
+        share = len(text_events[0].content) / max(1, len(result.text))
+        n_first, source = max(1, round((n if n and n > 0 else len(per_event)) * share)), "estimated"
         out["flags"].append("n_first-estimated")
     out["n_first"], out["n_first_source"] = n_first, source
     if n is not None:
         out["mean_tokens_per_event"] = n / len(per_event)
-        if (one_token_per_event or have_chunk_usage) and sum(counts) != n and result.error is None:
+        if (token_counts == "one_per_event" or have_counts) and sum(counts) != n and result.error is None:
             out["flags"].append(f"token-events-mismatch: events carry {sum(counts)} tokens, usage says {n}")
     else:
         out["flags"].append("usage-missing")
@@ -180,9 +468,18 @@ def account(result: StreamResult, *, usage_per_chunk: bool, one_token_per_event:
         if n is not None:
             out["decode_tps"] = (n - n_first) / decode_s
         out["event_count_decode_tps"] = (len(per_event) - 1) / decode_s
+    if len(per_event) >= 3:
+        shared, decode_tokens = _burst_share(per_event)
+        if decode_tokens and shared * 2 > decode_tokens:
+            out["flags"].append(f"{BURST_FLAG}: {shared} of {decode_tokens} decode tokens arrived in one read with "
+                                f"the token before them (a buffering proxy or server); no speed is read from it")
+    if out.get("decode_tps") is None and result.error is None:
+        why = ("usage missing" if n is None else "one token event, no decode window" if len(per_event) == 1
+               else "all token events arrived at once")
+        out["flags"].append(f"{NO_RATE_FLAG}: {why}")
     uncached = out["prompt_tokens"]
     if uncached is not None and out["cached_tokens"]:
         uncached -= out["cached_tokens"]
-    if uncached and out["ttft_s"]:
+    if uncached and uncached > 0 and out["ttft_s"]:
         out["prefill_tps"] = uncached / out["ttft_s"]
     return out

@@ -159,8 +159,7 @@ def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_
 def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prompt: str, mode: str,
                  rep: int, pass_index: int, foreign: float | None, started_at: float) -> Sample:
     caps = planned.adapter.capabilities
-    fields = account(result, usage_per_chunk=caps.usage_per_chunk or caps.count_per_chunk,
-                     one_token_per_event=caps.one_token_per_event)
+    fields = account(result, caps.token_counts)
     flags: list[str] = fields.pop("flags") + list(stats.flags)
     sample = Sample(run_id=run_id, arm=planned.arm.name, engine=planned.adapter.name, prompt=prompt, mode=mode,
                     rep=rep, pass_index=pass_index, started_at=started_at, **fields)

@@ -37,8 +37,10 @@ class Sample(BaseModel):
     cached_tokens: int | None = Field(None, description="usage.prompt_tokens_details.cached_tokens, if reported.")
     usage_present: bool = False
     n_first: int | None = Field(None, description="Tokens in the first token-bearing event.")
-    n_first_source: Literal["usage", "one-per-event", "estimated"] | None = None
+    n_first_source: Literal["usage", "one-per-event", "estimated"] | None = Field(
+        None, description="usage: the engine's per-chunk count; estimated: the first event's share of the text.")
     events: int = Field(0, description="SSE data events received (excluding [DONE]).")
+    reads: int = Field(0, description="Network reads the stream arrived in (events sharing a read arrived together).")
     token_events: int = Field(0, description="Events carrying output tokens.")
     max_tokens_per_event: int | None = None
     mean_tokens_per_event: float | None = None
@@ -80,5 +82,7 @@ class Sample(BaseModel):
         None, description="Concurrency sweep: first t_send to last t_done of the batch (perf_counter_ns, seconds).")
 
     # noise guard
+    client_cpu_s: float | None = Field(
+        None, description="CPU seconds bakeoff's recording thread used from send to close (harness self-cost).")
     foreign_cpu_cores: float | None = Field(
         None, description="Average cores used by processes other than the engine and bakeoff during the request.")

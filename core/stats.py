@@ -46,6 +46,9 @@ __all__ = [
     "needs_more_passes",
     "stateful_warning",
     "rng_for",
+    "EXCLUDING_FLAGS",
+    "no_rate_reason",
+    "first_event_caveat",
 ]
 
 LEVEL = 0.95
@@ -106,6 +109,11 @@ class ArmStats(BaseModel):
     ttft_median: float | None = Field(None, description="Median time to first token, seconds.")
     prefill_median: float | None = Field(None, description="Median prefill tok/s.")
     boot_s_median: float | None = Field(None, description="Median engine boot time over its starts, seconds.")
+    no_rate: dict[str, int] = Field(default_factory=dict, description=(
+        "Successful samples without a usable decode rate, by reason (burst-delivery samples are left out of "
+        "every statistic: their tokens arrived together, so their spacing was never measured)."))
+    n_first_sources: dict[str, int] = Field(default_factory=dict, description=(
+        "Samples by how their first-event tokens were counted (usage: exact; estimated: the text's share)."))
 
     @property
     def acceptance(self) -> float | None:
@@ -124,6 +132,7 @@ class Comparison(BaseModel):
     verdict: Verdict
     paired: bool = Field(True, description="Paired by (prompt, mode, rep, pass); False across runs.")
     per_prompt: dict[str, Interval] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list, description="Caveats of this comparison (e.g. estimated counts).")
 
 
 def rng_for(seed: int, key: str) -> np.random.Generator:
@@ -199,8 +208,42 @@ def verdict(ratio: Interval) -> Verdict:
     return "not separable"
 
 
+EXCLUDING_FLAGS = ("burst-delivery",)  # a sample carrying one of these never enters a statistic
+
+
+def _excluded_by(s: Sample) -> str | None:
+    return next((f.split(":")[0] for f in s.flags if f.split(":")[0] in EXCLUDING_FLAGS), None)
+
+
 def _ok_rates(samples: Iterable[Sample]) -> list[Sample]:
-    return [s for s in samples if s.status == "ok" and s.decode_tps is not None and s.decode_tps > 0]
+    return [s for s in samples if s.status == "ok" and s.decode_tps is not None and s.decode_tps > 0
+            and _excluded_by(s) is None]
+
+
+def no_rate_reason(s: Sample) -> str | None:
+    """Why a successful sample gives no decode rate to the statistics, or None when it does."""
+    if s.status != "ok":
+        return None
+    if (excluded := _excluded_by(s)) is not None:
+        return excluded
+    if s.decode_tps is not None and s.decode_tps > 0:
+        return None
+    flagged = next((f.split(":", 1)[1].strip() for f in s.flags if f.startswith("no-rate:")), None)
+    return flagged or ("decode rate not positive" if s.decode_tps is not None else "no decode rate")
+
+
+def first_event_caveat(arm: Iterable[Sample], reference: Iterable[Sample]) -> str | None:
+    """A note when two arms' first-event tokens were not counted the same exact way (AUDIT M5).
+
+    An estimate errs differently for an arm that packs many tokens per event (speculative) than for one
+    that sends one, so the ratio may carry a bias that its interval does not show.
+    """
+    a = {s.n_first_source for s in _ok_rates(arm)}
+    r = {s.n_first_source for s in _ok_rates(reference)}
+    if "estimated" not in a | r:
+        return None
+    return (f"first-event tokens estimated ({', '.join(sorted(x or '?' for x in a))} vs "
+            f"{', '.join(sorted(x or '?' for x in r))}): the ratio may be biased by the estimate")
 
 
 def _rate(s: Sample) -> float:
@@ -315,6 +358,11 @@ def describe_arm(name: str, samples: Sequence[Sample], prompts: Sequence[str] = 
     stats.max_tokens_per_event = max(per_event) if per_event else None
     stats.ttft_median = median_or_none([s.ttft_s for s in ok if s.ttft_s is not None])
     stats.prefill_median = median_or_none([s.prefill_tps for s in ok if s.prefill_tps is not None])
+    for s in samples:
+        if (why := no_rate_reason(s)) is not None:
+            stats.no_rate[why] = stats.no_rate.get(why, 0) + 1
+        if s.status == "ok" and s.n_first_source:
+            stats.n_first_sources[s.n_first_source] = stats.n_first_sources.get(s.n_first_source, 0) + 1
     return stats
 
 
@@ -351,8 +399,9 @@ def compare_to_baseline(samples: Iterable[Sample], baseline: str, arm_order: Seq
         per_prompt = {p: r for p in names
                       if (r := paired_ratio(group, ref, prompt=p, n_boot=n_boot, level=level, seed=seed,
                                             key=f"ratio/{name}/{baseline}/{p}")) is not None}
+        caveat = first_event_caveat(group, ref)
         out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio),
-                              per_prompt=per_prompt))
+                              per_prompt=per_prompt, notes=[caveat] if caveat else []))
     return out
 
 

@@ -114,9 +114,7 @@ class LlamaCppAdapter(EngineAdapter):
                   "batch", "ubatch"),
         split_modes=("none", "layer", "row", "tensor"),
         kv_types=("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
-        usage_per_chunk=False,
-        count_per_chunk=True,  # via timings_per_token (see request_fields)
-        one_token_per_event=True,
+        token_counts="engine_per_chunk",  # cumulative timings.predicted_n via timings_per_token (request_fields)
         acceptance_source="timings.draft_n/draft_n_accepted per response, cross-checked with the log line",
         launch_modes=("native", "compose"),
         docker_image=COMPOSE_IMAGE_CPU,

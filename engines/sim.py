@@ -80,8 +80,7 @@ class SimAdapter(EngineAdapter):
     description = "a configurable misbehaving OpenAI-compatible engine, for tests (standard library only)"
     capabilities = Capabilities(
         speculative_methods=("none",),
-        usage_per_chunk=False,
-        one_token_per_event=True,
+        token_counts="one_per_event",
         acceptance_source="none",
         launch_modes=("native",),
         fixed_length_field="ignore_eos",  # it always streams max_tokens tokens; the field is accepted

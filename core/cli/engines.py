@@ -19,7 +19,7 @@ def engines_command(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is not None:
         return
     table = Table(title="bakeoff engines")
-    for col in ("engine", "status", "speculative methods", "usage per chunk", "acceptance from", "from"):
+    for col in ("engine", "status", "speculative methods", "token counts", "acceptance from", "from"):
         table.add_column(col, overflow="fold")
     for info in list_engines():
         if info.adapter is None:
@@ -27,7 +27,7 @@ def engines_command(ctx: typer.Context) -> None:
             continue
         caps = info.adapter.capabilities
         table.add_row(info.name, "[green]available[/green]", ", ".join(caps.speculative_methods),
-                      "yes" if caps.usage_per_chunk else "no", caps.acceptance_source,
+                      caps.token_counts, caps.acceptance_source,
                       info.distribution or "")
     console.print(table)
 

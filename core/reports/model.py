@@ -98,6 +98,13 @@ def _warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
         out.append(f"{summary.dropped_foreign_load} sample(s) taken under foreign CPU load were left out "
                    f"(--drop-foreign-load)")
     for a in summary.arms:
+        if a.no_rate:
+            reasons = ", ".join(f"{why} ×{n}" for why, n in sorted(a.no_rate.items()))
+            out.append(f"{a.arm}: {sum(a.no_rate.values())} successful sample(s) without a decode rate, left out of "
+                       f"the statistics ({reasons})")
+    for c in summary.comparisons:
+        out += [f"{c.arm} vs {c.reference}: {note}" for note in c.notes]
+    for a in summary.arms:
         if a.flagged:
             out.append(f"{a.arm}: {a.flagged} sample(s) flagged (see samples.jsonl flags, e.g. foreign-load)")
     return out

@@ -151,7 +151,8 @@ def test_bad_streams_become_flagged_or_error_samples_never_a_silent_recount(tmp_
 arms:
   - {name: malformed, engine: sim, model: sim, options: {fault: malformed, fault_after_tokens: 3}}
   - {name: no-usage, engine: sim, model: sim, options: {usage: missing}}
-  - {name: wrong-usage, engine: sim, model: sim, options: {usage: wrong, usage_offset: 5}}
+  - {name: wrong-usage, engine: sim, model: sim, options: {usage: wrong, usage_offset: -3}}
+  - {name: over-limit, engine: sim, model: sim, options: {usage: wrong, usage_offset: 5}}
   - {name: packed, engine: sim, model: sim, options: {tokens_per_event: 4}}
   - {name: http500, engine: sim, model: sim, options: {fault: http, http_status: 500, fault_on_requests: [2]}}
   - {name: http503, engine: sim, model: sim, options: {fault: http, http_status: 503, fault_on_requests: [2]}}
@@ -159,7 +160,7 @@ arms:
 workload: {prompts: [prose], max_tokens: 16, reps: 2, warmup: 1}
 """)
     samples = assert_nothing_lost(run, rec)
-    assert len(samples) == 14
+    assert len(samples) == 16
     malformed = by_arm(samples, "malformed")
     assert all(s.status == "error" and "malformed-sse" in s.flags for s in malformed)
 
@@ -169,9 +170,13 @@ workload: {prompts: [prose], max_tokens: 16, reps: 2, warmup: 1}
         assert s.server_completion_tokens == 16
 
     for s in by_arm(samples, "wrong-usage"):
-        assert s.completion_tokens == 21
-        assert any(f.startswith("token-events-mismatch: events carry 16 tokens, usage says 21") for f in s.flags)
-        assert "server-count-mismatch: server 16, usage 21" in s.flags
+        assert s.completion_tokens == 13
+        assert any(f.startswith("token-events-mismatch: events carry 16 tokens, usage says 13") for f in s.flags)
+        assert "server-count-mismatch: server 16, usage 13" in s.flags
+
+    for s in by_arm(samples, "over-limit"):  # 21 tokens for max_tokens 16: impossible, whatever fixed_length says
+        assert s.status == "error" and "usage-impossible" in s.flags
+        assert "completion_tokens 21 > max_tokens 16" in (s.error or "")
 
     for s in by_arm(samples, "packed"):
         assert s.completion_tokens == 16 and s.token_events == 4

@@ -1,39 +1,62 @@
-"""Token accounting from real captured SSE streams (llama.cpp: one token per event; vLLM: packed events)."""
+"""The stream client: token accounting from real captured streams, and every hostile stream a server can send
+(malformed payloads, impossible counts, trickles past the deadline, buffered bursts, empty 200s)."""
 
 from __future__ import annotations
 
+import gzip
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from bakeoff.core.client import account, stream_chat
+from bakeoff.core.adapter import openai_model_id
+from bakeoff.core.client import StreamResult, account, bounded_get, stream_chat
+from bakeoff.engines.exllama import ExllamaAdapter
+from bakeoff.engines.llamacpp import LlamaCppAdapter
+from bakeoff.engines.vllm import VllmAdapter
+from sse_fakes import SSE_HEAD, chunk, ev, normal_events, paced_client, serve
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 VLLM_CAPTURE = Path("/work/shared/engines/captures/vllm/chat_stream_continuous_usage.sse")
 
 
-def _client(body: bytes, status: int = 200) -> httpx.Client:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, content=body, headers={"content-type": "text/event-stream"})
-
-    return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://engine")
+def _flags(fields: dict[str, Any], prefix: str) -> list[str]:
+    return [f for f in fields["flags"] if f.startswith(prefix)]
 
 
-def test_llamacpp_capture_counts_tokens_from_usage() -> None:
+def test_llamacpp_capture_without_per_chunk_counts_keeps_its_rate_and_says_why() -> None:
+    """AUDIT H2: the real llama.cpp capture carries its count (timings) on the final chunk only, as an older
+    build or a proxy delivers it. Streamed through the adapter's real settings it must fall back to the text
+    events, keep its decode rate and be flagged, not put all 15 tokens on the last event."""
+    adapter = LlamaCppAdapter()
     body = (FIXTURES / "llamacpp" / "chat_stream_sse.txt").read_bytes()
-    result = stream_chat(_client(body), {"messages": []}, timeout_s=5)
+    result = stream_chat(paced_client(body), {"messages": [], "max_tokens": 16}, 5, adapter.chunk_token_count)
     assert result.error is None
-    fields = account(result, usage_per_chunk=False, one_token_per_event=True)
+    fields = account(result, adapter.capabilities.token_counts)
     assert fields["completion_tokens"] == 15
-    # 14 text events + the finish event, which carries the stop token usage counts but streams no text
-    assert fields["token_events"] == 15
+    assert fields["token_events"] == 14  # text events; the stop token is not assumed one-per-event any more
     assert fields["events"] == 17  # role chunk + 14 text chunks + finish chunk + usage chunk
-    assert fields["n_first"] == 1 and fields["n_first_source"] == "one-per-event"
+    assert fields["n_first"] == 1 and fields["n_first_source"] == "estimated"
+    assert fields["decode_tps"] is not None and fields["decode_tps"] > 0
+    assert _flags(fields, "chunk-counts-missing") and "n_first-estimated" in fields["flags"]
     assert fields["cached_tokens"] == 37 and fields["prompt_tokens"] == 38
-    assert fields["finish_reason"] == "stop"
-    assert fields["flags"] == []
+    assert not _flags(fields, "burst-delivery") and not _flags(fields, "no-rate")
     assert result.final is not None and result.final["timings"]["predicted_n"] == 15
+
+
+def test_vllm_behind_a_proxy_dropping_continuous_usage_falls_back_and_flags() -> None:
+    """vLLM declares usage on every chunk; a real include_usage-only capture (usage on the last chunk) must not
+    attribute all 48 tokens to one event."""
+    adapter = VllmAdapter()
+    body = (FIXTURES / "vllm" / "chat_stream_final_usage_only.sse").read_bytes()
+    result = stream_chat(paced_client(body), {"max_tokens": 48}, 5, adapter.chunk_token_count)
+    fields = account(result, adapter.capabilities.token_counts)
+    assert result.error is None and fields["completion_tokens"] == 48
+    assert fields["token_events"] > 40 and fields["decode_tps"] is not None
+    assert _flags(fields, "chunk-counts-missing")
 
 
 def _packed_stream() -> bytes:
@@ -49,8 +72,8 @@ def _packed_stream() -> bytes:
 
 
 def test_packed_events_use_per_chunk_usage() -> None:
-    result = stream_chat(_client(_packed_stream()), {}, timeout_s=5)
-    fields = account(result, usage_per_chunk=True, one_token_per_event=False)
+    result = stream_chat(paced_client(_packed_stream()), {}, timeout_s=5)
+    fields = account(result, "usage_per_chunk")
     assert fields["completion_tokens"] == 8
     assert fields["token_events"] == 3
     assert fields["max_tokens_per_event"] == 5
@@ -62,30 +85,252 @@ def test_packed_events_use_per_chunk_usage() -> None:
 
 def test_real_vllm_capture_if_present() -> None:
     if not VLLM_CAPTURE.exists():
-        return
-    result = stream_chat(_client(VLLM_CAPTURE.read_bytes()), {}, timeout_s=5)
-    fields = account(result, usage_per_chunk=True, one_token_per_event=False)
+        pytest.skip("shared vLLM capture not on this machine")
+    result = stream_chat(paced_client(VLLM_CAPTURE.read_bytes()), {}, timeout_s=5)
+    fields = account(result, "usage_per_chunk")
     assert fields["completion_tokens"] == result.usage["completion_tokens"]  # type: ignore[index]
     assert fields["token_events"] <= fields["completion_tokens"]
 
 
+def test_estimated_first_event_tokens_follow_the_first_events_share_of_the_text() -> None:
+    """AUDIT M5: a TabbyAPI stream of 59 tokens in 3 events whose first event carries most of the text;
+    N / events (20) would under-count it. The estimate follows the text and stays flagged."""
+    body = (FIXTURES / "exllama" / "fp16-draft-self" / "chat_stream_min_tokens.sse").read_bytes()
+    result = stream_chat(paced_client(body), {}, 5)
+    fields = account(result, ExllamaAdapter().capabilities.token_counts)
+    first = result.events[0].content
+    share = len(first) / len(result.text)
+    assert fields["n_first"] == round(59 * share) and fields["n_first"] > 20
+    assert fields["n_first_source"] == "estimated" and "n_first-estimated" in fields["flags"]
+
+
 def test_missing_usage_is_flagged_not_recounted() -> None:
     body = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\ndata: {"choices":[{"delta":{"content":"y"}}]}\n\ndata: [DONE]\n\n'
-    fields = account(stream_chat(_client(body), {}, timeout_s=5), usage_per_chunk=False, one_token_per_event=True)
+    fields = account(stream_chat(paced_client(body), {}, timeout_s=5), "one_per_event")
     assert fields["completion_tokens"] is None
-    assert "usage-missing" in fields["flags"]
+    assert "usage-missing" in fields["flags"] and "no-rate: usage missing" in fields["flags"]
     assert "decode_tps" not in fields  # never silently re-counted from events
 
 
 def test_usage_disagreeing_with_events_is_flagged() -> None:
     body = (b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
             b'data: {"choices":[],"usage":{"completion_tokens":5,"prompt_tokens":1}}\n\ndata: [DONE]\n\n')
-    fields = account(stream_chat(_client(body), {}, timeout_s=5), usage_per_chunk=False, one_token_per_event=True)
+    fields = account(stream_chat(paced_client(body), {}, timeout_s=5), "one_per_event")
     assert any(f.startswith("token-events-mismatch") for f in fields["flags"])
 
 
 def test_http_error_and_malformed_sse_become_errors() -> None:
-    result = stream_chat(_client(b'{"error": "boom"}', status=500), {}, timeout_s=5)
+    result = stream_chat(paced_client(b'{"error": "boom"}', status=500), {}, timeout_s=5)
     assert result.error is not None and result.error.startswith("HTTP 500")
-    result = stream_chat(_client(b"data: {not json\n\n"), {}, timeout_s=5)
+    result = stream_chat(paced_client(b"data: {not json\n\n"), {}, timeout_s=5)
     assert result.error is not None and "malformed-sse" in result.flags
+
+
+def _with(first: bytes) -> bytes:
+    return ev(chunk("a ")) + first + b"".join(normal_events())
+
+
+def _usage_event(usage: Any) -> bytes:
+    return b"".join(normal_events()[:-2]) + ev({"choices": [], "usage": usage}) + ev("[DONE]")
+
+
+MALFORMED = {  # FAULTS D1: valid JSON of the wrong shape, each once crashed the run with a traceback
+    "data: null": _with(ev("null")),
+    "a list": _with(ev([1, 2, 3])),
+    "choices a dict": _with(ev({"choices": {"index": 0}})),
+    "choices holding a number": _with(ev({"choices": [3]})),
+    "delta a string": _with(ev({"choices": [{"delta": "hi"}]})),
+    "content an int": _with(ev({"choices": [{"index": 0, "delta": {"content": 5}}]})),
+    "finish_reason 7": _with(ev(chunk(None, 7))),
+    "usage 7": _usage_event(7),
+    "completion_tokens 16.5": _usage_event({"prompt_tokens": 20, "completion_tokens": 16.5}),
+    "completion_tokens '16'": _usage_event({"prompt_tokens": 20, "completion_tokens": "16"}),
+    "completion_tokens 10**30": _usage_event({"prompt_tokens": 20, "completion_tokens": 10 ** 30}),
+    "completion_tokens true": _usage_event({"prompt_tokens": 20, "completion_tokens": True}),
+    "prompt_tokens_details a list": _usage_event({"prompt_tokens": 20, "completion_tokens": 16,
+                                                  "prompt_tokens_details": [1]}),
+    "cached_tokens a string": _usage_event({"prompt_tokens": 20, "completion_tokens": 16,
+                                            "prompt_tokens_details": {"cached_tokens": "x"}}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_payloads_become_flagged_error_samples(name: str) -> None:
+    result = stream_chat(paced_client(MALFORMED[name]), {"max_tokens": 16}, 5)
+    assert result.error is not None and result.error.startswith("malformed-payload: ")
+    assert "malformed-payload" in result.flags
+    fields = account(result, "final_usage_only")  # the accounting of an error sample must not raise either
+    assert fields["completion_tokens"] is None or abs(fields["completion_tokens"]) < 2 ** 53
+
+
+def test_an_unreadable_engine_count_is_a_malformed_payload() -> None:
+    """llama.cpp per-chunk timings with predicted_n 'n/a' (FAULTS D1 timings_str) once raised ValueError."""
+    body = b"".join(ev({**chunk(f"t{i} "), "timings": {"predicted_n": "n/a"}}) for i in range(4)) + ev("[DONE]")
+    result = stream_chat(paced_client(body), {}, 5, LlamaCppAdapter().chunk_token_count)
+    assert result.error is not None and "per-chunk token count" in result.error
+    assert "malformed-payload" in result.flags
+
+
+IMPOSSIBLE = {  # FAULTS D7, with max_tokens 16 and 16 text events; fixed length plays no part
+    "1600 for max_tokens 16": ({"prompt_tokens": 20, "completion_tokens": 1600}, "> max_tokens 16"),
+    "negative": ({"prompt_tokens": 20, "completion_tokens": -5}, "negative"),
+    "zero with text": ({"prompt_tokens": 20, "completion_tokens": 0}, "0 with 16 text event"),
+    "cached above prompt": ({"prompt_tokens": 20, "completion_tokens": 16,
+                             "prompt_tokens_details": {"cached_tokens": 1000}}, "cached_tokens 1000"),
+    "negative prompt": ({"prompt_tokens": -1, "completion_tokens": 16}, "prompt_tokens -1"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IMPOSSIBLE))
+def test_impossible_usage_is_an_error_whatever_fixed_length_says(name: str) -> None:
+    usage, says = IMPOSSIBLE[name]
+    result = stream_chat(paced_client(_usage_event(usage)), {"max_tokens": 16}, 5)
+    assert "usage-impossible" in result.flags
+    assert result.error is not None and says in result.error
+
+
+def test_valid_usage_at_the_limit_is_not_impossible() -> None:
+    result = stream_chat(paced_client(b"".join(normal_events(16))), {"max_tokens": 16}, 5)
+    assert result.error is None and result.flags == []
+
+
+def test_ids_comments_and_keepalives_are_valid_sse() -> None:
+    """FAULTS D20: id: on every event plus keep-alive comments (sse-starlette style) once failed every request."""
+    body = b"".join(b"id: %d\n" % i + e + b": keep-alive\n\n" for i, e in enumerate(normal_events()))
+    body = b"retry: 10\nevent: message\n\n" + body.replace(b"\n\n", b"\r\n\r\n", 3)
+    result = stream_chat(paced_client(body), {"max_tokens": 16}, 5)
+    fields = account(result, "one_per_event")
+    assert result.error is None and fields["completion_tokens"] == 16 and fields["token_events"] == 16
+    assert fields["decode_tps"] is not None
+
+
+@pytest.mark.parametrize("body, kept", [(b"", "''"), (b'{"detail": "model not loaded"}\n\n', "model not loaded")])
+def test_a_200_without_events_is_an_error_keeping_the_servers_words(body: bytes, kept: str) -> None:
+    """FAULTS D6: headers then close, or an event-stream without data: lines, was stored as status ok."""
+    result = stream_chat(paced_client(body), {}, 5)
+    assert result.error is not None and "no-events" in result.flags and kept in result.error
+
+
+# -- against a hostile loopback server: deadlines and bursts -------------------------------------------------
+
+def _finishes(fn: Any, limit_s: float = 60.0) -> Any:
+    """Run ``fn`` on a thread; fail (instead of hanging the suite) if it never returns; re-raise what it raised."""
+    out: list[tuple[Any, BaseException | None]] = []
+
+    def call() -> None:
+        try:
+            out.append((fn(), None))
+        except Exception as exc:
+            out.append((None, exc))
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    assert out, "the client never returned: no deadline was enforced"
+    value, exc = out[0]
+    if exc is not None:
+        raise exc
+    return value
+
+
+def _trickle(prefix: list[bytes], drip: bytes) -> Iterator[bytes | float]:
+    yield SSE_HEAD
+    yield from prefix
+    while True:
+        yield drip
+        yield 0.1
+
+
+@pytest.mark.parametrize("prefix, drip", [([], b":"), (normal_events()[:3], b"\n")], ids=["colon", "newline"])
+def test_a_trickling_server_ends_at_the_request_deadline(prefix: list[bytes], drip: bytes) -> None:
+    """FAULTS D2: a byte every 0.1 s, never completing an event, once held bakeoff forever (the read timeout
+    restarted with each byte). Ending there, with no event progress, is a stall: the arm is stopped."""
+    with serve(lambda: _trickle(prefix, drip)) as url, httpx.Client(base_url=url) as http:
+        result: StreamResult = _finishes(lambda: stream_chat(http, {"max_tokens": 16}, 1.0))
+    assert result.error is not None and "timeout" in result.flags and "stalled" in result.error
+
+
+def test_a_flowing_stream_past_the_deadline_is_not_a_stall() -> None:
+    """AUDIT L12: tokens keep coming (max_tokens 10**9); the request ends at its deadline as
+    deadline-exceeded, and is not reported as a stalled engine."""
+    def endless() -> Iterator[bytes | float]:
+        yield SSE_HEAD
+        while True:
+            yield ev(chunk("t "))
+            yield 0.02
+
+    with serve(endless) as url, httpx.Client(base_url=url) as http:
+        result: StreamResult = _finishes(lambda: stream_chat(http, {"max_tokens": 10 ** 9}, 1.0))
+    assert "deadline-exceeded" in result.flags and "timeout" not in result.flags
+    assert len(result.events) > 1
+
+
+def test_setup_calls_have_an_overall_deadline() -> None:
+    """FAULTS D2 models_slowloris: GET /v1/models answered 200 then a space a second hung the arm's setup."""
+    def trickle_json() -> Iterator[bytes | float]:
+        yield b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+        while True:
+            yield b" "
+            yield 0.1
+
+    with serve(trickle_json) as url, httpx.Client(base_url=url) as http:
+        with pytest.raises(httpx.TimeoutException):
+            _finishes(lambda: bounded_get(http, "/v1/models", timeout_s=1.0))
+        assert _finishes(lambda: openai_model_id(http, timeout_s=1.0)) is None
+
+
+def test_bounded_get_returns_a_whole_answer() -> None:
+    def models() -> Iterator[bytes | float]:
+        body = b'{"data": [{"id": "m"}]}'
+        yield b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        yield body[:5]
+        yield 0.05
+        yield body[5:]
+
+    with serve(models) as url, httpx.Client(base_url=url) as http:
+        assert bounded_get(http, "/v1/models").json() == {"data": [{"id": "m"}]}
+        assert openai_model_id(http) == "m"
+
+
+def _burst() -> Iterator[bytes | float]:
+    yield 0.2
+    yield SSE_HEAD + b"".join(normal_events())
+
+
+def _gzipped() -> Iterator[bytes | float]:
+    body = gzip.compress(b"".join(normal_events()))
+    yield (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
+           b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)) + body
+
+
+@pytest.mark.parametrize("script", [_burst, _gzipped], ids=["buffering-proxy", "gzip"])
+def test_a_stream_delivered_at_once_is_flagged_burst(script: Any) -> None:
+    """FAULTS D3: every event in one read gave ~70,000 tok/s and a confident verdict, unflagged."""
+    with serve(script) as url, httpx.Client(base_url=url) as http:
+        result = stream_chat(http, {"max_tokens": 16}, 5)
+    fields = account(result, "final_usage_only")
+    assert result.error is None and fields["completion_tokens"] == 16
+    assert _flags(fields, "burst-delivery")
+
+
+def test_a_paced_stream_is_not_a_burst() -> None:
+    def paced() -> Iterator[bytes | float]:
+        yield SSE_HEAD
+        for e in normal_events():
+            yield e
+            yield 0.005
+
+    with serve(paced) as url, httpx.Client(base_url=url) as http:
+        result = stream_chat(http, {"max_tokens": 16}, 5)
+    fields = account(result, "one_per_event")
+    assert result.error is None and not _flags(fields, "burst-delivery") and fields["decode_tps"] > 0
+    assert fields["reads"] >= 16
+
+
+def test_a_silent_server_times_out_as_a_stall() -> None:
+    def silent() -> Iterator[bytes | float]:
+        yield 30.0
+
+    with serve(silent) as url, httpx.Client(base_url=url) as http:
+        result: StreamResult = _finishes(lambda: stream_chat(http, {}, 0.5))
+    assert "timeout" in result.flags and result.error is not None

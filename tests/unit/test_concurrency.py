@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sse_fakes import split_events
 from bakeoff.core.adapter import Capabilities, Effective, EngineAdapter, LaunchSpec, ServerStats
 from bakeoff.core.client import StreamResult, account
 from bakeoff.core.concurrency import (
@@ -49,7 +50,7 @@ class InFlight:
         self.all_in.wait(5)
         with self.lock:
             self.open -= 1
-        return httpx.Response(200, content=SSE, headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, content=iter(split_events(SSE)), headers={"content-type": "text/event-stream"})
 
 
 def test_batch_streams_are_in_flight_together_and_aggregate_counts_all_tokens() -> None:
@@ -129,7 +130,7 @@ def test_fixed_work_the_engines_way() -> None:
 
 class Fake(EngineAdapter):
     name = "fake"
-    capabilities = Capabilities(fixed_length_field="min_tokens", one_token_per_event=True)
+    capabilities = Capabilities(fixed_length_field="min_tokens", token_counts="one_per_event")
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         return LaunchSpec(argv=["true"])
@@ -165,7 +166,7 @@ def test_runner_pads_to_depth_and_flags_what_did_not_happen() -> None:
     assert body["min_tokens"] == 64
     result = StreamResult(t_send_ns=0, t_done_ns=1, usage={"completion_tokens": 40, "prompt_tokens": 299})
     sample = Sample(arm="arm", engine="fake", prompt="a", mode="greedy", rep=0,
-                    **{k: v for k, v in account(result, usage_per_chunk=False, one_token_per_event=True).items()
+                    **{k: v for k, v in account(result, "one_per_event").items()
                        if k in ("completion_tokens", "prompt_tokens")})
     runner.finish(sample, point, body, result, info)
     assert (sample.depth, sample.max_tokens, sample.concurrency) == (300, 64, None)
@@ -185,7 +186,7 @@ def test_runner_batch_writes_one_sample_per_stream_with_salted_prompts() -> None
             return 0.0
 
     def make(res: StreamResult, stats: ServerStats, foreign: float | None, t0: float) -> Sample:
-        fields = account(res, usage_per_chunk=False, one_token_per_event=True)
+        fields = account(res, "one_per_event")
         return Sample(arm="arm", engine="fake", prompt="a", mode="greedy", rep=0, status="ok",
                       completion_tokens=fields["completion_tokens"], started_at=t0)
 

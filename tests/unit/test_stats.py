@@ -200,3 +200,36 @@ def test_ratio_interval_covers_the_true_ratio_about_95_percent_of_the_time() -> 
     scenario = cov.Scenario("unit", passes=3, reps=3, launch_sd=0.01)  # type: ignore[attr-defined]
     result = cov.coverage(scenario, trials=200, seed=0, n_boot=500)  # type: ignore[attr-defined]
     assert 0.88 <= result["coverage"] <= 0.99, result
+
+
+def test_burst_delivered_samples_never_reach_a_verdict_and_are_counted() -> None:
+    """FAULTS D3: a buffered arm read ~70,000 tok/s and got '169× faster'. Its samples are left out, and said so."""
+    ref = _samples("direct", [400.0] * 6)
+    burst = _samples("proxy", [70000.0] * 6, flags=["burst-delivery: 15 of 15 decode tokens arrived in one read"])
+    assert compare_to_baseline(ref + burst, "direct") == []  # nothing left to pair
+    stats = describe_arm("proxy", burst)
+    assert stats.n == 0 and stats.median is None and stats.no_rate == {"burst-delivery": 6}
+
+
+def test_samples_without_a_rate_are_counted_by_reason() -> None:
+    """AUDIT H2: a sample that silently lost its decode rate also silently left every statistic."""
+    ok = _samples("a", [100.0] * 3)
+    no_rate = _samples("a", [0.0], flags=["no-rate: one token event, no decode window"])
+    no_rate[0].decode_tps = None
+    failed = _samples("a", [0.0], status="error")
+    stats = describe_arm("a", ok + no_rate + failed)
+    assert stats.n == 3 and stats.errors == 1
+    assert stats.no_rate == {"one token event, no decode window": 1}
+
+
+def test_a_verdict_between_estimated_and_exact_first_event_counts_says_so() -> None:
+    """AUDIT M5: an estimated first-event count biases one arm's rate; the comparison carries the caveat."""
+    exact = _samples("exact", _noisy(100, 12, 0.02, 1), n_first_source="usage")
+    estimated = _samples("est", _noisy(150, 12, 0.02, 2), n_first_source="estimated")
+    (comparison,) = compare_to_baseline(exact + estimated, "exact")
+    assert comparison.verdict == "faster" and comparison.notes
+    assert "estimated" in comparison.notes[0]
+    twin = _samples("twin", _noisy(100, 12, 0.02, 3), n_first_source="usage")
+    (clean,) = compare_to_baseline(exact + twin, "exact")
+    assert clean.notes == []
+    assert describe_arm("est", estimated).n_first_sources == {"estimated": 12}

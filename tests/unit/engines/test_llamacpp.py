@@ -9,6 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
+from sse_fakes import split_events
 from bakeoff.core.adapter import check_arm_capabilities
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import CapabilityNotSupported, PreflightError
@@ -201,15 +202,16 @@ def test_multi_token_events_are_counted_from_per_chunk_timings() -> None:
 
     body = (FIX / "chat_stream_timings_per_token_utf8.sse").read_bytes()
     sse = {"content-type": "text/event-stream"}
-    http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, content=body, headers=sse)),
+    http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, content=iter(split_events(body)),
+                                                                               headers=sse)),
                         base_url="http://x")
     result = stream_chat(http, {}, timeout_s=5, chunk_count=adapter.chunk_token_count)
     caps = adapter.capabilities
-    exact = account(result, usage_per_chunk=caps.count_per_chunk, one_token_per_event=True)
+    exact = account(result, caps.token_counts)
     assert exact["completion_tokens"] == 40
     assert exact["max_tokens_per_event"] == 3 and exact["n_first"] == 3
     assert not [f for f in exact["flags"] if "mismatch" in f]
-    naive = account(result, usage_per_chunk=False, one_token_per_event=True)
+    naive = account(result, "one_per_event")
     assert any(f.startswith("token-events-mismatch") for f in naive["flags"])
     assert adapter.request_fields(arm_without_files(), Workload())["timings_per_token"] is True
 

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sse_fakes import split_events
 from bakeoff.core.client import account, stream_chat
 from bakeoff.core.config import Arm
 from bakeoff.core.errors import ConfigError
@@ -35,7 +36,7 @@ def _body(behaviour: dict[str, Any], request_no: int = 1, max_tokens: int = 10) 
 
 def _client(body: bytes) -> httpx.Client:
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, content=iter(split_events(body)), headers={"content-type": "text/event-stream"})
 
     return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://sim")
 
@@ -43,7 +44,7 @@ def _client(body: bytes) -> httpx.Client:
 def _account(behaviour: dict[str, Any], max_tokens: int = 10) -> tuple[Any, dict[str, Any]]:
     result = stream_chat(_client(_body(behaviour, max_tokens=max_tokens)), {}, timeout_s=5)
     caps = SimAdapter.capabilities
-    return result, account(result, usage_per_chunk=caps.usage_per_chunk, one_token_per_event=caps.one_token_per_event)
+    return result, account(result, caps.token_counts)
 
 
 # -- options -------------------------------------------------------------------------------------

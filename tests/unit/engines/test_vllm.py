@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sse_fakes import split_events
 from bakeoff.core.adapter import check_arm_capabilities
 from bakeoff.core.client import account, stream_chat
 from bakeoff.core.config import Arm, Workload, load_bakeoff
@@ -239,7 +240,7 @@ def server(routes: dict[str, Any]) -> httpx.Client:
         if isinstance(body, list):
             body = body.pop(0) if len(body) > 1 else body[0]
         if request.url.path == "/v1/chat/completions":
-            return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+            return httpx.Response(200, content=iter(split_events(body)), headers={"content-type": "text/event-stream"})
         return httpx.Response(200, text=body)
     return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://vllm")
 
@@ -310,8 +311,7 @@ def test_without_metrics_the_per_request_counts_are_used_and_flagged() -> None:
 def stream(sse_file: str) -> dict[str, Any]:
     http = server({"/v1/chat/completions": (FIX / sse_file).read_bytes()})
     result = stream_chat(http, {"stream": True}, 10)
-    return account(result, usage_per_chunk=adapter.capabilities.usage_per_chunk,
-                   one_token_per_event=adapter.capabilities.one_token_per_event)
+    return account(result, adapter.capabilities.token_counts)
 
 
 def test_packed_events_are_counted_as_tokens_not_events() -> None:

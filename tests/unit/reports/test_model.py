@@ -75,3 +75,21 @@ def test_samples_under_foreign_load_can_be_left_out(real_run: Path) -> None:
     twin = kept.comparison("spec-off-twin")
     assert twin is not None and twin.verdict == "not separable"
     assert summarize_run(real_run).dropped_foreign_load is None
+
+
+def test_samples_without_a_rate_are_counted_per_arm_with_the_reason(make_run: Maker) -> None:
+    """AUDIT H2 / FAULTS D3: the report says how many successful samples gave no rate, and why."""
+    from bakeoff.core.sample import Sample
+    from bakeoff.core.store import RunDir
+
+    path = make_run({"base": 100.0, "proxy": 100.0}, passes=1, reps=2)
+    run = RunDir(path)
+    run.append(Sample(arm="proxy", engine="fake", prompt="prose", mode="greedy", rep=5, decode_tps=70000.0,
+                      flags=["burst-delivery: 15 of 15 decode tokens arrived in one read with the token before them"]))
+    run.append(Sample(arm="proxy", engine="fake", prompt="prose", mode="greedy", rep=6,
+                      flags=["chunk-counts-missing: 14 of 14 text events", "no-rate: usage missing"]))
+    s = summarize_run(path)
+    proxy = s.arm("proxy")
+    assert proxy is not None and proxy.no_rate == {"burst-delivery": 1, "usage missing": 1}
+    assert any(w.startswith("proxy: 2 successful sample(s) without a decode rate") and "burst-delivery ×1" in w
+               for w in s.warnings)

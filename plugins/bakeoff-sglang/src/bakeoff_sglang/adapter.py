@@ -175,8 +175,7 @@ class SglangAdapter(EngineAdapter):
         speculative_knobs=("n_max", "draft_model"),
         settings=(*SETTING_FLAGS, "enforce_eager"),
         kv_types=("auto", "fp8_e5m2", "fp8_e4m3"),
-        usage_per_chunk=True,
-        one_token_per_event=False,
+        token_counts="usage_per_chunk",
         acceptance_source="meta_info.spec_verify_ct when a response carries it; otherwise the 'Decode batch … "
                           "accept len' log lines of the request (estimate); attached: /server_info average",
         launch_modes=("native", "compose"),
