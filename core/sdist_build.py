@@ -6,7 +6,7 @@ pip's own build of such an sdist compiles every tool and a Python binding; bakeo
 
 The cache directory is keyed by project version, backend and, for ``-march=native`` builds, the CPU's
 feature flags: a binary built for another CPU may die with SIGILL. The compiler's output goes to a log
-file next to the build; the terminal gets ``[step N/M]`` progress, and a failure quotes the log's last lines.
+file next to the build; the terminal gets "step N of M" progress, and a failure quotes the log's last lines.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def _build(build: SdistBuild, log: Callable[[str], None], jobs: int) -> Path:
         build_log = target.parent / f"{target.name}.build.log"
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         log(f"configuring {build.project} {build.version} ({build.backend}); full log: {build_log}")
-        with build_log.open("w") as sink:
+        with build_log.open("w", buffering=1) as sink:  # line-buffered: the log can be followed live
             _run(["cmake", "-S", str(sources[0]), "-B", str(out), *generator, *build.cmake_flags],
                  sink, build_log, log)
             hint = f", about {build.minutes_hint} minutes on 2 cores" if build.minutes_hint else ""
@@ -142,7 +142,7 @@ def _build(build: SdistBuild, log: Callable[[str], None], jobs: int) -> Path:
 
 
 def _run(argv: list[str], sink: TextIO, build_log: Path, log: Callable[[str], None]) -> None:
-    """Run a build step with its output in the log file, reporting [N/M] progress every 30 s."""
+    """Run a build step with its output in the log file, reporting ninja's step count every 30 s."""
     started = last = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     assert proc.stdout is not None
@@ -153,7 +153,7 @@ def _run(argv: list[str], sink: TextIO, build_log: Path, log: Callable[[str], No
         step = PROGRESS_RE.match(line)
         if step and time.monotonic() - last >= PROGRESS_EVERY_S:
             last = time.monotonic()
-            log(f"[step {step[1]}/{step[2]}] {last - started:.0f} s")
+            log(f"step {step[1]} of {step[2]}, {last - started:.0f} s elapsed")
     if proc.wait() != 0:
         raise subprocess.CalledProcessError(proc.returncode, argv[:3], stderr=f"Full log: {build_log}. Last lines:\n"
                                             + "\n".join(tail))

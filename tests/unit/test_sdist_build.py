@@ -58,15 +58,17 @@ def tiny(backend: str = "cpu") -> SdistBuild:
                       cmake_flags=("-DCMAKE_BUILD_TYPE=Release",))
 
 
-def test_builds_only_the_target_once_and_caches_it_by_version_backend_and_cpu(tmp_path: Path,
-                                                                              pypi: list[str]) -> None:
+def test_builds_only_the_target_once_and_caches_it_by_version_backend_and_cpu(
+        tmp_path: Path, pypi: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     make_sdist(tmp_path, '#include <stdio.h>\nint main(void){puts("tiny ok");return 0;}\n')
+    monkeypatch.setattr(sdist_build, "PROGRESS_EVERY_S", 0.0)
     lines: list[str] = []
     binary = build_from_sdist(tiny(), log=lines.append, jobs=1)
     assert binary == tmp_path / "cache" / "tiny-server" / f"1.0-cpu-{sdist_build.cpu_key()}" / "bin" / "tiny-server"
     assert subprocess.run([str(binary)], capture_output=True, text=True).stdout == "tiny ok\n"
     assert not (binary.parent / "other-tool").exists(), "only the named target is built"
     assert any("tiny_project-1.0.tar.gz" in line for line in lines)
+    assert any(line.startswith("step 1 of ") for line in lines), lines  # progress, not the compiler's output
     assert pypi == ["tiny-project/tiny_project-1.0.tar.gz"]
     assert build_from_sdist(tiny(), log=lines.append) == binary and len(pypi) == 1, "cached: no second download"
     assert cached_binary(tiny("cuda")) is None, "another backend is another cache entry"
