@@ -7,16 +7,20 @@ Core never imports an engine module and never names an engine. The public API fo
 from __future__ import annotations
 
 from .adapter import (
+    KNOBS,
     Capabilities,
+    DraftRule,
     Effective,
     EngineAdapter,
     FailureRule,
     LaunchSpec,
+    MethodKnobs,
     NoOptions,
     ServerStats,
     cli_flags,
     first_matching_line,
     openai_model_id,
+    method_key,
 )
 from .config import Arm, BakeoffFile, Settings, Speculative, Workload
 from .errors import (
@@ -43,6 +47,9 @@ __all__ = [
     "BakeoffError",
     "Capabilities",
     "CapabilityNotSupported",
+    "DraftRule",
+    "KNOBS",
+    "MethodKnobs",
     "ConfigError",
     "Effective",
     "EngineAdapter",
@@ -68,4 +75,5 @@ __all__ = [
     "first_matching_line",
     "openai_model_id",
     "resolve_model",
+    "method_key",
 ]

@@ -12,6 +12,8 @@ Capabilities are declared as class attributes with conservative defaults and che
 
 from __future__ import annotations
 
+import copy
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,15 +21,18 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .client import SETUP_TIMEOUT_S, TokenCounts, bounded_get
-from .config import Arm, Workload, format_validation_error
+from .config import SPEC_METHODS, Arm, Speculative, Workload, format_validation_error
 from .errors import CapabilityNotSupported, ConfigError, EngineStartupError
 from .selftest import SelftestRow
 
 __all__ = [
     "Capabilities",
+    "MethodKnobs",
+    "KNOBS",
+    "DraftRule",
     "LaunchSpec",
     "Effective",
     "ServerStats",
@@ -35,6 +40,8 @@ __all__ = [
     "NoOptions",
     "check_arm_capabilities",
     "cli_flags",
+    "method_key",
+    "launch_fingerprint",
     "first_matching_line",
     "openai_model_id",
     "FailureRule",
@@ -44,16 +51,50 @@ __all__ = [
 FailureRule = tuple[str, tuple[str, ...], str]  # (reason, log needles, advice for the user)
 
 
+DraftRule = Literal["required", "optional", "forbidden"]
+# The speculative fields a method may take besides ``method``, ``variant`` and ``draft_model``.
+KNOBS: tuple[str, ...] = tuple(k for k in Speculative.model_fields if k not in ("method", "variant", "draft_model"))
+
+
+class MethodKnobs(BaseModel):
+    """What one speculative method, or one variant of it, takes on an engine.
+
+    Every knob listed here must change what the adapter launches or sends; a knob it does not list is
+    refused before anything starts (core enforces this once, in :func:`check_arm_capabilities`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    knobs: tuple[str, ...] = Field((), description=f"speculative.* fields this method maps ({', '.join(KNOBS)}).")
+    draft_model: DraftRule = Field("forbidden", description="Whether speculative.draft_model is required, optional "
+                                                            "or has no effect.")
+    required: tuple[str, ...] = Field((), description="Knobs the engine has no default for: an arm must set them.")
+
+    @model_validator(mode="after")
+    def _known_knobs(self) -> MethodKnobs:
+        unknown = [k for k in (*self.knobs, *self.required) if k not in KNOBS]
+        if unknown:
+            raise ValueError(f"unknown knob(s) {', '.join(unknown)}; knobs are: {', '.join(KNOBS)}")
+        if not set(self.required) <= set(self.knobs):
+            raise ValueError("every required knob must also be listed in knobs")
+        return self
+
+
 class Capabilities(BaseModel):
     """What an engine can do, declared by its adapter and printed by ``bakeoff engines``."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    speculative_methods: tuple[str, ...] = Field(("none",), description="Methods of the shared vocabulary it maps.")
-    speculative_knobs: tuple[str, ...] = Field((), description="Speculative fields it maps (n_max, n_min, p_min, ...).")
+    speculative: dict[str, MethodKnobs] = Field(
+        default_factory=lambda: {"none": MethodKnobs()},
+        description="Methods of the shared vocabulary it maps, keyed 'method' or 'method/variant' (one entry "
+                    "per variant, e.g. 'ngram/mod'), each with the knobs it takes and its draft-model rule.")
+    default_variants: dict[str, str] = Field(default_factory=dict, description="The variant an arm gets when it "
+                                             "names a method with variants but no speculative.variant.")
     settings: tuple[str, ...] = Field((), description="Settings fields it maps to flags.")
     split_modes: tuple[str, ...] = ()
-    kv_types: tuple[str, ...] = ()
+    kv_types: tuple[str, ...] = Field((), description="Accepted settings.kv_type values (checked before launch); "
+                                                      "empty: the adapter validates kv_type itself.")
     token_counts: TokenCounts = Field("final_usage_only", description=(
         "What each SSE chunk says about its tokens: usage_per_chunk (continuous_usage_stats), engine_per_chunk "
         "(the engine's own cumulative count, via chunk_token_count), one_per_event, or final_usage_only "
@@ -64,7 +105,40 @@ class Capabilities(BaseModel):
     stateful_speculators: tuple[str, ...] = Field((), description="Methods/variants whose state carries across "
                                                                  "requests, so reps are not independent.")
     fixed_length_field: Literal["ignore_eos", "min_tokens", "none"] = "none"
-    tokenize_endpoint: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_flat_knobs(cls, data: Any) -> Any:
+        if isinstance(data, dict) and ({"speculative_methods", "speculative_knobs"} & set(data)):
+            raise ValueError("speculative_methods/speculative_knobs were replaced by speculative={'method': "
+                             "MethodKnobs(knobs=(...), draft_model=...)}, declared per method and variant")
+        return data
+
+    @model_validator(mode="after")
+    def _consistent_methods(self) -> Capabilities:
+        plain, varied = set(), set()
+        for key in self.speculative:
+            method, _, variant = key.partition("/")
+            if method not in SPEC_METHODS:
+                raise ValueError(f"speculative: {method!r} is not a method of the shared vocabulary "
+                                 f"({', '.join(SPEC_METHODS)})")
+            (varied if variant else plain).add(method)
+        if plain & varied:
+            raise ValueError(f"speculative: {', '.join(sorted(plain & varied))} declared both with and without "
+                             "variants")
+        for method, variant in self.default_variants.items():
+            if f"{method}/{variant}" not in self.speculative:
+                raise ValueError(f"default_variants: {method}/{variant} is not declared in speculative")
+        return self
+
+    @property
+    def speculative_methods(self) -> tuple[str, ...]:
+        """The methods it maps, in declaration order."""
+        return tuple(dict.fromkeys(key.partition("/")[0] for key in self.speculative))
+
+    def variants(self, method: str) -> tuple[str, ...]:
+        """The variants declared for ``method`` (empty when it has none)."""
+        return tuple(v for key in self.speculative for m, _, v in [key.partition("/")] if m == method and v)
 
 
 @dataclass
@@ -257,18 +331,13 @@ def openai_model_id(http: httpx.Client, timeout_s: float = SETUP_TIMEOUT_S) -> s
 def check_arm_capabilities(adapter: EngineAdapter, arm: Arm) -> None:
     """Refuse, before launch, any knob the engine lacks: a silent no-op would mislabel the arm.
 
-    :raises CapabilityNotSupported: naming the field and what the engine supports.
+    Speculative knobs are checked against what the arm's method (and n-gram variant) takes, so a knob the
+    engine has for one method is still refused for another that would ignore it.
+
+    :raises CapabilityNotSupported: naming the field, the method and what the engine offers instead.
     """
     caps = adapter.capabilities
-    spec = arm.speculative
-    if spec.method not in caps.speculative_methods:
-        raise CapabilityNotSupported(
-            f"arm {arm.name!r}: {adapter.name} has no speculative method {spec.method!r}; "
-            f"it supports: {', '.join(caps.speculative_methods)}")
-    for knob in sorted(spec.set_fields() - set(caps.speculative_knobs)):
-        raise CapabilityNotSupported(
-            f"arm {arm.name!r}: speculative.{knob} is not a knob {adapter.name} has; it would be ignored, "
-            f"so it is refused (supported: {', '.join(caps.speculative_knobs) or 'none'})")
+    _check_speculative(adapter, arm)
     if not arm.attached:
         for knob in sorted(arm.settings.set_fields() - set(caps.settings)):
             raise CapabilityNotSupported(
@@ -281,6 +350,96 @@ def check_arm_capabilities(adapter: EngineAdapter, arm: Arm) -> None:
     if arm.settings.split and caps.split_modes and arm.settings.split not in caps.split_modes:
         raise CapabilityNotSupported(f"arm {arm.name!r}: settings.split {arm.settings.split!r} not in "
                                      f"{', '.join(caps.split_modes)}")
+    if arm.settings.kv_type and caps.kv_types and arm.settings.kv_type not in caps.kv_types:
+        raise CapabilityNotSupported(f"arm {arm.name!r}: settings.kv_type {arm.settings.kv_type!r} is not a "
+                                     f"{adapter.name} KV cache type ({', '.join(caps.kv_types)})")
+
+
+def method_key(caps: Capabilities, spec: Speculative) -> str | None:
+    """The ``speculative`` entry an arm's method and variant select ('ngram/mod'), or None if undeclared."""
+    if not caps.variants(spec.method):
+        return spec.method if spec.method in caps.speculative and spec.variant is None else None
+    variant = spec.variant or caps.default_variants.get(spec.method)
+    key = f"{spec.method}/{variant}"
+    return key if key in caps.speculative else None
+
+
+def _check_speculative(adapter: EngineAdapter, arm: Arm) -> None:
+    caps, spec, engine = adapter.capabilities, arm.speculative, adapter.name
+    who = f"arm {arm.name!r}"
+    if spec.method not in caps.speculative_methods:
+        raise CapabilityNotSupported(f"{who}: {engine} has no speculative method {spec.method!r}; "
+                                     f"it supports: {', '.join(caps.speculative_methods)}")
+    variants = caps.variants(spec.method)
+    if spec.variant is not None and not variants:
+        raise CapabilityNotSupported(f"{who}: speculative.variant has no effect on {engine} method {spec.method!r}, "
+                                     f"which has no variants; {_variant_owners(caps)}")
+    if variants and spec.variant is None and spec.method not in caps.default_variants:
+        raise CapabilityNotSupported(f"{who}: {engine} method {spec.method!r} needs speculative.variant "
+                                     f"(one of: {', '.join(variants)})")
+    if variants and spec.variant is not None and spec.variant not in variants:
+        raise CapabilityNotSupported(f"{who}: speculative.variant {spec.variant!r} is not a {engine} "
+                                     f"{spec.method} variant; it offers: {', '.join(variants)}")
+    key = method_key(caps, spec)
+    assert key is not None
+    declared = caps.speculative[key]
+    where = f"{engine} {_label(key)}"
+    takes = f"it takes: {', '.join(declared.knobs) or 'no knobs'}"
+    for knob in sorted(spec.set_fields() - {"variant", "draft_model"} - set(declared.knobs)):
+        others = [k.replace("/", "-") for k, m in caps.speculative.items() if knob in m.knobs]
+        elsewhere = f" ({knob} is taken by: {', '.join(others)})" if others else ""
+        raise CapabilityNotSupported(f"{who}: speculative.{knob} has no effect on {where}; {takes}{elsewhere}")
+    if spec.draft_model is not None and declared.draft_model == "forbidden":
+        raise CapabilityNotSupported(f"{who}: speculative.draft_model has no effect on {where}: it uses no draft "
+                                     f"model; {takes}")
+    if arm.attached:
+        return  # the server is already running: what it needs is not ours to set
+    if spec.draft_model is None and declared.draft_model == "required":
+        raise CapabilityNotSupported(f"{who}: {where} needs speculative.draft_model (the draft model); without one "
+                                     f"the engine would not speculate as labelled")
+    for knob in declared.required:
+        if getattr(spec, knob) is None:
+            raise CapabilityNotSupported(f"{who}: {where} needs speculative.{knob} (the engine has no default "
+                                         f"for it)")
+
+
+def _label(key: str) -> str:
+    """'ngram/simple' -> 'ngram-simple' (the name engines and messages use); plain methods as they are."""
+    method, _, variant = key.partition("/")
+    return f"method {method!r}" if not variant else f"{method}-{variant} (method {method!r}, variant {variant!r})"
+
+
+def _variant_owners(caps: Capabilities) -> str:
+    owners = [m for m in caps.speculative_methods if caps.variants(m)]
+    return f"variants exist for: {', '.join(owners)}" if owners else "it has no method with variants"
+
+
+PLAN_PORT = 18000
+PLAN_WORKDIR = Path("/nonexistent/bakeoff-plan")
+
+
+def launch_fingerprint(adapter: EngineAdapter, arm: Arm, workload: Workload) -> str:
+    """What an arm would launch and send, independent of its name and port, as one comparable string.
+
+    The adapter's launch spec (or compose service) and request fields for a copy of the arm renamed to a
+    fixed name. Calling it before launch also proves the adapter can build the launch: any ConfigError it
+    raises surfaces at plan time. Attached arms launch nothing and fingerprint only their requests.
+    """
+    probe = copy.copy(adapter)  # launch_spec may remember paths on the instance; keep the real one clean
+    plain = arm.model_copy(update={"name": "arm"})
+    port = arm.settings.port or PLAN_PORT
+    launch: Any
+    if arm.attached:
+        launch = {"url": arm.url}
+    elif arm.launch == "compose":
+        launch = probe.compose_service(plain, port)
+    else:
+        spec = probe.launch_spec(plain, port, PLAN_WORKDIR)
+        launch = {"argv": spec.argv, "env": spec.env, "cwd": str(spec.cwd), "files": spec.files,
+                  "ready": spec.ready_path}
+    request = {"stream_options": probe.stream_options(), "fields": probe.request_fields(plain, workload),
+               "workload": workload.model_dump(mode="json")}
+    return json.dumps({"launch": launch, "request": request}, sort_keys=True, default=str)
 
 
 def first_matching_line(log_text: str, needles: tuple[str, ...]) -> str | None:

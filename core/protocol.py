@@ -34,7 +34,7 @@ from .store import RunDir
 from . import points as _points
 from .concurrency import check_levels_before_launch
 from .depth import check_depths_before_launch
-from .sweep import SharedEngine, effective_workload, order_for_sharing, server_key
+from .sweep import SharedEngine, effective_workload, order_for_sharing, refuse_ineffective_arms, server_key
 
 __all__ = ["PlannedArm", "Plan", "plan_run", "run_plan", "ProtocolEvents", "build_request", "FOREIGN_LOAD_CORES"]
 
@@ -91,6 +91,7 @@ def plan_run(config: BakeoffFile) -> Plan:
                               f"which is not set")
         if not planned.arm.attached:
             planned.adapter.preflight(planned.arm)
+    refuse_ineffective_arms([(a.arm, a.adapter) for a in arms], config.workload)
     w = config.workload
     rng = random.Random(w.seed)
     names = [a.arm.name for a in arms]

@@ -25,12 +25,14 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from .adapter import EngineAdapter, launch_fingerprint, method_key
 from .config import Arm, BakeoffFile, RequestOverrides, Workload, _yaml_line
 from .errors import ConfigError
 from .sample import Sample
 
 __all__ = ["expand_sweeps", "sweep_keys_of", "arm_name_for", "effective_workload", "server_key",
-           "order_for_sharing", "SharedEngine", "REQUEST_LEVEL", "sweep_rows", "print_point_tables"]
+           "order_for_sharing", "SharedEngine", "REQUEST_LEVEL", "sweep_rows", "print_point_tables",
+           "refuse_ineffective_arms"]
 
 # Arm keys a sweep may not touch: they are the sweep's own bookkeeping.
 _NOT_SWEEPABLE = {"name", "sweep", "swept"}
@@ -190,6 +192,47 @@ def order_for_sharing(orders: Sequence[Sequence[str]], arms: Sequence[Arm]) -> l
             groups.setdefault(keys.get(name, name), []).append(name)
         out.append([name for group in groups.values() for name in group])
     return out
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+def _differences(a: Arm, b: Arm) -> dict[str, tuple[Any, Any]]:
+    """Dotted keys whose values differ between two arms (name and sweep bookkeeping aside)."""
+    skip = {"name", "sweep", "swept"}
+    fa, fb = _flat(a.model_dump(mode="json", exclude=skip)), _flat(b.model_dump(mode="json", exclude=skip))
+    return {k: (fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)}
+
+
+def refuse_ineffective_arms(arms: Sequence[tuple[Arm, EngineAdapter]], workload: Workload) -> None:
+    """Refuse launched arms that differ in the file but would launch the same command and send the same
+    requests: whatever tells them apart has no effect, and the report would present noise as its effect.
+
+    Identical arms (twins that measure run-to-run noise) are allowed. Building every arm's launch here
+    also moves any error an adapter raises while building it to before the first engine starts.
+
+    :raises ConfigError: naming the keys that differ, the engine and the method, and both arms.
+    """
+    seen: dict[str, Arm] = {}
+    for arm, adapter in arms:
+        if arm.attached:
+            continue
+        fingerprint = launch_fingerprint(adapter, arm, effective_workload(workload, arm))
+        first = seen.setdefault(fingerprint, arm)
+        differ = _differences(first, arm) if first is not arm else {}
+        if differ:
+            keys = ", ".join(f"{k} ({v[0]!r} vs {v[1]!r})" for k, v in differ.items())
+            where = method_key(adapter.capabilities, arm.speculative) or arm.speculative.method
+            raise ConfigError(
+                f"{', '.join(differ)} has no effect on {adapter.name} {where.replace('/', '-')}: arms "
+                f"{first.name!r} and {arm.name!r} differ in {keys} but would launch the same command and send "
+                f"the same requests")
 
 
 class SharedEngine:

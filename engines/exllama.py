@@ -50,6 +50,7 @@ from bakeoff.core.adapter import (
     Effective,
     EngineAdapter,
     LaunchSpec,
+    MethodKnobs,
     ServerStats,
 )
 from bakeoff.core.config import Arm, Workload
@@ -281,18 +282,21 @@ class ExllamaAdapter(EngineAdapter):
     name = "exllama"
     description = "ExLlamaV3 through TabbyAPI (EXL3 model directories), native checkout or docker"
     capabilities = Capabilities(
-        speculative_methods=("none", "mtp", "draft", "dflash", "ngram"),
-        speculative_knobs=("n_max", "draft_model", "lookup_min"),
+        speculative={  # draft_num_tokens is n_max; ngram_match_min is lookup_min (TabbyAPI config.yml)
+            "none": MethodKnobs(),
+            "mtp": MethodKnobs(knobs=("n_max",)),  # the main model's own MTP layers
+            "draft": MethodKnobs(knobs=("n_max",), draft_model="required"),
+            "dflash": MethodKnobs(knobs=("n_max",), draft_model="required"),
+            "ngram": MethodKnobs(knobs=("n_max", "lookup_min")),
+        },
         settings=("ctx", "parallel", "kv_type", "tensor_parallel", "tensor_split", "split"),
         split_modes=("none", "layer", "tensor"),
-        kv_types=("FP16", "Q8", "Q6", "Q4", "k,v bits 2-8 (e.g. 8,8)"),
         token_counts="final_usage_only",
         acceptance_source="log line 'Draft: A / D tokens accepted', matched to the request by its stream id",
         launch_modes=("native", "docker"),
         docker_image=DOCKER_IMAGE,
         stateful_speculators=(),
         fixed_length_field="min_tokens",
-        tokenize_endpoint="/v1/token/encode",
     )
     Options = ExllamaOptions
     display_name = "TabbyAPI"
@@ -329,15 +333,6 @@ class ExllamaAdapter(EngineAdapter):
             raise PreflightError(f"arm {arm.name!r}: exllama needs 'model' (an EXL3 model directory)")
         model = _model_dir(arm.model, "model", arm)
         target = _read_config(model)
-        if spec.method in ("draft", "dflash") and not spec.draft_model:
-            raise PreflightError(f"arm {arm.name!r}: speculative.method {spec.method!r} needs speculative.draft_model "
-                                 f"(a draft model directory); without one TabbyAPI disables drafting silently")
-        if spec.draft_model and spec.method in ("none", "ngram", "mtp"):
-            raise PreflightError(f"arm {arm.name!r}: speculative.draft_model is set but method is {spec.method!r}; "
-                                 f"TabbyAPI would not use it")
-        if spec.lookup_min is not None and spec.method != "ngram":
-            raise PreflightError(f"arm {arm.name!r}: speculative.lookup_min (ngram_match_min) applies to method "
-                                 f"'ngram' only")
         if spec.method == "mtp":
             declared = [target[k] for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
                         if k in target]
@@ -352,11 +347,12 @@ class ExllamaAdapter(EngineAdapter):
             if spec.method == "draft" and _is_dflash(draft):
                 raise PreflightError(f"arm {arm.name!r}: draft {spec.draft_model!r} is a DFlash model; use "
                                      f"method 'dflash' so the arm is labelled for what runs")
-        if s.kv_type is not None:
+        for what, value in (("settings.kv_type", s.kv_type), ("options.draft_cache_mode", options.draft_cache_mode)):
             try:
-                cache_mode(s.kv_type)
+                if value is not None:
+                    cache_mode(value)
             except ConfigError as exc:
-                raise PreflightError(f"arm {arm.name!r}: settings.{exc}") from exc
+                raise PreflightError(f"arm {arm.name!r}: {what}: {exc}") from exc
         tp = s.tensor_parallel or 1
         if s.tensor_split and tp > 1 and len(s.tensor_split) != tp:
             raise PreflightError(f"arm {arm.name!r}: tensor_parallel {tp} but tensor_split lists "

@@ -27,15 +27,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff.core.adapter import (
     Capabilities,
+    DraftRule,
     Effective,
     EngineAdapter,
     LaunchSpec,
+    MethodKnobs,
     ServerStats,
+    method_key,
     openai_model_id,
 )
 from bakeoff.core.adapter import cli_flags as _flags
 from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import ConfigError, EngineUnavailable, PreflightError
+from bakeoff.core.errors import EngineUnavailable, PreflightError
 from bakeoff.core.metrics import delta, scrape
 from bakeoff.core.models import resolve_model
 from bakeoff.core.selftest import SelftestRow
@@ -52,11 +55,25 @@ SPEC_TYPES = {
     "draft": "draft-simple",
 }
 NGRAM_VARIANTS = ("mod", "simple", "map-k", "map-k4v", "cache")
+_DRAFT_FLAGS = {"n_max": "--spec-draft-n-max", "n_min": "--spec-draft-n-min", "p_min": "--spec-draft-p-min"}
+# One table says which knobs each method/variant takes and the flag each becomes (llama-server --help, b11434);
+# the capabilities below are derived from it, so what is declared is exactly what is mapped.
+SPEC_FLAGS: dict[str, dict[str, str]] = {
+    "none": {},
+    **{method: _DRAFT_FLAGS for method in ("mtp", "dflash", "dspark", "eagle3", "draft")},
+    "ngram/mod": {"n_max": "--spec-ngram-mod-n-max", "n_min": "--spec-ngram-mod-n-min",
+                  "lookup_min": "--spec-ngram-mod-n-match"},
+    **{f"ngram/{v}": {"n_max": f"--spec-ngram-{v}-size-m", "lookup_max": f"--spec-ngram-{v}-size-n"}
+       for v in ("simple", "map-k", "map-k4v")},
+    "ngram/cache": {},  # learns from the text itself; its only inputs are cache files (-lcs/-lcd)
+}
+# MTP runs from the target's own heads or from a separate file with MTP tensors; -md alone disables the rest
+DRAFT_RULES: dict[str, DraftRule] = {"mtp": "optional", "dflash": "required", "dspark": "required",
+                                     "eagle3": "required", "draft": "required"}
 # launch: compose — ggml-org's server images at the build bakeoff compiles natively (compose/ pins the same)
 COMPOSE_IMAGE_CPU = "ghcr.io/ggml-org/llama.cpp:server-b11434"
 COMPOSE_IMAGE_CUDA = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
 COMPOSE_PORT = 8080
-NEEDS_DRAFT_FILE = ("dflash", "dspark", "eagle3", "draft")
 
 ACCEPTANCE_RE = re.compile(
     r"draft acceptance = (?P<rate>[\d.]+) \(\s*(?P<accepted>\d+) accepted /\s*(?P<generated>\d+) generated\)"
@@ -108,8 +125,9 @@ class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
     description = "llama.cpp llama-server (GGUF), native process"
     capabilities = Capabilities(
-        speculative_methods=("none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram"),
-        speculative_knobs=("n_max", "n_min", "p_min", "draft_model", "variant", "lookup_min", "lookup_max"),
+        speculative={key: MethodKnobs(knobs=tuple(flags), draft_model=DRAFT_RULES.get(key, "forbidden"))
+                     for key, flags in SPEC_FLAGS.items()},
+        default_variants={"ngram": "mod"},
         settings=("ctx", "parallel", "threads", "gpu_layers", "split", "tensor_split", "kv_type", "flash_attn",
                   "batch", "ubatch"),
         split_modes=("none", "layer", "row", "tensor"),
@@ -120,7 +138,6 @@ class LlamaCppAdapter(EngineAdapter):
         docker_image=COMPOSE_IMAGE_CPU,
         stateful_speculators=("ngram-mod", "ngram-cache"),
         fixed_length_field="ignore_eos",
-        tokenize_endpoint="/tokenize",
     )
     Options = LlamaCppOptions
     display_name = "llama-server"
@@ -167,18 +184,6 @@ class LlamaCppAdapter(EngineAdapter):
         if arm.model is None:
             raise PreflightError(f"arm {arm.name!r}: llama.cpp needs 'model' (a GGUF file)")
         model = resolve_model(arm.model)
-        if spec.method in NEEDS_DRAFT_FILE and not spec.draft_model:
-            raise PreflightError(
-                f"arm {arm.name!r}: speculative.method {spec.method!r} needs speculative.draft_model; without "
-                f"a draft file llama-server would start with speculation silently off")
-        if spec.draft_model and spec.method in ("none", "ngram"):
-            raise PreflightError(f"arm {arm.name!r}: speculative.draft_model is set but method is "
-                                 f"{spec.method!r}; llama-server would load the draft and not use it")
-        if spec.method == "ngram" and (spec.variant or "mod") not in NGRAM_VARIANTS:
-            raise PreflightError(f"arm {arm.name!r}: speculative.variant {spec.variant!r} is not a llama.cpp "
-                                 f"ngram type ({', '.join(NGRAM_VARIANTS)})")
-        if spec.variant and spec.method != "ngram":
-            raise PreflightError(f"arm {arm.name!r}: speculative.variant applies to method 'ngram' only")
         try:
             target = read_gguf_facts(model)
             draft = read_gguf_facts(resolve_model(spec.draft_model)) if spec.draft_model else None
@@ -192,7 +197,8 @@ class LlamaCppAdapter(EngineAdapter):
                     f"arm {arm.name!r}: MTP needs a model with MTP (NextN) layers, but {model.name} "
                     f"(architecture {target.architecture}) has {target.architecture}.nextn_predict_layers = "
                     f"{target.nextn_layers}. Use a GGUF converted with its MTP heads, or another method.")
-        expected = {"dflash": ("dflash", "dflash2"), "dspark": ("dspark",), "eagle3": ("eagle3",)}
+        # a plain draft must be a plain model: llama.cpp would run a dflash/eagle3/MTP file as something else
+        expected = {"dflash": ("dflash", "dflash2"), "dspark": ("dspark",), "eagle3": ("eagle3",), "draft": ("plain",)}
         if draft is not None and spec.method in expected and draft.draft_kind not in expected[spec.method]:
             raise PreflightError(
                 f"arm {arm.name!r}: draft {draft.path.name} is a {draft.draft_kind!r} model "
@@ -262,30 +268,20 @@ class LlamaCppAdapter(EngineAdapter):
         return service
 
     def spec_args(self, arm: Arm, options: LlamaCppOptions | None = None) -> list[str]:
-        """The speculative flags for an arm, always with an explicit --spec-type."""
+        """The speculative flags for an arm, always with an explicit --spec-type.
+
+        Only the knobs :data:`SPEC_FLAGS` declares for the arm's method/variant are mapped; core refused
+        every other one before launch.
+        """
         spec = arm.speculative
-        if spec.method == "ngram":
-            variant = spec.variant or "mod"
-            args = ["--spec-type", f"ngram-{variant}"]
-            if variant == "mod":
-                args += _flags([("--spec-ngram-mod-n-max", spec.n_max), ("--spec-ngram-mod-n-min", spec.n_min),
-                                ("--spec-ngram-mod-n-match", spec.lookup_min)])
-            elif variant != "cache":
-                args += _flags([(f"--spec-ngram-{variant}-size-m", spec.n_max),
-                                (f"--spec-ngram-{variant}-size-n", spec.lookup_max)])
-            if variant == "cache" and (spec.n_max or spec.lookup_max):
-                raise ConfigError(f"arm {arm.name!r}: ngram-cache has no n_max/lookup knobs in llama.cpp")
-            return args
-        args = ["--spec-type", SPEC_TYPES[spec.method]]
-        if spec.method == "none":
-            return args
+        key = method_key(self.capabilities, spec) or spec.method
+        spec_type = f"ngram-{key.partition('/')[2]}" if spec.method == "ngram" else SPEC_TYPES[spec.method]
+        args = ["--spec-type", spec_type]
         if spec.draft_model:
             args += ["-md", str(resolve_model(spec.draft_model))]
             if options and options.draft_gpu_layers is not None:
                 args += ["-ngld", str(options.draft_gpu_layers)]
-        args += _flags([("--spec-draft-n-max", spec.n_max), ("--spec-draft-n-min", spec.n_min),
-                        ("--spec-draft-p-min", spec.p_min)])
-        return args
+        return args + _flags([(flag, getattr(spec, knob)) for knob, flag in SPEC_FLAGS.get(key, {}).items()])
 
     # -- startup -------------------------------------------------------------------------
     def is_ready(self, response: httpx.Response) -> bool:

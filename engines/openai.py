@@ -18,7 +18,7 @@ __all__ = ["OpenAICompatAdapter"]
 class OpenAICompatAdapter(EngineAdapter):
     name = "openai"
     description = "any OpenAI-compatible server, attach mode only (url:)"
-    capabilities = Capabilities(speculative_methods=("none",), launch_modes=())
+    capabilities = Capabilities(launch_modes=())
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         raise CapabilityNotSupported(f"arm {arm.name!r}: engine 'openai' cannot launch anything; give 'url:'")

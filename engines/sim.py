@@ -79,7 +79,6 @@ class SimAdapter(EngineAdapter):
     name = "sim"
     description = "a configurable misbehaving OpenAI-compatible engine, for tests (standard library only)"
     capabilities = Capabilities(
-        speculative_methods=("none",),
         token_counts="one_per_event",
         acceptance_source="none",
         launch_modes=("native",),

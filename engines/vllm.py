@@ -42,6 +42,7 @@ from bakeoff.core.adapter import (
     Effective,
     EngineAdapter,
     LaunchSpec,
+    MethodKnobs,
     ServerStats,
     openai_model_id,
 )
@@ -63,8 +64,9 @@ VLLM_METHODS = {
     "eagle3": "eagle3",
     "draft": "draft_model",
 }
-NEEDS_DRAFT_MODEL = ("draft", "eagle3", "dflash")  # mtp and dspark default to the target's own weights
-NEEDS_N_MAX = ("ngram", "draft")  # vLLM has no default num_speculative_tokens for these
+# speculative_config keys per knob; which method takes which is declared in the capabilities below
+CONFIG_KEYS = {"n_max": "num_speculative_tokens", "lookup_min": "prompt_lookup_min",
+               "lookup_max": "prompt_lookup_max"}
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -160,14 +162,11 @@ def speculative_config(arm: Arm, resolve: Callable[[str], str], extra: dict[str,
     cfg: dict[str, Any] = {"method": VLLM_METHODS[spec.method]}
     if spec.draft_model:
         cfg["model"] = resolve(spec.draft_model)
-    if spec.n_max is not None:
-        cfg["num_speculative_tokens"] = spec.n_max
-    if spec.lookup_min is not None:
-        cfg["prompt_lookup_min"] = spec.lookup_min
-    if spec.lookup_max is not None:
-        cfg["prompt_lookup_max"] = spec.lookup_max
+    for knob in VllmAdapter.capabilities.speculative[spec.method].knobs:  # only what this method takes
+        if getattr(spec, knob) is not None:
+            cfg[CONFIG_KEYS[knob]] = getattr(spec, knob)
     for key, value in (extra or {}).items():
-        if key in cfg or key in ("method", "model", "num_speculative_tokens"):
+        if key in cfg or key in ("method", "model", *CONFIG_KEYS.values()):
             raise ConfigError(f"arm {arm.name!r}: options.speculative_extra.{key} repeats a key that "
                               f"'speculative:' sets; set it there")
         cfg[key] = value
@@ -178,8 +177,17 @@ class VllmAdapter(EngineAdapter):
     name = "vllm"
     description = "vLLM OpenAI server (safetensors/HF models), native interpreter or Docker"
     capabilities = Capabilities(
-        speculative_methods=("none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram", "suffix"),
-        speculative_knobs=("n_max", "draft_model", "lookup_min", "lookup_max"),
+        speculative={
+            "none": MethodKnobs(),
+            "mtp": MethodKnobs(knobs=("n_max",), draft_model="optional"),  # default: the target's own MTP heads
+            "dflash": MethodKnobs(knobs=("n_max",), draft_model="required"),
+            "dspark": MethodKnobs(knobs=("n_max",), draft_model="optional"),
+            "eagle3": MethodKnobs(knobs=("n_max",), draft_model="required"),
+            # vLLM has no default num_speculative_tokens for a draft model or n-gram lookup
+            "draft": MethodKnobs(knobs=("n_max",), draft_model="required", required=("n_max",)),
+            "ngram": MethodKnobs(knobs=("n_max", "lookup_min", "lookup_max"), required=("n_max",)),
+            "suffix": MethodKnobs(knobs=("n_max",)),
+        },
         settings=("ctx", "parallel", "tensor_parallel", "gpu_memory_utilization", "dtype", "kv_type",
                   "enforce_eager"),
         kv_types=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
@@ -189,7 +197,6 @@ class VllmAdapter(EngineAdapter):
         docker_image="vllm/vllm-openai",
         stateful_speculators=("suffix",),
         fixed_length_field="ignore_eos",
-        tokenize_endpoint="/tokenize",
     )
     Options = VllmOptions
     display_name = "vLLM"
@@ -287,20 +294,6 @@ class VllmAdapter(EngineAdapter):
         spec = arm.speculative
         if arm.model is None:
             raise PreflightError(f"arm {arm.name!r}: vLLM needs 'model' (a model directory, hub id or built-in)")
-        if spec.method in NEEDS_DRAFT_MODEL and not spec.draft_model:
-            raise PreflightError(f"arm {arm.name!r}: speculative.method {spec.method!r} needs "
-                                 "speculative.draft_model (a model directory or hub id)")
-        if spec.draft_model and spec.method in ("none", "ngram", "suffix"):
-            raise PreflightError(f"arm {arm.name!r}: speculative.draft_model is set but method {spec.method!r} "
-                                 "does not use one")
-        if spec.method in NEEDS_N_MAX and spec.n_max is None:
-            raise PreflightError(f"arm {arm.name!r}: vLLM needs num_speculative_tokens for {spec.method!r}; "
-                                 "set speculative.n_max")
-        if (spec.lookup_min is not None or spec.lookup_max is not None) and spec.method != "ngram":
-            raise PreflightError(f"arm {arm.name!r}: speculative.lookup_min/lookup_max apply to method 'ngram' only")
-        if arm.settings.kv_type and arm.settings.kv_type not in self.capabilities.kv_types:
-            raise PreflightError(f"arm {arm.name!r}: settings.kv_type {arm.settings.kv_type!r} is not a vLLM "
-                                 f"--kv-cache-dtype ({', '.join(self.capabilities.kv_types)})")
         python = None
         if arm.launch == "native":
             python = self._python(options)  # raises EngineUnavailable when vLLM is nowhere

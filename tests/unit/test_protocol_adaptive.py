@@ -8,19 +8,18 @@ from typing import Any, ClassVar
 import pytest
 
 from bakeoff.core import protocol
-from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec
+from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
 from bakeoff.core.config import Arm, parse_bakeoff
 from bakeoff.core.store import RunDir
 
 
 class StatefulFake(EngineAdapter):
     name: ClassVar[str] = "fake"
-    capabilities: ClassVar[Capabilities] = Capabilities(speculative_methods=("none", "ngram"),
-                                                        speculative_knobs=("variant",),
-                                                        stateful_speculators=("ngram-mod",))
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        speculative={"none": MethodKnobs(), "ngram/mod": MethodKnobs()}, stateful_speculators=("ngram-mod",))
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        return LaunchSpec(argv=["true"])
+        return LaunchSpec(argv=["true", str(arm.model), arm.speculative.method])
 
 
 def _config(passes: int, reps: int = 1) -> str:

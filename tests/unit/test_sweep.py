@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
+from bakeoff.core import protocol
+from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
 from bakeoff.core.config import Arm, Workload, parse_bakeoff
-from bakeoff.core.errors import ConfigError
+from bakeoff.core.errors import CapabilityNotSupported, ConfigError
 from bakeoff.core.sample import Sample
 from bakeoff.core.sweep import (
     SharedEngine,
@@ -180,3 +184,82 @@ def test_nmax_table_rows_have_acceptance_mean_length_and_speed_vs_baseline() -> 
 def test_no_sweep_table_for_a_plain_run() -> None:
     meta = {"config": {"arms": [{"name": "a", "speculative": {}}, {"name": "b", "speculative": {}}]}}
     assert sweep_rows([_s("a", 1.0), _s("b", 2.0)], meta) is None
+
+
+# -- arms that would launch the same thing ------------------------------------------------------
+class _IgnoresNMin(EngineAdapter):
+    """Declares n_min for ngram-simple but forgets to map it: the mistake the launch comparison catches."""
+
+    name: ClassVar[str] = "forgetful"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        speculative={"none": MethodKnobs(), "ngram/simple": MethodKnobs(knobs=("n_max", "n_min"))},
+        default_variants={"ngram": "simple"})
+
+    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+        n_max = arm.speculative.n_max
+        return LaunchSpec(argv=["engine", "-m", str(arm.model), "--port", str(port), "--spec",
+                                arm.speculative.method, *(["--n-max", str(n_max)] if n_max else [])])
+
+
+def _forgetful_plan(monkeypatch: pytest.MonkeyPatch, sweep: str, twins: bool = False) -> Any:
+    monkeypatch.setattr(protocol, "load_engine", lambda name: _IgnoresNMin())
+    twin = "  - {name: twin, engine: forgetful, model: m.gguf}\n" if twins else ""
+    text = (f"name: s\narms:\n  - {{name: plain, engine: forgetful, model: m.gguf}}\n{twin}"
+            f"  - name: ng\n    engine: forgetful\n    model: m.gguf\n    speculative: {{method: ngram}}\n"
+            f"    sweep: {{{sweep}}}\nworkload: {{prompts: [prose]}}\n")
+    return protocol.plan_run(parse_bakeoff(text))
+
+
+def test_a_sweep_whose_arms_launch_the_same_command_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match=r"^speculative.n_min has no effect on forgetful ngram-simple: arms "
+                                          r"'ng-n_min1' and 'ng-n_min2' differ in speculative.n_min \(1 vs 2\) but "
+                                          r"would launch the same command and send the same requests"):
+        _forgetful_plan(monkeypatch, "speculative.n_min: [1, 2]")
+
+
+def test_a_sweep_that_changes_the_launch_and_identical_twins_are_planned(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = _forgetful_plan(monkeypatch, "speculative.n_max: [1, 2]", twins=True)  # twins measure noise on purpose
+    assert [a.arm.name for a in plan.arms] == ["plain", "twin", "ng-n_max1", "ng-n_max2"]
+
+
+def test_a_launch_error_is_raised_at_plan_time_before_any_arm_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Broken(_IgnoresNMin):
+        def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+            if arm.model == "bad.gguf":
+                raise ConfigError("cannot build this launch")
+            return super().launch_spec(arm, port, workdir)
+
+    monkeypatch.setattr(protocol, "load_engine", lambda name: Broken())
+    text = ("name: s\narms:\n  - {name: good, engine: forgetful, model: m.gguf}\n"
+            "  - {name: bad, engine: forgetful, model: bad.gguf}\nworkload: {prompts: [prose]}\n")
+    started: list[str] = []
+    monkeypatch.setattr(protocol, "_run_arm", lambda *a, **k: started.append("arm") or {})
+    with pytest.raises(ConfigError, match="cannot build this launch"):
+        protocol.run_plan(protocol.plan_run(parse_bakeoff(text)), None)  # type: ignore[arg-type]
+    assert started == []
+
+
+def test_llamacpp_bad_knob_arm_beside_a_good_arm_is_refused_at_plan_time(tmp_path: Path) -> None:
+    """AUDIT H1: ngram-cache with n_max ended the run at launch with a ConfigError; ngram-simple dropped n_min."""
+    from gguf import GGUFWriter
+    import numpy as np
+
+    model = tmp_path / "m.gguf"
+    w = GGUFWriter(str(model), "llama")
+    w.add_tensor("token_embd.weight", np.zeros((2, 2), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    for bad, message in (("{method: ngram, variant: cache, n_max: 4}", "speculative.n_max has no effect on llamacpp "
+                                                                       "ngram-cache"),
+                         ("{method: ngram, variant: simple, n_min: 2}", "speculative.n_min has no effect on llamacpp "
+                                                                        "ngram-simple"),
+                         ("{method: draft, draft_model: " + str(model) + ", lookup_min: 2}",
+                          "speculative.lookup_min has no effect on llamacpp method 'draft'")):
+        text = (f"name: s\narms:\n  - {{name: good, engine: llamacpp, model: {model}, "
+                f"options: {{binary: /bin/true}}}}\n"
+                f"  - {{name: bad, engine: llamacpp, model: {model}, options: {{binary: /bin/true}}, "
+                f"speculative: {bad}}}\nworkload: {{prompts: [prose]}}\n")
+        with pytest.raises(CapabilityNotSupported, match=message):
+            protocol.plan_run(parse_bakeoff(text))

@@ -179,17 +179,25 @@ def test_preflight_refusals(tmp_path: Path, tabby: Path) -> None:
     dflash = model_dir(tmp_path / "drafts" / "dflash", ["DFlashDraftModel"])
     cases = [
         ({"model": str(gguf)}, "not a directory"),
-        ({"speculative": {"method": "draft"}}, "needs speculative.draft_model"),
-        ({"speculative": {"method": "ngram", "draft_model": str(plain)}}, "would not use it"),
         ({"speculative": {"method": "dflash", "draft_model": str(plain)}}, "not a DFlash model"),
         ({"speculative": {"method": "draft", "draft_model": str(dflash)}}, "use method 'dflash'"),
-        ({"speculative": {"method": "draft", "draft_model": str(plain), "lookup_min": 2}}, "'ngram' only"),
         ({"settings": {"kv_type": "q5_1"}}, "not a TabbyAPI cache_mode"),
+        ({"options": {"tabby_dir": str(tabby), "draft_cache_mode": "q5_1"}},
+         "options.draft_cache_mode: kv_type .q5_1."),
         ({"settings": {"tensor_parallel": 2, "tensor_split": [10, 10, 10]}}, "lists 3 GPUs"),
     ]
     for kw, message in cases:
         with pytest.raises(PreflightError, match=message):
             adapter.preflight(arm(tmp_path, tabby, **kw))
+    refused = [
+        ({"speculative": {"method": "draft"}}, "exllama method 'draft' needs speculative.draft_model"),
+        ({"speculative": {"method": "ngram", "draft_model": str(plain)}}, "draft_model has no effect on exllama"),
+        ({"speculative": {"method": "draft", "draft_model": str(plain), "lookup_min": 2}},
+         "lookup_min has no effect on exllama method 'draft'; it takes: n_max"),
+    ]
+    for kw, message in refused:
+        with pytest.raises(CapabilityNotSupported, match=message):
+            check_arm_capabilities(adapter, arm(tmp_path, tabby, **kw))
     no_mtp = model_dir(tmp_path / "models" / "nomtp", num_nextn_predict_layers=0)
     with pytest.raises(PreflightError, match="MTP"):
         adapter.preflight(arm(tmp_path, tabby, model=str(no_mtp), speculative={"method": "mtp"}))

@@ -88,12 +88,12 @@ def test_extra_args_are_appended_verbatim(tmp_path: Path) -> None:
                                                                                           "greedy"]
 
 
-def test_preflight_refuses_draft_type_without_draft_and_stray_draft(tmp_path: Path) -> None:
-    with pytest.raises(PreflightError, match="needs speculative.draft_model"):
-        adapter.preflight(arm(tmp_path, speculative={"method": "dflash"}))
+def test_draft_type_without_draft_and_stray_draft_are_refused_before_launch(tmp_path: Path) -> None:
+    with pytest.raises(CapabilityNotSupported, match="llamacpp method 'dflash' needs speculative.draft_model"):
+        check_arm_capabilities(adapter, arm(tmp_path, speculative={"method": "dflash"}))
     draft = tiny_gguf(tmp_path / "d.gguf")
-    with pytest.raises(PreflightError, match="would load the draft and not use it"):
-        adapter.preflight(arm(tmp_path, speculative={"method": "none", "draft_model": str(draft)}))
+    with pytest.raises(CapabilityNotSupported, match="draft_model has no effect on llamacpp method 'none'"):
+        check_arm_capabilities(adapter, arm(tmp_path, speculative={"method": "none", "draft_model": str(draft)}))
 
 
 def test_preflight_mtp_needs_nextn_layers(tmp_path: Path) -> None:
@@ -114,7 +114,8 @@ def test_p_min_refused_centrally_for_an_engine_without_it(tmp_path: Path) -> Non
 
     a = Arm.model_validate({"name": "x", "engine": "openai", "url": "http://h", "speculative": {"method": "none",
                                                                                                "p_min": 0.2}})
-    with pytest.raises(CapabilityNotSupported, match="speculative.p_min is not a knob"):
+    with pytest.raises(CapabilityNotSupported, match="speculative.p_min has no effect on openai method 'none'; "
+                                                     "it takes: no knobs"):
         check_arm_capabilities(OpenAICompatAdapter(), a)
 
 

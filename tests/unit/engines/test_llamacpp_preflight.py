@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from bakeoff.core.config import Arm
-from bakeoff.core.errors import PreflightError
+from bakeoff.core.adapter import check_arm_capabilities
+from bakeoff.core.errors import CapabilityNotSupported, PreflightError
 from bakeoff.engines.gguf_meta import read_gguf_facts
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.llamacpp_synth import SynthSpec, synth_pair, synthesize, toy_tokenizer
@@ -61,7 +62,8 @@ def test_a_draft_of_the_right_type_passes(files: dict[str, Path], method: str, k
 
 
 @pytest.mark.parametrize(("method", "kind"), [("dflash", "eagle3"), ("dflash", "dspark"), ("dspark", "dflash"),
-                                              ("dspark", "dflash2"), ("eagle3", "dflash"), ("eagle3", "dspark")])
+                                              ("dspark", "dflash2"), ("eagle3", "dflash"), ("eagle3", "dspark"),
+                                              ("draft", "dflash"), ("draft", "eagle3"), ("draft", "mtp")])
 def test_a_draft_of_another_type_is_refused(files: dict[str, Path], method: str, kind: str) -> None:
     with pytest.raises(PreflightError, match=f"is a '{kind}' model"):
         adapter.preflight(arm(files["target"], method=method, draft_model=str(files[kind])))
@@ -70,13 +72,13 @@ def test_a_draft_of_another_type_is_refused(files: dict[str, Path], method: str,
 @pytest.mark.parametrize("method", ["dflash", "dspark", "eagle3", "draft"])
 def test_a_draft_type_without_a_draft_is_refused(files: dict[str, Path], method: str) -> None:
     # llama-server would start and silently run without speculation
-    with pytest.raises(PreflightError, match="needs speculative.draft_model"):
-        adapter.preflight(arm(files["target"], method=method))
+    with pytest.raises(CapabilityNotSupported, match="needs speculative.draft_model"):
+        check_arm_capabilities(adapter, arm(files["target"], method=method))
 
 
 def test_a_draft_with_speculation_off_is_refused(files: dict[str, Path]) -> None:
-    with pytest.raises(PreflightError, match="would load the draft and not use it"):
-        adapter.preflight(arm(files["target"], method="none", draft_model=str(files["dflash"])))
+    with pytest.raises(CapabilityNotSupported, match="draft_model has no effect on llamacpp method 'none'"):
+        check_arm_capabilities(adapter, arm(files["target"], method="none", draft_model=str(files["dflash"])))
 
 
 @pytest.mark.parametrize("capture", ["startup_dflash_ok.log", "startup_eagle3_ok.log"])

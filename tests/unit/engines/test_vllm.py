@@ -179,11 +179,20 @@ def test_settings_without_a_vllm_flag_are_refused(setting: dict[str, Any]) -> No
 
 
 @pytest.mark.parametrize(("kw", "match"), [
-    ({"speculative": {"method": "draft", "n_max": 3}}, "needs speculative.draft_model"),
-    ({"speculative": {"method": "ngram"}}, "set speculative.n_max"),
-    ({"speculative": {"method": "ngram", "n_max": 4, "draft_model": "smollm2"}}, "does not use one"),
-    ({"speculative": {"method": "suffix", "lookup_min": 2}}, "apply to method 'ngram' only"),
-    ({"settings": {"kv_type": "q8_0"}}, "not a vLLM --kv-cache-dtype"),
+    ({"speculative": {"method": "draft", "n_max": 3}}, "vllm method 'draft' needs speculative.draft_model"),
+    ({"speculative": {"method": "ngram"}}, "vllm method 'ngram' needs speculative.n_max"),
+    ({"speculative": {"method": "ngram", "n_max": 4, "draft_model": "smollm2"}},
+     "draft_model has no effect on vllm method 'ngram'"),
+    ({"speculative": {"method": "suffix", "lookup_min": 2}},
+     "lookup_min has no effect on vllm method 'suffix'; it takes: n_max"),
+    ({"settings": {"kv_type": "q8_0"}}, "'q8_0' is not a vllm KV cache type"),
+])
+def test_refused_before_launch_by_the_declared_capabilities(kw: dict[str, Any], match: str) -> None:
+    with pytest.raises(CapabilityNotSupported, match=match):
+        check_arm_capabilities(adapter, arm(**kw))
+
+
+@pytest.mark.parametrize(("kw", "match"), [
     ({"speculative": {"method": "suffix", "n_max": 4}}, "arctic-inference"),
 ])
 def test_preflight_refuses_what_would_fail_or_mislabel(kw: dict[str, Any], match: str) -> None:

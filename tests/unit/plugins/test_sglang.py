@@ -140,9 +140,17 @@ def test_knobs_sglang_lacks_are_refused_before_launch(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("kw", "match"), [
-    ({"speculative": {"method": "eagle3"}}, "needs speculative.draft_model"),
-    ({"speculative": {"method": "ngram", "draft_model": "x"}}, "would not use it"),
+    ({"speculative": {"method": "eagle3"}}, "sglang method 'eagle3' needs speculative.draft_model"),
+    ({"speculative": {"method": "ngram", "draft_model": "x"}}, "draft_model has no effect on sglang method 'ngram'"),
+])
+def test_draft_rules_are_refused_before_launch(tmp_path: Path, kw: dict[str, Any], match: str) -> None:
+    with pytest.raises(CapabilityNotSupported, match=match):
+        check_arm_capabilities(SglangAdapter(), make_arm(tmp_path, **kw))
+
+
+@pytest.mark.parametrize(("kw", "match"), [
     ({"speculative": {"method": "mtp", "n_max": 3}, "options": {"eagle_topk": 4}}, "num_draft_tokens"),
+    ({"speculative": {"method": "mtp"}, "options": {"eagle_topk": 2, "num_draft_tokens": 6}}, "set speculative.n_max"),
     ({"speculative": {"method": "ngram"}, "options": {"eagle_topk": 1}}, "eagle_topk applies"),
 ])
 def test_preflight_refuses_arms_that_cannot_work(tmp_path: Path, kw: dict[str, Any], match: str) -> None:
@@ -161,12 +169,6 @@ def test_preflight_wants_an_interpreter_with_sglang(tmp_path: Path, monkeypatch:
     SglangAdapter().preflight(make_arm(tmp_path, launch="compose", options={}))  # the image has it
     monkeypatch.setenv("BAKEOFF_SGLANG_PYTHON", sys.executable + "-elsewhere")
     assert SglangAdapter().python(SglangAdapter.Options()) == sys.executable + "-elsewhere"  # type: ignore[call-arg]
-
-
-def test_steps_topk_and_draft_tokens_go_together(tmp_path: Path) -> None:
-    arm = make_arm(tmp_path, speculative={"method": "mtp"}, options={"eagle_topk": 2, "num_draft_tokens": 6})
-    with pytest.raises(ConfigError, match="n_max"):
-        SglangAdapter().launch_spec(arm, 1, tmp_path)
 
 
 def test_unknown_option_names_the_key(tmp_path: Path) -> None:

@@ -36,11 +36,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from bakeoff.core import (
     Arm,
     Capabilities,
-    ConfigError,
     Effective,
     EngineAdapter,
     EngineUnavailable,
     LaunchSpec,
+    MethodKnobs,
     PreflightError,
     ServerStats,
     Workload,
@@ -58,7 +58,6 @@ __all__ = [
 
 # shared vocabulary -> --speculative-algorithm
 ALGORITHMS = {"mtp": "NEXTN", "eagle3": "EAGLE3", "draft": "STANDALONE", "ngram": "NGRAM", "dflash": "DFLASH"}
-NEEDS_DRAFT = ("eagle3", "draft", "dflash")
 CHAIN_METHODS = ("mtp", "eagle3", "draft")  # drafted step by step: steps / topk / draft tokens
 IMAGE = "lmsysorg/sglang:v0.5.23-cu129-amd64"
 CONTAINER_PORT = 30000
@@ -171,8 +170,16 @@ class SglangAdapter(EngineAdapter):
     name = "sglang"
     description = "SGLang launch_server (Hugging Face models), native process or compose; plugin package"
     capabilities = Capabilities(
-        speculative_methods=("none", *ALGORITHMS),
-        speculative_knobs=("n_max", "draft_model"),
+        # n_max is the draft steps of a chain (steps, topk 1, n_max + 1 draft tokens) and the tokens verified
+        # per step for NGRAM and DFLASH (n_max + 1 draft tokens)
+        speculative={
+            "none": MethodKnobs(),
+            "mtp": MethodKnobs(knobs=("n_max",), draft_model="optional"),  # NEXTN: the target's own heads
+            "eagle3": MethodKnobs(knobs=("n_max",), draft_model="required"),
+            "draft": MethodKnobs(knobs=("n_max",), draft_model="required"),
+            "ngram": MethodKnobs(knobs=("n_max",)),
+            "dflash": MethodKnobs(knobs=("n_max",), draft_model="required"),
+        },
         settings=(*SETTING_FLAGS, "enforce_eager"),
         kv_types=("auto", "fp8_e5m2", "fp8_e4m3"),
         token_counts="usage_per_chunk",
@@ -204,14 +211,11 @@ class SglangAdapter(EngineAdapter):
         spec = arm.speculative
         if arm.model is None:
             raise PreflightError(f"arm {arm.name!r}: SGLang needs 'model' (a model directory or hub id)")
-        if spec.method in NEEDS_DRAFT and not spec.draft_model:
-            raise PreflightError(f"arm {arm.name!r}: speculative.method {spec.method!r} "
-                                 f"({ALGORITHMS[spec.method]}) needs speculative.draft_model")
-        if spec.draft_model and spec.method in ("none", "ngram"):
-            raise PreflightError(f"arm {arm.name!r}: speculative.draft_model is set but method {spec.method!r} "
-                                 f"would not use it")
         if options.eagle_topk is not None and spec.method not in CHAIN_METHODS:
             raise PreflightError(f"arm {arm.name!r}: options.eagle_topk applies to {', '.join(CHAIN_METHODS)} only")
+        if spec.method in CHAIN_METHODS and spec.n_max is None and (options.eagle_topk or options.num_draft_tokens):
+            raise PreflightError(f"arm {arm.name!r}: SGLang sets steps, topk and draft tokens together; set "
+                                 f"speculative.n_max (draft steps) as well")
         if (options.eagle_topk or 1) > 1 and options.num_draft_tokens is None:
             raise PreflightError(f"arm {arm.name!r}: options.eagle_topk > 1 drafts a tree; set "
                                  f"options.num_draft_tokens (its size) too")
@@ -234,11 +238,8 @@ class SglangAdapter(EngineAdapter):
             args += ["--speculative-draft-model-path", draft_path]
         draft_tokens = options.num_draft_tokens or (spec.n_max + 1 if spec.n_max else None)
         if spec.method in CHAIN_METHODS:
-            if spec.n_max is None and options.num_draft_tokens is None and options.eagle_topk is None:
-                return args  # SGLang picks its own defaults for all three
             if spec.n_max is None:
-                raise ConfigError(f"arm {arm.name!r}: SGLang sets steps, topk and draft tokens together; "
-                                  f"set speculative.n_max (draft steps) as well")
+                return args  # SGLang picks its own defaults for all three (preflight refused a partial set)
             args += ["--speculative-num-steps", str(spec.n_max),
                      "--speculative-eagle-topk", str(options.eagle_topk or 1),
                      "--speculative-num-draft-tokens", str(draft_tokens)]
