@@ -22,6 +22,7 @@ from .adapter import (
     openai_model_id,
     method_key,
 )
+from .client import bounded_get
 from .config import Arm, BakeoffFile, Settings, Speculative, Workload
 from .errors import (
     BakeoffError,
@@ -67,6 +68,7 @@ __all__ = [
     "Settings",
     "Speculative",
     "Workload",
+    "bounded_get",
     "build_from_sdist",
     "cache_root",
     "cached_binary",
