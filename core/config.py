@@ -18,6 +18,7 @@ from .errors import ConfigError
 
 __all__ = [
     "SPEC_METHODS",
+    "ARM_NAME_MAX",
     "Speculative",
     "Settings",
     "Arm",
@@ -32,6 +33,7 @@ __all__ = [
 
 SPEC_METHODS = ("none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram", "suffix")
 SpecMethod = Literal["none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram", "suffix"]
+ARM_NAME_MAX = 100
 _ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
@@ -125,6 +127,8 @@ class Arm(Strict):
     def _name_is_filename_safe(cls, v: str) -> str:
         if not _ARM_NAME.match(v):
             raise ValueError("use letters, digits, '.', '_', '+' or '-' (it becomes a file name)")
+        if len(v) > ARM_NAME_MAX:  # file systems refuse names over 255 bytes; tables need far fewer
+            raise ValueError(f"{len(v)} characters; at most {ARM_NAME_MAX} (it becomes a directory name)")
         return v
 
     @model_validator(mode="after")

@@ -26,10 +26,13 @@ from typing import Any
 
 from .errors import BakeoffError
 from .sample import Sample
+from .sample_lines import parse_sample, read_json_lines
 
-__all__ = ["DB_NAME", "RunDB", "RunSummary", "StoreError", "DuplicateSampleError", "point_of", "done_key"]
+__all__ = ["DB_NAME", "RunDB", "RunSummary", "StoreError", "DuplicateSampleError", "point_of", "done_key",
+           "slots_of", "uid_of"]
 
 DB_NAME = "bakeoff.sqlite"
+ARM_RECORDS = "arm_records.jsonl"  # one line per arm start, beside samples.jsonl
 DB_SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -91,7 +94,8 @@ def done_key(point: Point) -> tuple[Any, ...]:
     return point[:5] if point[5] is None and point[6] is None else point
 
 
-def _slots(point: Point) -> int:
+def slots_of(point: Point) -> int:
+    """Samples a point holds: one per stream of a concurrency batch, else one."""
     return max(1, point[6] or 1)
 
 
@@ -172,11 +176,11 @@ class RunDB:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 taken = self._count(conn, sample.run_id, point)
-                if taken >= _slots(point):
+                if taken >= slots_of(point):
                     raise DuplicateSampleError(
                         f"arm {sample.arm!r} prompt {sample.prompt!r} mode {sample.mode!r} rep {sample.rep} "
                         f"pass {sample.pass_index} is already stored; refusing to count it twice")
-                self._insert_row(conn, sample, line, point, taken)
+                self._insert_row(conn, sample.run_id, sample, line, point, taken)
                 if write_line is not None:
                     write_line()
                 conn.execute("COMMIT")
@@ -192,12 +196,13 @@ class RunDB:
         return int(row[0])
 
     @staticmethod
-    def _insert_row(conn: sqlite3.Connection, sample: Sample, line: str, point: Point, slot: int) -> None:
+    def _insert_row(conn: sqlite3.Connection, run_id: str, sample: Sample, line: str, point: Point,
+                    slot: int) -> None:
         conn.execute(
             "INSERT INTO samples (run_id, point, slot, uid, arm, engine, prompt, mode, rep, pass_index, status, "
             "error, flags, completion_tokens, decode_tps, ttft_s, started_at, data) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (sample.run_id, json.dumps(point), slot, _uid(line), sample.arm, sample.engine, sample.prompt,
+            (run_id, json.dumps(point), slot, uid_of(line), sample.arm, sample.engine, sample.prompt,
              sample.mode, sample.rep, sample.pass_index, sample.status, sample.error, json.dumps(sample.flags),
              sample.completion_tokens, sample.decode_tps, sample.ttft_s, sample.started_at, line.strip()))
 
@@ -205,28 +210,42 @@ class RunDB:
         """Index every samples.jsonl line the database lacks (a crash between append and commit).
 
         Lines are matched to rows by content, as a multiset: two streams of one batch can write equal
-        lines. Unparseable lines (a line torn by a crash) are skipped. Returns how many rows were added.
+        lines. Unreadable lines (torn by a crash) and other runs' lines are skipped. Returns how many rows
+        were added.
         """
+        with self._connect() as conn:
+            indexed = Counter(row[0] for row in conn.execute("SELECT uid FROM samples WHERE run_id=?", (run_id,)))
+        missing: list[tuple[str, Sample]] = []
+        for line in lines:
+            if not line.strip():
+                continue
+            if indexed[uid_of(line)] > 0:
+                indexed[uid_of(line)] -= 1
+                continue
+            try:
+                sample = parse_sample(line)
+            except ValueError:
+                continue
+            if sample.run_id in ("", run_id):
+                missing.append((line, sample))
+        return self.add_lines(run_id, missing)
+
+    def add_lines(self, run_id: str, lines: Iterable[tuple[str, Sample]]) -> int:
+        """Index samples.jsonl lines the database lacks, each in its point's next free slot; a line whose
+        point is already full would count a point twice and is not indexed. Returns how many were added."""
+        lines = list(lines)
+        if not lines:
+            return 0
         added = 0
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                indexed = Counter(row[0] for row in conn.execute("SELECT uid FROM samples WHERE run_id=?",
-                                                                  (run_id,)))
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    if indexed[_uid(line)] > 0:
-                        indexed[_uid(line)] -= 1
-                        continue
-                    try:
-                        sample = Sample.model_validate_json(line)
-                    except ValueError:
-                        continue
-                    if sample.run_id != run_id:
-                        continue
+                for line, sample in lines:
                     point = point_of(sample)
-                    self._insert_row(conn, sample, line, point, self._count(conn, run_id, point))
+                    taken = self._count(conn, run_id, point)
+                    if taken >= slots_of(point):
+                        continue
+                    self._insert_row(conn, run_id, sample, line, point, taken)
                     added += 1
                 conn.execute("COMMIT")
             except BaseException:
@@ -243,9 +262,34 @@ class RunDB:
         return [tuple(json.loads(r[0])) for r in rows]  # type: ignore[misc]
 
     def samples(self, run_id: str) -> list[Sample]:
+        return [parse_sample(data) for _, _, data in self.rows(run_id)]
+
+    def rows(self, run_id: str) -> list[tuple[str, str, str]]:
+        """(uid, point, data) of every stored sample of the run, in the order they were stored."""
         with self._connect() as conn:
-            rows = conn.execute("SELECT data FROM samples WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
-        return [Sample.model_validate_json(r[0]) for r in rows]
+            rows = conn.execute("SELECT uid, point, data FROM samples WHERE run_id=? ORDER BY id",
+                                (run_id,)).fetchall()
+        return [(str(u), str(p), str(d)) for u, p, d in rows]
+
+    def run_ids(self) -> list[str]:
+        """Every run id the index holds (one, unless samples of another run were indexed here)."""
+        with self._connect() as conn:
+            ids = {r[0] for r in conn.execute("SELECT run_id FROM runs")}
+            ids |= {r[0] for r in conn.execute("SELECT DISTINCT run_id FROM samples")}
+        return sorted(i for i in ids if i)
+
+    def run_meta(self, run_id: str) -> dict[str, Any] | None:
+        """The copy of run.json kept in the index (the run's own, or the only one there)."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT run_id, meta FROM runs").fetchall()
+        chosen = [m for r, m in rows if r == run_id] or ([rows[0][1]] if len(rows) == 1 else [])
+        if not chosen:
+            return None
+        try:
+            meta = json.loads(chosen[0])
+        except ValueError:
+            return None
+        return meta if isinstance(meta, dict) else None
 
     def summary(self, run_id: str, path: Path) -> RunSummary:
         """Counts for ``bakeoff runs``."""
@@ -260,8 +304,21 @@ class RunDB:
             out.name, out.started_at, out.finished_at = run[0], run[1], run[2]
             meta = json.loads(run[3])
             out.arms = [a.get("name", "?") for a in (meta.get("config") or {}).get("arms", [])]
-            out.failed_arms = failed_arms(meta)
+            out.failed_arms = failed_arms({"arm_records": arm_records_of(path, meta)})
         return out
+
+
+def arm_records_of(run_dir: Path, meta: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per arm, its records: the append-only arm_records.jsonl, or run.json's copy in older runs."""
+    file = run_dir / ARM_RECORDS
+    if not file.exists():
+        records = meta.get("arm_records")
+        return records if isinstance(records, dict) else {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for item in read_json_lines(file)[0]:
+        if isinstance(item.get("record"), dict):
+            out.setdefault(str(item.get("arm")), []).append(item["record"])
+    return out
 
 
 def failed_arms(meta: dict[str, Any]) -> list[str]:
@@ -276,8 +333,9 @@ def failed_arms(meta: dict[str, Any]) -> list[str]:
     return failed
 
 
-def _uid(line: str) -> str:
+def uid_of(line: str) -> str:
+    """Identity of a samples.jsonl line: the hash of its text."""
     return hashlib.sha256(line.strip().encode()).hexdigest()
 
 
-__all__ += ["failed_arms"]
+__all__ += ["failed_arms", "arm_records_of", "ARM_RECORDS"]

@@ -28,6 +28,7 @@ from .errors import ConfigError, EngineError, EngineStartupError, MeasurementErr
 from .hostinfo import CpuMeter, host_info
 from .launcher import Engine, LogCursor, free_port, port_is_free
 from .prompts import resolve_prompts
+from .redact import Redactor, redact_argv, redact_config
 from .registry import load_engine
 from .sample import Sample
 from .store import RunDir
@@ -144,17 +145,23 @@ def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_
     port = arm.settings.port or free_port(arm.settings.host)
     port_taken = bool(arm.settings.port) and not port_is_free(arm.settings.host, port)
     log_path = run.arm_dir(arm.name) / f"engine-pass{pass_index}.log"
-    if arm.launch == "compose":  # the adapter's compose service, up until healthy, always brought down
-        with ComposeEngine(planned.adapter, arm, port, run.arm_dir(arm.name), log_path, boot_timeout_s,
-                           project=project_name(run.run_id, arm.name)) as compose_engine:
-            yield compose_engine.base_url, compose_engine  # type: ignore[misc]
-        return
-    spec = planned.adapter.launch_spec(arm, port, run.arm_dir(arm.name))
-    host = "127.0.0.1" if arm.settings.host in ("0.0.0.0", "::") else arm.settings.host
-    base = f"http://{host}:{port}"
-    (run.arm_dir(arm.name) / "argv.txt").write_text(" ".join(spec.argv) + "\n")
-    with Engine(planned.adapter, spec, base, log_path, boot_timeout_s, port_taken=port_taken) as engine:
-        yield base, engine
+    try:
+        if arm.launch == "compose":  # the adapter's compose service, up until healthy, always brought down
+            with ComposeEngine(planned.adapter, arm, port, run.arm_dir(arm.name), log_path, boot_timeout_s,
+                               project=project_name(run.run_id, arm.name)) as compose_engine:
+                yield compose_engine.base_url, compose_engine  # type: ignore[misc]
+            return
+        spec = planned.adapter.launch_spec(arm, port, run.arm_dir(arm.name))
+        host = "127.0.0.1" if arm.settings.host in ("0.0.0.0", "::") else arm.settings.host
+        base = f"http://{host}:{port}"
+        run.write_arm_text(arm.name, "argv.txt", " ".join(redact_argv(spec.argv)) + "\n")
+        with Engine(planned.adapter, spec, base, log_path, boot_timeout_s, port_taken=port_taken) as engine:
+            yield base, engine
+    finally:  # the engine wrote its log itself: mask any secret of this run it printed
+        try:
+            run.redactor.file(log_path)
+        except OSError:
+            pass
 
 
 def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prompt: str, mode: str,
@@ -272,7 +279,8 @@ def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
     done = done or set()
     for msg in plan_warnings(plan) if start_pass == 0 else []:
         events.on_warning(msg)
-    arm_records: dict[str, list[dict[str, Any]]] = run.read_run().get("arm_records", {})
+    run.redactor = Redactor.for_config(plan.config.model_dump(mode="json"))
+    arm_records = run.arm_records()
     by_name = {a.arm.name: a for a in plan.arms}
     shared = SharedEngine()  # arms differing only in request-level values reuse one engine start
     try:
@@ -280,11 +288,11 @@ def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
             for name in order:
                 record = _run_arm(plan, by_name[name], run, pass_index, events, done, shared)
                 arm_records.setdefault(name, []).append(record)
-                run.update_run(arm_records=arm_records)
+                run.append_arm_record(name, record)  # one line per arm: no rewrite of run.json per arm
             shared.close()
     finally:
         shared.close()
-    run.update_run(finished_at=time.time())
+    run.update_run(finished_at=time.time(), arm_records=arm_records)  # a copy for readers of run.json alone
     return arm_records
 
 
@@ -328,12 +336,13 @@ def plan_warnings(plan: Plan) -> list[str]:
 
 
 def run_metadata(plan: Plan) -> dict[str, Any]:
-    """What run.json records before the first request: resolved config, order, seed, host, capabilities."""
+    """What run.json records before the first request: resolved config (env values, URL credentials and
+    key-flag values masked), order, seed, host, capabilities."""
     from . import __version__
 
     return {
         "tool": {"name": "bakeoff", "version": __version__},
-        "config": plan.config.model_dump(mode="json"),
+        "config": redact_config(plan.config.model_dump(mode="json")),
         "baseline": plan.config.baseline_arm,
         "orders": plan.orders,
         "seed": plan.config.workload.seed,

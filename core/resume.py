@@ -10,7 +10,7 @@ orders recorded in run.json are reused, so the interleaving is the one the run s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from .config import BakeoffFile, format_validation_error, load_bakeoff
 from .errors import ConfigError
 from .protocol import Plan
-from .store import RunDir
+from .redact import masked_settings, redact_config
+from .store import RunDir, RunFileError
 
 __all__ = ["Resume", "load_resume"]
 
@@ -32,6 +33,7 @@ class Resume:
     config: BakeoffFile
     done: set[tuple[Any, ...]]
     meta: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)  # what reading and repairing the run found
 
     def apply(self, plan: Plan) -> None:
         """Reuse the recorded pass orders and mark the run as resumed (and unfinished) in run.json.
@@ -57,8 +59,11 @@ def load_resume(run_dir: Path, file: Path | None = None) -> Resume:
     run_json = run_dir / "run.json"
     if not run_json.is_file():
         raise ConfigError(f"--resume {run_dir}: not a bakeoff run directory (no run.json)")
-    run = RunDir(run_dir)
-    meta = run.read_run()
+    run = RunDir(run_dir, create=False)
+    try:
+        meta = run.read_run()  # a damaged run.json is read from the index's copy (and rewritten on resume)
+    except RunFileError as exc:
+        raise ConfigError(f"--resume {run_dir}: {exc}") from None
     stored = meta.get("config")
     if not isinstance(stored, dict):
         raise ConfigError(f"--resume {run_dir}: run.json records no configuration")
@@ -66,7 +71,15 @@ def load_resume(run_dir: Path, file: Path | None = None) -> Resume:
         config = BakeoffFile.model_validate(stored)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, f"{run_json} (config)", prefix=("config",))) from exc
-    if file is not None and load_bakeoff(file).model_dump(mode="json") != config.model_dump(mode="json"):
-        raise ConfigError(f"--resume: {file} differs from the configuration recorded in {run_json}; a resumed "
-                          f"run keeps its own configuration. Leave out FILE, or start a new run.")
-    return Resume(run=run, config=config, done=run.done_keys(), meta=meta)
+    recorded = redact_config(config.model_dump(mode="json"))
+    if file is not None:
+        given = load_bakeoff(file)
+        if redact_config(given.model_dump(mode="json")) != recorded:
+            raise ConfigError(f"--resume: {file} differs from the configuration recorded in {run_json}; a resumed "
+                              f"run keeps its own configuration. Leave out FILE, or start a new run.")
+        config = given  # the file holds the values run.json masks (env values, URL credentials)
+    elif masked := masked_settings(recorded):
+        raise ConfigError(f"--resume {run_dir}: run.json does not record secret values ({', '.join(masked)}); "
+                          f"give the bakeoff file as well: bakeoff run FILE --resume {run_dir}")
+    done = run.done_keys()
+    return Resume(run=run, config=config, done=done, meta=meta, warnings=list(run.warnings))

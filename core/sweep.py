@@ -338,10 +338,10 @@ def print_point_tables(run_path: Any, out: Any) -> None:
 
     from .concurrency import concurrency_rows
     from .depth import depth_rows
-    from .store import RunDir, read_samples
+    from .reports.model import read_run_data
 
-    meta = RunDir(Path(run_path)).read_run()
-    samples = read_samples(Path(run_path))
+    data = read_run_data(Path(run_path))
+    meta, samples = data.meta, data.samples
     order = [a["name"] for a in meta.get("config", {}).get("arms", [])]
     tables: list[tuple[str, list[str], list[list[str]]]] = []
     sweep = sweep_rows(samples, meta)

@@ -98,6 +98,8 @@ def run_command(
         if resume is not None:
             resumed = load_resume(resume, file)
             console.print(f"resuming: {len(resumed.done)} measurement points already stored")
+            for msg in resumed.warnings:
+                console.print(f"[bold yellow]WARNING[/bold yellow] {msg}", highlight=False)
             execute(resumed.config, out, _percent(until_ci), max_passes, resume=resumed)
             return
         if file is None:

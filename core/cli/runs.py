@@ -15,8 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..db import RunDB, RunSummary, StoreError, failed_arms
-from ..store import read_samples
+from ..db import RunDB, RunSummary, StoreError, arm_records_of, failed_arms
+from ..store import RunDir, read_samples
 
 __all__ = ["runs_command", "list_runs"]
 
@@ -26,12 +26,13 @@ console = Console()
 def _from_files(path: Path) -> RunSummary:
     meta = json.loads((path / "run.json").read_text())
     samples = read_samples(path)
-    return RunSummary(run_id=path.name, path=path, name=(meta.get("config") or {}).get("name"),
+    return RunSummary(run_id=RunDir(path, create=False).run_id, path=path,
+                      name=(meta.get("config") or {}).get("name"),
                       started_at=meta.get("started_at"), finished_at=meta.get("finished_at"),
                       samples=len(samples), errors=sum(s.status == "error" for s in samples),
                       flagged=sum(bool(s.flags) for s in samples),
                       arms=[a.get("name", "?") for a in (meta.get("config") or {}).get("arms", [])],
-                      failed_arms=failed_arms(meta), indexed=False)
+                      failed_arms=failed_arms({"arm_records": arm_records_of(path, meta)}), indexed=False)
 
 
 def list_runs(base: Path) -> list[RunSummary]:
@@ -44,7 +45,7 @@ def list_runs(base: Path) -> list[RunSummary]:
         summary = None
         if db.exists:
             try:
-                summary = db.summary(path.name, path)
+                summary = db.summary(RunDir(path, create=False).run_id, path)
             except StoreError:
                 summary = None
         if summary is None or summary.started_at is None:

@@ -6,6 +6,7 @@ markdown, the plots and the HTML only format this object, so they can never disa
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,11 @@ from pydantic import BaseModel, Field
 
 from ..sample import Sample
 from ..stats import LEVEL, METHOD, N_BOOT, ArmStats, Comparison, compare_to_baseline, describe_arms, stateful_warning
-from ..store import RunDir, read_samples
+from ..redact import redact_text, redact_url
+from ..store import RunDir
 
 __all__ = ["REPORT_SCHEMA_VERSION", "FOREIGN_LOAD_FLAG", "Bootstrap", "ArmFailure", "RunSummary", "summarize_run",
-           "load_run"]
+           "load_run", "RunData", "read_run_data"]
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -69,15 +71,41 @@ class RunSummary(BaseModel):
 FOREIGN_LOAD_FLAG = "foreign-load"
 
 
+@dataclass
+class RunData:
+    """Everything a report reads from a run directory, and what reading it found (damage, repairs)."""
+
+    run_id: str
+    meta: dict[str, Any]
+    samples: list[Sample]
+    records: dict[str, list[dict[str, Any]]]
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_run_data(path: Path) -> RunData:
+    """run.json (or the index's copy when it is damaged, or nothing), the samples of this run reconciled
+    with the index, and the arm records; nothing in the directory is changed.
+
+    :raises NewerSchemaError: the run was written by a newer bakeoff.
+    """
+    run = RunDir(path, create=False)
+    meta = run.read_run(strict=False)
+    stored = run.stored_samples()
+    records = run.arm_records(meta)
+    return RunData(run.run_id, meta, stored.samples, records, [*run.warnings, *stored.warnings])
+
+
+def _without_foreign_load(samples: list[Sample]) -> list[Sample]:
+    return [s for s in samples if not any(f.startswith(FOREIGN_LOAD_FLAG) for f in s.flags)]
+
+
 def load_run(path: Path, *, drop_foreign_load: bool = False) -> tuple[dict[str, Any], list[Sample]]:
     """run.json (possibly empty for a crashed run) and the samples of a run directory.
 
     :param drop_foreign_load: leave out samples flagged as taken while other processes used the CPU.
     """
-    samples = read_samples(path)
-    if drop_foreign_load:
-        samples = [s for s in samples if not any(f.startswith(FOREIGN_LOAD_FLAG) for f in s.flags)]
-    return RunDir(path).read_run(), samples
+    data = read_run_data(path)
+    return data.meta, _without_foreign_load(data.samples) if drop_foreign_load else data.samples
 
 
 def _warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
@@ -117,14 +145,16 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     :param seed: bootstrap seed; defaults to the run's recorded seed, so a report is reproducible.
     :param drop_foreign_load: leave out samples taken under foreign load (their number is recorded).
     """
-    meta, samples = load_run(path, drop_foreign_load=drop_foreign_load)
+    data = read_run_data(path)
+    meta = data.meta
+    samples = _without_foreign_load(data.samples) if drop_foreign_load else data.samples
     config = meta.get("config", {})
     workload = config.get("workload", {})
     seed = int(meta.get("seed", 0) or 0) if seed is None else seed
     arm_order = [a["name"] for a in config.get("arms", [])]
     prompts = [p["name"] for p in meta.get("prompts", [])]
     prompts += sorted({s.prompt for s in samples} - set(prompts))
-    records: dict[str, list[dict[str, Any]]] = meta.get("arm_records", {})
+    records = data.records
     boot_s = {a: [r["boot_s"] for r in recs if r.get("boot_s")] for a, recs in records.items()}
     baseline = meta.get("baseline") or (arm_order[0] if arm_order else None)
     arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, n_boot=n_boot, level=level, seed=seed)
@@ -136,19 +166,19 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     for a in config.get("arms", []):
         recs = records.get(a["name"], [])
         version = next((r.get("version") for r in reversed(recs) if r.get("version")), None)
-        engines[a["name"]] = {"engine": a.get("engine"), "version": version, "model": a.get("model") or a.get("url"),
+        engines[a["name"]] = {"engine": a.get("engine"), "version": version, "model": a.get("model") or (redact_url(a["url"]) if a.get("url") else None),
                               "speculative": {k: v for k, v in (a.get("speculative") or {}).items() if v is not None}}
-    failures = [ArmFailure(arm=a, pass_index=int(r.get("pass", 0)), error=str(r.get("error")))
+    failures = [ArmFailure(arm=a, pass_index=int(r.get("pass", 0)), error=redact_text(str(r.get("error"))))
                 for a, recs in records.items() for r in recs if r.get("status") == "failed"]
     orders = meta.get("orders", [])
     summary = RunSummary(
-        tool=meta.get("tool", {}), run_id=path.name, name=config.get("name", path.name), baseline=baseline,
+        tool=meta.get("tool", {}), run_id=data.run_id, name=config.get("name", path.name), baseline=baseline,
         prompts=prompts, modes=list(workload.get("modes", [])) or sorted({s.mode for s in samples}),
         max_tokens=workload.get("max_tokens"), reps=workload.get("reps"),
         passes=len(orders) or len({s.pass_index for s in samples}), orders=orders,
         bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), engines=engines, host=meta.get("host", {}),
         arms=arms, comparisons=comparisons, failures=failures)
     if drop_foreign_load:
-        summary.dropped_foreign_load = len(read_samples(path)) - len(samples)
-    summary.warnings = _warnings(meta, summary)
+        summary.dropped_foreign_load = len(data.samples) - len(samples)
+    summary.warnings = data.warnings + _warnings(meta, summary)
     return summary

@@ -1,0 +1,179 @@
+"""Secrets never reach a run directory or a report: names are kept, values become ``***``.
+
+A secret can enter bakeoff four ways: the value of an ``env:`` entry, credentials in an arm's ``url``
+(``http://user:pass@…`` or ``?key=…``), the API key read from ``api_key_env``, and the value after a
+key-like flag in ``extra_args`` (``--api-key X``). The configuration is redacted structurally before
+run.json records it (:func:`redact_config`); every free text bakeoff stores (error texts a server
+echoed, log tails, argv.txt, engine logs) goes through a :class:`Redactor` that knows this run's secret
+values and also masks URL credentials and bearer tokens it has never seen.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+__all__ = ["REDACTED", "Redactor", "redact_url", "redact_argv", "redact_config", "redact_text", "config_secrets",
+           "masked_settings"]
+
+REDACTED = "***"
+MIN_SECRET_LEN = 4  # shorter values ("0", "1", "on") are settings, and masking them would mangle every number
+# a flag whose value is a secret: --api-key, --hf-token, --password (not --max-num-batched-tokens, --tokenizer)
+_SECRET_FLAG = re.compile(r"^--?([\w-]*[-_])?(api[-_]?key|key|token|secret|password|passwd|credentials?)$",
+                          re.IGNORECASE)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{4,}")
+_KEY_VALUE = re.compile(r"(?i)\b((?:[\w-]*[_-])?(?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|secret|password|"
+                        r"passwd))([\"']?\s*[=:]\s*[\"']?)([^\s\"'&,;}]{4,})")
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password and query values masked: ``http://user:***@host/p?key=***``."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, host = netloc.rsplit("@", 1)
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:{REDACTED}@{host}" if ":" in userinfo else f"{REDACTED}@{host}"
+        query = urlencode([(k, REDACTED) for k, _ in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+        fragment = REDACTED if parts.fragment else ""
+        return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+    except ValueError:  # not parsable as a URL: nothing of it is kept
+        return REDACTED
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """argv with the value of every key-like flag masked (``--api-key X``, ``--hf-token=X``, ``-e KEY=V``)."""
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            out.append(REDACTED)
+            mask_next = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if _SECRET_FLAG.match(flag):
+            out.append(f"{flag}={REDACTED}" if eq else arg)
+            mask_next = not eq
+        elif out and out[-1] in ("-e", "--env") and eq:  # docker run -e KEY=VALUE
+            out.append(f"{flag}={REDACTED}")
+        else:
+            out.append(redact_text(arg))
+    return out
+
+
+def redact_text(text: str) -> str:
+    """Credentials recognisable by their shape: URL passwords and queries, bearer tokens, ``api_key=…``."""
+    text = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    return _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+
+
+def redact_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A dumped BakeoffFile with env values, URL credentials and key-flag values masked (names kept)."""
+    out = dict(config)
+    arms = []
+    for arm in config.get("arms") or []:
+        if not isinstance(arm, dict):
+            arms.append(arm)
+            continue
+        arm = dict(arm)
+        if isinstance(arm.get("env"), dict):
+            arm["env"] = {k: REDACTED for k in arm["env"]}
+        if isinstance(arm.get("url"), str):
+            arm["url"] = redact_url(arm["url"])
+        if isinstance(arm.get("extra_args"), list):
+            arm["extra_args"] = redact_argv(str(a) for a in arm["extra_args"])
+        arms.append(arm)
+    if "arms" in config:
+        out["arms"] = arms
+    return out
+
+
+def masked_settings(config: dict[str, Any]) -> list[str]:
+    """Where a recorded (redacted) configuration lost values a run needs: ``arm 'a' env``, ``arm 'a' url``."""
+    out = []
+    for arm in config.get("arms") or []:
+        if not isinstance(arm, dict):
+            continue
+        name = arm.get("name", "?")
+        if REDACTED in (arm.get("env") or {}).values():
+            out.append(f"arm {name!r} env")
+        if REDACTED in str(arm.get("url") or ""):
+            out.append(f"arm {name!r} url")
+        if REDACTED in [str(a) for a in arm.get("extra_args") or []] or any(
+                str(a).endswith("=" + REDACTED) for a in arm.get("extra_args") or []):
+            out.append(f"arm {name!r} extra_args")
+    return out
+
+
+def config_secrets(config: dict[str, Any], environ: dict[str, str] | None = None) -> set[str]:
+    """Every secret value a dumped BakeoffFile brings: env values, URL passwords and query values, the
+    keys named by ``api_key_env``, values after key-like flags."""
+    environ = dict(os.environ) if environ is None else environ
+    found: set[str] = set()
+    for arm in config.get("arms") or []:
+        if not isinstance(arm, dict):
+            continue
+        found.update(str(v) for v in (arm.get("env") or {}).values())
+        if isinstance(arm.get("url"), str):
+            try:
+                parts = urlsplit(arm["url"])
+                found.update(x for x in (parts.password, parts.username if parts.password is None else None) if x)
+                found.update(v for _, v in parse_qsl(parts.query))
+            except ValueError:
+                found.add(arm["url"])
+        if arm.get("api_key_env"):
+            found.add(environ.get(str(arm["api_key_env"]), ""))
+        args = [str(a) for a in arm.get("extra_args") or []]
+        for flag, value in zip(args, [*args[1:], ""]):
+            name, eq, inline = flag.partition("=")
+            if _SECRET_FLAG.match(name):
+                found.add(inline if eq else value)
+    return {s for s in found if len(s) >= MIN_SECRET_LEN and s != REDACTED}
+
+
+class Redactor:
+    """Masks one run's secret values, and anything shaped like a credential, in text bakeoff stores."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        # longest first: a secret that contains another is masked whole
+        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True)
+
+    @classmethod
+    def for_config(cls, config: dict[str, Any]) -> Redactor:
+        return cls(config_secrets(config))
+
+    def text(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, REDACTED)
+        return redact_text(text)
+
+    def value(self, value: Any) -> Any:
+        """Every string inside a JSON-like value, masked."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {k: self.value(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.value(v) for v in value]
+        return value
+
+    def file(self, path: os.PathLike[str] | str) -> None:
+        """Mask secret values in a file written by someone else (an engine's log), in place."""
+        if not self.secrets:
+            return
+        with open(path, "rb") as f:
+            data = f.read()
+        masked = data
+        for secret in self.secrets:
+            masked = masked.replace(secret.encode(), REDACTED.encode())
+        if masked != data:
+            tmp = f"{os.fspath(path)}.redacting"
+            with open(tmp, "wb") as f:
+                f.write(masked)
+            os.replace(tmp, path)
