@@ -89,7 +89,7 @@ def compare_runs(path_a: Path, path_b: Path, mapping: Mapping[str, str] | None =
 
 def _with_lengths(samples: list[Sample], s: RunSummary) -> list[Sample]:
     """Samples written before requests recorded their max_tokens get the run's, so old and new runs meet."""
-    if "max_tokens" not in Sample.model_fields or s.max_tokens is None:
+    if s.max_tokens is None:
         return samples
     return [x if getattr(x, "max_tokens", None) is not None else x.model_copy(update={"max_tokens": s.max_tokens})
             for x in samples]
