@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+from .liveconfig import LiveService, Phases
 
 __all__ = [
     "SPEC_METHODS",
@@ -211,6 +212,10 @@ class BakeoffFile(Strict):
     baseline: str | None = Field(None, description="Arm the others are compared with (default: the first).")
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description=SWEEP_DESCRIPTION + " Applies to "
                                                                                              "every arm.")
+    live: LiveService | None = Field(None, description="The service serving real traffic: stopped for the run "
+                                                       "and restored after it, with a watchdog (docs/live.md).")
+    phases: Phases | None = Field(None, description="Live knobs in timed phases against one server that stays "
+                                                    "up (docs/live.md).")
 
     @model_validator(mode="after")
     def _unique_names_and_baseline(self) -> BakeoffFile:

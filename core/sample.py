@@ -81,6 +81,8 @@ class Sample(BaseModel):
     batch_wall_s: float | None = Field(
         None, description="Concurrency sweep: first t_send to last t_done of the batch (perf_counter_ns, seconds).")
 
+    phase: str | None = Field(None, description="Live-knob phase run: the phase id (arm is the knob or 'baseline').")
+
     # noise guard
     client_cpu_s: float | None = Field(
         None, description="CPU seconds bakeoff's recording thread used from send to close (harness self-cost).")

@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 
 from ..errors import BakeoffError
+from ..phases import print_phase_table
 from ..reports import print_summary, render_markdown, summarize_run, write_reports
 from ..stats import N_BOOT
 from ..sweep import print_point_tables
@@ -23,6 +24,7 @@ def print_tables(run_path: Path, out: Console, *, write: bool = True, n_boot: in
     summary = summarize_run(run_path, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load)
     print_summary(summary, out)
     print_point_tables(run_path, out)  # n-max / depth / concurrency sweep tables, when the run has them
+    print_phase_table(run_path, out, write=write)  # live-knob phases, when the run has them
     if write:
         files = write_reports(run_path, summary)
         out.print(f"reports: {files.markdown}, {files.json}, {files.html} (+{len(files.plots)} plot files)",

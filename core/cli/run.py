@@ -12,6 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import BakeoffFile, load_bakeoff
 from ..errors import BakeoffError, ConfigError
+from ..live import LiveRun, dry_run_lines
+from ..phases import check_phases_config, run_phases
 from ..protocol import ProtocolEvents, plan_run, run_extra_pass, run_metadata, run_plan
 from ..resume import Resume, load_resume
 from ..stats import needs_more_passes
@@ -41,6 +43,7 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
 def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
             resume: Resume | None = None) -> RunDir:
     """Plan, run and report one bakeoff (or finish ``resume``'s); engines are stopped on every way out."""
+    check_phases_config(config)
     plan = plan_run(config)
     if resume is None:
         run = RunDir(new_run_dir(out, config.name))
@@ -50,8 +53,10 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
         resume.apply(plan)
     done = resume.done if resume else set()
     console.print(f"run directory: [bold]{run.path}[/bold]")
+    live = LiveRun(config, run, console.print)  # live: and phases: (docs/live.md); a no-op without them
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
+        live.open()
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as progress:
             task = progress.add_task("starting", total=plan.requests_total, completed=len(done))
@@ -67,8 +72,11 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
                 on_arm_failed=lambda arm, why: progress.console.print(f"[red]arm {arm} failed:[/red] {why}"),
                 on_warning=lambda msg: progress.console.print(f"[bold yellow]WARNING[/bold yellow] {msg}"),
             )
-            run_plan(plan, run, events, done)
-            while until_ci is not None:  # adaptive passes: --until-ci
+            if config.phases is not None:
+                run_phases(plan, run, events, live.guard)
+            else:
+                run_plan(plan, run, events, done)
+            while until_ci is not None and config.phases is None:  # adaptive passes: --until-ci
                 more, why = needs_more_passes(run.samples(), len(plan.orders), until_ci, max_passes,
                                               seed=config.workload.seed)
                 progress.console.print(why, highlight=False)
@@ -79,6 +87,7 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
                 run_extra_pass(plan, run, events)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        live.close()
     print_tables(run.path, console)
     console.print(f"run directory: [bold]{run.path}[/bold]")
     return run
@@ -92,6 +101,8 @@ def run_command(
     max_passes: int = typer.Option(10, "--max-passes", min=1, help="Most passes with --until-ci"),
     resume: Path | None = typer.Option(None, "--resume", help="Finish an interrupted run in RUN_DIR with the "
                                        "configuration recorded there, skipping samples already stored"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print every command the run would run (live service, "
+                                 "engines, knobs) and run none"),
 ) -> None:
     """Run every arm of a bakeoff file and print the comparison table."""
     try:
@@ -104,6 +115,10 @@ def run_command(
             return
         if file is None:
             raise ConfigError("give a bakeoff FILE, or --resume RUN_DIR")
+        if dry_run:
+            for line in dry_run_lines(load_bakeoff(file)):
+                typer.echo(line)
+            return
         execute(load_bakeoff(file), out, _percent(until_ci), max_passes)
     except BakeoffError as exc:
         console.print(f"[red]error:[/red] {exc}")

@@ -1,0 +1,347 @@
+"""Live knobs in timed phases: baseline, knob, baseline, knob, ..., baseline, against one server that stays up.
+
+Each knob's ``apply`` command runs before its phase and its ``revert`` after it; the revert is
+registered with the run's guard (core/watchdog.py) before the apply, so it runs on a normal end, on an
+error, on Ctrl-C, and — when bakeoff is killed or hangs — by the watchdog. During every phase a probe
+thread checks the server's health and, when configured, the kernel log (NVIDIA Xid lines) at a fixed
+interval, and reads GPU power, clocks and temperature where ``nvidia-smi`` exists (read only); a failed
+probe ends the run after the revert. Samples carry their phase (``Sample.phase``, ``arm`` = the knob or
+``baseline``); :func:`compare_phases` pairs each knob phase with its neighbouring baselines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from pydantic import BaseModel
+
+from .client import stream_chat
+from .errors import ConfigError, EngineError, MeasurementError
+from .liveconfig import BASELINE, KernelLogCheck, Phases
+from .sample import Sample
+from .stats import Interval, Verdict, bootstrap_ci, verdict
+from .store import RunDir
+from .watchdog import Guard, health_problem, run_command
+
+__all__ = ["run_phases", "check_phases_config", "PhaseResult", "compare_phases", "phase_rows", "GPU_QUERY"]
+
+GPU_QUERY = ["nvidia-smi", "--query-gpu=power.draw,clocks.sm,clocks.mem,temperature.gpu",
+             "--format=csv,noheader,nounits"]  # read only: bakeoff never changes GPU settings itself
+GPU_FIELDS = ("power_w", "sm_mhz", "mem_mhz", "temp_c")
+
+
+def check_phases_config(config: Any) -> None:
+    """:raises ConfigError: a phase run needs exactly one server arm and plain requests."""
+    phases: Phases | None = config.phases
+    if phases is None:
+        return
+    names = [a.name for a in config.arms]
+    if phases.server is not None and phases.server not in names:
+        raise ConfigError(f"phases.server {phases.server!r} is not an arm name")
+    if len(names) > 1:
+        raise ConfigError(f"phases: a phase run measures one server (phases.server), but the file has {len(names)} "
+                          "arms; keep only the server's arm")
+    w = config.workload
+    if w.depths or w.concurrency or w.passes > 1:
+        raise ConfigError("phases: workload.depths, workload.concurrency and workload.passes do not apply to a phase "
+                          "run (each phase sends prompts x modes until duration_s ends)")
+
+
+# -- probes ------------------------------------------------------------------------------------
+def _kernel_lines(check: KernelLogCheck, timeout_s: float) -> set[str]:
+    try:
+        done = subprocess.run(check.command, capture_output=True, text=True, timeout=timeout_s,  # noqa: S603
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EngineError(f"phases.kernel_log: {' '.join(check.command)}: {exc}") from exc
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        raise EngineError(f"phases.kernel_log: {' '.join(check.command)} exited with {done.returncode}: "
+                          f"{detail[-1] if detail else ''} (dmesg needs root or sysctl kernel.dmesg_restrict=0; "
+                          "journalctl -k needs the systemd-journal group)")
+    pattern = re.compile(check.pattern)
+    return {line for line in done.stdout.splitlines() if pattern.search(line)}
+
+
+def _gpu_reading() -> dict[str, float] | None:
+    if shutil.which(GPU_QUERY[0]) is None:
+        return None
+    try:
+        out = subprocess.run(GPU_QUERY, capture_output=True, text=True, timeout=10, check=False)  # noqa: S603
+        first = out.stdout.strip().splitlines()[0]
+        return dict(zip(GPU_FIELDS, (float(v) for v in first.split(",")), strict=True))
+    except (OSError, subprocess.TimeoutExpired, IndexError, ValueError):
+        return None
+
+
+class Prober(threading.Thread):
+    """Probes health (and the kernel log) every ``interval_s`` during one phase; ``problem`` is the first failure."""
+
+    def __init__(self, phase: str, health: str, interval_s: float, kernel: KernelLogCheck | None,
+                 known_lines: set[str], out: Path) -> None:
+        super().__init__(daemon=True, name=f"probe-{phase}")
+        self.phase, self.health, self.interval_s, self.kernel = phase, health, interval_s, kernel
+        self.known, self.out = known_lines, out
+        self.problem: str | None = None
+        self.readings: list[dict[str, Any]] = []
+        self._done = threading.Event()
+
+    def probe(self) -> None:
+        reading: dict[str, Any] = {"phase": self.phase, "at": time.time()}
+        problem = health_problem(self.health, None)
+        reading["healthy"] = problem is None
+        if self.kernel is not None:
+            try:
+                new = sorted(_kernel_lines(self.kernel, self.interval_s) - self.known)
+            except EngineError as exc:
+                new, problem = [], problem or str(exc)
+            if new:
+                reading["kernel_lines"] = new
+                problem = problem or f"kernel log: {new[0]}"
+        gpu = _gpu_reading()
+        if gpu is not None:
+            reading["gpu"] = gpu
+        self.readings.append(reading)
+        with self.out.open("a") as f:
+            f.write(json.dumps(reading) + "\n")
+        if problem is not None and self.problem is None:
+            self.problem = problem
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self.probe()
+            self._done.wait(self.interval_s)
+
+    def finish(self) -> None:
+        self._done.set()
+        self.join(timeout=self.interval_s + 30)
+
+
+# -- the phases ----------------------------------------------------------------------------------
+@dataclass
+class _Phase:
+    index: int
+    phase: str
+    setting: str
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def _knob(guard: Guard, phases: Phases, setting: str, phase: str, log: Path, record: dict[str, Any]
+          ) -> Iterator[None]:
+    """Apply a knob for the body of the ``with``; its revert is registered first and runs on every way out."""
+    knob = next(k for k in phases.knobs if k.name == setting)
+    undo_id = f"knob-{phase}"
+    guard.push({"id": undo_id, "what": f"knob {knob.name}", "argv": knob.revert,
+                "timeout_s": phases.command_timeout_s})
+    try:
+        code, _ = run_command(knob.apply, phases.command_timeout_s, log)
+        record["applied"] = {"argv": knob.apply, "exit_code": code, "at": time.time()}
+        if code != 0:
+            raise EngineError(f"knob {knob.name!r}: apply command {knob.apply[0]!r} "
+                              f"{'exited with ' + str(code) if code is not None else 'did not finish'} (log: {log}); "
+                              "its revert runs now")
+        yield
+    finally:
+        result = guard.undo(undo_id)
+        record["reverted"] = result
+        if result is not None and not result.get("ok"):
+            raise EngineError(f"knob {knob.name!r}: revert {' '.join(knob.revert)} failed ({result['detail']}); "
+                              f"the setting may still be applied (log: {log})")
+
+
+def run_phases(plan: Any, run: RunDir, events: Any, guard: Guard) -> list[dict[str, Any]]:
+    """Run every phase against the server arm; returns the phase records also written to run.json ``phases``."""
+    from .protocol import _engine_for, _make_sample, build_request  # late: protocol imports much of core
+
+    config = plan.config
+    phases: Phases = config.phases
+    planned = plan.arms[0]
+    arm, w = planned.arm, config.workload
+    live = config.live
+    records: list[dict[str, Any]] = []
+    run.update_run(baseline=BASELINE, phases=records)
+    probes_path = run.path / "live" / "probes.jsonl"
+    log = guard.log_path
+    known = _kernel_lines(phases.kernel_log, phases.command_timeout_s) if phases.kernel_log else set()
+    events.on_arm_start(arm.name, 0)
+    with _engine_for(planned, run, 0, w.boot_timeout_s) as (base, engine):
+        health = live.health if live is not None and base.startswith(live.base_url) else f"{base}/health"
+        with httpx.Client(base_url=base) as http:
+            eff = planned.adapter.effective_settings(http, arm)
+            run.update_run(arm_records={arm.name: [{"status": "ok", "pass": 0, "effective": eff.values,
+                                                    "mismatches": eff.mismatches, "version": eff.version,
+                                                    "model_id": eff.model_id}]})
+            events.on_arm_ready(arm.name, eff, engine.boot_s if engine else None)
+            cycle = [(p, m) for p in plan.prompts for m in plan.modes]
+            for i in range(w.warmup):
+                warm = build_request(planned, w, cycle[i % len(cycle)][0], plan.modes[cycle[i % len(cycle)][1]],
+                                     eff.model_id)
+                warm["max_tokens"] = min(w.max_tokens, 32)
+                stream_chat(http, warm, w.request_timeout_s)
+            for index, (phase, setting) in enumerate(phases.phase_names):
+                p = _Phase(index, phase, setting, {"phase": phase, "setting": setting})
+                records.append(p.record)
+                if setting == BASELINE:
+                    _measure(p, phases, planned, w, plan, http, eff, run, events, health, known, probes_path,
+                             (build_request, _make_sample))
+                else:
+                    try:
+                        with _knob(guard, phases, setting, phase, log, p.record):
+                            _measure(p, phases, planned, w, plan, http, eff, run, events, health, known,
+                                     probes_path, (build_request, _make_sample))
+                    finally:
+                        run.update_run(phases=records)
+                run.update_run(phases=records)
+    return records
+
+
+def _measure(p: _Phase, phases: Phases, planned: Any, w: Any, plan: Any, http: httpx.Client, eff: Any,
+             run: RunDir, events: Any, health: str, known: set[str], probes_path: Path, helpers: Any) -> None:
+    """Requests until the phase's duration ends (at least one round), with the probe thread running."""
+    build_request, make_sample = helpers
+    prober = Prober(p.phase, health, phases.probe_interval_s, phases.kernel_log, known, probes_path)
+    p.record["started_at"] = time.time()
+    prober.start()
+    try:
+        cycle = [(pr, m) for pr in plan.prompts for m in plan.modes]
+        end = time.monotonic() + phases.duration_s
+        n = 0
+        while n < len(cycle) or time.monotonic() < end:
+            prompt, mode = cycle[n % len(cycle)]
+            body = build_request(planned, w, prompt, plan.modes[mode], eff.model_id)
+            before = planned.adapter.before_request(http)
+            started = time.time()
+            result = stream_chat(http, body, w.request_timeout_s, planned.adapter.chunk_token_count)
+            stats = planned.adapter.server_stats(http, result.final, before, "")
+            sample: Sample = make_sample(planned, result, stats, run.run_id, prompt.name, mode, n // len(cycle),
+                                         p.index, None, started)
+            sample.arm, sample.phase, sample.max_tokens = p.setting, p.phase, w.max_tokens
+            run.append(sample)
+            events.on_sample(sample)
+            n += 1
+            if prober.problem is not None:
+                break
+    finally:
+        prober.finish()
+        p.record.update(ended_at=time.time(), requests=n, probes=len(prober.readings),
+                        unhealthy_probes=sum(1 for r in prober.readings if not r["healthy"]))
+        gpu = [r["gpu"] for r in prober.readings if "gpu" in r]
+        if gpu:
+            p.record["gpu"] = {k: float(np.median([g[k] for g in gpu])) for k in GPU_FIELDS}
+    if prober.problem is not None:
+        p.record["problem"] = prober.problem
+        raise MeasurementError(f"phase {p.phase}: probe failed: {prober.problem}; stopping the phase run")
+
+
+# -- the comparison ---------------------------------------------------------------------------
+class PhaseResult(BaseModel):
+    """One phase: its median decode rate, and for a knob its paired ratio to the neighbouring baselines."""
+
+    phase: str
+    setting: str
+    n: int
+    median: Interval | None = None
+    ratio: Interval | None = None
+    verdict: Verdict | None = None
+    baselines: list[str] = []
+    gpu: dict[str, float] | None = None
+    probes: int = 0
+    unhealthy_probes: int = 0
+
+
+def _rates(samples: list[Sample]) -> dict[tuple[str, str, int], float]:
+    return {(s.prompt, s.mode, s.rep): float(s.decode_tps) for s in samples
+            if s.status == "ok" and s.decode_tps and s.decode_tps > 0}
+
+
+def compare_phases(samples: list[Sample], records: list[dict[str, Any]], seed: int = 0) -> list[PhaseResult]:
+    """Each knob phase against the baseline phases either side of it, paired on (prompt, mode, round).
+
+    The reference for a request is the geometric mean of the same request in the neighbouring baselines
+    (one when the run stopped early), so a slow drift of the machine cancels out.
+    """
+    by_phase: dict[str, list[Sample]] = {}
+    for s in samples:
+        if s.phase:
+            by_phase.setdefault(s.phase, []).append(s)
+    out = []
+    for i, rec in enumerate(records):
+        mine = _rates(by_phase.get(rec["phase"], []))
+        res = PhaseResult(phase=rec["phase"], setting=rec["setting"], n=len(mine), gpu=rec.get("gpu"),
+                          probes=rec.get("probes", 0), unhealthy_probes=rec.get("unhealthy_probes", 0),
+                          median=bootstrap_ci(list(mine.values()), seed=seed, key=f"phase-{rec['phase']}"))
+        if rec["setting"] != BASELINE:
+            neighbours = [records[j] for j in (i - 1, i + 1)
+                          if 0 <= j < len(records) and records[j]["setting"] == BASELINE]
+            refs = [_rates(by_phase.get(r["phase"], [])) for r in neighbours]
+            refs = [r for r in refs if r]
+            logs = [math.log(v) - float(np.mean([math.log(r[k]) for r in refs if k in r]))
+                    for k, v in mine.items() if any(k in r for r in refs)]
+            ci = bootstrap_ci(logs, seed=seed, key=f"phase-ratio-{rec['phase']}")
+            if ci is not None:
+                res.ratio = ci.model_copy(update={"estimate": math.exp(ci.estimate), "lo": math.exp(ci.lo),
+                                                  "hi": math.exp(ci.hi)})
+                res.verdict = verdict(res.ratio)
+            res.baselines = [r["phase"] for r in neighbours]
+        out.append(res)
+    return out
+
+
+def phase_rows(results: list[PhaseResult]) -> tuple[list[str], list[list[str]]]:
+    """The phase table: one row per phase."""
+    def ci(x: Interval | None, digits: int) -> str:
+        return f"{x.estimate:.{digits}f} [{x.lo:.{digits}f}, {x.hi:.{digits}f}]" if x else "-"
+
+    gpu = any(r.gpu for r in results)
+    header = ["phase", "setting", "n", "median tok/s [95% CI]", "vs neighbouring baselines", "verdict", "probes"]
+    header += ["power W", "SM MHz", "mem MHz", "temp C"] if gpu else []
+    rows = []
+    for r in results:
+        row = [r.phase, r.setting, str(r.n), ci(r.median, 1),
+               (ci(r.ratio, 3) + "x" if r.ratio else "-"), r.verdict or "-",
+               f"{r.probes - r.unhealthy_probes}/{r.probes} healthy"]
+        if gpu:
+            row += [f"{r.gpu[k]:.0f}" if r.gpu else "-" for k in GPU_FIELDS]
+        rows.append(row)
+    return header, rows
+
+
+def print_phase_table(run_path: Path, out: Any, *, write: bool = True) -> None:
+    """Print the phase table of a phase run (nothing for other runs) and write ``report/phases.md``."""
+    from rich.table import Table
+
+    from .reports.markdown import markdown_table
+    from .store import read_samples
+
+    meta = RunDir(run_path).read_run() if (run_path / "run.json").exists() else {}
+    records = meta.get("phases")
+    if not records:
+        return
+    header, rows = phase_rows(compare_phases(read_samples(run_path), records, seed=int(meta.get("seed") or 0)))
+    table = Table(*header, title="phases: each knob against its neighbouring baselines (paired, 95 % CI)")
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
+    if write:
+        (run_path / "report").mkdir(exist_ok=True)
+        (run_path / "report" / "phases.md").write_text(
+            "## Phases\n\nEach knob phase against the baseline phases either side of it, paired on prompt, mode "
+            "and round; ratios are medians of paired ratios with bootstrap 95 % intervals.\n\n"
+            + markdown_table(header, rows) + "\n")
+
+
+__all__ += ["print_phase_table"]
