@@ -255,6 +255,7 @@ class ComposeEngine:
         self.service = ""
         self._logs: subprocess.Popen[bytes] | None = None
         self._base: list[str] = []
+        self._env: dict[str, str] = {}  # values of the service's environment: never written to compose.yaml
 
     def __enter__(self) -> ComposeEngine:
         try:
@@ -272,7 +273,7 @@ class ComposeEngine:
     def _run(self, *args: str, timeout: float | None = 120.0) -> subprocess.CompletedProcess[str]:
         try:
             return subprocess.run([*self._base, *args], capture_output=True, text=True,  # noqa: S603
-                                  timeout=timeout, check=False)
+                                  timeout=timeout, check=False, env={**os.environ, **self._env})
         except subprocess.TimeoutExpired as exc:
             raise EngineStartupError(f"compose {args[0]} for arm {self.arm.name!r} did not finish in "
                                      f"{timeout:g} s", reason="compose-timeout") from exc
@@ -293,6 +294,10 @@ class ComposeEngine:
         """Write the project file, pull and create (not timed), start (the boot clock starts here)."""
         project = build_project(self.adapter, self.arm, self.port, self.project, self.boot_timeout_s)
         self.service = next(iter(project["services"]))
+        service = project["services"][self.service]
+        if isinstance(service.get("environment"), Mapping):  # compose.yaml names the variables; their values
+            self._env = {str(k): str(v) for k, v in service["environment"].items() if v is not None}
+            service["environment"] = sorted(str(k) for k in service["environment"])  # come from the CLI's env
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.file.write_text(yaml.safe_dump(project, sort_keys=False))
         self._base = [*(self.command or compose_command()), "-p", self.project, "-f", str(self.file)]

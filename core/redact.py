@@ -10,6 +10,7 @@ values and also masks URL credentials and bearer tokens it has never seen.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ _SECRET_FLAG = re.compile(r"^--?([\w-]*[-_])?(api[-_]?key|key|token|secret|passw
                           re.IGNORECASE)
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{4,}")
+_BASIC = re.compile(r"(?i)\b(basic)\s+([A-Za-z0-9+/]{4,}={0,2})")
 _KEY_VALUE = re.compile(r"(?i)\b((?:[\w-]*[_-])?(?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|secret|password|"
                         r"passwd))([\"']?\s*[=:]\s*[\"']?)([^\s\"'&,;}]{4,})")
 
@@ -70,7 +72,16 @@ def redact_text(text: str) -> str:
     """Credentials recognisable by their shape: URL passwords and queries, bearer tokens, ``api_key=…``."""
     text = _URL.sub(lambda m: redact_url(m.group(0)), text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _BASIC.sub(lambda m: f"{m.group(1)} {REDACTED}" if _is_basic_credential(m.group(2)) else m.group(0), text)
     return _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+
+
+def _is_basic_credential(token: str) -> bool:
+    """``user:password`` in base64, as an HTTP Basic Authorization header carries it."""
+    try:
+        return ":" in base64.b64decode(token, validate=True).decode("utf-8")
+    except ValueError:
+        return False
 
 
 def redact_config(config: dict[str, Any]) -> dict[str, Any]:

@@ -387,8 +387,8 @@ class ExllamaAdapter(EngineAdapter):
                 "-v", f"{workdir / 'config.yml'}:/app/config.yml:ro"]
         if arm.speculative.draft_model:
             argv += ["-v", f"{resolve_model(arm.speculative.draft_model).parent}:{CONTAINER_DRAFTS}:ro"]
-        for key, value in arm.env.items():
-            argv += ["-e", f"{key}={value}"]
+        for key in arm.env:  # docker copies the value from its own environment (launch_spec's env):
+            argv += ["-e", key]  # values never reach argv, argv.txt or `ps`
         return argv + [options.docker_image, "main.py"] + list(arm.extra_args)
 
     # -- startup -------------------------------------------------------------------------

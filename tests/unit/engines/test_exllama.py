@@ -136,7 +136,8 @@ def test_docker_argv_publishes_loopback_and_mounts_read_only(tmp_path: Path, tab
     assert f"{tmp_path / 'models'}:/app/models:ro" in argv
     assert f"{tmp_path / 'drafts'}:/app/draft_models:ro" in argv
     assert f"{tmp_path / 'run' / 'config.yml'}:/app/config.yml:ro" in argv
-    assert "CUDA_VISIBLE_DEVICES=1" in argv and "TABBY_LOG_CONSOLE_WIDTH=100000" in argv
+    assert "TABBY_LOG_CONSOLE_WIDTH=100000" in argv
+    assert argv[argv.index("CUDA_VISIBLE_DEVICES") - 1] == "-e" and spec.env["CUDA_VISIBLE_DEVICES"] == "1"
     assert argv[-2:] == ["ghcr.io/theroyallab/tabbyapi:latest", "main.py"]
     cfg = yaml.safe_load(spec.files["config.yml"])
     assert cfg["network"]["host"] == "0.0.0.0" and cfg["network"]["port"] == 5000
