@@ -24,6 +24,7 @@ from .adapter import (
 )
 from .client import bounded_get
 from .config import Arm, BakeoffFile, Settings, Speculative, Workload
+from .readback import counter_delta, engine_count, engine_rate, engine_text, get_json, read_until
 from .errors import (
     BakeoffError,
     CapabilityNotSupported,
@@ -78,4 +79,10 @@ __all__ = [
     "openai_model_id",
     "resolve_model",
     "method_key",
+    "counter_delta",
+    "engine_count",
+    "engine_rate",
+    "engine_text",
+    "get_json",
+    "read_until",
 ]

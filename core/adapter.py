@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .client import SETUP_TIMEOUT_S, TokenCounts, bounded_get
 from .config import SPEC_METHODS, Arm, Speculative, Workload, format_validation_error
 from .errors import CapabilityNotSupported, ConfigError, EngineStartupError
+from .readback import LogReader
 from .selftest import SelftestRow
 
 __all__ = [
@@ -303,6 +304,19 @@ class EngineAdapter(ABC):
         """Cumulative generated tokens carried by one SSE payload, or None when it carries no count."""
         usage = payload.get("usage")
         return usage.get("completion_tokens") if isinstance(usage, dict) else None
+
+    def follow_log(self, read_new: LogReader | None) -> None:
+        """Core hands over the engine's log before the timed requests: ``read_new()`` returns what the log
+        gained since the last call; None when bakeoff did not start the engine (attached).
+
+        :meth:`server_stats` already receives the chunk written while its request ran; an adapter polls
+        :attr:`engine_log` (``readback.read_until``) for a per-request line written just after the stream.
+        """
+        self._engine_log = read_new
+
+    @property
+    def engine_log(self) -> LogReader | None:
+        return getattr(self, "_engine_log", None)
 
     def before_request(self, http: httpx.Client) -> Any:
         """Snapshot taken just before a timed request (e.g. /metrics counters); passed to server_stats."""

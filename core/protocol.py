@@ -226,6 +226,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                     warm["max_tokens"] = min(w.max_tokens, 32)
                     stream_chat(http, warm, w.request_timeout_s)
                 log = LogCursor(engine.log_path if engine else None)
+                planned.adapter.follow_log(log.read_new if engine else None)
                 meter = CpuMeter({os.getpgid(engine.proc.pid)} if engine and engine.proc else set())
                 for point in todo:
                     prompt, mode_name, rep = point.prompt, point.mode, point.rep

@@ -39,7 +39,8 @@ from bakeoff.core.adapter import (
 from bakeoff.core.adapter import cli_flags as _flags
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import EngineUnavailable, PreflightError
-from bakeoff.core.metrics import delta, scrape
+from bakeoff.core.metrics import scrape
+from bakeoff.core.readback import counter_delta, engine_count, engine_rate, engine_text, get_json, read_until
 from bakeoff.core.models import resolve_model
 from bakeoff.core.selftest import SelftestRow
 
@@ -75,6 +76,7 @@ COMPOSE_IMAGE_CPU = "ghcr.io/ggml-org/llama.cpp:server-b11434"
 COMPOSE_IMAGE_CUDA = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
 COMPOSE_PORT = 8080
 
+M_DRAFTS, M_ACCEPTED = "llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_accepted_tokens_total"
 ACCEPTANCE_RE = re.compile(
     r"draft acceptance = (?P<rate>[\d.]+) \(\s*(?P<accepted>\d+) accepted /\s*(?P<generated>\d+) generated\)"
     r"(?:, mean len =\s*(?P<mean>[\d.]+))?")
@@ -267,6 +269,11 @@ class LlamaCppAdapter(EngineAdapter):
                 {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}
         return service
 
+    def spec_type(self, arm: Arm) -> str:
+        """The ``--spec-type`` of an arm: ``draft-simple``, ``ngram-mod`` (the default n-gram variant), …"""
+        key = method_key(self.capabilities, arm.speculative) or arm.speculative.method
+        return f"ngram-{key.partition('/')[2]}" if arm.speculative.method == "ngram" else SPEC_TYPES[key]
+
     def spec_args(self, arm: Arm, options: LlamaCppOptions | None = None) -> list[str]:
         """The speculative flags for an arm, always with an explicit --spec-type.
 
@@ -275,8 +282,7 @@ class LlamaCppAdapter(EngineAdapter):
         """
         spec = arm.speculative
         key = method_key(self.capabilities, spec) or spec.method
-        spec_type = f"ngram-{key.partition('/')[2]}" if spec.method == "ngram" else SPEC_TYPES[spec.method]
-        args = ["--spec-type", spec_type]
+        args = ["--spec-type", self.spec_type(arm)]
         if spec.draft_model:
             args += ["-md", str(resolve_model(spec.draft_model))]
             if options and options.draft_gpu_layers is not None:
@@ -289,31 +295,50 @@ class LlamaCppAdapter(EngineAdapter):
 
 
     def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+        """``/props`` (context per slot, slots, build) and ``/slots`` (whether speculation is on, and once a
+        request has run, the speculative types the slot uses). ``/props``'s own ``speculative.types`` is the
+        default of a *request*, "none" even on a speculating server, so it is not read."""
+        self._speculative_asked = arm.speculative.enabled
         eff = Effective(model_id=openai_model_id(http))
-        try:
-            props = http.get("/props", timeout=10).json()
-            slots = http.get("/slots", timeout=10).json()
-        except (httpx.HTTPError, ValueError) as exc:
-            eff.mismatches.append(f"could not read /props or /slots: {exc}")
-            return eff
-        gen = props.get("default_generation_settings", {})
-        n_ctx, total_slots = gen.get("n_ctx"), props.get("total_slots")
-        speculative = bool(slots and isinstance(slots, list) and slots[0].get("speculative"))
-        eff.version = props.get("build_info")
+        problems: list[str] = []
+        props = get_json(http, "/props", dict, problems) or {}
+        slots = get_json(http, "/slots", list, problems)
+        eff.mismatches += problems
+        gen = props.get("default_generation_settings")
+        gen = gen if isinstance(gen, dict) else {}
+        flags: list[str] = []
+        n_ctx = engine_count(gen.get("n_ctx"), "/props default_generation_settings.n_ctx", flags)
+        total_slots = engine_count(props.get("total_slots"), "/props total_slots", flags)
+        slot = slots[0] if slots and isinstance(slots[0], dict) else None
+        if slots is not None and slot is None:
+            flags.append(f"bad-engine-value: /slots is {str(slots)[:40]}, not a list of slots")
+        speculative = slot.get("speculative") if slot is not None else None
+        if speculative is not None and not isinstance(speculative, bool):
+            flags.append(f"bad-engine-value: /slots[0].speculative is {speculative!r:.40}, not true/false")
+            speculative = None
+        params = slot.get("params") if slot is not None else None
+        spec_types = engine_text(params.get("speculative.types")) if isinstance(params, dict) else None
+        eff.mismatches += flags
+        eff.version = engine_text(props.get("build_info"))
         eff.values = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
-                      "spec_types": gen.get("params", {}).get("speculative.types"),
-                      "model_path": props.get("model_path"), "build_info": props.get("build_info")}
+                      "spec_types": spec_types, "model_path": engine_text(props.get("model_path")),
+                      "build_info": eff.version}
         s = arm.settings
         if not arm.attached:
             if s.ctx is not None and n_ctx is not None and n_ctx != s.ctx:
                 eff.mismatches.append(f"asked ctx {s.ctx} per slot, /props says n_ctx {n_ctx} (--fit or slots)")
             if total_slots is not None and total_slots != (s.parallel or 1):
                 eff.mismatches.append(f"asked {s.parallel or 1} slot(s), /props says total_slots {total_slots}")
-        if arm.speculative.enabled and not speculative:
+        if speculative is None:
+            eff.mismatches.append("/slots does not say whether speculation is on")
+        elif arm.speculative.enabled and not speculative:
             eff.mismatches.append(f"speculative.method {arm.speculative.method!r} asked, but /slots says "
                                   f"speculative: false — llama-server runs WITHOUT speculation")
-        if not arm.speculative.enabled and speculative and not arm.attached:
+        elif not arm.speculative.enabled and speculative and not arm.attached:
             eff.mismatches.append("speculation is off in the arm but /slots says speculative: true")
+        asked = self.spec_type(arm)
+        if spec_types is not None and arm.speculative.enabled and asked not in spec_types.split(","):
+            eff.mismatches.append(f"asked --spec-type {asked}, /slots says speculative.types {spec_types}")
         return eff
 
     # -- requests ------------------------------------------------------------------------
@@ -355,40 +380,84 @@ class LlamaCppAdapter(EngineAdapter):
     def chunk_token_count(self, payload: dict[str, Any]) -> int | None:
         timings = payload.get("timings")
         if isinstance(timings, dict) and "predicted_n" in timings:
-            return int(timings["predicted_n"])
+            return timings["predicted_n"]  # type: ignore[no-any-return]  # the client validates it
         return super().chunk_token_count(payload)
 
     def before_request(self, http: httpx.Client) -> Any:
-        return scrape(http)
+        return {"metrics": scrape(http)}  # a dict: "the scrape failed" differs from "no snapshot taken"
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
                      log_text: str) -> ServerStats:
+        """Counts and rates from the response's ``timings``, cross-checked with ``/metrics`` deltas and the
+        request's ``draft acceptance`` log line. A cross-check that could not run says so in the flags:
+        ``metrics-unavailable``, ``log-missing``, ``acceptance-crosscheck-missing``."""
         stats = ServerStats(source="timings")
-        timings = (final or {}).get("timings") or {}
-        if timings:
-            stats.completion_tokens = timings.get("predicted_n")
-            stats.prompt_tokens = timings.get("prompt_n")
-            stats.cached_tokens = timings.get("cache_n")
-            stats.decode_tps = timings.get("predicted_per_second")
-            stats.prefill_tps = timings.get("prompt_per_second")
+        flags = stats.flags
+        timings = (final or {}).get("timings")
+        if isinstance(timings, dict) and timings:
+            stats.completion_tokens = engine_count(timings.get("predicted_n"), "timings.predicted_n", flags)
+            stats.prompt_tokens = engine_count(timings.get("prompt_n"), "timings.prompt_n", flags)
+            stats.cached_tokens = engine_count(timings.get("cache_n"), "timings.cache_n", flags)
+            stats.decode_tps = engine_rate(timings.get("predicted_per_second"), "timings.predicted_per_second", flags)
+            stats.prefill_tps = engine_rate(timings.get("prompt_per_second"), "timings.prompt_per_second", flags)
             # Absent keys mean the request drafted nothing, not "unknown".
-            stats.drafted = int(timings.get("draft_n", 0))
-            stats.accepted = int(timings.get("draft_n_accepted", 0))
+            stats.drafted = engine_count(timings.get("draft_n", 0), "timings.draft_n", flags)
+            stats.accepted = engine_count(timings.get("draft_n_accepted", 0), "timings.draft_n_accepted", flags)
         else:
-            stats.flags.append("server-timings-missing")
-        after = scrape(http) if before is not None else None
-        drafts = delta(before, after, "llamacpp:spec_decode_num_drafts_total")
-        if drafts is not None:
-            stats.drafts = int(drafts)
-            metric_accepted = delta(before, after, "llamacpp:spec_decode_num_accepted_tokens_total")
-            if timings and metric_accepted is not None and int(metric_accepted) != stats.accepted:
-                stats.flags.append(f"acceptance-mismatch: /metrics {int(metric_accepted)} vs timings {stats.accepted}")
-        lines = parse_acceptance_lines(log_text)
-        if lines and timings:
-            last = lines[-1]
-            if (last["accepted"], last["generated"]) != (stats.accepted, stats.drafted):
-                stats.flags.append(f"acceptance-log-mismatch: log {last['accepted']}/{last['generated']} "
-                                   f"vs timings {stats.accepted}/{stats.drafted}")
-            stats.extra["log_mean_len"] = last["mean_len"]
+            flags.append("server-timings-missing" if timings is None else
+                         f"bad-engine-value: timings is {str(timings)[:40]}")
+            timings = None
+        drafting = bool(stats.drafted) or getattr(self, "_speculative_asked", False)
+        checked = self._check_metrics(http, before, stats, drafting)
+        checked = self._check_log(log_text, before, stats, drafting) or checked
+        if drafting and before is None:
+            flags.append("acceptance-crosscheck-missing: no /metrics snapshot or log line of its own "
+                         "(concurrent streams share both)")
+        elif drafting and timings is not None and not checked:
+            flags.append("acceptance-crosscheck-missing: neither /metrics nor the log confirmed the timings")
         return stats
+
+    def _check_metrics(self, http: httpx.Client, before: Any, stats: ServerStats, drafting: bool) -> bool:
+        """Draft steps from the ``/metrics`` delta, and accepted tokens against the timings; True if compared."""
+        if not isinstance(before, dict):
+            return False
+        after = scrape(http)
+        if before.get("metrics") is None or after is None:
+            if drafting:
+                stats.flags.append("metrics-unavailable")
+            return False
+        flags: list[str] = []
+        drafts = counter_delta(before["metrics"], after, M_DRAFTS, flags)
+        accepted = counter_delta(before["metrics"], after, M_ACCEPTED, flags)
+        stats.flags += flags
+        if drafts is None or accepted is None:
+            if drafting and not flags:
+                stats.flags.append("metrics-unavailable: /metrics has no llamacpp:spec_decode counters")
+            return False
+        stats.drafts = drafts
+        if stats.accepted is not None and accepted != stats.accepted:
+            stats.flags.append(f"acceptance-mismatch: /metrics {accepted} vs timings {stats.accepted}")
+        return stats.accepted is not None
+
+    def _check_log(self, log_text: str, before: Any, stats: ServerStats, drafting: bool) -> bool:
+        """The request's ``draft acceptance`` line against the timings; True if compared.
+
+        The line is written just after the last token, so when the chunk read for the request lacks it the
+        engine log is polled briefly (sequential requests only: concurrent streams share the log).
+        """
+        lines = parse_acceptance_lines(log_text)
+        if not lines and drafting and before is not None and self.engine_log is not None:
+            lines = parse_acceptance_lines(read_until(self.engine_log, lambda t: bool(ACCEPTANCE_RE.search(t))))
+        if not lines:
+            if drafting and before is not None and self.engine_log is not None:
+                stats.flags.append("log-missing: no 'draft acceptance' line for this request in the engine log")
+            return False
+        last = lines[-1]
+        stats.extra["log_mean_len"] = last["mean_len"]
+        if stats.accepted is None or stats.drafted is None:
+            return False
+        if (last["accepted"], last["generated"]) != (stats.accepted, stats.drafted):
+            stats.flags.append(f"acceptance-log-mismatch: log {last['accepted']}/{last['generated']} "
+                               f"vs timings {stats.accepted}/{stats.drafted}")
+        return True
 

@@ -139,36 +139,119 @@ def test_classifies_real_startup_failures() -> None:
     assert adapter.classify_startup_failure(normal) is None
 
 
-def test_server_stats_from_timings_and_log_line() -> None:
-    response = json.loads((FIX / "spec_draft_chat_nonstream.json").read_text())
-    log = (FIX / "log_excerpt_spec_draft_simple.txt").read_text()
-    last = parse_acceptance_lines(log)[-1]
-    assert (last["accepted"], last["generated"]) == (189, 195)
-    http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(404)), base_url="http://x")
-    stats = adapter.server_stats(http, response, None, "")
-    t = response["timings"]
-    assert stats.drafted == t["draft_n"] and stats.accepted == t["draft_n_accepted"]
-    assert stats.decode_tps == t["predicted_per_second"]
-    assert stats.completion_tokens == t["predicted_n"]
+MATCHED = FIX / "matched-draft-simple"  # one real request seen by timings, /metrics and the log (see README)
+
+
+def _final(sse: Path = MATCHED / "chat_stream.sse") -> dict:
+    payloads = [json.loads(line[6:]) for line in sse.read_text().splitlines()
+                if line.startswith("data: {")]
+    return [p for p in payloads if "timings" in p][-1]
+
+
+def _metrics_server(after: str | None) -> httpx.Client:
+    """Serves ``after`` on /metrics (a 500 when None)."""
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics" and after is not None:
+            return httpx.Response(200, text=after)
+        return httpx.Response(500)
+    return httpx.Client(transport=httpx.MockTransport(handle), base_url="http://x")
+
+
+def _stats(after: str | None = None, log_text: str | None = None, final: dict | None = None,
+           before: object = "real", log: object = None) -> tuple[list[str], object]:
+    a = LlamaCppAdapter()
+    a.follow_log(log)  # type: ignore[arg-type]
+    snapshot = {"metrics": parse_metrics((MATCHED / "metrics_before.txt").read_text())} if before == "real" \
+        else before
+    after = (MATCHED / "metrics_after.txt").read_text() if after is None else after
+    with _metrics_server(after or None) as http:
+        stats = a.server_stats(http, final or _final(), snapshot,
+                               (MATCHED / "engine_request.log").read_text() if log_text is None else log_text)
+    return stats.flags, stats
+
+
+def test_real_request_agrees_in_timings_metrics_and_log() -> None:
+    flags, stats = _stats()
+    assert flags == []
+    assert (stats.drafted, stats.accepted, stats.drafts) == (38, 34, 13)  # type: ignore[attr-defined]
+    assert stats.completion_tokens == 48 and stats.extra["log_mean_len"] == 3.62  # type: ignore[attr-defined]
+
+
+def test_metrics_disagreeing_with_timings_fires_acceptance_mismatch() -> None:
+    after = (MATCHED / "metrics_after.txt").read_text().replace(
+        "llamacpp:spec_decode_num_accepted_tokens_total 34", "llamacpp:spec_decode_num_accepted_tokens_total 33")
+    flags, _ = _stats(after=after)
+    assert flags == ["acceptance-mismatch: /metrics 33 vs timings 34"]
+
+
+def test_log_disagreeing_with_timings_fires_log_mismatch() -> None:
+    log = (MATCHED / "engine_request.log").read_text().replace("(   34 accepted", "(   33 accepted")
+    flags, _ = _stats(log_text=log)
+    assert flags == ["acceptance-log-mismatch: log 33/38 vs timings 34/38"]
+
+
+def test_a_log_line_written_after_the_stream_is_polled_for() -> None:
+    late = iter(["", "", (MATCHED / "engine_request.log").read_text()])
+    flags, stats = _stats(log_text="", log=lambda: next(late, ""))
+    assert flags == [] and stats.extra["log_mean_len"] == 3.62  # type: ignore[attr-defined]
+
+
+def test_a_log_line_that_never_comes_is_flagged() -> None:
+    flags, _ = _stats(log_text="", log=lambda: "")
+    assert flags == ["log-missing: no 'draft acceptance' line for this request in the engine log"]
+
+
+def test_unreadable_metrics_are_flagged_and_the_log_still_checks() -> None:
+    flags, stats = _stats(after="")
+    assert flags == ["metrics-unavailable"] and stats.drafts is None  # type: ignore[attr-defined]
+    flags, _ = _stats(before={"metrics": None})
+    assert flags == ["metrics-unavailable"]
+
+
+def test_no_crosscheck_at_all_says_so() -> None:
+    flags, _ = _stats(after="", log_text="")  # attached: no log followed, and /metrics fails
+    assert flags == ["metrics-unavailable",
+                     "acceptance-crosscheck-missing: neither /metrics nor the log confirmed the timings"]
+    flags, _ = _stats(before=None, log_text="")  # a concurrent stream: no snapshot of its own
+    assert flags[-1].startswith("acceptance-crosscheck-missing: no /metrics snapshot")
+
+
+@pytest.mark.parametrize(("timings", "flag"), [
+    ({"predicted_n": "n/a"}, "bad-engine-value: timings.predicted_n is 'n/a', not a count"),
+    ({"predicted_n": 48, "draft_n": 16.5}, "bad-engine-value: timings.draft_n is 16.5, not a count"),
+    ({"predicted_n": 48, "predicted_per_second": "fast"}, "bad-engine-value: timings.predicted_per_second is 'fast'"),
+    ({"predicted_n": 48, "draft_n_accepted": -3}, "bad-engine-value: timings.draft_n_accepted is -3"),
+])
+def test_bad_timing_values_become_flagged_missing_figures(timings: dict, flag: str) -> None:
+    flags, stats = _stats(final={"timings": timings}, before=None, log_text="")
+    assert any(f.startswith(flag) for f in flags), flags
+    field = {"predicted_n": "completion_tokens", "draft_n": "drafted", "predicted_per_second": "decode_tps",
+             "draft_n_accepted": "accepted"}[next(k for k, v in timings.items() if v in ("n/a", 16.5, "fast", -3))]
+    assert getattr(stats, field) is None
+
+
+def test_timings_that_are_not_an_object_are_flagged() -> None:
+    flags, stats = _stats(final={"timings": [1, 2]}, before=None, log_text="")
+    assert flags == ["bad-engine-value: timings is [1, 2]"] and stats.completion_tokens is None  # type: ignore
+
+
+def test_a_counter_that_goes_backwards_is_flagged_not_used() -> None:
+    after = (MATCHED / "metrics_after.txt").read_text().replace(
+        "llamacpp:spec_decode_num_drafts_total 13", "llamacpp:spec_decode_num_drafts_total 0.5")
+    flags, stats = _stats(after=after)
+    assert "bad-engine-value: /metrics llamacpp:spec_decode_num_drafts_total changed by 0.5 over one request" in flags
+    assert stats.drafts is None  # type: ignore[attr-defined]
+
+
+def test_chunk_count_passes_the_raw_value_to_the_client_for_validation() -> None:
+    assert adapter.chunk_token_count({"timings": {"predicted_n": "n/a"}}) == "n/a"
+    assert adapter.chunk_token_count({"timings": {"predicted_n": 7}}) == 7
 
 
 def test_absent_draft_keys_mean_zero_drafted() -> None:
     http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(404)), base_url="http://x")
     stats = adapter.server_stats(http, {"timings": {"predicted_n": 5, "predicted_per_second": 9.0}}, None, "")
     assert (stats.drafted, stats.accepted) == (0, 0)
-
-
-def test_log_disagreeing_with_timings_is_flagged() -> None:
-    http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(404)), base_url="http://x")
-    line = "slot print_timing: id  0 | task 1 | draft acceptance = 0.50000 (  10 accepted /   20 generated), mean len =  2.00"
-    stats = adapter.server_stats(http, {"timings": {"predicted_n": 5, "draft_n": 20, "draft_n_accepted": 11}}, None, line)
-    assert any(f.startswith("acceptance-log-mismatch") for f in stats.flags)
-
-
-def test_metrics_capture_parses_spec_counters() -> None:
-    metrics = parse_metrics((FIX / "metrics_spec_draft_simple.txt").read_text())
-    names = {name for name, _ in metrics}
-    assert "llamacpp:spec_decode_num_drafts_total" in names
 
 
 def _props_client(n_ctx: int, slots: int, speculative: bool) -> httpx.Client:
@@ -194,6 +277,52 @@ def test_effective_settings_flag_silent_downgrades(tmp_path: Path) -> None:
     assert "asked ctx 4096" in text and "total_slots 4" in text and "WITHOUT speculation" in text
     ok = adapter.effective_settings(_props_client(n_ctx=4096, slots=1, speculative=True), a)
     assert ok.mismatches == [] and ok.values["total_slots"] == 1
+
+
+def _routes(routes: dict[str, object]) -> httpx.Client:
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path not in routes:
+            return httpx.Response(404)
+        return httpx.Response(200, json=routes[request.url.path])
+    return httpx.Client(transport=httpx.MockTransport(handle), base_url="http://x")
+
+
+def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_path: Path) -> None:
+    """Item 10: /props says speculative.types "none" on a speculating server (it is a request default);
+    /slots shows the types the slot runs once it has served a request (real capture, draft-simple)."""
+    props = json.loads((MATCHED / "props.json").read_text())
+    slots = json.loads((MATCHED / "slots_after.json").read_text())
+    assert props["default_generation_settings"]["params"]["speculative.types"] == "none"
+    draft = tiny_gguf(tmp_path / "d.gguf")
+    a = arm(tmp_path, settings={"ctx": 1024}, speculative={"method": "draft", "draft_model": str(draft)})
+    eff = adapter.effective_settings(_routes({"/props": props, "/slots": slots}), a)
+    assert eff.values["spec_types"] == "none,draft-simple" and eff.values["speculative"] is True
+    assert eff.mismatches == []
+    ngram = arm(tmp_path, settings={"ctx": 1024}, speculative={"method": "ngram"})
+    eff = adapter.effective_settings(_routes({"/props": props, "/slots": slots}), ngram)
+    assert eff.mismatches == ["asked --spec-type ngram-mod, /slots says speculative.types none,draft-simple"]
+    fresh = [{k: v for k, v in slots[0].items() if k in ("id", "n_ctx", "speculative", "is_processing")}]
+    eff = adapter.effective_settings(_routes({"/props": props, "/slots": fresh}), a)  # no request served yet
+    assert eff.values["spec_types"] is None and eff.mismatches == []
+
+
+@pytest.mark.parametrize(("routes", "expected"), [
+    ({"/props": [1, 2], "/slots": [{"speculative": True}]}, ["GET /props: expected a JSON dict, got list"]),
+    ({"/props": {"total_slots": 1}, "/slots": [5]}, ["bad-engine-value: /slots is [5], not a list of slots",
+                                                     "/slots does not say whether speculation is on"]),
+    ({"/props": {"total_slots": "one", "default_generation_settings": {"n_ctx": 4096.5}},
+      "/slots": [{"speculative": "yes"}]},
+     ["bad-engine-value: /props default_generation_settings.n_ctx is 4096.5, not a count",
+      "bad-engine-value: /props total_slots is 'one', not a count",
+      "bad-engine-value: /slots[0].speculative is 'yes', not true/false",
+      "/slots does not say whether speculation is on"]),
+    ({"/props": {"total_slots": 1}}, ["could not read /slots: Client error '404 Not Found'",
+                                      "/slots does not say whether speculation is on"]),
+])
+def test_garbage_props_and_slots_become_named_mismatches(tmp_path: Path, routes: dict, expected: list[str]) -> None:
+    eff = adapter.effective_settings(_routes(routes), arm(tmp_path, speculative={"method": "ngram"}))
+    assert len(eff.mismatches) == len(expected)
+    assert all(got.startswith(want) for got, want in zip(eff.mismatches, expected)), eff.mismatches
 
 
 def test_multi_token_events_are_counted_from_per_chunk_timings() -> None:

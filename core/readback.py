@@ -1,0 +1,105 @@
+"""Values an adapter reads from an engine, validated where they enter.
+
+An engine is a foreign process: ``/props`` may be a JSON list, ``/slots`` may be ``[5]``, a count may be
+``"n/a"``, a Prometheus label may be ``position="x"``. Every such value passes through one of these helpers,
+which return None (a missing figure) and record why in the sample's flags or the arm's mismatches, so a
+lying engine costs one figure, never the run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from .client import SETUP_TIMEOUT_S, bounded_get
+from .metrics import MetricKey, delta
+
+__all__ = ["engine_count", "engine_rate", "engine_text", "get_json", "counter_delta", "LogReader", "read_until",
+           "LATE_LOG_WAIT_S"]
+
+MAX_COUNT = 2 ** 53  # beyond this a "count" is garbage (and would not fit SQLite's INTEGER)
+LATE_LOG_WAIT_S = 1.0  # how long to poll an engine log for a per-request line written after the stream ended
+
+LogReader = Callable[[], str]  # returns what the engine log gained since the last call
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def engine_count(value: Any, where: str, flags: list[str]) -> int | None:
+    """A token or step count from the engine: a non-negative integer, else None and a flag naming ``where``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_COUNT:
+        flags.append(f"bad-engine-value: {where} is {_shown(value)}, not a count")
+        return None
+    return value
+
+
+def engine_rate(value: Any, where: str, flags: list[str]) -> float | None:
+    """A rate or duration from the engine: a finite non-negative number, else None and a flag."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        flags.append(f"bad-engine-value: {where} is {_shown(value)}, not a rate")
+        return None
+    return float(value)
+
+
+def engine_text(value: Any) -> str | None:
+    """A string the engine reports (a version, a path), or None for anything else."""
+    return value if isinstance(value, str) else None
+
+
+def counter_delta(before: dict[MetricKey, float] | None, after: dict[MetricKey, float] | None, name: str,
+                  flags: list[str], **labels: str) -> int | None:
+    """A Prometheus counter's increase between two scrapes as a count (None when a scrape or the counter is
+    missing); a decrease or a fraction is flagged and dropped."""
+    value = delta(before, after, name, **labels)
+    if value is None:
+        return None
+    if value < 0 or not float(value).is_integer() or value >= MAX_COUNT:
+        where = name + "".join(f"{{{k}={v!r}}}" for k, v in labels.items())
+        flags.append(f"bad-engine-value: /metrics {where} changed by {value:g} over one request")
+        return None
+    return int(value)
+
+
+def get_json(http: httpx.Client, path: str, kind: type, problems: list[str],
+             timeout_s: float = SETUP_TIMEOUT_S) -> Any:
+    """``GET path`` as JSON of the expected ``kind`` (dict or list) within one deadline, else None with the
+    reason appended to ``problems`` ("GET /slots: expected a JSON list, got int")."""
+    try:
+        response = bounded_get(http, path, timeout_s)
+        response.raise_for_status()
+        data = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        problems.append(f"could not read {path}: {exc}")
+        return None
+    if not isinstance(data, kind):
+        problems.append(f"GET {path}: expected a JSON {kind.__name__}, got {type(data).__name__}")
+        return None
+    return data
+
+
+def read_until(read_new: LogReader | None, found: Callable[[str], bool], wait_s: float = LATE_LOG_WAIT_S,
+               interval_s: float = 0.02) -> str:
+    """Poll an engine log for up to ``wait_s`` until ``found(text read so far)``; returns that text.
+
+    Engines write per-request lines just after the last token, so the chunk read right after a stream can
+    lack the line that belongs to it. ``''`` when no log is followed (an attached server).
+    """
+    if read_new is None:
+        return ""
+    text = read_new()
+    deadline = time.monotonic() + wait_s
+    while not found(text) and time.monotonic() < deadline:
+        time.sleep(interval_s)
+        text += read_new()
+    return text
