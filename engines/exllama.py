@@ -22,8 +22,8 @@ and seen on an H200; captures in tests/fixtures/exllama/):
   ``id`` is ``chatcmpl-<id>``, which ties the line to its request. The console logger (rich) wraps at
   80 columns unless ``TABBY_LOG_CONSOLE_WIDTH`` is set, so it is set, and parsing tolerates wrapping.
   The line can also land a millisecond *after* ``[DONE]`` (seen once in 36 requests on the H200), so
-  when the chunk read for a request lacks it, server_stats looks for it in the run directory's engine
-  log for up to a second.
+  when the chunk read for a request lacks it, server_stats polls the engine log core hands over
+  (:meth:`follow_log`) for up to a second.
 - Repeated prompts hit the prefix cache (no per-request switch); the log's cached count is recorded.
 - Counting quirks of exllamav3 1.4.2 (job.py), seen on the H200: ``usage.completion_tokens`` is one
   less than the tokens streamed (max_tokens 64 streams 64 tokens, usage says 63), and with drafting
@@ -34,10 +34,10 @@ and seen on an H200; captures in tests/fixtures/exllama/):
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
-import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,13 +56,12 @@ from bakeoff.core.adapter import (
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import ConfigError, EngineUnavailable, PreflightError
 from bakeoff.core.models import resolve_model
+from bakeoff.core.readback import LATE_LOG_WAIT_S, engine_count, engine_text, get_json, read_until
 
 __all__ = ["ExllamaAdapter", "ExllamaOptions", "DRAFT_MODES", "MetricsLine", "parse_metrics_lines",
            "tabby_config", "cache_mode"]
 
 DOCKER_IMAGE = "ghcr.io/theroyallab/tabbyapi:latest"
-LATE_LOG_WAIT_S = 1.0  # how long server_stats waits for a Metrics line logged just after [DONE]
-_TAIL_BYTES = 1 << 18
 CONTAINER_MODELS = "/app/models"
 CONTAINER_DRAFTS = "/app/draft_models"
 CONTAINER_PORT = 5000
@@ -302,9 +301,6 @@ class ExllamaAdapter(EngineAdapter):
     display_name = "TabbyAPI"
     startup_failures = STARTUP_FAILURES
 
-    def __init__(self) -> None:
-        self._log_dir: Path | None = None  # the arm's run directory, where the engine log is written
-
     # -- where TabbyAPI is ------------------------------------------------------------------
     def tabby_main(self, options: ExllamaOptions) -> Path:
         where = options.tabby_dir or os.environ.get("BAKEOFF_TABBY_DIR")
@@ -368,7 +364,6 @@ class ExllamaAdapter(EngineAdapter):
         files = {"config.yml": "# written by bakeoff for arm " + arm.name + "\n"
                                + yaml.safe_dump(config, sort_keys=False)}
         env = {"TABBY_LOG_CONSOLE_WIDTH": "100000", "PYTHONUNBUFFERED": "1", **arm.env}
-        self._log_dir = workdir  # remembered (not read) for Metrics lines that arrive after [DONE]
         if docker:
             argv = self.docker_argv(arm, options, port, workdir)
         else:
@@ -398,27 +393,35 @@ class ExllamaAdapter(EngineAdapter):
 
     def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
         eff = Effective()
-        try:
-            card = http.get("/v1/model", timeout=10).json()
-            props = http.get("/props", timeout=10).json()
-        except (httpx.HTTPError, ValueError) as exc:
-            eff.mismatches.append(f"could not read /v1/model or /props: {exc}")
+        problems: list[str] = []
+        card = get_json(http, "/v1/model", dict, problems)
+        props = get_json(http, "/props", dict, problems) or {}
+        eff.mismatches += problems
+        if card is None:
             return eff
-        params = (card or {}).get("parameters") or {}
-        gen = (props or {}).get("default_generation_settings") or {}
-        eff.model_id = card.get("id")
-        eff.values = {"max_seq_len": params.get("max_seq_len"), "cache_size": params.get("cache_size"),
-                      "cache_mode": params.get("cache_mode"), "max_batch_size": params.get("max_batch_size"),
-                      "chunk_size": params.get("chunk_size"), "prompt_template": params.get("prompt_template"),
-                      "draft": params.get("draft"), "total_slots": props.get("total_slots"),
-                      "n_ctx": gen.get("n_ctx"), "owned_by": card.get("owned_by")}
+        params = card.get("parameters") if isinstance(card.get("parameters"), dict) else {}
+        gen = props.get("default_generation_settings") if isinstance(props.get("default_generation_settings"),
+                                                                      dict) else {}
+        flags = eff.mismatches
+        eff.model_id = engine_text(card.get("id"))
+        eff.values = {"max_seq_len": engine_count(params.get("max_seq_len"), "/v1/model max_seq_len", flags),
+                      "cache_size": engine_count(params.get("cache_size"), "/v1/model cache_size", flags),
+                      "cache_mode": engine_text(params.get("cache_mode")),
+                      "max_batch_size": engine_count(params.get("max_batch_size"), "/v1/model max_batch_size", flags),
+                      "chunk_size": engine_count(params.get("chunk_size"), "/v1/model chunk_size", flags),
+                      "prompt_template": engine_text(params.get("prompt_template")),
+                      "draft": params.get("draft") if isinstance(params.get("draft"), dict) else None,
+                      "total_slots": engine_count(props.get("total_slots"), "/props total_slots", flags),
+                      "n_ctx": engine_count(gen.get("n_ctx"), "/props n_ctx", flags),
+                      "owned_by": engine_text(card.get("owned_by"))}
+        params = eff.values
         if arm.attached:
             return eff
         s = arm.settings
         if s.ctx is not None and params.get("max_seq_len") not in (None, s.ctx):
             eff.mismatches.append(f"asked ctx {s.ctx}, /v1/model says max_seq_len {params['max_seq_len']} "
                                   f"(limited by cache_size {params.get('cache_size')})")
-        slots = props.get("total_slots", params.get("max_batch_size"))
+        slots = params["total_slots"] if params.get("total_slots") is not None else params.get("max_batch_size")
         if slots is not None and slots != (s.parallel or 1):
             eff.mismatches.append(f"asked {s.parallel or 1} slot(s), /props says total_slots {slots}")
         if s.kv_type is not None and params.get("cache_mode") not in (None, cache_mode(s.kv_type)):
@@ -445,25 +448,29 @@ class ExllamaAdapter(EngineAdapter):
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
                      log_text: str) -> ServerStats:
         stats = ServerStats(source="usage + log")
-        usage = (final or {}).get("usage") or {}
-        if usage:
-            stats.completion_tokens = usage.get("completion_tokens")
-            stats.prompt_tokens = usage.get("prompt_tokens")
-            stats.decode_tps = _as_float(usage.get("completion_tokens_per_sec"))
+        flags = stats.flags
+        usage = (final or {}).get("usage")
+        if isinstance(usage, dict) and usage:
+            stats.completion_tokens = engine_count(usage.get("completion_tokens"), "usage.completion_tokens", flags)
+            stats.prompt_tokens = engine_count(usage.get("prompt_tokens"), "usage.prompt_tokens", flags)
+            stats.decode_tps = _as_float(usage.get("completion_tokens_per_sec"))  # "Indeterminate" when too fast
             stats.prefill_tps = _as_float(usage.get("prompt_tokens_per_sec"))
-            stats.extra.update({k: usage[k] for k in ("prompt_time", "completion_time", "total_time")
-                                if usage.get(k) is not None})
+            stats.extra.update({k: v for k in ("prompt_time", "completion_time", "total_time")
+                                if (v := _as_float(usage.get(k))) is not None})
         else:
-            stats.flags.append("server-usage-missing")
+            flags.append("server-usage-missing")
         request_id = _request_id(final)
         lines = parse_metrics_lines(log_text)
         mine = [m for m in lines if request_id is not None and m.request_id == request_id]
         if not mine and request_id is None and len(lines) == 1:
             mine = lines  # no stream id to match on; one line in the chunk is this request's
-        if not mine and request_id is not None:
-            late = self._late_metrics(request_id)
-            if late is not None:
-                mine = [late]
+        if not mine and request_id is not None and self.engine_log is not None:
+            def found(text: str) -> bool:
+                return any(m.request_id == request_id for m in parse_metrics_lines(text))
+
+            late = read_until(self.engine_log, found, LATE_LOG_WAIT_S)
+            mine = [m for m in parse_metrics_lines(late) if m.request_id == request_id]
+            if mine:
                 stats.extra["metrics_log"] = "late"
         if not mine:
             stats.flags.append("metrics-log-missing")
@@ -486,45 +493,10 @@ class ExllamaAdapter(EngineAdapter):
         return stats
 
 
-    def _late_metrics(self, request_id: str, wait_s: float = LATE_LOG_WAIT_S) -> MetricsLine | None:
-        """This request's Metrics line from the engine log on disk, polled for up to ``wait_s``."""
-        if self._log_dir is None:
-            return None
-        needle = f"Metrics (ID: {request_id})"
-        deadline = time.monotonic() + wait_s
-        while True:
-            for path in _engine_logs(self._log_dir):
-                text = _tail(path)
-                if needle in text:
-                    found = [m for m in parse_metrics_lines(text) if m.request_id == request_id]
-                    if found:
-                        return found[-1]
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.02)
-
-
-def _engine_logs(workdir: Path) -> list[Path]:
-    """bakeoff's capture of the engine's output (newest pass first), then TabbyAPI's own file log."""
-    by_mtime = lambda p: p.stat().st_mtime  # noqa: E731
-    try:
-        return sorted(workdir.glob("engine-*.log"), key=by_mtime, reverse=True) + \
-            sorted((workdir / "logs").glob("*.log"), key=by_mtime, reverse=True)
-    except OSError:
-        return []
-
-
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, path.stat().st_size - _TAIL_BYTES))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _as_float(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A number TabbyAPI reports, or None (it writes "Indeterminate" when a phase was too short to time)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return float(value) if ok else None
 
 
 def _request_id(final: dict[str, Any] | None) -> str | None:

@@ -373,16 +373,40 @@ def test_a_metrics_line_written_after_done_is_found_in_the_engine_log(tmp_path: 
     late_id = "3baca4e9be6c431ebf40d1c2ae826a67"  # code_bash rep 1, flagged metrics-log-missing in samples.jsonl
     assert f"Metrics (ID: {late_id})" in run_log
     adapter = ExllamaAdapter()
-    adapter.launch_spec(arm(tmp_path, tabby), 5123, tmp_path)
-    (tmp_path / "engine-pass0.log").write_text(run_log)
+    arrivals = iter(["", run_log])  # the line arrives on the engine log a moment after the stream ended
+    adapter.follow_log(lambda: next(arrivals, ""))
     final = {"id": f"chatcmpl-{late_id}", "usage": {"completion_tokens": 251, "prompt_tokens": 65}}
     with mock_server({}) as http:
         stats = adapter.server_stats(http, final, None, "")
     assert (stats.drafted, stats.accepted) == (142, 134) and stats.extra["metrics_log"] == "late"
     assert stats.cached_tokens == 64 and stats.prompt_tokens == 1 and stats.extra["log_gen_tps"] == 548.94
-    fresh = ExllamaAdapter()  # never launched (attach mode): nothing to poll
+    fresh = ExllamaAdapter()  # attach mode: core follows no log, nothing to poll
+    fresh.follow_log(None)
     with mock_server({}) as http:
         assert "metrics-log-missing" in fresh.server_stats(http, final, None, "").flags
+    silent = ExllamaAdapter()  # a log that never gets the line: polled about a second, then flagged
+    silent.follow_log(lambda: "")
+    with mock_server({}) as http:
+        assert "metrics-log-missing" in silent.server_stats(http, final, None, "").flags
+
+
+def test_garbage_from_tabbyapi_becomes_flagged_missing_figures(tmp_path: Path, tabby: Path) -> None:
+    routes: dict[str, httpx.Response | str] = {
+        "/v1/model": httpx.Response(200, json={"id": "m", "parameters": {"max_seq_len": "4k", "cache_size": -1}}),
+        "/props": httpx.Response(200, json=[5])}
+    with mock_server(routes) as http:
+        eff = ExllamaAdapter().effective_settings(http, arm(tmp_path, tabby, settings={"ctx": 4096}))
+    assert eff.values["max_seq_len"] is None and eff.values["cache_size"] is None
+    assert "GET /props: expected a JSON dict, got list" in eff.mismatches
+    assert "bad-engine-value: /v1/model max_seq_len is '4k', not a count" in eff.mismatches
+    with mock_server({"/v1/model": httpx.Response(200, json=[1])}) as http:
+        eff = ExllamaAdapter().effective_settings(http, arm(tmp_path, tabby))
+    assert eff.values == {} and eff.mismatches[0] == "GET /v1/model: expected a JSON dict, got list"
+    final = {"id": "chatcmpl-x", "usage": {"completion_tokens": "59", "completion_tokens_per_sec": float("nan")}}
+    with mock_server({}) as http:
+        stats = ExllamaAdapter().server_stats(http, final, None, "")
+    assert stats.completion_tokens is None and stats.decode_tps is None
+    assert "bad-engine-value: usage.completion_tokens is '59', not a count" in stats.flags
 
 
 def test_metrics_lines_of_the_real_run() -> None:
