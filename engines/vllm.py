@@ -50,6 +50,7 @@ from bakeoff.core.adapter import cli_flags as _flags
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import ConfigError, EngineUnavailable, MeasurementError, PreflightError
 from bakeoff.core.metrics import MetricKey, delta, scrape
+from bakeoff.core.readback import counter_delta, engine_count, engine_rate, engine_text, get_json
 from bakeoff.core.models import BUILTIN_MODELS
 
 __all__ = ["VllmAdapter", "VllmOptions", "VLLM_METHODS", "speculative_config", "acceptance_from_metrics"]
@@ -133,20 +134,27 @@ class VllmOptions(BaseModel):
     docker_gpus: str | None = Field("all", description="`docker run --gpus` value; null for a CPU image.")
 
 
-def acceptance_from_metrics(before: dict[MetricKey, float] | None, after: dict[MetricKey, float] | None
-                            ) -> dict[str, Any] | None:
+def acceptance_from_metrics(before: dict[MetricKey, float] | None, after: dict[MetricKey, float] | None,
+                            flags: list[str] | None = None) -> dict[str, Any] | None:
     """Drafts, draft tokens, accepted tokens and accepted per position between two scrapes.
 
-    None when the server has no spec-decode counters (speculation off) or a scrape is missing.
+    None when the server has no spec-decode counters (speculation off) or a scrape is missing. A value that
+    is not a count (a counter going backwards, a ``position`` label that is not a number) is appended to
+    ``flags`` and left out.
     """
-    drafts = delta(before, after, M_DRAFTS)
+    flags = [] if flags is None else flags
+    drafts = counter_delta(before, after, M_DRAFTS, flags)
     if drafts is None:
         return None
-    positions = sorted({int(dict(labels)["position"]) for (name, labels) in (after or {})
-                        if name == M_PER_POS and "position" in dict(labels)})
-    per_pos = [int(delta(before, after, M_PER_POS, position=str(p)) or 0) for p in positions]
-    return {"drafts": int(drafts), "drafted": int(delta(before, after, M_DRAFT_TOKENS) or 0),
-            "accepted": int(delta(before, after, M_ACCEPTED) or 0), "accepted_per_position": per_pos}
+    labels = {dict(lbls).get("position") for (name, lbls) in (after or {}) if name == M_PER_POS}
+    bad = sorted(str(p) for p in labels if p is not None and not p.isdigit())
+    if bad:
+        flags.append(f"bad-engine-value: /metrics {M_PER_POS} has position label(s) {', '.join(map(repr, bad))}")
+    positions = sorted(int(p) for p in labels if p is not None and p.isdigit())
+    per_pos = [counter_delta(before, after, M_PER_POS, flags, position=str(p)) for p in positions]
+    return {"drafts": drafts, "drafted": counter_delta(before, after, M_DRAFT_TOKENS, flags),
+            "accepted": counter_delta(before, after, M_ACCEPTED, flags),
+            "accepted_per_position": None if bad or None in per_pos else per_pos}
 
 
 def speculative_config(arm: Arm, resolve: Callable[[str], str], extra: dict[str, Any] | None = None
@@ -389,18 +397,23 @@ class VllmAdapter(EngineAdapter):
 
     def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
         eff = Effective()
-        try:
-            models = http.get("/v1/models", timeout=10).json()["data"][0]
-            eff.version = http.get("/version", timeout=10).json().get("version")
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        problems: list[str] = []
+        listing = get_json(http, "/v1/models", dict, problems)
+        data = listing.get("data") if listing is not None else None
+        models = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else None
+        if listing is not None and models is None:
+            problems.append(f"GET /v1/models: no model object in 'data' ({str(data)[:40]})")
+        version = get_json(http, "/version", dict, problems)
+        if models is None or version is None:
             eff.model_id = openai_model_id(http)
-            eff.mismatches.append(f"could not read /v1/models or /version: {exc}")
+            eff.mismatches += problems
             return eff
-        eff.model_id = models.get("id")
-        max_len = models.get("max_model_len")
+        eff.version = engine_text(version.get("version"))
+        eff.model_id = engine_text(models.get("id"))
+        max_len = engine_count(models.get("max_model_len"), "/v1/models max_model_len", eff.mismatches)
         metrics = scrape(http)
         has_spec = None if metrics is None else any(name == M_DRAFTS for name, _ in metrics)
-        eff.values = {"max_model_len": max_len, "root": models.get("root"), "version": eff.version,
+        eff.values = {"max_model_len": max_len, "root": engine_text(models.get("root")), "version": eff.version,
                       "spec_decode_metrics": has_spec}
         if not arm.attached and arm.settings.ctx is not None and max_len is not None and max_len != arm.settings.ctx:
             eff.mismatches.append(f"asked ctx {arm.settings.ctx}, /v1/models says max_model_len {max_len}")
@@ -451,19 +464,20 @@ class VllmAdapter(EngineAdapter):
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
                      log_text: str) -> ServerStats:
         stats = ServerStats()
+        flags = stats.flags
         final = final or {}
-        usage = final.get("usage") or {}
-        n, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+        usage = final.get("usage") if isinstance(final.get("usage"), dict) else {}
+        n = engine_count(usage.get("completion_tokens"), "usage.completion_tokens", flags)
+        prompt = engine_count(usage.get("prompt_tokens"), "usage.prompt_tokens", flags)
         after = self._settled_scrape(http, before, n) if before is not None else None
-        generated = delta(before, after, M_GENERATED)
-        stats.completion_tokens = None if generated is None else int(generated)
-        prompt_delta = delta(before, after, M_PROMPT)
-        stats.prompt_tokens = None if prompt_delta is None else int(prompt_delta)
+        stats.completion_tokens = counter_delta(before, after, M_GENERATED, flags)
+        stats.prompt_tokens = counter_delta(before, after, M_PROMPT, flags)
         if before is None or after is None:
-            stats.flags.append("metrics-unavailable")
+            flags.append("metrics-unavailable")
 
-        per_request = final.get("metrics") or {}
-        gen_ms, ttft_ms = per_request.get("generation_time_ms"), per_request.get("time_to_first_token_ms")
+        per_request = final.get("metrics") if isinstance(final.get("metrics"), dict) else {}
+        gen_ms = engine_rate(per_request.get("generation_time_ms"), "metrics.generation_time_ms", flags)
+        ttft_ms = engine_rate(per_request.get("time_to_first_token_ms"), "metrics.time_to_first_token_ms", flags)
         if n and n > 1 and gen_ms:
             stats.decode_tps = (n - 1) / (gen_ms / 1000)  # first to last token: bakeoff's window, n_first = 1
         if prompt and ttft_ms:
@@ -471,24 +485,25 @@ class VllmAdapter(EngineAdapter):
         if per_request:
             stats.extra["per_request_metrics"] = per_request
 
-        counted = acceptance_from_metrics(before, after)
-        own = per_request.get("speculative_decoding")
+        counted = acceptance_from_metrics(before, after, flags)
+        spec = per_request.get("speculative_decoding")
+        spec = spec if isinstance(spec, dict) else {}
+        own = tuple(engine_count(spec.get(k), f"metrics.speculative_decoding.{k}", flags)
+                    for k in ("num_accepted_draft_tokens", "num_draft_tokens", "num_spec_steps"))
         if counted is not None:
             stats.source = "/metrics deltas"
             stats.drafted, stats.accepted, stats.drafts = counted["drafted"], counted["accepted"], counted["drafts"]
-            stats.extra["accepted_per_position"] = counted["accepted_per_position"]
-            if sum(counted["accepted_per_position"]) != counted["accepted"]:
-                stats.flags.append(f"acceptance-per-position-mismatch: positions sum to "
-                                   f"{sum(counted['accepted_per_position'])}, accepted {counted['accepted']}")
-            if own:
-                theirs = (own.get("num_accepted_draft_tokens"), own.get("num_draft_tokens"), own.get("num_spec_steps"))
-                if theirs != (stats.accepted, stats.drafted, stats.drafts):
-                    stats.flags.append(f"acceptance-mismatch: /metrics {stats.accepted}/{stats.drafted} in "
-                                       f"{stats.drafts} drafts vs per-request {theirs[0]}/{theirs[1]} in {theirs[2]}")
-        elif own:
+            per_pos = counted["accepted_per_position"]
+            stats.extra["accepted_per_position"] = per_pos
+            if per_pos is not None and stats.accepted is not None and sum(per_pos) != stats.accepted:
+                flags.append(f"acceptance-per-position-mismatch: positions sum to {sum(per_pos)}, "
+                             f"accepted {stats.accepted}")
+            if spec and own != (stats.accepted, stats.drafted, stats.drafts):
+                flags.append(f"acceptance-mismatch: /metrics {stats.accepted}/{stats.drafted} in "
+                             f"{stats.drafts} drafts vs per-request {own[0]}/{own[1]} in {own[2]}")
+        elif spec:
             stats.source = "per-request metrics"
-            stats.drafted, stats.accepted = own.get("num_draft_tokens"), own.get("num_accepted_draft_tokens")
-            stats.drafts = own.get("num_spec_steps")
+            stats.accepted, stats.drafted, stats.drafts = own
         return stats
 
 

@@ -27,7 +27,7 @@ from bakeoff.core.errors import (
 )
 from bakeoff.core.metrics import parse_metrics
 from bakeoff.engines import vllm_install
-from bakeoff.engines.vllm import VllmAdapter, acceptance_from_metrics, speculative_config
+from bakeoff.engines.vllm import M_DRAFTS, M_PER_POS, VllmAdapter, acceptance_from_metrics, speculative_config
 
 FIX = Path(__file__).parent.parent.parent / "fixtures" / "vllm"
 EXAMPLES = Path(__file__).parent.parent.parent.parent / "examples"
@@ -315,6 +315,45 @@ def test_without_metrics_the_per_request_counts_are_used_and_flagged() -> None:
     stats = adapter.server_stats(server({}), final_chunk(), None, "")
     assert (stats.drafted, stats.accepted, stats.drafts) == (196, 131, 49)
     assert stats.source == "per-request metrics" and "metrics-unavailable" in stats.flags
+
+
+def test_a_position_label_that_is_not_a_number_is_flagged_not_a_traceback() -> None:
+    """FAULTS D1: vllm:spec_decode_num_accepted_tokens_per_pos_total{position="x"} crashed the run."""
+    after_text = (FIX / "metrics_ngram_after_request.txt").read_text()
+    after_text += 'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="x",position="x"} 3.0\n'
+    before = parse_metrics((FIX / "metrics_ngram_before_request.txt").read_text())
+    flags: list[str] = []
+    got = acceptance_from_metrics(before, parse_metrics(after_text), flags)
+    assert got is not None and (got["drafts"], got["drafted"], got["accepted"]) == (49, 196, 131)
+    assert got["accepted_per_position"] is None
+    assert flags == [f"bad-engine-value: /metrics {M_PER_POS} has position label(s) 'x'"]
+    stats = adapter.server_stats(server({"/metrics": after_text}), final_chunk(), before, "")
+    assert stats.accepted == 131 and stats.extra["accepted_per_position"] is None
+    assert any("position label(s) 'x'" in f for f in stats.flags)
+
+
+def test_counters_going_backwards_and_garbage_per_request_numbers_are_flagged() -> None:
+    before = parse_metrics((FIX / "metrics_ngram_after_request.txt").read_text())  # swapped: deltas negative
+    after = (FIX / "metrics_ngram_before_request.txt").read_text()
+    final = final_chunk()
+    final["usage"]["completion_tokens"] = "256"
+    final["metrics"]["speculative_decoding"]["num_spec_steps"] = "many"
+    stats = adapter.server_stats(server({"/metrics": after}), final, before, "")
+    assert stats.completion_tokens is None and stats.decode_tps is None  # no usable count, no rate
+    assert "bad-engine-value: usage.completion_tokens is '256', not a count" in stats.flags
+    assert any(f.startswith(f"bad-engine-value: /metrics {M_DRAFTS} changed by -49") for f in stats.flags)
+    assert "bad-engine-value: metrics.speculative_decoding.num_spec_steps is 'many', not a count" in stats.flags
+    # the deltas are unusable, so the per-request numbers stand, minus the one that is garbage
+    assert stats.source == "per-request metrics" and (stats.accepted, stats.drafted, stats.drafts) == (131, 196, None)
+
+
+@pytest.mark.parametrize(("models", "problem"), [
+    ('[1, 2]', "GET /v1/models: expected a JSON dict, got list"),
+    ('{"data": [5]}', "GET /v1/models: no model object in 'data' ([5])"),
+])
+def test_garbage_model_listings_are_named_not_a_traceback(models: str, problem: str) -> None:
+    eff = adapter.effective_settings(server({"/v1/models": models, "/version": '{"version": "0.32.0"}'}), arm())
+    assert eff.mismatches == [problem] and eff.values == {}
 
 
 def stream(sse_file: str) -> dict[str, Any]:
