@@ -256,13 +256,51 @@ def test_decode_lines_are_parsed_and_non_speculative_lines_ignored() -> None:
         {"accept_len": 1.5, "accept_rate": None}]
 
 
-def test_log_estimate_gives_counts_consistent_with_the_mean_accept_length() -> None:
-    lines = parse_decode_lines((FIX / "decode_log_nextn.txt").read_text())
-    stats = estimate_from_log(lines, completion_tokens=256, draft_tokens=4)
-    assert (stats.drafts, stats.accepted, stats.drafted) == (85, 170, 255)  # mean len 3.0 over 255 decode tokens
-    assert 1 + stats.accepted / stats.drafts == pytest.approx(3.0)  # type: ignore[operator]
-    assert stats.extra["log_accept_len"] == 3.0 and stats.extra["log_accept_rate"] == pytest.approx(0.6675)
-    assert stats.flags and stats.flags[0].startswith("acceptance-estimated")
+def test_log_estimate_uses_only_the_requests_own_lines_and_counts_steps() -> None:
+    """Numbers worked out by hand, not by the estimator's own formula: lines averaging 2.0 and 4.0 tokens per
+    verify step give a mean of 3.0, so the 30 tokens after the first took 10 steps, 20 of them accepted
+    drafts; with 4 tokens verified per step, 3 were drafted each step."""
+    log = ("Decode batch. #running-req: 1, #token: 60, accept len: 2.00, accept rate: 0.33\n"
+           "Decode batch. #running-req: 1, #token: 80, accept len: 4.00, accept rate: 1.00\n")
+    stats = estimate_from_log(parse_decode_lines(log), completion_tokens=31, draft_tokens=4)
+    assert (stats.drafts, stats.accepted, stats.drafted) == (10, 20, 30)
+    assert stats.extra["log_accept_rate"] == pytest.approx(0.665)
+    assert stats.flags == ["acceptance-estimated: from 2 SGLang decode log line(s), not exact counts"]
+
+
+def test_impossible_accept_lengths_are_flagged_not_averaged() -> None:
+    """No verify step yields fewer than 1 token or more than it verified (draft tokens per step)."""
+    lines = [{"accept_len": 0.5, "accept_rate": None}, {"accept_len": 9.0, "accept_rate": None},
+             {"accept_len": 3.0, "accept_rate": None}]
+    stats = estimate_from_log(lines, completion_tokens=31, draft_tokens=4)
+    assert stats.flags[:2] == ["bad-engine-value: decode log accept len 0.5 outside 1..4",
+                               "bad-engine-value: decode log accept len 9.0 outside 1..4"]
+    assert stats.extra["log_accept_len"] == 3.0 and stats.drafts == 10
+    nothing = estimate_from_log(lines[:2], completion_tokens=31, draft_tokens=4)
+    assert nothing.drafts is None and nothing.accepted is None
+
+
+@pytest.mark.parametrize(("meta", "flag"), [
+    ({"completion_tokens": "256", "spec_verify_ct": 85}, "bad-engine-value: meta_info.completion_tokens is '256'"),
+    ({"completion_tokens": 256, "spec_verify_ct": 300}, "bad-engine-value: meta_info.spec_verify_ct 300 exceeds"),
+    ({"completion_tokens": 256, "spec_verify_ct": "x"}, "bad-engine-value: meta_info.spec_verify_ct is 'x'"),
+])
+def test_garbage_meta_info_becomes_flagged_missing_counts(meta: dict[str, Any], flag: str) -> None:
+    stats = parse_meta_info(meta, draft_tokens=4)
+    assert stats.drafts is None and stats.accepted is None and stats.drafted is None
+    assert any(f.startswith(flag) for f in stats.flags), stats.flags
+
+
+def test_garbage_server_info_does_not_crash_read_back_or_stats(tmp_path: Path) -> None:
+    info = {"speculative_algorithm": "NEXTN", "speculative_num_draft_tokens": "four", "internal_states": {"a": 1},
+            "version": 5}
+    adapter = SglangAdapter()
+    with httpx.Client(base_url="http://sglang", transport=transport(info)) as http:
+        eff = adapter.effective_settings(http, make_arm(tmp_path, speculative={"method": "mtp"}))
+        stats = adapter.server_stats(http, {"usage": {"completion_tokens": 10}}, None, "")
+    assert eff.version is None
+    assert "bad-engine-value: /server_info speculative_num_draft_tokens is 'four', not a count" in eff.mismatches
+    assert stats.flags[-1].startswith("acceptance-unavailable")
 
 
 def test_meta_info_gives_exact_counts() -> None:
@@ -311,3 +349,12 @@ def test_startup_failures_are_classified_quoting_the_line(fixture: str, reason: 
     assert err is not None and err.reason == reason
     assert err.log_line and err.log_line in (FIX / fixture).read_text()
     assert SglangAdapter().classify_startup_failure("[2026] The server is fired up and ready to roll!") is None
+
+
+def test_the_readmes_say_the_plugin_has_never_run_against_sglang() -> None:
+    """AUDIT M6: the user-facing docs called it "a complete example" without saying it has never run."""
+    root = Path(__file__).resolve().parents[3]
+    plugin_readme = (root / "plugins" / "bakeoff-sglang" / "README.md").read_text()
+    project_readme = " ".join((root / "README.md").read_text().split())
+    assert "never launched or measured a real SGLang server" in " ".join(plugin_readme.split())
+    assert "has never run against a real SGLang server" in project_readme

@@ -44,6 +44,9 @@ from bakeoff.core import (
     PreflightError,
     ServerStats,
     Workload,
+    engine_count,
+    engine_rate,
+    engine_text,
 )
 
 __all__ = [
@@ -118,17 +121,24 @@ def parse_meta_info(meta: dict[str, Any], draft_tokens: int | None) -> ServerSta
     step yields its accepted drafts plus one token of its own, so accepted = completion − 1 − verify
     steps, and drafted = verify steps × (draft tokens − 1) when the draft tokens per step are known.
     """
-    completion = meta.get("completion_tokens")
-    stats = ServerStats(source="meta_info", completion_tokens=completion, prompt_tokens=meta.get("prompt_tokens"),
-                        cached_tokens=meta.get("cached_tokens"))
-    verify = meta.get("spec_verify_ct")
+    stats = ServerStats(source="meta_info")
+    flags = stats.flags
+    completion = engine_count(meta.get("completion_tokens"), "meta_info.completion_tokens", flags)
+    stats.completion_tokens = completion
+    stats.prompt_tokens = engine_count(meta.get("prompt_tokens"), "meta_info.prompt_tokens", flags)
+    stats.cached_tokens = engine_count(meta.get("cached_tokens"), "meta_info.cached_tokens", flags)
+    verify = engine_count(meta.get("spec_verify_ct"), "meta_info.spec_verify_ct", flags)
     if verify is not None and completion is not None:
-        stats.drafts = int(verify)
-        stats.accepted = max(0, int(completion) - 1 - int(verify)) if verify else 0
-        if draft_tokens:
-            stats.drafted = int(verify) * (draft_tokens - 1)
+        if verify > max(0, completion - 1):
+            flags.append(f"bad-engine-value: meta_info.spec_verify_ct {verify} exceeds the {completion} tokens "
+                         f"generated after the first")
+        else:
+            stats.drafts = verify
+            stats.accepted = completion - 1 - verify if verify else 0
+            if draft_tokens:
+                stats.drafted = verify * (draft_tokens - 1)
     for key in ("spec_accept_length", "spec_accept_rate", "e2e_latency"):
-        if meta.get(key) is not None:
+        if engine_rate(meta.get(key), f"meta_info.{key}", flags) is not None:
             stats.extra[key] = meta[key]
     return stats
 
@@ -137,14 +147,22 @@ def estimate_from_log(lines: list[dict[str, float | None]], completion_tokens: i
                       draft_tokens: int | None) -> ServerStats:
     """Per-request counts estimated from the request's decode log lines (each averages one log interval).
 
-    With L the mean accept length (tokens per verify step) and N the completion tokens, the request
-    took about (N − 1) / L verify steps.
+    With L the mean accept length (tokens per verify step: 1 to draft tokens) and N the completion tokens,
+    the request took about (N − 1) / L verify steps. A line whose L is outside that range is flagged and
+    left out: no verify step yields fewer than one token or more than it verified.
     """
     stats = ServerStats(source="log: Decode batch accept len (estimate)")
-    lengths = [line["accept_len"] for line in lines if line["accept_len"]]
+    ceiling = draft_tokens or float("inf")
+    lengths = []
+    for line in lines:
+        value = line["accept_len"]
+        if value is not None and 1.0 <= value <= ceiling:
+            lengths.append(value)
+        else:
+            stats.flags.append(f"bad-engine-value: decode log accept len {value} outside 1..{ceiling:g}")
     if not lengths:
         return stats
-    mean_len = sum(lengths) / len(lengths)  # type: ignore[arg-type]
+    mean_len = sum(lengths) / len(lengths)
     stats.extra["log_accept_len"] = round(mean_len, 4)
     rates = [line["accept_rate"] for line in lines if line["accept_rate"] is not None]
     if rates:
@@ -336,9 +354,10 @@ class SglangAdapter(EngineAdapter):
                 "speculative_num_draft_tokens", "speculative_draft_model_path", "context_length",
                 "max_running_requests", "tp_size", "disable_radix_cache", "model_path")
         eff.values = {k: info.get(k) for k in keys}
-        eff.version = info.get("version")
-        self._algorithm = info.get("speculative_algorithm") or None
-        self._draft_tokens = info.get("speculative_num_draft_tokens")
+        eff.version = engine_text(info.get("version"))
+        self._algorithm = engine_text(info.get("speculative_algorithm")) or None
+        self._draft_tokens = engine_count(info.get("speculative_num_draft_tokens"),
+                                          "/server_info speculative_num_draft_tokens", eff.mismatches)
         spec, expected = arm.speculative, ALGORITHMS.get(arm.speculative.method)
         if spec.enabled and not self._algorithm:
             eff.mismatches.append(f"speculative.method {spec.method!r} asked, but /server_info says "
@@ -372,13 +391,19 @@ class SglangAdapter(EngineAdapter):
             return parse_meta_info(meta, self._draft_tokens)
         lines = parse_decode_lines(log_text)
         if lines:
-            usage = final.get("usage") or {}
-            return estimate_from_log(lines, usage.get("completion_tokens"), self._draft_tokens)
+            usage = final.get("usage") if isinstance(final.get("usage"), dict) else {}
+            flags: list[str] = []
+            stats = estimate_from_log(lines, engine_count(usage.get("completion_tokens"), "usage.completion_tokens",
+                                                          flags), self._draft_tokens)
+            stats.flags = flags + stats.flags
+            return stats
         stats = ServerStats()
         if self._algorithm:  # attached, or no decode line fell inside this request
             info = self.server_info(http) or {}
-            states = info.get("internal_states") or [{}]
-            avg = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
+            states = info.get("internal_states")
+            state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+            avg = engine_rate(state.get("avg_spec_accept_length"), "/server_info avg_spec_accept_length",
+                              stats.flags)
             if avg is not None:
                 stats.extra["server_avg_accept_length"] = avg
             stats.flags.append("acceptance-unavailable: no per-request numbers (no meta_info, no decode log "
