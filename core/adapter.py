@@ -240,6 +240,14 @@ class EngineAdapter(ABC):
         raise CapabilityNotSupported(f"arm {arm.name!r}: {self.name} has no docker compose service "
                                      f"(launch: compose)")
 
+    def with_served_name(self, arm: Arm, name: str) -> Arm:
+        """The arm serving its model under ``name`` on /v1/models (``bakeoff promote --served-name``).
+
+        :raises CapabilityNotSupported: the engine has no such flag.
+        """
+        raise CapabilityNotSupported(f"arm {arm.name!r}: {self.name} cannot set the served model name; "
+                                     "set it in the arm's extra_args or options")
+
     def install_hint(self) -> str:
         return f"see `bakeoff engines` for how to install {self.name}"
 

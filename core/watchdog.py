@@ -241,6 +241,12 @@ class Guard:
                 state.setdefault("spare", []).append(result["left_running"])
             return result
 
+    def discard(self, undo_id: str) -> None:
+        """Drop a registered undo that is no longer wanted (the change it would undo is to stay)."""
+        with self.locked() as state:
+            state["pending"] = [u for u in state.get("pending", []) if u["id"] != undo_id]
+        self.log("bakeoff", f"undo {undo_id} no longer needed")
+
     def finish(self) -> None:
         """bakeoff undid everything itself: the watchdog may exit quietly."""
         with self.locked() as state:

@@ -233,6 +233,9 @@ class LlamaCppAdapter(EngineAdapter):
             ("-lv", options.verbosity),
         ])
 
+    def with_served_name(self, arm: Arm, name: str) -> Arm:
+        return arm.model_copy(update={"extra_args": [*arm.extra_args, "--alias", name]})
+
     def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
         """``launch: compose``: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is
         set and not 0), each model file bind-mounted read-only, published on 127.0.0.1:port only."""

@@ -94,6 +94,9 @@ class SimAdapter(EngineAdapter):
             raise ConfigError(f"arm {arm.name!r}: options.require_api_key needs api_key_env (the name of the "
                               f"environment variable holding the key)")
 
+    def with_served_name(self, arm: Arm, name: str) -> Arm:
+        return arm.model_copy(update={"options": {**arm.options, "model_id": name}})
+
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         options: SimOptions = self.options(arm)  # type: ignore[assignment]
         behaviour = options.model_dump(exclude={"kind"})

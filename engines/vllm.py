@@ -351,6 +351,9 @@ class VllmAdapter(EngineAdapter):
             env["HF_HUB_OFFLINE"] = "1"  # everything is on disk: never wait on the hub
         return {**env, **arm.env}
 
+    def with_served_name(self, arm: Arm, name: str) -> Arm:
+        return arm.model_copy(update={"options": {**arm.options, "served_model_name": name}})
+
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         options: VllmOptions = self.options(arm)  # type: ignore[assignment]
         assert arm.model is not None

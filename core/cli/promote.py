@@ -1,0 +1,45 @@
+"""``bakeoff promote RUN_DIR ARM`` and ``bakeoff promote --revert``: the winner on the live endpoint, and back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from ..errors import BakeoffError
+from ..promote import promote, revert
+
+__all__ = ["promote_command"]
+
+console = Console()
+
+
+def promote_command(
+    run_dir: Path | None = typer.Argument(None, help="The run directory the arm was measured in"),
+    arm: str | None = typer.Argument(None, help="The arm to put on the live endpoint"),
+    port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Port to serve on (default: live.port)"),
+    served_name: str | None = typer.Option(None, "--served-name", help="Model name clients ask for "
+                                           "(default: live.model)"),
+    gate_requests: int = typer.Option(3, "--gate-requests", min=1, help="Smoke requests the new server must "
+                                      "answer on the live port"),
+    gate_timeout: float = typer.Option(300.0, "--gate-timeout", min=1, help="Seconds the new server has to be "
+                                       "healthy on the live port"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Write the launch definition and print every command; "
+                                 "run none"),
+    undo: bool = typer.Option(False, "--revert", help="Stop the promoted server and restore what was live before"),
+) -> None:
+    """Write the arm's launch definition with the live port and model name, then switch the live service to it
+    behind a health gate, rolling back on failure; --revert goes back."""
+    say = lambda msg: console.print(msg, highlight=False, soft_wrap=True)  # noqa: E731
+    try:
+        if undo:
+            revert(port, say)
+            return
+        if run_dir is None or arm is None:
+            raise typer.BadParameter("give RUN_DIR and ARM (or --revert)")
+        promote(run_dir, arm, port=port, served_name=served_name, gate_requests=gate_requests,
+                gate_timeout_s=gate_timeout, dry_run=dry_run, say=say)
+    except BakeoffError as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        raise typer.Exit(1) from exc
