@@ -282,24 +282,29 @@ class RunDir:
         return sample
 
     def _append(self, path: Path, text: str | bytes) -> None:
-        """Append whole lines, fsynced; a failed write is cut back so no torn line is left behind."""
+        """Append whole lines, fsynced; a failed write (disk full) is cut back, so no torn line is left."""
         data = text.encode() if isinstance(text, str) else text
         try:
-            with path.open("a+b") as f:
-                size = f.seek(0, os.SEEK_END)
-                if size > 0:
-                    f.seek(size - 1)
-                    if f.read(1) != b"\n":  # a line torn by an earlier crash: end it, so this one stays whole
-                        data = b"\n" + data
-                try:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                except OSError:
-                    f.truncate(size)
-                    raise
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:
             raise _fs_error("cannot write", path, exc) from None
+        try:
+            size = os.lseek(fd, 0, os.SEEK_END)
+            if size > 0 and os.pread(fd, 1, size - 1) != b"\n":  # a line torn by an earlier crash: end it
+                data = b"\n" + data
+            try:
+                view = memoryview(data)
+                while view:  # unbuffered: a short write is continued, a failed one cut back below
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError as exc:
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass
+                raise _fs_error("cannot write", path, exc) from None
+        finally:
+            os.close(fd)
 
     def stored_samples(self) -> StoredSamples:
         """The run's samples: samples.jsonl reconciled with the index, read only (nothing is written)."""

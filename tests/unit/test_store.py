@@ -257,18 +257,24 @@ def test_a_full_disk_mid_run_is_an_error_naming_the_file_and_keeps_what_was_stor
     run = _run(tmp_path / "r", reps=1)
     before = run.samples_path.read_bytes()
 
-    def full(fd: int) -> None:
+    real_write = os.write
+
+    def full(fd: int, data: Any) -> int:  # half the line reaches the disk, then it is full
+        if len(data) > 8:
+            return real_write(fd, bytes(data[: len(data) // 2]))
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(os, "fsync", full)
+    monkeypatch.setattr(os, "write", full)
     with pytest.raises(RunDirError, match=r"cannot write .*samples.jsonl: No space left on device"):
         run.append(Sample(arm="a", engine="sim", prompt="prose", mode="greedy", rep=5))
     monkeypatch.undo()
     assert run.samples_path.read_bytes() == before  # no torn line left behind
     assert len(read_samples(run.path)) == 2 and len(run.db.samples(run.run_id)) == 2
+    monkeypatch.setattr(os, "write", full)
     with pytest.raises(RunDirError, match="cannot write .*arm_records.jsonl"):
-        monkeypatch.setattr(os, "fsync", full)
         run.append_arm_record("a", {"status": "ok"})
+    monkeypatch.undo()
+    assert not run.records_path.read_bytes()  # nothing half-written
 
 
 def test_arm_names_are_capped_and_an_over_long_directory_is_an_error(tmp_path: Path) -> None:
