@@ -46,10 +46,18 @@ __all__ = [
     "first_matching_line",
     "openai_model_id",
     "FailureRule",
+    "GPU_LOG_TRAPS",
 ]
 
 
 FailureRule = tuple[str, tuple[str, ...], str]  # (reason, log needles, advice for the user)
+CORE_SETTINGS = frozenset({"gpus"})  # settings core applies itself (CUDA_VISIBLE_DEVICES), for every engine
+
+# Log lines that start fine but cost speed on several GPUs (what, needles): each becomes a mismatch.
+GPU_LOG_TRAPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("no GPU peer-to-peer access (all-reduce goes through host memory)",
+     ("lacks GPU P2P capability", "peer access is not supported", "P2P is not supported", "peer access not available")),
+)
 
 
 DraftRule = Literal["required", "optional", "forbidden"]
@@ -251,6 +259,10 @@ class EngineAdapter(ABC):
     def install_hint(self) -> str:
         return f"see `bakeoff engines` for how to install {self.name}"
 
+    def installed(self) -> str | None:
+        """A line saying which engine binary or environment a run would use (``bakeoff engines``); None: unknown."""
+        return None
+
     def install(self, log: Callable[[str], None]) -> str:
         """Install or build the engine into bakeoff's cache; returns where it is.
 
@@ -284,6 +296,18 @@ class EngineAdapter(ABC):
     def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
         """Read back what the engine really runs with; compare with the arm and list mismatches."""
         return Effective(model_id=openai_model_id(http))
+
+    def log_mismatches(self, arm: Arm, log_text: str) -> list[str]:
+        """Mismatches the engine's startup log shows (asked for a GPU, runs on the CPU; no P2P between GPUs).
+
+        The default knows engine-neutral multi-GPU traps (:data:`GPU_LOG_TRAPS`); adapters add their own.
+        """
+        out = []
+        for what, needles in GPU_LOG_TRAPS:
+            line = first_matching_line(log_text, needles)
+            if line:
+                out.append(f"{what}: {line}")
+        return out
 
     # -- per request ---------------------------------------------------------------------
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
@@ -361,7 +385,7 @@ def check_arm_capabilities(adapter: EngineAdapter, arm: Arm) -> None:
     caps = adapter.capabilities
     _check_speculative(adapter, arm)
     if not arm.attached:
-        for knob in sorted(arm.settings.set_fields() - set(caps.settings)):
+        for knob in sorted(arm.settings.set_fields() - set(caps.settings) - CORE_SETTINGS):
             raise CapabilityNotSupported(
                 f"arm {arm.name!r}: settings.{knob} has no {adapter.name} flag; it is refused rather than "
                 f"ignored (supported: {', '.join(caps.settings)})")

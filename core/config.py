@@ -75,6 +75,9 @@ class Settings(Strict):
     split: Literal["none", "layer", "row", "tensor"] | None = Field(None, description="Multi-GPU split mode.")
     tensor_split: list[float] | None = Field(None, description="Share of the model per GPU (llama.cpp -ts, TabbyAPI gpu_split).")
     tensor_parallel: int | None = Field(None, ge=1, description="Tensor-parallel size (vLLM -tp).")
+    pipeline_parallel: int | None = Field(None, ge=1, description="Pipeline-parallel size (vLLM -pp).")
+    gpus: list[int] | None = Field(None, min_length=1, description="GPU indices the engine may use: bakeoff sets "
+                                   "CUDA_VISIBLE_DEVICES for the engine and records telemetry of these GPUs only.")
     kv_type: str | None = Field(None, description="KV cache type (llama.cpp -ctk/-ctv, vLLM --kv-cache-dtype).")
     flash_attn: Literal["on", "off", "auto"] | None = Field(None, description="Flash attention (llama.cpp -fa).")
     batch: int | None = Field(None, ge=1, description="Logical batch size (llama.cpp -b).")
@@ -179,6 +182,8 @@ class Workload(Strict):
     request_timeout_s: float = Field(300.0, gt=0, description="Per-request limit; a stalled stream becomes an error sample.")
     boot_timeout_s: float = Field(600.0, gt=0, description="Limit for an engine to become ready.")
     seed: int = Field(0, description="Seed for the order of arms in each pass (recorded).")
+    gpu_sample_interval_s: float = Field(0.1, gt=0, le=5, description="GPU telemetry: seconds between NVML readings "
+                                         "during each timed request (only where nvidia-ml-py finds a GPU).")
     depths: list[int] | None = Field(None, description="Context-depth sweep: exact prompt sizes in tokens "
                                                        "(chat template included, counted by the engine).")
     concurrency: list[int] | None = Field(None, description="Concurrency sweep: numbers of simultaneous streams.")

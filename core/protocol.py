@@ -26,6 +26,8 @@ from .compose import ComposeEngine, project_name
 from .config import Arm, BakeoffFile, Prompt, SamplingMode
 from .errors import ConfigError, EngineError, EngineStartupError, MeasurementError
 from .hostinfo import CpuMeter, host_info
+from .hardware import attach_gpu_sample, hardware_record, offload_mismatch, visible_devices_env
+from .telemetry import GpuMonitor, open_monitor
 from .launcher import Engine, LogCursor, free_port, port_is_free
 from .prompts import resolve_prompts
 from .redact import Redactor, redact_argv, redact_config
@@ -135,9 +137,12 @@ def _headers(arm: Arm) -> dict[str, str]:
 
 
 @contextmanager
-def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_s: float
+def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_s: float,
+                monitor: GpuMonitor | None = None, record: dict[str, Any] | None = None
                 ) -> Iterator[tuple[str, Engine | None]]:
     arm = planned.arm
+    if monitor is not None and record is not None and not arm.attached:
+        record["gpu_idle_power_w"] = monitor.idle_power_w()  # before this arm's engine loads anything
     if arm.attached:
         assert arm.url is not None
         yield arm.url.rstrip("/"), None
@@ -152,6 +157,7 @@ def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_
                 yield compose_engine.base_url, compose_engine  # type: ignore[misc]
             return
         spec = planned.adapter.launch_spec(arm, port, run.arm_dir(arm.name))
+        spec.env.update(visible_devices_env(arm))
         host = "127.0.0.1" if arm.settings.host in ("0.0.0.0", "::") else arm.settings.host
         base = f"http://{host}:{port}"
         run.write_arm_text(arm.name, "argv.txt", " ".join(redact_argv(spec.argv)) + "\n")
@@ -206,12 +212,22 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
         record["status"] = "skipped (already complete)"
         return record
     events.on_arm_start(arm.name, pass_index)
+    monitor = open_monitor(arm.settings.gpus, w.gpu_sample_interval_s)
+    if monitor is not None:
+        record["gpu_state"] = monitor.settings_state()
     try:
-        with shared.use(server_key(arm), lambda: _engine_for(planned, run, pass_index, w.boot_timeout_s)
-                        ) as ((base, engine), fresh):
+        with shared.use(server_key(arm), lambda: _engine_for(planned, run, pass_index, w.boot_timeout_s, monitor,
+                                                              record)) as ((base, engine), fresh):
             record["boot_s"] = engine.boot_s if engine and fresh else None
             with httpx.Client(base_url=base, headers=_headers(arm)) as http:
                 eff = planned.adapter.effective_settings(http, arm)
+                if engine is not None and fresh:
+                    eff.mismatches += planned.adapter.log_mismatches(arm, engine.log_text())
+                    if monitor is not None and getattr(engine, "proc", None) is not None:
+                        weights = (run.read_run().get("roofline_models", {}).get(arm.name) or {}).get("weights")
+                        record["gpu_engine_mib"], problem = offload_mismatch(monitor, arm, engine.proc.pid,  # type: ignore[union-attr]
+                                                                                    weights)
+                        eff.mismatches += [problem] if problem else []
                 record.update(effective=eff.values, mismatches=eff.mismatches, version=eff.version,
                               model_id=eff.model_id)
                 for msg in eff.mismatches:
@@ -241,13 +257,20 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                         log.read_new()
                         started_at = time.time()
                         meter.start()
+                        if monitor is not None:
+                            monitor.start()
                         result = stream_chat(http, body, w.request_timeout_s, planned.adapter.chunk_token_count)
+                        gpu = monitor.stop() if monitor is not None else None
                         foreign = meter.stop()
                         stats = planned.adapter.server_stats(http, result.final, before, log.read_new())
                         sample = _make_sample(planned, result, stats, run.run_id, prompt.name, mode_name, rep,
                                               pass_index, foreign, started_at)
                         if eff.mismatches:
                             sample.flags.append("settings-mismatch")
+                        if gpu is not None:
+                            attach_gpu_sample(sample, gpu)
+                            vram = gpu.vram_used_mib or 0.0
+                            record["gpu_vram_peak_mib"] = max(record.get("gpu_vram_peak_mib") or 0.0, vram)
                         samples = [points.finish(sample, point, body, result, depth_info)]
                     for sample in samples:
                         run.append(sample)
@@ -352,6 +375,7 @@ def run_metadata(plan: Plan) -> dict[str, Any]:
                                  "capabilities": a.adapter.capabilities.model_dump(mode="json")}
                     for a in plan.arms},
         "host": host_info(),
+        **hardware_record([a.arm for a in plan.arms]),
         "started_at": time.time(),
     }
 

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .telemetry import GpuSample
+
 __all__ = ["SCHEMA_VERSION", "Sample"]
 
 SCHEMA_VERSION = 1
@@ -88,3 +90,7 @@ class Sample(BaseModel):
         None, description="CPU seconds bakeoff's recording thread used from send to close (harness self-cost).")
     foreign_cpu_cores: float | None = Field(
         None, description="Average cores used by processes other than the engine and bakeoff during the request.")
+
+    # GPU telemetry (NVML; None on machines without one, and for concurrency batches)
+    gpu: GpuSample | None = Field(None, description="Energy, power, clocks, temperature, VRAM and throttle reasons "
+                                                    "of the watched GPUs during this request.")

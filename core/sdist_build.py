@@ -4,6 +4,8 @@ llama.cpp and its forks ship their whole C++ tree in PyPI sdists (``llama-cpp-bi
 pip's own build of such an sdist compiles every tool and a Python binding; bakeoff downloads the sdist
 (sha256 checked), drives CMake itself and builds only the target it needs (``llama-server``).
 
+``$BAKEOFF_SDIST_DIR``, when it holds the sdist, replaces the download (machines without network).
+
 The cache directory is keyed by project version, backend and, for ``-march=native`` builds, the CPU's
 feature flags: a binary built for another CPU may die with SIGILL. The compiler's output goes to a log
 file next to the build; the terminal gets "step N of M" progress, and a failure quotes the log's last lines.
@@ -113,8 +115,13 @@ def _build(build: SdistBuild, log: Callable[[str], None], jobs: int) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"bakeoff-{build.cache_name}-", dir=target.parent) as tmp:
         work = Path(tmp)
-        log(f"downloading {build.sdist_name} from PyPI")
-        sdist = download(build.project, build.sdist_name, work)
+        local = Path(os.environ.get("BAKEOFF_SDIST_DIR", "")) / build.sdist_name
+        if os.environ.get("BAKEOFF_SDIST_DIR") and local.is_file():  # machines without network carry the sdist
+            log(f"using {local}")
+            sdist = local
+        else:
+            log(f"downloading {build.sdist_name} from PyPI")
+            sdist = download(build.project, build.sdist_name, work)
         with tarfile.open(sdist) as tar:
             tar.extractall(work, filter="data")
         sources = sorted(work.glob(build.source))

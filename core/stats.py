@@ -18,12 +18,13 @@ from __future__ import annotations
 import statistics
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
+from .roofline import Roofline
 from .sample import Sample
 
 __all__ = [
@@ -34,6 +35,10 @@ __all__ = [
     "Interval",
     "PromptStats",
     "ArmStats",
+    "GpuArmStats",
+    "describe_gpu",
+    "tokens_per_joule",
+    "compare_energy",
     "Comparison",
     "bootstrap_ci",
     "paired_ratio",
@@ -84,6 +89,48 @@ class PromptStats(BaseModel):
     max: float | None = None
 
 
+class GpuArmStats(BaseModel):
+    """One arm's GPU telemetry over its samples (core/telemetry.py); energy includes prefill."""
+
+    tokens_per_joule: Interval | None = None
+    energy_source: str | None = Field(None, description="'counter' or 'integrated power' (see samples).")
+    power_mean_w: float | None = Field(None, description="Median over requests of the mean power.")
+    power_max_w: float | None = None
+    sm_clock_mhz: float | None = Field(None, description="Median over requests of the mean SM clock.")
+    mem_clock_mhz: float | None = None
+    temp_max_c: float | None = None
+    vram_peak_mib: float | None = None
+    idle_power_w: float | None = Field(None, description="Median power before the arm's engine loaded.")
+    throttled: int = Field(0, description="Requests during which power or thermal slowdown was reported.")
+    throttle_reasons: list[str] = Field(default_factory=list)
+
+
+def describe_gpu(samples: Sequence[Sample], *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0,
+                 key: str = "") -> GpuArmStats | None:
+    """GPU figures of one arm's successful samples, or None when none carries telemetry."""
+    ok = [s for s in samples if s.status == "ok" and s.gpu is not None]
+    if not ok:
+        return None
+    g = [s.gpu for s in ok if s.gpu is not None]
+    tpj = [(x.tokens_per_joule, s.pass_index) for s, x in zip(ok, g, strict=True) if x.tokens_per_joule]
+    reasons = sorted({r for x in g for r in x.slowdowns})
+    return GpuArmStats(
+        tokens_per_joule=bootstrap_ci([v for v, _ in tpj], [p for _, p in tpj], n_boot=n_boot, level=level, seed=seed,
+                                      key=f"tpj/{key}") if tpj else None,
+        energy_source=next((x.energy_source for x in g if x.energy_source), None),
+        power_mean_w=median_or_none([x.power_mean_w for x in g if x.power_mean_w is not None]),
+        power_max_w=max((x.power_max_w for x in g if x.power_max_w is not None), default=None),
+        sm_clock_mhz=median_or_none([x.sm_clock_mhz for x in g if x.sm_clock_mhz is not None]),
+        mem_clock_mhz=median_or_none([x.mem_clock_mhz for x in g if x.mem_clock_mhz is not None]),
+        temp_max_c=max((x.temp_max_c for x in g if x.temp_max_c is not None), default=None),
+        vram_peak_mib=max((x.vram_used_mib for x in g if x.vram_used_mib is not None), default=None),
+        throttled=sum(bool(x.slowdowns) for x in g), throttle_reasons=reasons)
+
+
+def tokens_per_joule(s: Sample) -> float | None:
+    return s.gpu.tokens_per_joule if s.gpu is not None else None
+
+
 class ArmStats(BaseModel):
     """Everything the reports say about one arm; decode rates in tokens per second."""
 
@@ -114,6 +161,8 @@ class ArmStats(BaseModel):
         "every statistic: their tokens arrived together, so their spacing was never measured)."))
     n_first_sources: dict[str, int] = Field(default_factory=dict, description=(
         "Samples by how their first-event tokens were counted (usage: exact; estimated: the text's share)."))
+    gpu: GpuArmStats | None = Field(None, description="GPU telemetry (absent without a GPU).")
+    roofline: Roofline | None = Field(None, description="Floor tok/s and efficiency against memory bandwidth.")
 
     @property
     def acceptance(self) -> float | None:
@@ -269,17 +318,26 @@ def _keyed(samples: Iterable[Sample]) -> dict[tuple[object, ...], Sample]:
 
 
 def paired_ratio(arm: Iterable[Sample], reference: Iterable[Sample], *, prompt: str | None = None,
-                 n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0, key: str = "") -> Interval | None:
+                 n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0, key: str = "",
+                 value: Callable[[Sample], float | None] | None = None) -> Interval | None:
     """Median of per-request ratios arm/reference, paired on (prompt, mode, rep, pass), with its interval.
 
     Ratios are resampled in log space (the median commutes with the logarithm), passes first.
+    :param value: what to compare (default the decode rate; e.g. tokens per joule).
     :returns: None when no request has a partner.
     """
-    ref = _keyed(s for s in _ok_rates(reference) if prompt is None or s.prompt == prompt)
+    get = value or _rate
+
+    def usable(group: Iterable[Sample]) -> list[Sample]:
+        if value is None:
+            return _ok_rates(group)
+        return [s for s in group if s.status == "ok" and (v := value(s)) is not None and v > 0]
+
+    ref = _keyed(s for s in usable(reference) if prompt is None or s.prompt == prompt)
     logs, passes = [], []
-    for k, s in _keyed(s for s in _ok_rates(arm) if prompt is None or s.prompt == prompt).items():
+    for k, s in _keyed(s for s in usable(arm) if prompt is None or s.prompt == prompt).items():
         if k in ref:
-            logs.append(float(np.log(_rate(s) / _rate(ref[k]))))
+            logs.append(float(np.log(float(get(s) or 0) / float(get(ref[k]) or 1))))
             passes.append(s.pass_index)
     ci = bootstrap_ci(logs, passes, n_boot=n_boot, level=level, seed=seed, key=key)
     if ci is None:
@@ -363,6 +421,7 @@ def describe_arm(name: str, samples: Sequence[Sample], prompts: Sequence[str] = 
             stats.no_rate[why] = stats.no_rate.get(why, 0) + 1
         if s.status == "ok" and s.n_first_source:
             stats.n_first_sources[s.n_first_source] = stats.n_first_sources.get(s.n_first_source, 0) + 1
+    stats.gpu = describe_gpu(samples, n_boot=n_boot, level=level, seed=seed, key=name)
     return stats
 
 
@@ -402,6 +461,22 @@ def compare_to_baseline(samples: Iterable[Sample], baseline: str, arm_order: Seq
         caveat = first_event_caveat(group, ref)
         out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio),
                               per_prompt=per_prompt, notes=[caveat] if caveat else []))
+    return out
+
+
+def compare_energy(samples: Iterable[Sample], baseline: str, arm_order: Sequence[str] = (), *,
+                   n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0) -> list[Comparison]:
+    """Paired ratio of tokens per joule of every other arm against ``baseline`` ('faster' = more tok/J)."""
+    groups = _by_arm(samples, arm_order)
+    ref = groups.get(baseline, [])
+    out = []
+    for name, group in groups.items():
+        if name == baseline:
+            continue
+        ratio = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed, key=f"tpj-ratio/{name}/{baseline}",
+                             value=tokens_per_joule)
+        if ratio is not None:
+            out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio)))
     return out
 
 

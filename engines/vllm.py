@@ -196,7 +196,7 @@ class VllmAdapter(EngineAdapter):
             "ngram": MethodKnobs(knobs=("n_max", "lookup_min", "lookup_max"), required=("n_max",)),
             "suffix": MethodKnobs(knobs=("n_max",)),
         },
-        settings=("ctx", "parallel", "tensor_parallel", "gpu_memory_utilization", "dtype", "kv_type",
+        settings=("ctx", "parallel", "tensor_parallel", "pipeline_parallel", "gpu_memory_utilization", "dtype", "kv_type",
                   "enforce_eager"),
         kv_types=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
         token_counts="usage_per_chunk",
@@ -326,6 +326,7 @@ class VllmAdapter(EngineAdapter):
         argv = ["--served-model-name", self.served_name(arm, options)]
         argv += _flags([("--max-model-len", s.ctx), ("--max-num-seqs", s.parallel),
                         ("--tensor-parallel-size", s.tensor_parallel),
+                        ("--pipeline-parallel-size", s.pipeline_parallel),
                         ("--gpu-memory-utilization", s.gpu_memory_utilization), ("--dtype", s.dtype),
                         ("--kv-cache-dtype", s.kv_type)])
         if s.enforce_eager:

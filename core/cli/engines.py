@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
+
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import BakeoffError
+from ..errors import BakeoffError, ConfigError
 from ..registry import list_engines, load_engine
 
 app = typer.Typer(invoke_without_command=True, help="List engines, or install one.")
@@ -19,25 +21,43 @@ def engines_command(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is not None:
         return
     table = Table(title="bakeoff engines")
-    for col in ("engine", "status", "speculative methods", "token counts", "acceptance from", "from"):
+    for col in ("engine", "status", "speculative methods", "token counts", "acceptance from", "installed", "from"):
         table.add_column(col, overflow="fold")
     for info in list_engines():
         if info.adapter is None:
-            table.add_row(info.name, f"[red]unavailable[/red]: {info.error}", "", "", "", info.distribution or "")
+            table.add_row(info.name, f"[red]unavailable[/red]: {info.error}", "", "", "", "", info.distribution or "")
             continue
         caps = info.adapter.capabilities
         table.add_row(info.name, "[green]available[/green]", ", ".join(caps.speculative_methods),
                       caps.token_counts, caps.acceptance_source,
-                      info.distribution or "")
+                      _installed(info.adapter), info.distribution or "")
     console.print(table)
 
 
+def _installed(adapter_class: type) -> str:
+    """Which binary the engine would run (llama.cpp: its backend and where it was found), or ''."""
+    try:
+        return adapter_class().installed() or ""
+    except Exception as exc:  # noqa: BLE001 - a plugin's probe must not break the listing
+        return f"could not tell: {exc}"
+
+
 @app.command("install")
-def install_command(name: str = typer.Argument(help="Engine to install, e.g. llamacpp")) -> None:
+def install_command(
+    name: str = typer.Argument(help="Engine to install, e.g. llamacpp"),
+    backend: str | None = typer.Option(None, "--backend", help="llamacpp: cpu, cuda or auto (default: cuda where "
+                                       "nvcc and a GPU are present, else cpu)"),
+) -> None:
     """Build or install an engine into bakeoff's cache (outside the repository)."""
     try:
         adapter = load_engine(name)
-        where = adapter.install(lambda msg: console.print(f"[dim]{msg}[/dim]"))
+        log = lambda msg: console.print(f"[dim]{msg}[/dim]", highlight=False)  # noqa: E731
+        if backend is not None:
+            if "backend" not in inspect.signature(adapter.install).parameters:
+                raise ConfigError(f"--backend: {name} has no build backends to choose from")
+            where = adapter.install(log, backend=backend)  # type: ignore[call-arg]
+        else:
+            where = adapter.install(log)
     except BakeoffError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc

@@ -12,7 +12,7 @@ import html
 import json
 
 from .model import RunSummary
-from .tables import audit_table, community_table, footnotes
+from .tables import audit_table, community_table, footnotes, gpu_table, roofline_note, roofline_table
 
 __all__ = ["render_html"]
 
@@ -37,7 +37,7 @@ _SCRIPT = ("window.addEventListener('load',function(){var n=0;for(var i of docum
 
 
 def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
-    text_cols = {i for i, h in enumerate(header) if h in ("vs baseline", "Acceptance")}
+    text_cols = {i for i, h in enumerate(header) if h in ("vs baseline", "Acceptance", "tok/J vs baseline")}
     out = [f'<div class="scroll"><table id="{table_id}"><thead><tr>'
            + "".join(f'<th class="text">{html.escape(h)}</th>' if i in text_cols else f"<th>{html.escape(h)}</th>"
                      for i, h in enumerate(header)) + "</tr></thead><tbody>"]
@@ -48,7 +48,7 @@ def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
             if i in text_cols:
                 cls.append("text")
             for v in ("faster", "slower", "not separable"):
-                if header[i] == "vs baseline" and c.endswith(v):
+                if header[i] in ("vs baseline", "tok/J vs baseline") and c.endswith(v):
                     cls.append(v.replace(" ", "-"))
             attr = f' class="{" ".join(cls)}"' if cls else ""
             cells.append(f"<td{attr}>{html.escape(c)}</td>")
@@ -72,6 +72,11 @@ def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
     parts += [f'<div class="warn">⚠ {esc(w)}</div>' for w in s.warnings]
     parts += [f'<div class="fail">arm {esc(f.arm)} failed in pass {f.pass_index + 1}: {esc(f.error)}</div>'
               for f in s.failures]
+    if (roof := roofline_table(s)) is not None:
+        parts += ["<h2>Roofline</h2>", _table(*roof, "roofline"), f'<ul class="notes"><li>{esc(roofline_note(s) or "")}'
+                  "</li></ul>"]
+    if (gpu := gpu_table(s)) is not None:
+        parts += ["<h2>GPU telemetry</h2>", _table(*gpu, "gpu")]
     parts.append("<h2>Plots</h2>")
     for name, formats in plots.items():
         data = base64.b64encode(formats["svg"]).decode("ascii")

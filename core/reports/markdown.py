@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .model import RunSummary
-from .tables import audit_table, community_table, footnotes
+from .tables import audit_table, community_table, footnotes, gpu_table, roofline_note, roofline_table
 
 __all__ = ["render_markdown", "markdown_table"]
 
@@ -13,7 +13,8 @@ def _cell(text: str) -> str:
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    align = ["---" if i == 0 or h in ("vs baseline", "Acceptance") else "---:" for i, h in enumerate(header)]
+    align = ["---" if i == 0 or h in ("vs baseline", "Acceptance", "tok/J vs baseline") else "---:"
+             for i, h in enumerate(header)]
     lines = ["| " + " | ".join(_cell(h) for h in header) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -22,6 +23,11 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
     parts = [f"## {s.name}", "", markdown_table(*community_table(s)), ""]
     parts += [f"- {note}" for note in footnotes(s)]
+    if (roof := roofline_table(s)) is not None:
+        parts += ["", "**Roofline** (how close each arm decodes to the memory-bandwidth limit)", "",
+                  markdown_table(*roof), "", f"- {roofline_note(s)}"]
+    if (gpu := gpu_table(s)) is not None:
+        parts += ["", "**GPU telemetry** (NVML, per request; energy includes prefill)", "", markdown_table(*gpu)]
     if s.warnings:
         parts += ["", "**Warnings**", ""] + [f"- {w}" for w in s.warnings]
     if s.failures:

@@ -13,8 +13,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..sample import Sample
-from ..stats import LEVEL, METHOD, N_BOOT, ArmStats, Comparison, compare_to_baseline, describe_arms, stateful_warning
 from ..redact import redact_text, redact_url
+from ..roofline import ModelBytes, roofline_for
+from ..stats import (LEVEL, METHOD, N_BOOT, ArmStats, Comparison, compare_energy, compare_to_baseline, describe_arms,
+                     median_or_none, stateful_warning)
 from ..store import RunDir
 
 __all__ = ["REPORT_SCHEMA_VERSION", "FOREIGN_LOAD_FLAG", "Bootstrap", "ArmFailure", "RunSummary", "summarize_run",
@@ -56,6 +58,12 @@ class RunSummary(BaseModel):
     host: dict[str, Any] = Field(default_factory=dict)
     arms: list[ArmStats] = Field(default_factory=list)
     comparisons: list[Comparison] = Field(default_factory=list)
+    energy_comparisons: list[Comparison] = Field(default_factory=list, description="Tokens per joule vs the "
+                                                 "baseline, paired like the decode ratio (GPU runs only).")
+    gpus: list[dict[str, Any]] = Field(default_factory=list, description="The GPUs of the run (run.json).")
+    bandwidth: dict[str, Any] = Field(default_factory=dict, description="Measured and theoretical memory bandwidth.")
+    mismatches: dict[str, list[str]] = Field(default_factory=dict, description="Per arm: what the engine runs with "
+                                             "that differs from what was asked (GPU offload, ctx, slots, ...).")
     warnings: list[str] = Field(default_factory=list)
     failures: list[ArmFailure] = Field(default_factory=list)
     dropped_foreign_load: int | None = Field(None, description="Samples left out because they were taken under "
@@ -125,6 +133,9 @@ def _warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
     if summary.dropped_foreign_load:
         out.append(f"{summary.dropped_foreign_load} sample(s) taken under foreign CPU load were left out "
                    f"(--drop-foreign-load)")
+    for arm, problems in summary.mismatches.items():
+        out += [f"{arm}: MISMATCH: {p}" for p in problems]
+    out += _gpu_warnings(meta, summary)
     for a in summary.arms:
         if a.no_rate:
             reasons = ", ".join(f"{why} ×{n}" for why, n in sorted(a.no_rate.items()))
@@ -136,6 +147,41 @@ def _warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
         if a.flagged:
             out.append(f"{a.arm}: {a.flagged} sample(s) flagged (see samples.jsonl flags, e.g. foreign-load)")
     return out
+
+
+def _gpu_warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
+    """Throttling during requests, and GPU limits (power, clocks) that differ between compared arms."""
+    out = []
+    for a in summary.arms:
+        if a.gpu and a.gpu.throttled:
+            out.append(f"{a.arm}: {a.gpu.throttled} request(s) ran while the GPU slowed down "
+                       f"({', '.join(a.gpu.throttle_reasons)}): power or thermal limits, not the engine")
+    states = {arm: r.get("gpu_state") for arm, recs in meta.get("arm_records", {}).items() for r in recs
+              if r.get("gpu_state")}
+    if len({repr(v) for v in states.values()}) > 1:
+        detail = "; ".join(f"{arm}: {state}" for arm, state in states.items())
+        out.append(f"GPU power limit or clock limits differ between arms, so speed differences may be the card's "
+                   f"settings: {detail}")
+    return out
+
+
+def _rooflines(meta: dict[str, Any], samples: list[Sample], summary: RunSummary) -> None:
+    """Each arm's roofline from run.json's model bytes and bandwidth, at the arm's median prompt depth."""
+    models = meta.get("roofline_models", {})
+    bandwidth = meta.get("bandwidth", {})
+    for a in summary.arms:
+        model = models.get(a.arm)
+        if not model or not bandwidth.get(model.get("device")):
+            continue
+        ok = [s for s in samples if s.arm == a.arm and s.status == "ok"]
+        prompt = median_or_none([float(s.prompt_tokens) for s in ok if s.prompt_tokens is not None])
+        output = median_or_none([float(s.completion_tokens) for s in ok if s.completion_tokens is not None])
+        depth = (prompt or 0.0) + (output or 0.0) / 2
+        drafts = sum(s.drafts or 0 for s in ok)
+        per_pass = 1 + sum(s.accepted or 0 for s in ok) / drafts if drafts else None
+        facts = ModelBytes.model_validate({k: model[k] for k in ("weights", "kv_per_position", "file_bytes", "notes")})
+        a.roofline = roofline_for(facts, bandwidth[model["device"]], a.median.estimate if a.median else None, depth,
+                                  per_pass)
 
 
 def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int | None = None,
@@ -166,12 +212,25 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     for a in config.get("arms", []):
         recs = records.get(a["name"], [])
         version = next((r.get("version") for r in reversed(recs) if r.get("version")), None)
+        binary = next((r.get("effective", {}).get("binary") for r in reversed(recs)
+                       if (r.get("effective") or {}).get("binary")), None)
         engines[a["name"]] = {"engine": a.get("engine"), "version": version, "model": a.get("model") or (redact_url(a["url"]) if a.get("url") else None),
+                              **({"binary": binary} if binary else {}),
                               "speculative": {k: v for k, v in (a.get("speculative") or {}).items() if v is not None}}
     failures = [ArmFailure(arm=a, pass_index=int(r.get("pass", 0)), error=redact_text(str(r.get("error"))))
                 for a, recs in records.items() for r in recs if r.get("status") == "failed"]
     orders = meta.get("orders", [])
+    for a in arms:
+        if a.gpu is not None:
+            a.gpu.idle_power_w = median_or_none([r["gpu_idle_power_w"] for r in records.get(a.arm, [])
+                                                 if r.get("gpu_idle_power_w") is not None])
+    mismatches = {arm: list(dict.fromkeys(redact_text(m) for r in recs for m in r.get("mismatches", [])))
+                  for arm, recs in records.items()}
     summary = RunSummary(
+        gpus=meta.get("gpus", []), bandwidth=meta.get("bandwidth", {}),
+        mismatches={arm: m for arm, m in mismatches.items() if m},
+        energy_comparisons=compare_energy(samples, baseline, arm_order, n_boot=n_boot, level=level, seed=seed)
+        if baseline else [],
         tool=meta.get("tool", {}), run_id=data.run_id, name=config.get("name", path.name), baseline=baseline,
         prompts=prompts, modes=list(workload.get("modes", [])) or sorted({s.mode for s in samples}),
         max_tokens=workload.get("max_tokens"), reps=workload.get("reps"),
@@ -180,5 +239,6 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         arms=arms, comparisons=comparisons, failures=failures)
     if drop_foreign_load:
         summary.dropped_foreign_load = len(data.samples) - len(samples)
+    _rooflines(meta, samples, summary)
     summary.warnings = data.warnings + _warnings(meta, summary)
     return summary

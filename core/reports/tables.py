@@ -11,7 +11,8 @@ from ..stats import ArmStats, Comparison, Interval
 from ..textfmt import DASH, fmt
 from .model import RunSummary
 
-__all__ = ["fmt", "fmt_interval", "fmt_ratio", "fmt_acceptance", "community_table", "audit_table", "footnotes"]
+__all__ = ["fmt", "fmt_interval", "fmt_ratio", "fmt_acceptance", "community_table", "audit_table", "footnotes",
+           "gpu_table", "roofline_table", "hardware_lines"]
 
 
 
@@ -69,7 +70,92 @@ def footnotes(s: RunSummary) -> list[str]:
              f"{s.passes} pass(es) × {s.reps} rep(s) × {len(s.prompts)} prompt(s) × {len(s.modes)} mode(s) "
              f"({', '.join(s.modes)}), {s.max_tokens} output tokens; bootstrap {s.bootstrap.n_boot} resamples, "
              f"seed {s.bootstrap.seed}, passes then requests."]
-    engines = sorted({f"{e.get('engine')} {e.get('version') or ''}".strip() for e in s.engines.values()})
+    engines = sorted({f"{e.get('engine')} {e.get('version') or ''}".strip() + _binary_note(e.get("binary"))
+                      for e in s.engines.values()})
     if engines:
         notes.append("engines: " + ", ".join(engines))
-    return notes
+    return notes + hardware_lines(s)
+
+
+def _binary_note(binary: dict[str, object] | None) -> str:
+    """`` (cuda sm_90 build, found in cache)`` for a llama-server whose build bakeoff knows."""
+    if not binary:
+        return ""
+    arch = f" sm_{binary['cuda_architectures']}" if binary.get("cuda_architectures") else ""
+    return f" ({binary.get('backend', 'unknown')}{arch} build, found in {binary.get('found_in', '?')})"
+
+
+def hardware_lines(s: RunSummary) -> list[str]:
+    """The GPUs and the bandwidth figures the roofline used (nothing on a run without them)."""
+    out = []
+    for g in s.gpus:
+        limit = f", power limit {g['power_limit_w']:.0f} W" if g.get("power_limit_w") else ""
+        clocks = (f", max clocks SM {g['sm_clock_max_mhz']} / memory {g['mem_clock_max_mhz']} MHz"
+                  if g.get("sm_clock_max_mhz") else "")
+        out.append(f"GPU {g.get('index')}: {g.get('name')}, driver {g.get('driver')}, CUDA {g.get('cuda')}{limit}"
+                   f"{clocks}, PCIe gen {g.get('pcie_gen')} x{g.get('pcie_width')}")
+    for device, bw in sorted(s.bandwidth.items()):
+        parts = []
+        if bw.get("gbs"):
+            parts.append(f"{bw['gbs']:.0f} GB/s {bw.get('source', '')}".strip())
+        if bw.get("theoretical_gbs"):
+            parts.append(f"{bw['theoretical_gbs']:.0f} GB/s NVML theoretical (bus width × max memory clock × 2)")
+        if parts:
+            out.append(f"{device} memory bandwidth: " + "; ".join(parts))
+    return out
+
+
+def gpu_table(s: RunSummary) -> tuple[list[str], list[list[str]]] | None:
+    """Tokens per joule with intervals and the paired ratio, power, clocks, temperature, VRAM; None without a GPU."""
+    if not any(a.gpu for a in s.arms):
+        return None
+    header = ["arm", "tok/J", "tok/J vs baseline", "power mean W", "power max W", "idle W", "SM MHz", "mem MHz",
+              "temp max °C", "VRAM peak MiB", "throttled"]
+    rows = []
+    for a in s.arms:
+        g = a.gpu
+        if g is None:
+            rows.append([a.arm] + [DASH] * (len(header) - 1))
+            continue
+        energy = next((c for c in s.energy_comparisons if c.arm == a.arm), None)
+        vs = "baseline" if a.arm == s.baseline else fmt_ratio(energy)
+        rows.append([a.arm, fmt_interval(g.tokens_per_joule, 2), vs, fmt(g.power_mean_w, 0), fmt(g.power_max_w, 0),
+                     fmt(g.idle_power_w, 0), fmt(g.sm_clock_mhz, 0), fmt(g.mem_clock_mhz, 0), fmt(g.temp_max_c, 0),
+                     fmt(g.vram_peak_mib, 0), f"{g.throttled} ({', '.join(g.throttle_reasons)})" if g.throttled
+                     else "0"])
+    return header, rows
+
+
+def _pct(x: float | None) -> str:
+    return f"{x:.1%}" if x is not None else DASH
+
+
+def roofline_table(s: RunSummary) -> tuple[list[str], list[list[str]]] | None:
+    """Floor tok/s and efficiency per arm against memory bandwidth; None when no arm has a roofline."""
+    if not any(a.roofline for a in s.arms):
+        return None
+    header = ["arm", "GB read/token", "bandwidth GB/s", "floor tok/s", "decode tok/s", "efficiency",
+              "efficiency vs theoretical", "tokens/weight pass"]
+    rows = []
+    for a in s.arms:
+        r = a.roofline
+        if r is None:
+            rows.append([a.arm] + [DASH] * (len(header) - 1))
+            continue
+        rows.append([a.arm, f"{r.bytes_per_token / 1e9:.3f}", f"{r.bandwidth_gbs:.0f}", fmt(r.floor_tps),
+                     fmt(a.median.estimate if a.median else None), _pct(r.efficiency), _pct(r.theoretical_efficiency),
+                     fmt(r.tokens_per_weight_pass, 2)])
+    return header, rows
+
+
+def roofline_note(s: RunSummary) -> str | None:
+    source = next((a.roofline.bandwidth_source for a in s.arms if a.roofline), None)
+    if source is None:
+        return None
+    return (f"roofline: floor tok/s = bandwidth ({source}) ÷ bytes one decoded token reads (GGUF weights, one "
+            "embedding row, active experts only, no MTP block; KV cache at the median prompt depth + half the "
+            "output); efficiency = median decode ÷ floor. Speculative arms can pass 100 %: they verify "
+            "'tokens/weight pass' tokens per read of the weights.")
+
+
+__all__ += ["roofline_note"]

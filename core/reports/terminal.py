@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .model import RunSummary
-from .tables import audit_table, community_table, footnotes
+from .tables import audit_table, community_table, footnotes, gpu_table, roofline_note, roofline_table
 
 __all__ = ["print_summary"]
 
@@ -32,6 +32,18 @@ def print_summary(s: RunSummary, out: Console) -> None:
     for row in rows:
         audit.add_row(*row)
     out.print(audit)
+    for title, table_rows in (("roofline: decode vs the memory-bandwidth floor", roofline_table(s)),
+                              ("GPU telemetry (medians over requests; energy includes prefill)", gpu_table(s))):
+        if table_rows is None:
+            continue
+        extra = Table(title=title)
+        for col in table_rows[0]:
+            extra.add_column(col, justify="left" if col in ("arm", "tok/J vs baseline") else "right")
+        for row in table_rows[1]:
+            extra.add_row(*row)
+        out.print(extra)
+    if (note := roofline_note(s)) is not None:
+        out.print(f"[dim]{note}[/dim]", highlight=False)
     for msg in s.warnings:
         out.print(f"[bold yellow]WARNING[/bold yellow] {msg}", highlight=False)
     for f in s.failures:

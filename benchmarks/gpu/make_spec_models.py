@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Synthesize the speculation-table models with bakeoff's own synthesizer and write the two bakeoff files.
+
+3B-shaped (Llama-3.2-3B: hidden 3072, 28 layers, 24 heads, 8 KV heads, FFN 8192; SmolLM2's vocabulary of
+49152, F16 throughout, weights N(0, 0.01²)):
+
+- ``mtp-agree``: glm4moe trunk + one MTP block whose drafts are always accepted;
+- ``mtp-agree-a0.70``: the same with a head that misses, so acceptance is 0.70 at n-max 1;
+- ``target-agree`` + ``dflash-agree`` (block 16): a llama target and a DFlash draft that always agree.
+
+It writes ``mtp.yaml``, ``dflash.yaml`` and ``split.yaml`` (the target on one GPU vs split over two in each
+llama.cpp split mode: for a machine with two GPUs).
+
+Random matrices are drawn on the GPU with torch where it is there (about 20 s a model), else numpy.
+``--small`` makes tiny models of the same kinds, so the whole pipeline can be tried on a CPU.
+
+usage: make_spec_models.py --tokenizer smollm2_tokenizer.json.gz --out DIR [--small] [--gpu-layers 99]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from bakeoff.engines.llamacpp_synth import Dims, SynthSpec, synthesize, tokenizer_from_dump
+
+SHAPE_3B = Dims(hidden=3072, layers=28, heads=24, kv_heads=8, ffn=8192, ctx=4096, draft_layers=2, block_size=16,
+                vocab_dtype="f16", scale=0.01)
+SHAPE_SMALL = Dims(hidden=256, layers=4, heads=4, kv_heads=2, ffn=512, ctx=4096, draft_layers=2, block_size=16,
+                   vocab_dtype="f16", scale=0.01)
+
+
+def _rng() -> str:
+    try:
+        import torch
+
+        return "torch" if torch.cuda.is_available() else "numpy"
+    except ImportError:
+        return "numpy"
+
+
+def _arm(name: str, model: Path, settings: dict[str, object], spec: dict[str, object] | None = None,
+         sweep: dict[str, list[object]] | None = None) -> dict[str, object]:
+    arm: dict[str, object] = {"name": name, "engine": "llamacpp", "model": str(model), "settings": settings}
+    if spec:
+        arm["speculative"] = spec
+    if sweep:
+        arm["sweep"] = sweep
+    return arm
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokenizer", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path, help="directory for the bakeoff files")
+    ap.add_argument("--small", action="store_true", help="tiny models (a CPU try of the pipeline)")
+    ap.add_argument("--gpu-layers", default="99")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    a = ap.parse_args()
+
+    dims = replace(SHAPE_SMALL if a.small else SHAPE_3B, rng=_rng())  # type: ignore[arg-type]
+    tok = tokenizer_from_dump(a.tokenizer)
+    paths = {}
+    for label, spec in (("mtp", SynthSpec("mtp", agree=True, dims=dims)),
+                        ("mtp70", SynthSpec("mtp", agree=True, acceptance=0.7, dims=dims)),
+                        ("target", SynthSpec("target", agree=True, dims=dims)),
+                        ("dflash", SynthSpec("dflash", agree=True, seed=1, dims=dims))):
+        t0 = time.monotonic()
+        paths[label] = synthesize(spec, tok)
+        print(f"{label}: {paths[label]} ({paths[label].stat().st_size / 1e9:.2f} GB, rng {dims.rng}, "
+              f"{time.monotonic() - t0:.1f} s)", flush=True)
+
+    gpu_layers: object = int(a.gpu_layers) if a.gpu_layers.isdigit() else a.gpu_layers
+    settings = {"ctx": 4096, "parallel": 1, "gpu_layers": gpu_layers, "flash_attn": "on"}
+    workload = {"prompts": ["code_python", "prose", "code_bash"], "max_tokens": a.max_tokens, "reps": a.reps,
+                "passes": a.passes, "warmup": 1, "modes": ["greedy"], "gpu_sample_interval_s": 0.1}
+    files = {
+        "mtp": {"name": "h200-mtp", "baseline": "mtp-off", "workload": workload, "arms": [
+            _arm("mtp-off", paths["mtp"], settings),
+            _arm("mtp", paths["mtp"], settings, {"method": "mtp"}, {"speculative.n_max": [1, 2, 3, 4]}),
+            _arm("mtp70", paths["mtp70"], settings, {"method": "mtp"}, {"speculative.n_max": [1, 2, 3]}),
+        ]},
+        "dflash": {"name": "h200-dflash", "baseline": "target-off", "workload": workload, "arms": [
+            _arm("target-off", paths["target"], settings),
+            _arm("dflash", paths["target"], settings, {"method": "dflash", "draft_model": str(paths["dflash"])},
+                 {"speculative.n_max": [3, 7, 15]}),
+        ]},
+        # two GPUs (nvidia-h200-x2): the same target split over both, each llama.cpp split mode of this build
+        "split": {"name": "h200x2-split", "baseline": "one-gpu", "workload": workload, "arms": [
+            _arm("one-gpu", paths["target"], {**settings, "gpus": [0]}),
+            _arm("two", paths["target"], {**settings, "gpus": [0, 1]}, None,
+                 {"settings.split": ["layer", "row", "tensor"]}),
+        ]},
+    }
+    a.out.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (a.out / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        print(f"wrote {a.out / f'{name}.yaml'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

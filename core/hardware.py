@@ -1,0 +1,114 @@
+"""The hardware facts a run records once, before its first arm: GPUs, memory bandwidth, model bytes.
+
+run.json gets ``gpus`` (every GPU the arms use, from NVML; empty without one), ``bandwidth`` (``gpu``:
+a measured device copy and NVML's theoretical figure; ``host``: a numpy copy) and ``roofline_models``
+(per arm: the GGUF bytes one decoded token reads, and whether the arm decodes on the GPU or the host).
+Reports turn these into each arm's floor tok/s and efficiency (core/roofline.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .config import Arm
+from .roofline import gpu_copy_bandwidth_gbs, host_copy_bandwidth_gbs, model_bytes
+from .telemetry import GpuMonitor, GpuSample, open_monitor
+
+__all__ = ["hardware_record", "arm_device", "arm_gpus", "engine_pids", "attach_gpu_sample", "offload_mismatch",
+           "visible_devices_env"]
+
+
+def arm_gpus(arm: Arm) -> list[int] | None:
+    return list(arm.settings.gpus) if arm.settings.gpus else None
+
+
+def arm_device(arm: Arm, have_gpu: bool) -> str:
+    """'gpu' when the arm decodes on a GPU (one is present and gpu_layers is not 0), else 'host'."""
+    return "gpu" if have_gpu and arm.settings.gpu_layers != 0 else "host"
+
+
+def _gguf(arm: Arm) -> Path | None:
+    from .models import resolve_model
+
+    if arm.attached or not arm.model:
+        return None
+    try:
+        path = resolve_model(arm.model)
+    except Exception:  # noqa: BLE001 - preflight reports bad models; the roofline is only skipped
+        return None
+    return path if path.is_file() and path.suffix == ".gguf" else None
+
+
+def hardware_record(arms: list[Arm]) -> dict[str, Any]:
+    """GPUs, bandwidth and per-arm model bytes for run.json (a few seconds at most; nothing changed)."""
+    indices = sorted({i for a in arms for i in (arm_gpus(a) or [])}) or None
+    monitor = open_monitor(indices)
+    out: dict[str, Any] = {"gpus": monitor.inventory() if monitor else []}
+    models: dict[str, Any] = {}
+    for arm in arms:
+        path = _gguf(arm)
+        if path is None:
+            continue
+        try:
+            facts = model_bytes(path, arm.settings.kv_type)
+        except ValueError:
+            continue
+        models[arm.name] = {"path": str(path), "device": arm_device(arm, monitor is not None),
+                            **facts.model_dump()}
+    out["roofline_models"] = models
+    bandwidth: dict[str, Any] = {}
+    devices = {m["device"] for m in models.values()}
+    if "host" in devices:
+        bandwidth["host"] = {"gbs": host_copy_bandwidth_gbs(), "source": "measured copy (numpy, host memory)"}
+    if "gpu" in devices and monitor is not None:
+        gpu: dict[str, Any] = {"theoretical_gbs": monitor.bandwidth_gbs()}
+        measured = gpu_copy_bandwidth_gbs(monitor.indices[0])
+        if measured:
+            gpu.update(gbs=measured[0], source=f"measured device copy ({measured[1]}, read + write)")
+        bandwidth["gpu"] = gpu
+    out["bandwidth"] = bandwidth
+    return out
+
+
+def engine_pids(pgid: int) -> set[int]:
+    """Processes of the engine's process group (Linux /proc)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rfind(")") + 2:].split()[2]) == pgid:
+                pids.add(int(entry.name))
+    return pids
+
+
+def offload_mismatch(monitor: GpuMonitor, arm: Arm, pgid: int, weights: int | None) -> tuple[float | None, str | None]:
+    """GPU memory the engine's processes hold, and a mismatch when GPU layers were asked but it holds
+    far less than the model's weights (None when NVML cannot see the engine's processes)."""
+    held = monitor.process_memory_mib(engine_pids(pgid))
+    if held is None or arm.settings.gpu_layers in (None, 0) or not weights:
+        return held, None
+    if held < 0.5 * weights / 2**20:
+        return held, (f"settings.gpu_layers {arm.settings.gpu_layers} asked, but the engine holds only {held:.0f} MiB "
+                      f"on the GPU for {weights / 2**20:.0f} MiB of weights")
+    return held, None
+
+
+def attach_gpu_sample(sample: Any, gpu: GpuSample) -> None:
+    """Put one request's telemetry on its sample: tokens per joule, and a flag for power/thermal slowdown."""
+    if gpu.energy_j and sample.completion_tokens:
+        gpu.tokens_per_joule = sample.completion_tokens / gpu.energy_j
+    sample.gpu = gpu
+    if gpu.slowdowns:
+        sample.flags.append(f"gpu-throttle: {', '.join(gpu.slowdowns)}")
+
+
+def visible_devices_env(arm: Arm) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES for ``settings.gpus``, in NVML's (PCI bus) numbering."""
+    gpus = arm_gpus(arm)
+    if not gpus:
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpus), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}

@@ -1,0 +1,139 @@
+"""GPU telemetry against a fake NVML module: energy, power, clocks, throttling, inventory, absence."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from typing import Any
+
+import pytest
+
+from bakeoff.core import telemetry
+from bakeoff.core.telemetry import GpuMonitor, open_monitor
+
+
+class NVMLError(Exception):
+    pass
+
+
+def fake_nvml(energy_counter: bool = True, gpus: int = 1) -> Any:
+    """A module with NVML's call names; each reading advances a little script of values."""
+    m: Any = types.SimpleNamespace()
+    state = {"energy_mj": 1_000_000.0, "power_mw": [300_000, 500_000, 700_000], "i": 0, "reasons": 0x0}
+    m.state = state
+    m.NVML_CLOCK_SM, m.NVML_CLOCK_MEM, m.NVML_TEMPERATURE_GPU, m.NVML_P2P_CAPS_INDEX_READ = 1, 2, 0, 0
+    m.nvmlDeviceGetCount = lambda: gpus
+    m.nvmlDeviceGetHandleByIndex = lambda i: f"h{i}"
+
+    def energy(h: str) -> float:
+        if not energy_counter:
+            raise NVMLError("Not Supported")
+        state["energy_mj"] += 50_000  # 50 J per read
+        return state["energy_mj"]
+
+    def power(h: str) -> int:
+        state["i"] += 1
+        return state["power_mw"][min(state["i"], len(state["power_mw"])) - 1]
+
+    m.nvmlDeviceGetTotalEnergyConsumption = energy
+    m.nvmlDeviceGetPowerUsage = power
+    m.nvmlDeviceGetClockInfo = lambda h, kind: 1980 if kind == 1 else 3201
+    m.nvmlDeviceGetMaxClockInfo = lambda h, kind: 1980 if kind == 1 else 3201
+    m.nvmlDeviceGetTemperature = lambda h, kind: 40 + state["i"]
+    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=143771 * 2**20, used=(1000 + state["i"]) * 2**20)
+    m.nvmlDeviceGetCurrentClocksEventReasons = lambda h: state["reasons"]
+    m.nvmlSystemGetDriverVersion = lambda: b"580.159.04"
+    m.nvmlSystemGetCudaDriverVersion = lambda: 13000
+    m.nvmlDeviceGetName = lambda h: "NVIDIA H200"
+    m.nvmlDeviceGetUUID = lambda h: f"GPU-{h}"
+    m.nvmlDeviceGetCudaComputeCapability = lambda h: (9, 0)
+    m.nvmlDeviceGetMemoryBusWidth = lambda h: 6016
+    m.nvmlDeviceGetEnforcedPowerLimit = lambda h: 700_000
+    m.nvmlDeviceGetPowerManagementDefaultLimit = lambda h: 700_000
+    m.nvmlDeviceGetPowerManagementLimitConstraints = lambda h: (200_000, 700_000)
+    m.nvmlDeviceGetApplicationsClock = lambda h, kind: (_ for _ in ()).throw(NVMLError("Not Supported"))
+    m.nvmlDeviceGetPersistenceMode = lambda h: 1
+    m.nvmlDeviceGetCurrPcieLinkGeneration = lambda h: 5
+    m.nvmlDeviceGetMaxPcieLinkGeneration = lambda h: 5
+    m.nvmlDeviceGetCurrPcieLinkWidth = lambda h: 16
+    m.nvmlDeviceGetTopologyCommonAncestor = lambda a, b: 10
+    m.nvmlDeviceGetP2PStatus = lambda a, b, idx: 0
+    m.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=4242, usedGpuMemory=6 * 2**30)]
+    return m
+
+
+def test_energy_from_the_counter_and_power_clock_temperature_summary() -> None:
+    nvml = fake_nvml()
+    mon = open_monitor(nvml=nvml, interval_s=0.005)
+    assert mon is not None
+    mon.start()
+    nvml.state["reasons"] = 0x4  # the card hit its power cap while the request ran
+    while nvml.state["i"] < 4:  # let the sampler thread take a few readings
+        time.sleep(0.005)
+    sample = mon.stop()
+    assert sample.energy_source == "counter"
+    assert sample.energy_j == pytest.approx(50.0)  # one counter read at start, one at stop: +50 J
+    assert sample.readings >= 4
+    assert sample.power_max_w == 700.0 and 300.0 <= (sample.power_mean_w or 0) <= 700.0
+    assert sample.sm_clock_mhz == 1980 and sample.mem_clock_mhz == 3201
+    assert sample.temp_max_c == 40 + nvml.state["i"]
+    assert sample.vram_used_mib == 1000 + nvml.state["i"]
+    assert sample.throttle == ["sw-power-cap"] and sample.slowdowns == ["sw-power-cap"]
+
+
+def test_integrated_power_when_the_card_has_no_energy_counter() -> None:
+    nvml = fake_nvml(energy_counter=False)
+    ticks = iter(range(1000))
+    mon = GpuMonitor(nvml, [0], interval_s=10.0, clock=lambda: float(next(ticks)))  # one reading per tick second
+    mon.start()
+    sample = mon.stop()
+    assert sample.energy_source == "integrated power"
+    # readings at t=1 (300 W) and t=2 (500 W): trapezoid = 400 J
+    assert sample.energy_j == pytest.approx(400.0)
+
+
+def test_idle_and_gpu_idle_reason_is_not_a_slowdown() -> None:
+    nvml = fake_nvml()
+    nvml.state["reasons"] = 0x1
+    mon = open_monitor(nvml=nvml, interval_s=0.001)
+    assert mon is not None
+    mon.start()
+    sample = mon.stop()
+    assert sample.throttle == ["gpu-idle"] and sample.slowdowns == []
+
+
+def test_inventory_settings_and_theoretical_bandwidth() -> None:
+    mon = open_monitor(nvml=fake_nvml(gpus=2))
+    assert mon is not None and mon.indices == [0, 1]
+    inv = mon.inventory()
+    g = inv[0]
+    assert (g["name"], g["uuid"], g["driver"], g["cuda"], g["compute_capability"]) == (
+        "NVIDIA H200", "GPU-h0", "580.159.04", "13.0", "9.0")
+    assert g["power_limit_w"] == 700.0 and g["power_limit_range_w"] == [200.0, 700.0]
+    assert g["sm_clock_app_mhz"] is None  # not supported: recorded as unknown, never an error
+    assert (g["pcie_gen"], g["pcie_width"], g["persistence_mode"]) == (5, 16, 1)
+    assert g["peers"] == {"1": {"topology_level": 10, "p2p_read_ok": True}}
+    assert mon.settings_state()["0"]["power_limit_w"] == 700.0
+    assert mon.bandwidth_gbs() == pytest.approx(4814.3, abs=0.1)  # 6016 bits / 8 × 3201 MHz × 2
+    assert mon.process_memory_mib({4242}) == pytest.approx(2 * 6 * 1024)  # two GPUs, 6 GiB each
+    assert mon.process_memory_mib({1}) == 0.0
+
+
+def test_settings_gpus_select_what_is_watched() -> None:
+    assert open_monitor([1], nvml=fake_nvml(gpus=2)).indices == [1]  # type: ignore[union-attr]
+    assert open_monitor([5], nvml=fake_nvml(gpus=2)) is None
+
+
+def test_absent_nvml_or_driver_is_silently_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
+    assert open_monitor() is None
+    broken = types.ModuleType("pynvml")
+
+    def no_driver() -> None:
+        raise NVMLError("Driver Not Loaded")
+
+    broken.nvmlInit = no_driver  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", broken)
+    assert open_monitor() is None
+    assert telemetry._load_nvml() is None
