@@ -143,7 +143,7 @@ class LiveRun:
         check_live_config(self.config)
         directory = self.run.path / "live"
         directory.mkdir(exist_ok=True)
-        self.guard = Guard(directory)
+        guard = Guard(directory)
         if live is not None:
             commands = service_commands(live)
             problem = health_problem(live.health, live.model)
@@ -158,7 +158,8 @@ class LiveRun:
                                       "was stopped (set live.if_unhealthy: proceed to run anyway)")
                 self.say(f"live service {live.name!r} is unhealthy before the run ({problem}); proceeding as told")
             _record_config(live, commands, directory)
-        self.guard.start(deadline_s(self.config), self.run.path)
+        guard.start(deadline_s(self.config), self.run.path)
+        self.guard = guard  # from here on, close() releases (or leaves armed) the watchdog
         if live is not None and _stops_live(self.config):
             self._stop(live)
         return self

@@ -23,6 +23,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _words(v: object) -> object:
+    """YAML reads ``[nvidia-smi, -pl, 400]`` with a number in it; an argv holds strings."""
+    if isinstance(v, list):
+        return [str(x) if isinstance(x, int | float) and not isinstance(x, bool) else x for x in v]
+    return v
+
+
 def _argv(v: list[str] | None) -> list[str] | None:
     if v is not None and (not v or not v[0]):
         raise ValueError("give a command as a non-empty list of arguments, e.g. [systemctl, stop, llama]")
@@ -57,6 +64,8 @@ class LiveService(_Strict):
                                                                              "before the run: refuse to start, "
                                                                              "or proceed anyway.")
 
+    _numbers_as_words = field_validator("stop", "start", "record", mode="before")(_words)
+
     @field_validator("stop", "start", "record")
     @classmethod
     def _argv_ok(cls, v: list[str] | None) -> list[str] | None:
@@ -89,6 +98,8 @@ class Knob(_Strict):
     apply: list[str] = Field(description="argv that applies the setting, e.g. [nvidia-smi, -lgc, '1800'].")
     revert: list[str] = Field(description="argv that restores the default, e.g. [nvidia-smi, -rgc].")
 
+    _numbers_as_words = field_validator("apply", "revert", mode="before")(_words)
+
     @field_validator("apply", "revert")
     @classmethod
     def _argv_ok(cls, v: list[str]) -> list[str]:
@@ -106,6 +117,8 @@ class Knob(_Strict):
 
 class KernelLogCheck(_Strict):
     """A kernel-log check during each phase: a new line matching ``pattern`` stops the run (after a revert)."""
+
+    _numbers_as_words = field_validator("command", mode="before")(_words)
 
     command: list[str] = Field(default_factory=lambda: ["dmesg"], description="argv printing the kernel log "
                                                                              "(dmesg may need root or "

@@ -320,3 +320,32 @@ def test_compare_phases_pairs_each_knob_with_both_neighbours() -> None:
     assert slow.baselines == ["p00-baseline", "p02-baseline"]
     assert slow.ratio is not None and abs(slow.ratio.estimate - 0.8) < 1e-6  # the drift cancels out
     assert slow.verdict == "slower"
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("live-*.yaml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_live_examples_are_valid_and_keep_the_guard_rails(example: Path) -> None:
+    from bakeoff.core.config import load_bakeoff
+    from bakeoff.core.phases import check_phases_config
+
+    config = load_bakeoff(example)
+    check_live_config(config)
+    check_phases_config(config)
+    assert config.live is not None or config.phases is not None
+
+
+def test_numbers_in_an_argv_are_words_and_dry_run_lists_every_apply_and_revert(tmp_path: Path) -> None:
+    config = parse_bakeoff("arms: [{name: a, engine: sim, model: sim}]\n"
+                           "phases: {duration_s: 5, knobs: [{name: pl, apply: [nvidia-smi, -pl, 400], "
+                           "revert: [nvidia-smi, -pl, 700]}]}\n")
+    assert config.phases is not None and config.phases.knobs[0].apply == ["nvidia-smi", "-pl", "400"]
+    from bakeoff.core.live import dry_run_lines
+
+    lines = dry_run_lines(config)
+    assert any("phase p01-pl: apply: nvidia-smi -pl 400; 5 s of requests; revert: nvidia-smi -pl 700" in x
+               for x in lines)
+    assert [x.split(":")[0] for x in lines if x.startswith("phase")] == ["phase p00-baseline", "phase p01-pl",
+                                                                          "phase p02-baseline"]
+    assert not any(x.startswith("stop live") for x in lines)  # nothing named, nothing stopped
