@@ -11,6 +11,7 @@ values and also masks URL credentials and bearer tokens it has never seen.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 from collections.abc import Iterable
@@ -25,6 +26,7 @@ MIN_SECRET_LEN = 4  # shorter values ("0", "1", "on") are settings, and masking 
 # a flag whose value is a secret: --api-key, --hf-token, --password (not --max-num-batched-tokens, --tokenizer)
 _SECRET_FLAG = re.compile(r"^--?([\w-]*[-_])?(api[-_]?key|key|token|secret|password|passwd|credentials?)$",
                           re.IGNORECASE)
+_SECRET_KEY = re.compile(r"(?i)(api[_-]?key|token|secret|password|passwd|credentials?)$")  # option names
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{4,}")
 _BASIC = re.compile(r"(?i)\b(basic)\s+([A-Za-z0-9+/]{4,}={0,2})")
@@ -84,6 +86,28 @@ def _is_basic_credential(token: str) -> bool:
         return False
 
 
+def _mask_secret_keys(value: Any) -> Any:
+    """Engine options with the text value of every key-like entry (``hf_token``, ``api_key``) masked."""
+    if isinstance(value, dict):
+        return {k: REDACTED if isinstance(v, str) and _SECRET_KEY.search(str(k)) else _mask_secret_keys(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_secret_keys(v) for v in value]
+    return value
+
+
+def _secret_key_values(value: Any) -> list[str]:
+    """The values _mask_secret_keys masks."""
+    out: list[str] = []
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+    for k, v in items:
+        if isinstance(v, (dict, list)):
+            out += _secret_key_values(v)
+        elif isinstance(v, str) and isinstance(k, str) and _SECRET_KEY.search(k):
+            out.append(str(v))
+    return out
+
+
 def redact_config(config: dict[str, Any]) -> dict[str, Any]:
     """A dumped BakeoffFile with env values, URL credentials and key-flag values masked (names kept)."""
     out = dict(config)
@@ -99,6 +123,8 @@ def redact_config(config: dict[str, Any]) -> dict[str, Any]:
             arm["url"] = redact_url(arm["url"])
         if isinstance(arm.get("extra_args"), list):
             arm["extra_args"] = redact_argv(str(a) for a in arm["extra_args"])
+        if isinstance(arm.get("options"), dict):
+            arm["options"] = _mask_secret_keys(arm["options"])
         arms.append(arm)
     if "arms" in config:
         out["arms"] = arms
@@ -119,6 +145,8 @@ def masked_settings(config: dict[str, Any]) -> list[str]:
         if REDACTED in [str(a) for a in arm.get("extra_args") or []] or any(
                 str(a).endswith("=" + REDACTED) for a in arm.get("extra_args") or []):
             out.append(f"arm {name!r} extra_args")
+        if REDACTED in json.dumps(arm.get("options") or {}):
+            out.append(f"arm {name!r} options")
     return out
 
 
@@ -140,6 +168,7 @@ def config_secrets(config: dict[str, Any], environ: dict[str, str] | None = None
                 found.add(arm["url"])
         if arm.get("api_key_env"):
             found.add(environ.get(str(arm["api_key_env"]), ""))
+        found.update(_secret_key_values(arm.get("options") or {}))
         args = [str(a) for a in arm.get("extra_args") or []]
         for flag, value in zip(args, [*args[1:], ""]):
             name, eq, inline = flag.partition("=")

@@ -57,9 +57,12 @@ def new_run_dir(base: Path, name: str) -> Path:
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40]
     path = base / f"{stamp}-{safe}"
     n = 1
-    while path.exists():
-        n += 1
-        path = base / f"{stamp}-{safe}-{n}"
+    try:
+        while path.exists():
+            n += 1
+            path = base / f"{stamp}-{safe}-{n}"
+    except OSError as exc:  # e.g. --out under a directory we may not read
+        raise _fs_error("cannot create a run directory under", base, exc) from None
     return path
 
 

@@ -114,6 +114,9 @@ def test_run_metadata_keeps_names_and_masks_env_values_url_credentials_and_key_f
     assert arms["echoed"]["api_key_env"] == "BAKEOFF_T_PLANTED_KEY"
     query = redact_config({"arms": [{"name": "q", "url": f"https://gw.example/v1?api-version=2&key={QUERY_SECRET}"}]})
     assert query["arms"][0]["url"] == "https://gw.example/v1?api-version=***&key=***"
+    options = {"hf_token": ENV_SECRET, "require_api_key": True, "config": {"network": {"api_key": API_KEY}}}
+    masked = redact_config({"arms": [{"name": "o", "options": options}]})["arms"][0]["options"]
+    assert masked == {"hf_token": "***", "require_api_key": True, "config": {"network": {"api_key": "***"}}}
 
 
 def test_no_planted_secret_reaches_the_run_directory_logs_or_reports(
