@@ -23,8 +23,9 @@ import httpx
 from .config import BakeoffFile
 from .errors import ConfigError, EngineError
 from .liveconfig import LiveService
+from .redact import redact_argv, redact_text
 from .store import RunDir
-from .watchdog import Guard, health_problem, run_command
+from .watchdog import Guard, health_problem, run_command, shown
 
 __all__ = ["LiveRun", "service_commands", "check_live_config", "redact", "dry_run_lines", "LIVE_UNDO"]
 
@@ -34,8 +35,9 @@ _SECRET = re.compile(r"(?i)((?:api[_-]?key|token|secret|password|passwd)[\w-]*[=
 
 
 def redact(text: str) -> str:
-    """Values of anything that looks like a key, token or password, replaced (records keep no secrets)."""
-    return _SECRET.sub(r"\1***", text)
+    """Values of anything that looks like a key, token or password, replaced (records keep no secrets):
+    core/redact.py's shapes, plus ``HF_TOKEN=...`` environment lines and ``--api-key X`` in free text."""
+    return redact_text(_SECRET.sub(r"\1***", text))
 
 
 def service_commands(live: LiveService) -> dict[str, list[str]]:
@@ -104,7 +106,7 @@ def deadline_s(config: BakeoffFile) -> float:
 def _record_config(live: LiveService, commands: dict[str, list[str]], directory: Path) -> dict[str, Any]:
     """What the live service runs with: its own API's answers and the kind's record command, redacted."""
     record: dict[str, Any] = {"kind": live.kind, "name": live.name, "health": live.health, "model": live.model,
-                              "port": live.port, "commands": commands}
+                              "port": live.port, "commands": {k: redact_argv(v) for k, v in commands.items()}}
     for path in ("/v1/models", "/props"):
         try:
             r = httpx.get(live.base_url + path, timeout=5)
@@ -116,10 +118,10 @@ def _record_config(live: LiveService, commands: dict[str, list[str]], directory:
         try:
             done = subprocess.run(commands["record"], capture_output=True, text=True, timeout=60,  # noqa: S603
                                   check=False)
-            record["record_command"] = {"argv": commands["record"], "exit_code": done.returncode,
+            record["record_command"] = {"argv": redact_argv(commands["record"]), "exit_code": done.returncode,
                                         "output": redact(done.stdout or done.stderr)[-20000:]}
         except (OSError, subprocess.TimeoutExpired) as exc:
-            record["record_command"] = {"argv": commands["record"], "error": str(exc)}
+            record["record_command"] = {"argv": redact_argv(commands["record"]), "error": redact(str(exc))}
     (directory / "config.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     return record
 
@@ -169,7 +171,7 @@ class LiveRun:
         commands = service_commands(live)
         self.guard.push({"id": LIVE_UNDO, "what": "live", "argv": commands["start"], "health": live.health,
                          "model": live.model, "timeout_s": live.restore_timeout_s})
-        self.say(f"stopping live service {live.name!r}: {' '.join(commands['stop'])}")
+        self.say(f"stopping live service {live.name!r}: {shown(commands['stop'])}")
         self.stopped = True
         code, _ = run_command(commands["stop"], live.stop_timeout_s, self.guard.log_path)
         self.run.update_run(live={**self.run.read_run()["live"], "stopped_at": time.time()})
@@ -226,12 +228,12 @@ def dry_run_lines(config: BakeoffFile) -> list[str]:
         commands = service_commands(live)
         out.append(f"GET {live.health}" + (f"  and {live.base_url}/v1/models lists {live.model!r}" if live.model else ""))
         if commands["record"]:
-            out.append(f"record: {' '.join(commands['record'])}")
+            out.append(f"record: {shown(commands['record'])}")
     if live is not None or config.phases is not None:
         out.append(f"watchdog: python -m bakeoff.core.watchdog RUN/live (deadline {deadline_s(config):g} s)")
     if stops:
         assert live is not None
-        out.append(f"stop live: {' '.join(service_commands(live)['stop'])}")
+        out.append(f"stop live: {shown(service_commands(live)['stop'])}")
     arms = plan.arms
     if config.phases is not None:
         arms = [a for a in arms if a.arm.name == (config.phases.server or config.arms[0].name)]
@@ -243,16 +245,16 @@ def dry_run_lines(config: BakeoffFile) -> list[str]:
                 continue
             port = arm.settings.port or free_port(arm.settings.host)
             spec = planned.adapter.launch_spec(arm, port, Path(tmp))
-            out.append(f"arm {arm.name}: {' '.join(spec.argv)}   (a free loopback port, here {port})")
+            out.append(f"arm {arm.name}: {shown(spec.argv)}   (a free loopback port, here {port})")
     if config.phases is not None:
         knobs = {k.name: k for k in config.phases.knobs}
         for phase, setting in config.phases.phase_names:
             if setting in knobs:
-                out.append(f"phase {phase}: apply: {' '.join(knobs[setting].apply)}; "
-                           f"{config.phases.duration_s:g} s of requests; revert: {' '.join(knobs[setting].revert)}")
+                out.append(f"phase {phase}: apply: {shown(knobs[setting].apply)}; "
+                           f"{config.phases.duration_s:g} s of requests; revert: {shown(knobs[setting].revert)}")
             else:
                 out.append(f"phase {phase}: {config.phases.duration_s:g} s of requests")
     if stops:
         assert live is not None
-        out.append(f"restore live: {' '.join(service_commands(live)['start'])}; then GET {live.health}")
+        out.append(f"restore live: {shown(service_commands(live)['start'])}; then GET {live.health}")
     return out

@@ -34,7 +34,7 @@ from .liveconfig import BASELINE, KernelLogCheck, Phases
 from .sample import Sample
 from .stats import Interval, Verdict, bootstrap_ci, verdict
 from .store import RunDir
-from .watchdog import Guard, health_problem, run_command
+from .watchdog import Guard, health_problem, run_command, shown
 
 __all__ = ["run_phases", "check_phases_config", "PhaseResult", "compare_phases", "phase_rows", "GPU_QUERY"]
 
@@ -66,10 +66,10 @@ def _kernel_lines(check: KernelLogCheck, timeout_s: float) -> set[str]:
         done = subprocess.run(check.command, capture_output=True, text=True, timeout=timeout_s,  # noqa: S603
                               check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EngineError(f"phases.kernel_log: {' '.join(check.command)}: {exc}") from exc
+        raise EngineError(f"phases.kernel_log: {shown(check.command)}: {exc}") from exc
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
-        raise EngineError(f"phases.kernel_log: {' '.join(check.command)} exited with {done.returncode}: "
+        raise EngineError(f"phases.kernel_log: {shown(check.command)} exited with {done.returncode}: "
                           f"{detail[-1] if detail else ''} (dmesg needs root or sysctl kernel.dmesg_restrict=0; "
                           "journalctl -k needs the systemd-journal group)")
     pattern = re.compile(check.pattern)
@@ -159,7 +159,7 @@ def _knob(guard: Guard, phases: Phases, setting: str, phase: str, log: Path, rec
         result = guard.undo(undo_id)
         record["reverted"] = result
         if result is not None and not result.get("ok"):
-            raise EngineError(f"knob {knob.name!r}: revert {' '.join(knob.revert)} failed ({result['detail']}); "
+            raise EngineError(f"knob {knob.name!r}: revert {shown(knob.revert)} failed ({result['detail']}); "
                               f"the setting may still be applied (log: {log})")
 
 

@@ -32,9 +32,10 @@ from .errors import BakeoffError, ConfigError, EngineError
 from .launcher import Engine, free_port
 from .live import LIVE_UNDO, service_commands
 from .liveconfig import LiveService
+from .redact import REDACTED
 from .registry import load_engine
 from .store import RunDir
-from .watchdog import Guard, health_problem, proc_start_time, run_command, wait_healthy
+from .watchdog import Guard, health_problem, proc_start_time, run_command, shown, wait_healthy
 
 __all__ = ["Candidate", "prepare", "promote", "revert", "state_dir", "record_path", "PromoteError"]
 
@@ -207,6 +208,10 @@ def prepare(run_dir: Path, arm_name: str, port: int | None, served_name: str | N
         raise ConfigError(f"{run_dir}: no arm {arm_name!r} (arms: {', '.join(a.name for a in config.arms)})")
     if arm.attached:
         raise ConfigError(f"arm {arm_name!r} attaches to {arm.url}; promote launches an arm bakeoff started")
+    masked = [k for k in ("stop", "start") if REDACTED in (getattr(config.live, k) or [])]
+    if masked:
+        raise ConfigError(f"{run_dir}: the recorded live.{masked[0]} command had a secret masked (***); promote "
+                          "cannot run it")
     port = port or config.live.port
     if port is None:
         raise ConfigError("give --port (the live: section has no port)")
@@ -248,12 +253,12 @@ def promote(run_dir: Path, arm_name: str, *, port: int | None = None, served_nam
     previous = service_commands(live)
     say("launch definition: " + ", ".join(str(p) for p in c.files))
     if dry_run:
-        for line in (f"private gate: {' '.join(c.start_argv())} on a free loopback port; GET /health, "
+        for line in (f"private gate: {shown(c.start_argv())} on a free loopback port; GET /health, "
                      f"/v1/models lists {c.served_name!r}, 1 smoke request",
-                     f"stop live: {' '.join(previous['stop'])}",
-                     f"start: {' '.join(c.start_argv())}",
+                     f"stop live: {shown(previous['stop'])}",
+                     f"start: {shown(c.start_argv())}",
                      f"gate: GET {c.health}, /v1/models lists {c.served_name!r}, {gate_requests} smoke requests",
-                     f"on failure: {' '.join(c.stop_argv())}; then {' '.join(previous['start'])}"):
+                     f"on failure: {shown(c.stop_argv())}; then {shown(previous['start'])}"):
             say(line)
         return {}
     existing = record_path(c.port)
@@ -275,7 +280,7 @@ def promote(run_dir: Path, arm_name: str, *, port: int | None = None, served_nam
     log = guard.log_path
     problem: str | None = "interrupted"
     try:
-        say(f"stopping {live.name!r}: {' '.join(previous['stop'])}")
+        say(f"stopping {live.name!r}: {shown(previous['stop'])}")
         run_command(previous["stop"], live.stop_timeout_s, log)
         deadline = time.monotonic() + live.stop_timeout_s
         while health_problem(live.health, None, timeout=2) is None and time.monotonic() < deadline:
@@ -283,7 +288,7 @@ def promote(run_dir: Path, arm_name: str, *, port: int | None = None, served_nam
         if health_problem(live.health, None, timeout=2) is None:
             problem = f"{live.name!r} still answers at {live.health} after its stop command"
         else:
-            say(f"starting {arm_name!r} on 127.0.0.1:{c.port}: {' '.join(c.start_argv())}")
+            say(f"starting {arm_name!r} on 127.0.0.1:{c.port}: {shown(c.start_argv())}")
             c.start_live(c.dir / "server.log")
             problem = _gate(c.health, c.served_name, gate_requests, gate_timeout_s, c.alive)
     finally:
@@ -335,7 +340,7 @@ def revert(port: int | None = None, say: Callable[[str], None] = print) -> dict[
         run_command(cur["stop"], 180, guard.log_path)
     if wait_healthy(cur["health"], None, 0) is None:
         say(f"warning: {cur['health']} still answers after the promoted server was stopped")
-    say(f"starting {prev['name']!r}: {' '.join(prev['start'])}")
+    say(f"starting {prev['name']!r}: {shown(prev['start'])}")
     result = guard.undo(LIVE_UNDO) or {}
     guard.finish()
     record.update(status="reverted" if result.get("healthy_after") else "revert-failed", reverted=result,

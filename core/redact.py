@@ -128,6 +128,13 @@ def redact_config(config: dict[str, Any]) -> dict[str, Any]:
         arms.append(arm)
     if "arms" in config:
         out["arms"] = arms
+    if isinstance(config.get("live"), dict):  # the live service's stop/start/record commands (docs/live.md)
+        out["live"] = {k: redact_argv(str(a) for a in v) if k in ("stop", "start", "record") and isinstance(v, list)
+                       else v for k, v in config["live"].items()}
+    if isinstance(config.get("phases"), dict) and isinstance(config["phases"].get("knobs"), list):
+        out["phases"] = {**config["phases"], "knobs": [
+            {k: redact_argv(str(a) for a in v) if k in ("apply", "revert") and isinstance(v, list) else v
+             for k, v in knob.items()} if isinstance(knob, dict) else knob for knob in config["phases"]["knobs"]]}
     return out
 
 

@@ -29,7 +29,9 @@ from typing import Any
 
 import httpx
 
-__all__ = ["Guard", "Undo", "perform", "health_problem", "watch", "proc_start_time"]
+from .redact import redact_argv
+
+__all__ = ["Guard", "Undo", "perform", "health_problem", "watch", "proc_start_time", "shown"]
 
 POLL_S = 0.5
 # at the deadline, how long bakeoff gets to clean up after SIGTERM before SIGKILL
@@ -123,7 +125,7 @@ def run_command(argv: list[str], timeout_s: float, log_path: Path, keep_running_
     :returns: (exit code or None when left running or timed out, pid when left running).
     """
     with log_path.open("ab") as log:
-        log.write(f"$ {' '.join(argv)}\n".encode())
+        log.write(f"$ {' '.join(redact_argv(argv))}\n".encode())
         log.flush()
         try:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,  # noqa: S603 - argv, no shell
@@ -163,6 +165,11 @@ def perform(undo: Undo, log_path: Path) -> dict[str, Any]:
     else:
         result.update(ok=code == 0, detail=f"exit {code}" if code is not None else "did not finish")
     return result
+
+
+def shown(argv: list[str]) -> str:
+    """An argv as one line for logs and the terminal, secrets masked."""
+    return " ".join(redact_argv(argv))
 
 
 # -- the guard file --------------------------------------------------------------------------------
@@ -220,7 +227,7 @@ class Guard:
         """Register an undo before the change it undoes."""
         with self.locked() as state:
             state.setdefault("pending", []).append(undo)
-        self.log("bakeoff", f"registered undo {undo['id']}: {' '.join(undo['argv'])}")
+        self.log("bakeoff", f"registered undo {undo['id']}: {shown(undo['argv'])}")
 
     def undo(self, undo_id: str, who: str = "bakeoff") -> dict[str, Any] | None:
         """Perform a registered undo unless the watchdog already did; returns its result record."""
@@ -231,7 +238,7 @@ class Guard:
             entry = next((u for u in state.get("pending", []) if u["id"] == undo_id), None)
             if entry is None:
                 return None
-            self.log(who, f"undo {undo_id}: {' '.join(entry['argv'])}")
+            self.log(who, f"undo {undo_id}: {shown(entry['argv'])}")
             result = {"id": undo_id, "what": entry.get("what"), "by": who, **perform(entry, self.log_path),
                       "at": time.time()}
             self.log(who, f"undo {undo_id}: {result['detail']}")
@@ -247,10 +254,19 @@ class Guard:
             state["pending"] = [u for u in state.get("pending", []) if u["id"] != undo_id]
         self.log("bakeoff", f"undo {undo_id} no longer needed")
 
+    def seal(self) -> None:
+        """Mask secrets in the commands kept in guard.json once no one needs to run them any more."""
+        with self.locked() as state:
+            for entry in [*state.get("pending", []), *state.get("done", [])]:
+                if "argv" in entry:
+                    entry["argv"] = redact_argv(entry["argv"])
+
     def finish(self) -> None:
         """bakeoff undid everything itself: the watchdog may exit quietly."""
         with self.locked() as state:
             state["finished"] = True
+            for entry in state.get("pending", []):
+                entry["argv"] = redact_argv(entry["argv"])
         self.log("bakeoff", "finished; watchdog released")
         if self.watchdog is not None:
             try:
@@ -321,6 +337,7 @@ def watch(directory: Path) -> int:
             result = guard.undo(undo["id"], who="watchdog")
             if result is not None and result.get("by") == "watchdog":
                 results.append(result)
+        guard.seal()
         _record_in_run(guard.read().get("run_dir"), results)
         if not results:
             log("nothing was left to undo; exiting")

@@ -349,3 +349,17 @@ def test_numbers_in_an_argv_are_words_and_dry_run_lists_every_apply_and_revert(t
     assert [x.split(":")[0] for x in lines if x.startswith("phase")] == ["phase p00-baseline", "phase p01-pl",
                                                                           "phase p02-baseline"]
     assert not any(x.startswith("stop live") for x in lines)  # nothing named, nothing stopped
+
+
+def test_secrets_in_live_commands_stay_out_of_run_json_and_logs(tmp_path: Path, live: LiveSim) -> None:
+    live.up()
+    section = live.section(stop=[*live.stop, "--api-key", "s3cret-live-key"])  # extra words: ignored by the stop
+    path = write_file(tmp_path, {"arms": [sim_arm()], "workload": WORKLOAD, "live": section})
+    proc = bakeoff("run", str(path), tmp=tmp_path)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    rd = run_dir(tmp_path)
+    for file in rd.rglob("*"):
+        if file.is_file():
+            assert b"s3cret-live-key" not in file.read_bytes(), file
+    assert "s3cret-live-key" not in out
