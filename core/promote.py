@@ -32,7 +32,7 @@ from .errors import BakeoffError, ConfigError, EngineError
 from .launcher import Engine, free_port
 from .live import LIVE_UNDO, service_commands
 from .liveconfig import LiveService
-from .redact import REDACTED
+from .redact import REDACTED, masked_settings
 from .registry import load_engine
 from .store import RunDir
 from .watchdog import Guard, health_problem, proc_start_time, run_command, shown, wait_healthy
@@ -212,6 +212,9 @@ def prepare(run_dir: Path, arm_name: str, port: int | None, served_name: str | N
     if masked:
         raise ConfigError(f"{run_dir}: the recorded live.{masked[0]} command had a secret masked (***); promote "
                           "cannot run it")
+    if lost := masked_settings({"arms": [arm.model_dump(mode="json")]}):
+        raise ConfigError(f"{run_dir}: run.json does not record the secret values of {', '.join(lost)} (***); "
+                          "promote cannot launch it with them")
     port = port or config.live.port
     if port is None:
         raise ConfigError("give --port (the live: section has no port)")

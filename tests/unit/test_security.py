@@ -223,3 +223,17 @@ def test_compose_file_names_env_variables_and_the_cli_gets_the_values(tmp_path: 
     assert ENV_SECRET not in written  # main: environment: {HF_TOKEN: <value>} in the run directory
     assert next(iter(yaml.safe_load(written)["services"].values()))["environment"] == ["HF_TOKEN"]
     assert seen.read_text().strip() == ENV_SECRET
+
+
+def test_promote_refuses_an_arm_whose_env_values_were_masked(tmp_path: Path) -> None:
+    from bakeoff.core.promote import prepare
+    from bakeoff.core.store import RunDir
+
+    run = RunDir(tmp_path / "r")
+    run.write_run({"config": parse_bakeoff(
+        f"arms: [{{name: w, engine: llamacpp, model: smollm2, launch: compose, env: {{HF_TOKEN: {ENV_SECRET}}}}}]\n"
+        "live: {kind: compose, name: live, health: 'http://127.0.0.1:8094/health', port: 8094}\n"
+    ).model_dump(mode="json")})
+    with pytest.raises(ConfigError, match=r"does not record the secret values of arm 'w' env"):
+        prepare(run.path, "w", None, None)  # not a launch definition with HF_TOKEN=***
+    assert not (run.path / "promote").exists()
