@@ -1,10 +1,14 @@
 """Streaming chat client: record now, parse later, then turn the stream into a Sample's accounting.
 
 While the response streams, the only work per network read is one clock reading and one list append:
-``(perf_counter_ns(), bytes)``. After the stream ends the bytes are split into SSE events, each event
-stamped with the arrival time of the read that completed it, and every payload is validated where it
-enters: engine output is untrusted data, and a bad shape becomes an error sample naming the field,
-never a traceback. One wall-clock deadline bounds every request, however slowly the bytes trickle.
+``(perf_counter_ns(), bytes)``, with the garbage collector paused. The request is built by httpx (base
+URL, headers, auth, JSON) and, for plain-HTTP servers, written to a socket of its own: httpx's own
+response path costs ~10× more CPU per read than a bare ``recv``, enough to fall behind a 20k tok/s
+stream (benchmarks/harness.py). After the stream ends, h11 decodes the HTTP framing (chunked, gzip)
+read by read, the bytes are split into SSE events, each stamped with the arrival time of the read that
+completed it, and every payload is validated where it enters: engine output is untrusted data, and a
+bad shape becomes an error sample naming the field, never a traceback. One wall-clock deadline bounds
+every request, however slowly the bytes trickle. HTTPS, proxies and test transports go through httpx.
 
 Tokens are counted from what the engine reports (usage, or its own per-chunk counts), never from
 events: vLLM packs every accepted draft token into one event, so event counts read speculative gains
@@ -13,18 +17,22 @@ as losses.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import re
 import socket
 import threading
 import time
+import zlib
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, Literal
 
+import h11
+import httpcore
 import httpx
 
 __all__ = ["TokenCounts", "SETUP_TIMEOUT_S", "Event", "Recording", "StreamResult", "record_stream", "parse_stream", "stream_chat",
@@ -42,6 +50,9 @@ TokenCounts = Literal["usage_per_chunk", "engine_per_chunk", "one_per_event", "f
 MAX_COUNT = 2 ** 53  # a larger "token count" is not a count (and would overflow SQLite's INTEGER)
 BURST_FLAG = "burst-delivery"
 NO_RATE_FLAG = "no-rate"
+HARNESS_LAG_FLAG = "harness-lag"
+HARNESS_LAG_SHARE = 0.01  # a reader away for 1 % of the decode window could have moved the rate by as much
+HARNESS_LAG_FLOOR_S = 50e-6  # below this a pause is lost in the network stack's own jitter
 SETUP_TIMEOUT_S = 10.0
 
 
@@ -65,6 +76,9 @@ class Recording:
     flags: list[str] = field(default_factory=list)
     deadline_hit: bool = False
     client_cpu_s: float | None = None  # CPU of the recording thread from send to close
+    network_reads: int = 0  # socket reads (``reads`` holds the decoded body, read by read)
+    ready_ns: list[int] = field(default_factory=list)  # when the reader was back at the socket, before each read
+    arrived_ns: list[int] = field(default_factory=list)  # when each network read returned
 
 
 @dataclass
@@ -82,6 +96,7 @@ class StreamResult:
     http_status: int | None = None
     reads: int = 0
     client_cpu_s: float | None = None
+    client_lag_s: float | None = None  # longest time the reader spent away from the socket between two reads
 
 
 class _Watchdog:
@@ -117,6 +132,125 @@ class _Watchdog:
         return self.fired or t_ns > self.deadline_ns
 
 
+class _GcPause:
+    """The cyclic garbage collector off while any stream is being timed (a full collection of a big heap
+    stalls the reading thread for milliseconds), back on when the last one ends. Reference counting
+    still frees everything a stream allocates; cycles wait for the next collection, between requests."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._was_enabled = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._active == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._active += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0 and self._was_enabled:
+                gc.enable()
+
+
+_gc_pause = _GcPause()
+_CHUNKED_END = b"\r\n0\r\n\r\n"  # the last chunk of a chunked body: the answer is complete
+
+
+def _direct(http: httpx.Client, request: httpx.Request) -> bool:
+    """Whether bakeoff can write this request to a socket of its own: plain HTTP, no proxy, a real transport."""
+    if request.url.scheme != "http":
+        return False
+    transport = http._transport_for_url(request.url)  # the proxy mount for this URL, if any
+    return isinstance(transport, httpx.HTTPTransport) and type(transport._pool) is httpcore.ConnectionPool
+
+
+def _record_direct(request: httpx.Request, timeout_s: float) -> Recording:
+    """Send ``request`` on a fresh socket (Connection: close) and record every read until close or deadline."""
+    clock = time.perf_counter_ns
+    conn = h11.Connection(h11.CLIENT)
+    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"connection"] + [(b"connection", b"close")]
+    wire = (conn.send(h11.Request(method=request.method, target=request.url.raw_path, headers=headers))
+            + conn.send(h11.Data(data=request.content)) + conn.send(h11.EndOfMessage()))
+    cpu0 = time.thread_time()
+    rec = Recording(t_send_ns=clock())
+    deadline = rec.t_send_ns + int(timeout_s * 1e9)
+    raw: list[tuple[int, bytes]] = []
+    where = f"{request.url.host}:{request.url.port or 80}"
+    try:
+        sock = socket.create_connection((request.url.host, request.url.port or 80), timeout=min(10.0, timeout_s))
+    except OSError as exc:
+        rec.error = f"ConnectError: cannot connect to {where}: {exc}"
+        rec.t_done_ns = clock()
+        return rec
+    try:
+        with sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            rec.t_send_ns = clock()
+            deadline = rec.t_send_ns + int(timeout_s * 1e9)
+            sock.sendall(wire)
+            append, ready, recv, settimeout = raw.append, rec.ready_ns.append, sock.recv, sock.settimeout
+            with _gc_pause:
+                while (left := deadline - (now := clock())) > 0:
+                    ready(now)
+                    settimeout(left / 1e9)
+                    data = recv(65536)
+                    t = clock()
+                    if not data:
+                        break
+                    append((t, data))
+                    if data.endswith(_CHUNKED_END):
+                        break
+                else:
+                    rec.deadline_hit = True
+    except TimeoutError:
+        rec.deadline_hit = True
+    except OSError as exc:  # a reset mid-stream: what arrived is kept, the sample is an error
+        rec.error = f"ReadError: {type(exc).__name__}: {exc} ({where})"
+    finally:
+        rec.t_done_ns = clock()
+        rec.client_cpu_s = time.thread_time() - cpu0
+    rec.network_reads = len(raw)
+    rec.arrived_ns = [t for t, _ in raw]
+    _decode_http(conn, raw, rec)
+    return rec
+
+
+def _decode_http(conn: h11.Connection, raw: list[tuple[int, bytes]], rec: Recording) -> None:
+    """Status, then the body read by read (chunked framing and gzip undone), after the stream; h11 parses."""
+    inflate: Any = None
+    for i, (t, data) in enumerate([*raw, (rec.t_done_ns, b"")]):
+        try:
+            conn.receive_data(data)
+            body = b""
+            while (event := conn.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
+                if isinstance(event, h11.Response):
+                    rec.status = event.status_code
+                    encoding = dict(event.headers).get(b"content-encoding", b"identity").lower()
+                    if encoding in (b"gzip", b"deflate"):
+                        inflate = zlib.decompressobj(wbits=47)  # gzip or zlib, told apart by the header
+                    elif encoding != b"identity":
+                        rec.error = f"unsupported content-encoding {encoding.decode(errors='replace')!r}"
+                        return
+                elif isinstance(event, h11.Data):
+                    body += bytes(event.data)
+                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    break
+            if inflate is not None and body:
+                body = inflate.decompress(body)
+        except (h11.RemoteProtocolError, zlib.error) as exc:
+            if rec.error is None and not rec.deadline_hit:
+                rec.error = f"{type(exc).__name__}: {exc}"
+            return
+        if body and i < len(raw):
+            rec.reads.append((t, body))
+        elif body:
+            rec.reads.append((raw[-1][0] if raw else t, body))
+
+
 def _timeout(timeout_s: float) -> httpx.Timeout:
     return httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
 
@@ -127,22 +261,36 @@ def record_stream(http: httpx.Client, body: dict[str, Any], timeout_s: float,
 
     Never raises for request failures: they land in ``Recording.error``.
     """
+    # identity: a compressing proxy would buffer the stream (FAULTS D3); we still decode one if it does
+    headers = {"accept": "text/event-stream", "accept-encoding": "identity"}
+    request = http.build_request("POST", path, json=body, headers=headers, timeout=_timeout(timeout_s))
+    if _direct(http, request):
+        return _record_direct(request, timeout_s)
+    return _record_httpx(http, request, timeout_s)
+
+
+def _record_httpx(http: httpx.Client, request: httpx.Request, timeout_s: float) -> Recording:
+    """The same recording through httpx's own response path (HTTPS, proxies, test transports)."""
     clock = time.perf_counter_ns
     cpu0 = time.thread_time()
     rec = Recording(t_send_ns=clock())
     watchdog = _Watchdog(rec.t_send_ns + int(timeout_s * 1e9))
-    # identity: a compressing proxy would buffer the stream (FAULTS D3); we still decode one if it does
-    headers = {"accept": "text/event-stream", "accept-encoding": "identity"}
     try:
-        with http.stream("POST", path, json=body, headers=headers, timeout=_timeout(timeout_s)) as response:
+        response = http.send(request, stream=True)
+        try:
             rec.status = response.status_code
             watchdog.arm(response)
-            append = rec.reads.append
-            for chunk in response.iter_bytes():
-                t = clock()
-                append((t, chunk))
-                if t > watchdog.deadline_ns:
-                    break
+            append, ready = rec.reads.append, rec.ready_ns.append
+            with _gc_pause:
+                ready(clock())
+                for chunk in response.iter_bytes():
+                    t = clock()
+                    append((t, chunk))
+                    if t > watchdog.deadline_ns:
+                        break
+                    ready(clock())
+        finally:
+            response.close()
     except httpx.TimeoutException as exc:
         if not watchdog.fired:
             rec.error = f"timeout after {timeout_s:g} s without data ({type(exc).__name__})"
@@ -154,6 +302,8 @@ def record_stream(http: httpx.Client, body: dict[str, Any], timeout_s: float,
         rec.t_done_ns = clock()
         watchdog.cancel()
         rec.client_cpu_s = time.thread_time() - cpu0
+    rec.network_reads = len(rec.reads)
+    rec.arrived_ns = [t for t, _ in rec.reads]
     rec.deadline_hit = watchdog.expired(rec.t_done_ns) and rec.error is None
     return rec
 
@@ -295,11 +445,20 @@ def _impossible_usage(usage: dict[str, Any], text_events: int, max_tokens: int |
     return None
 
 
+def _lag_s(rec: Recording) -> float | None:
+    """The longest stretch between a read's return and the reader being back for the next one (our own work,
+    a GIL held by another thread, a pause): bytes arriving meanwhile would be stamped late."""
+    if len(rec.ready_ns) < 2 or not rec.arrived_ns:
+        return None
+    return max((back - t for t, back in zip(rec.arrived_ns, rec.ready_ns[1:])), default=0) / 1e9
+
+
 def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], int | None] = _usage_count,
                  max_tokens: int | None = None, timeout_s: float | None = None) -> StreamResult:
     """Split a recording into timed events and validate every payload (off the timing path)."""
     result = StreamResult(t_send_ns=rec.t_send_ns, t_done_ns=rec.t_done_ns, error=rec.error, flags=list(rec.flags),
-                          http_status=rec.status, reads=len(rec.reads), client_cpu_s=rec.client_cpu_s)
+                          http_status=rec.status, reads=rec.network_reads, client_cpu_s=rec.client_cpu_s,
+                          client_lag_s=_lag_s(rec))
     buf = b"".join(chunk for _, chunk in rec.reads)
     if rec.status is not None and rec.status != 200:
         result.error = f"HTTP {rec.status}: {buf[:300].decode('utf-8', 'replace')}"
@@ -397,7 +556,7 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
     comes from the final usage. A sample without a decode rate carries a ``no-rate: why`` flag.
     """
     out: dict[str, Any] = {"flags": list(result.flags), "events": len(result.events), "reads": result.reads,
-                           "client_cpu_s": result.client_cpu_s}
+                           "client_cpu_s": result.client_cpu_s, "client_lag_s": result.client_lag_s}
     usage = result.usage or {}
     n = usage.get("completion_tokens")
     out["usage_present"] = n is not None
@@ -473,6 +632,10 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
         if decode_tokens and shared * 2 > decode_tokens:
             out["flags"].append(f"{BURST_FLAG}: {shared} of {decode_tokens} decode tokens arrived in one read with "
                                 f"the token before them (a buffering proxy or server); no speed is read from it")
+    lag = result.client_lag_s
+    if lag is not None and decode_s > 0 and lag > max(HARNESS_LAG_SHARE * decode_s, HARNESS_LAG_FLOOR_S):
+        out["flags"].append(f"{HARNESS_LAG_FLAG}: the client was away from the socket for {lag * 1e3:.2f} ms, "
+                            f"{lag / decode_s:.1%} of the decode window (its own work, another thread or the OS)")
     if out.get("decode_tps") is None and result.error is None:
         why = ("usage missing" if n is None else "one token event, no decode window" if len(per_event) == 1
                else "all token events arrived at once")

@@ -88,6 +88,9 @@ class Sample(BaseModel):
     # noise guard
     client_cpu_s: float | None = Field(
         None, description="CPU seconds bakeoff's recording thread used from send to close (harness self-cost).")
+    client_lag_s: float | None = Field(
+        None, description="Longest time bakeoff's reader was away from the socket between two reads (flagged "
+                          "harness-lag above 1 % of the decode window).")
     foreign_cpu_cores: float | None = Field(
         None, description="Average cores used by processes other than the engine and bakeoff during the request.")
 

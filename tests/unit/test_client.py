@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import threading
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import httpx
 import pytest
 
 from bakeoff.core.adapter import openai_model_id
-from bakeoff.core.client import StreamResult, account, bounded_get, stream_chat
+from bakeoff.core.client import Event, StreamResult, account, bounded_get, stream_chat
 from bakeoff.engines.exllama import ExllamaAdapter
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.vllm import VllmAdapter
@@ -334,3 +335,61 @@ def test_a_silent_server_times_out_as_a_stall() -> None:
     with serve(silent) as url, httpx.Client(base_url=url) as http:
         result: StreamResult = _finishes(lambda: stream_chat(http, {}, 0.5))
     assert "timeout" in result.flags and result.error is not None
+
+
+# -- record now, parse later -----------------------------------------------------------------------------------
+
+def _chunked(pieces: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+def test_chunked_framing_is_undone_after_the_stream_and_events_keep_their_arrival_read() -> None:
+    """uvicorn and llama-server send chunked bodies; here one event is split over two chunks written 0.2 s apart.
+    The event is stamped when its second half arrived, not when its first did (nor when the stream ended)."""
+    events = normal_events(4)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    def script() -> Iterator[bytes | float]:
+        yield head + _chunked([events[0]])[:-5]
+        yield 0.05
+        yield _chunked([events[1][:10]])[:-5]
+        yield 0.2
+        yield _chunked([events[1][10:]] + events[2:])
+
+    with serve(script) as url, httpx.Client(base_url=url) as http:
+        result = stream_chat(http, {"max_tokens": 4}, 5)
+    fields = account(result, "one_per_event")
+    assert result.error is None and fields["completion_tokens"] == 4 and fields["token_events"] == 4
+    first, second = result.events[0].t_ns, result.events[1].t_ns
+    assert second - first >= 0.2e9  # stamped by the read that completed it
+    assert result.events[2].read == result.events[1].read  # the rest arrived in that same read
+    assert fields["client_cpu_s"] is not None and fields["client_lag_s"] is not None
+
+
+def test_the_garbage_collector_is_paused_while_any_stream_is_timed() -> None:
+    from bakeoff.core.client import _GcPause
+
+    pause = _GcPause()
+    assert gc.isenabled()
+    with pause:
+        assert not gc.isenabled()
+        with pause:  # a second concurrent stream
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # still one stream being timed
+    assert gc.isenabled()
+    with serve(lambda: iter([SSE_HEAD, *normal_events(4)])) as url, httpx.Client(base_url=url) as http:
+        assert stream_chat(http, {"max_tokens": 4}, 5).error is None
+    assert gc.isenabled()
+
+
+def test_a_reader_kept_away_from_the_socket_flags_the_sample() -> None:
+    """Harness self-cost: when the reader was away longer than 1 % of the decode window, the figure may have
+    moved, and the sample says so."""
+    t0 = 1_000_000_000
+    events = [Event(t0 + i * 1_000_000, i, "x", None) for i in range(11)]  # 10 ms decode window
+    result = StreamResult(t_send_ns=0, t_done_ns=t0 + 20_000_000, events=events, text="x" * 11,
+                          usage={"completion_tokens": 11}, client_lag_s=0.0005)
+    fields = account(result, "one_per_event")
+    assert any(f.startswith("harness-lag: ") for f in fields["flags"]) and fields["decode_tps"] is not None
+    result.client_lag_s = 0.00005
+    assert not any(f.startswith("harness-lag") for f in account(result, "one_per_event")["flags"])

@@ -1,0 +1,283 @@
+"""Is bakeoff's clock exact? Its per-request decode rate against the truth of a paced stream source.
+
+A source in its own process (benchmarks/stream_source.py) streams 256 tokens at a set rate, 1 or 5
+tokens per event, and reports when it really wrote the first and last token events (CLOCK_MONOTONIC,
+the clock both processes read). For each rate, two clients read the same streams:
+
+- a minimal raw-socket client (timestamp every ``recv``, parse after): if it is not within 1 %, the
+  source is the bottleneck and the row says so;
+- bakeoff's own path, request for request as a run does it: ``stream_chat``, ``account``, a Sample,
+  the foreign-load meter and ``RunDir.append`` (jsonl fsync + SQLite index).
+
+Per row: the median and worst relative error of the decode rate against the truth, how many requests
+were within 1 %, and bakeoff's CPU per 1,000 tokens and in cores while streaming (process CPU over
+wall time, the source excluded). ``--outlier N`` then sends N requests at one rate and lists the worst
+ones with their position, so a periodic stall (every k-th request) shows.
+
+Usage: ``python benchmarks/harness.py [--rates 100,167,...] [--per-event 1,5] [--outlier 200]``.
+Run on a quiet machine and quote the load average printed with the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bakeoff.core.client import account, stream_chat
+from bakeoff.core.hostinfo import CpuMeter
+from bakeoff.core.sample import Sample
+from bakeoff.core.store import RunDir
+
+class GcWatch:
+    """Every cyclic-GC run of this process: (start ns, duration ns, generation)."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[int, int, int]] = []
+        self._start = 0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter_ns()
+        else:
+            self.runs.append((self._start, time.perf_counter_ns() - self._start, info["generation"]))
+
+    def inside(self, t0: int, t1: int) -> list[tuple[int, int, int]]:
+        return [r for r in self.runs if t0 <= r[0] <= t1]
+
+
+GC = GcWatch()
+N_TOKENS = 256
+RATES = (100, 167, 500, 1000, 2000, 5000, 10000, 20000, 50000)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Row:
+    rate: int
+    per_event: int
+    raw_errors: list[float] = field(default_factory=list)
+    errors: list[float] = field(default_factory=list)
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    tokens: int = 0
+    flagged: int = 0
+    gc_in_stream: int = 0
+    gc_max_ms: float = 0.0
+
+
+def _truth_rate(truth: dict[str, Any]) -> float:
+    return (truth["n"] - truth["n_first"]) / truth["decode_s"]
+
+
+def raw_request(port: int, path: str, n: int) -> float:
+    """Relative error of a minimal raw-socket client's decode rate against the source's truth."""
+    body = json.dumps({"max_tokens": n, "stream": True}).encode()
+    reads: list[tuple[int, bytes]] = []
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                     % (path.encode(), len(body)) + body)
+        while chunk := sock.recv(65536):
+            reads.append((time.perf_counter_ns(), chunk))
+    buf, offset, stamps, truth = b"", 0, [], None
+    for t, chunk in reads:  # parse after: the read that completes a token event stamps it
+        buf += chunk
+        while (end := buf.find(b"\n\n", offset)) != -1:
+            event = buf[offset:end]
+            offset = end + 2
+            if b'"content":"tok' in event:
+                stamps.append(t)
+            elif b'"truth"' in event:
+                truth = json.loads(event[6:])["truth"]
+    assert truth is not None and len(stamps) >= 2
+    if stamps[-1] == stamps[0]:
+        return float("nan")  # every token event in one read: this client saw no decode window at all
+    measured = (truth["n"] - truth["n_first"]) / ((stamps[-1] - stamps[0]) / 1e9)
+    return measured / _truth_rate(truth) - 1
+
+
+class BakeoffPath:
+    """One request the way a run makes it: stream, account, sample, meter, store."""
+
+    def __init__(self, base: str, run_dir: Path) -> None:
+        self.base = base
+        self.clients: dict[str, httpx.Client] = {}  # one per pace, made once (as a run makes one per arm)
+        self.run = RunDir(run_dir)
+        self.meter = CpuMeter(set())
+        self.rep = 0
+        self.last_gc: list[tuple[int, int, int]] = []
+
+    def request(self, prefix: str, n: int) -> tuple[float, list[str], float, float]:
+        """(relative error vs truth, flags, process CPU s, wall s); GC runs inside the stream go to ``last_gc``."""
+        if prefix not in self.clients:
+            self.clients[prefix] = httpx.Client(base_url=self.base + prefix)
+        http = self.clients[prefix]
+        body = {"model": "source", "max_tokens": n, "stream": True, "messages": [{"role": "user", "content": "go"}]}
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        self.meter.start()
+        result = stream_chat(http, body, 30.0)
+        foreign = self.meter.stop()
+        self.last_gc = GC.inside(result.t_send_ns, result.t_done_ns or result.t_send_ns)
+        fields = account(result, "usage_per_chunk")
+        flags = fields.pop("flags")
+        sample = Sample(arm="h", engine="openai", prompt="p", mode="greedy", rep=self.rep, started_at=time.time(),
+                        foreign_cpu_cores=foreign, flags=flags, **fields)
+        self.rep += 1
+        self.run.append(sample)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        truth = (result.final or {}).get("truth")
+        if result.error or truth is None or sample.decode_tps is None:
+            return float("nan"), flags + [result.error or "no truth"], cpu, wall
+        return sample.decode_tps / _truth_rate(truth) - 1, flags, cpu, wall
+
+
+def _requests_for(rate: int) -> int:
+    return 5 if rate < 1000 else 20
+
+
+def sweep(port: int, rates: list[int], per_events: list[int], run_dir: Path) -> list[Row]:
+    path = BakeoffPath(f"http://127.0.0.1:{port}", run_dir)
+    rows = []
+    for per_event in per_events:
+        for rate in rates:
+            row = Row(rate, per_event)
+            url = f"/r/{rate}/{per_event}"
+            raw_request(port, url + "/v1/chat/completions", 32)  # warm the connection path
+            for _ in range(_requests_for(rate)):
+                row.raw_errors.append(raw_request(port, url + "/v1/chat/completions", N_TOKENS))
+                err, flags, cpu, wall = path.request(url, N_TOKENS)
+                row.errors.append(err)
+                row.cpu_s += cpu
+                row.wall_s += wall
+                row.tokens += N_TOKENS
+                row.flagged += any(not f.startswith("foreign-load") for f in flags)
+                row.gc_in_stream += len(path.last_gc)
+                row.gc_max_ms = max([row.gc_max_ms] + [d / 1e6 for _, d, _ in path.last_gc])
+            rows.append(row)
+            print(f"  {rate} tok/s × {per_event}/event done", flush=True)
+    return rows
+
+
+def outliers(port: int, rate: int, per_event: int, count: int, run_dir: Path) -> tuple[list[tuple[int, float]], list[int]]:
+    """(request #, error) for ``count`` requests, and the requests inside whose stream a GC ran."""
+    path = BakeoffPath(f"http://127.0.0.1:{port}", run_dir)
+    url = f"/r/{rate}/{per_event}"
+    out, with_gc = [], []
+    for i in range(count):
+        out.append((i, path.request(url, N_TOKENS)[0]))
+        if path.last_gc:
+            with_gc.append(i)
+    return out, with_gc
+
+
+def cli_run(port: int, truth_file: Path, rate: int, count: int, out: Path) -> list[tuple[int, float, list[str]]]:
+    """``count`` requests through the real ``bakeoff run`` (progress display, store, meter: everything), each
+    sample joined to the source's truth line by order (one arm, one pass, sequential requests, no warm-up)."""
+    config = out / "harness.yaml"
+    config.write_text(f"""arms:
+  - {{name: source, engine: openai, url: "http://127.0.0.1:{port}/r/{rate}/1"}}
+workload: {{prompts: [prose], max_tokens: {N_TOKENS}, reps: {count}, warmup: 0, request_timeout_s: 30}}
+""")
+    truth_file.write_text("")
+    bakeoff = Path(sys.executable).with_name("bakeoff")
+    subprocess.run([str(bakeoff), "run", str(config), "--out", str(out / "runs")], check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    truths = [json.loads(line) for line in truth_file.read_text().splitlines()]
+    (samples_path,) = (out / "runs").glob("*/samples.jsonl")
+    samples = sorted((json.loads(line) for line in samples_path.read_text().splitlines()), key=lambda s: s["rep"])
+    return [(s["rep"], s["decode_tps"] / _truth_rate(t) - 1 if s.get("decode_tps") else float("nan"), s["flags"])
+            for s, t in zip(samples, truths)]
+
+
+def _median(values: list[float]) -> float:
+    real = [v for v in values if v == v]
+    return statistics.median(real) if real else float("nan")
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x != x else f"{x:+.2%}"
+
+
+def print_table(rows: list[Row]) -> None:
+    print("\n| tok/s | tok/event | requests | raw client median / worst | bakeoff median / worst | bakeoff within 1 % "
+          "| flagged | bakeoff CPU ms per 1k tok | bakeoff cores while streaming | GC runs inside streams |")
+    print("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        worst_raw = max(r.raw_errors, key=lambda e: abs(e) if e == e else float("inf"))
+        worst = max(r.errors, key=lambda e: abs(e) if e == e else float("inf"))
+        within = sum(abs(e) <= 0.01 for e in r.errors if e == e)
+        print(f"| {r.rate} | {r.per_event} | {len(r.errors)} | {_pct(_median(r.raw_errors))} / "
+              f"{_pct(worst_raw)} | {_pct(_median(r.errors))} / {_pct(worst)} | {within}/{len(r.errors)} "
+              f"| {r.flagged} | {r.cpu_s / r.tokens * 1e6:.1f} | {r.cpu_s / r.wall_s:.3f} | {r.gc_in_stream} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", default=",".join(map(str, RATES)))
+    ap.add_argument("--per-event", default="1,5")
+    ap.add_argument("--outlier", type=int, default=200, help="requests in the periodic-outlier check (0: skip)")
+    ap.add_argument("--outlier-rate", type=int, default=20000)
+    ap.add_argument("--cli", type=int, default=0, help="also send this many requests through `bakeoff run` itself")
+    ap.add_argument("--gc", choices=("paused", "on"), default="paused",
+                    help="on: leave the garbage collector running during streams (the behaviour before the fix)")
+    args = ap.parse_args()
+    if args.gc == "on":
+        import contextlib
+
+        import bakeoff.core.client as client
+        client._gc_pause = contextlib.nullcontext()  # type: ignore[assignment]
+    port = _free_port()
+    scratch = Path(tempfile.mkdtemp(prefix="bakeoff-harness-"))
+    truth_file = scratch / "truth.jsonl"
+    source = subprocess.Popen([sys.executable, str(Path(__file__).with_name("stream_source.py")), str(port),
+                               str(truth_file)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert source.stdout is not None
+        source.stdout.readline()  # the source prints its URL once it listens
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores); "
+              f"python {sys.version.split()[0]}; gc thresholds {gc.get_threshold()}", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = sweep(port, [int(x) for x in args.rates.split(",")], [int(x) for x in args.per_event.split(",")],
+                         Path(tmp) / "sweep")
+            print_table(rows)
+            if args.outlier:
+                got, with_gc = outliers(port, args.outlier_rate, 1, args.outlier, Path(tmp) / "outlier")
+                errs = [e for _, e in got if e == e]
+                worst = sorted(got, key=lambda x: -abs(x[1]) if x[1] == x[1] else float("-inf"))[:5]
+                print(f"\noutlier check: {args.outlier} requests at {args.outlier_rate} tok/s, 1 token/event: median "
+                      f"{_pct(statistics.median(errs))}, within 1 %: {sum(abs(e) <= 0.01 for e in errs)}/{len(got)}; "
+                      f"worst (request #, error): " + ", ".join(f"#{i} {_pct(e)}" for i, e in worst)
+                      + f"; a GC ran inside the stream of {len(with_gc)} request(s): {with_gc[:20]}")
+        if args.cli:
+            got_cli = cli_run(port, truth_file, args.outlier_rate, args.cli, scratch)
+            errs = [e for _, e, _ in got_cli if e == e]
+            worst = sorted(got_cli, key=lambda x: -abs(x[1]) if x[1] == x[1] else float("-inf"))[:5]
+            print(f"\n`bakeoff run`: {len(got_cli)} requests at {args.outlier_rate} tok/s, 1 token/event: median "
+                  f"{_pct(_median(errs))}, within 1 %: {sum(abs(e) <= 0.01 for e in errs)}/{len(got_cli)}; worst "
+                  f"(request #, error, flagged): " + ", ".join(f"#{i} {_pct(e)} {'yes' if [f for f in fl if not f.startswith('foreign-load')] else 'no'}" for i, e, fl in worst))
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    finally:
+        source.terminate()
+        source.wait()
+
+
+if __name__ == "__main__":
+    main()
