@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..db import RunDB, RunSummary, StoreError, arm_records_of, failed_arms
+from ..errors import BakeoffError
 from ..store import RunDir, read_samples
 
 __all__ = ["runs_command", "list_runs"]
@@ -51,7 +52,7 @@ def list_runs(base: Path) -> list[RunSummary]:
         if summary is None or summary.started_at is None:
             try:
                 summary = _from_files(path)
-            except (OSError, ValueError):
+            except (OSError, ValueError, BakeoffError):  # unreadable, or written by a newer bakeoff
                 continue
         out.append(summary)
     return sorted(out, key=lambda s: (s.started_at or 0.0, s.run_id))

@@ -183,6 +183,9 @@ def test_a_newer_sample_schema_is_refused_with_a_clear_error(tmp_path: Path) -> 
     result = CliRunner().invoke(app, ["report", str(run.path), "--no-files"])
     assert result.exit_code == 2 and "schema_version 99" in result.output
     assert "Traceback" not in result.output
+    (run.path / DB_NAME).unlink()
+    listed = CliRunner().invoke(app, ["runs", str(tmp_path)])
+    assert listed.exit_code == 0 and listed.exception is None, listed.output
 
 
 # -- D14: a truncated run.json ---------------------------------------------------------------------
