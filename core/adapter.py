@@ -159,6 +159,7 @@ class LaunchSpec:
     cwd: Path | None = None
     ready_path: str = "/health"
     files: dict[str, str] = field(default_factory=dict)  # relative path -> content, written before launch
+    container: str | None = None  # ``docker run --name``: its processes are the engine's own CPU (noise guard)
 
 
 @dataclass

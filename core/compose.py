@@ -235,7 +235,7 @@ class ComposeEngine:
 
     It offers what the protocol uses of :class:`~bakeoff.core.launcher.Engine`: ``base_url``, ``boot_s``,
     ``log_path`` (the service's logs, followed), ``alive``, ``log_tail()``. ``proc`` is None: the engine
-    runs inside the Docker daemon, so its CPU time cannot be told apart from foreign load.
+    runs inside the Docker daemon; :meth:`container_ids` lets the noise guard find its processes.
 
     :param command: the compose CLI as an argv prefix (default: :func:`compose_command`).
     """
@@ -342,6 +342,11 @@ class ComposeEngine:
             if time.perf_counter() > deadline:
                 raise self._startup_error(f"not healthy after {self.boot_timeout_s:g} s", "not-healthy")
             time.sleep(POLL_S)
+
+    def container_ids(self) -> list[str]:
+        """The service container's id: its processes are the engine's own CPU for the noise guard."""
+        cid = self.state().get("ID")
+        return [str(cid)] if cid else []
 
     @property
     def alive(self) -> bool:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["host_info", "CpuMeter"]
+__all__ = ["host_info", "CpuMeter", "docker_container_ids"]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -58,46 +59,85 @@ def _gpus() -> list[dict[str, object]]:
     return gpus
 
 
-def _busy_ticks() -> int:
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+def _busy_ticks(proc: Path) -> int:
+    fields = (proc / "stat").read_text().splitlines()[0].split()[1:]
     values = [int(v) for v in fields]
     idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
     return sum(values[:8]) - idle
 
 
-def _group_ticks(pgids: set[int]) -> int:
-    total = 0
-    for entry in Path("/proc").iterdir():
+def _own_ticks(proc: Path, pgids: set[int], containers: tuple[str, ...]) -> tuple[int, int]:
+    """CPU ticks of our processes (bakeoff, the engine's process groups, the processes in the engine's
+    containers, found by the container id in their cgroup path) and how many container processes there were."""
+    total = in_containers = 0
+    for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        rest = stat[stat.rfind(")") + 2:].split()
-        pid, pgid = int(entry.name), int(rest[2])
-        if pgid in pgids or pid == os.getpid():
-            total += int(rest[11]) + int(rest[12])  # utime + stime
-    return total
+            rest = stat[stat.rfind(")") + 2:].split()
+            pid, pgid = int(entry.name), int(rest[2])
+            ours = pgid in pgids or pid == os.getpid()
+            if not ours and containers:
+                cgroup = (entry / "cgroup").read_text()
+                ours = any(cid in cgroup for cid in containers)
+                in_containers += ours
+            if ours:
+                total += int(rest[11]) + int(rest[12])  # utime + stime
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended while we read it
+    return total, in_containers
+
+
+def docker_container_ids(names: list[str], docker: str = "docker") -> list[str]:
+    """Full ids of running containers by name (``docker inspect``); [] when docker cannot say."""
+    if not names:
+        return []
+    try:
+        done = subprocess.run([docker, "inspect", "--format", "{{.Id}}", *names], capture_output=True,  # noqa: S603
+                              text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if len(line.strip()) >= 12]
 
 
 class CpuMeter:
-    """Measures foreign CPU use between :meth:`start` and :meth:`stop` (Linux /proc; None elsewhere)."""
+    """Measures foreign CPU use between :meth:`start` and :meth:`stop` (Linux /proc; None elsewhere).
 
-    def __init__(self, own_pgids: set[int]) -> None:
+    Ours is bakeoff's own process group, the engine's process groups and, for an engine in containers
+    (``launch: docker`` or ``compose``), every process whose cgroup path names one of ``containers``.
+    Limits: the container's processes must be visible in this machine's ``/proc`` with the container id in
+    their cgroup (Docker and Podman on Linux, cgroup v1 or v2). Docker Desktop runs containers in a VM:
+    their CPU is then invisible here, counted neither as ours nor as foreign. When containers are named
+    but none of their processes can be found, the engine's CPU cannot be told apart from foreign load,
+    so :meth:`stop` returns None (no figure) instead of calling the engine foreign.
+    """
+
+    def __init__(self, own_pgids: set[int], containers: list[str] | None = None,
+                 proc: Path = Path("/proc")) -> None:
+        """:param containers: ids of the containers the engine runs in; None when it runs in none, [] when it
+            does but their ids could not be found."""
         self.own_pgids = own_pgids | {os.getpgid(0)}
-        self.enabled = Path("/proc/stat").exists()
+        self.in_containers = containers is not None
+        self.containers = tuple(c for c in containers or () if len(c) >= 12)  # full or short ids: in cgroup paths
+        self.proc = proc
+        self.enabled = (proc / "stat").exists()
+        self.container_processes: int | None = None  # found at the last start(); None before
 
     def start(self) -> None:
         if self.enabled:
-            self._t0, self._busy0, self._own0 = time.monotonic(), _busy_ticks(), _group_ticks(self.own_pgids)
+            self._t0, self._busy0 = time.monotonic(), _busy_ticks(self.proc)
+            self._own0, self.container_processes = _own_ticks(self.proc, self.own_pgids, self.containers)
 
     def stop(self) -> float | None:
         """Average cores used by other processes since start()."""
         if not self.enabled:
             return None
+        if self.in_containers and not self.container_processes:
+            return None  # the engine's CPU is somewhere we cannot see: no foreign-load figure
         wall = time.monotonic() - self._t0
         if wall <= 0:
             return None
-        foreign = (_busy_ticks() - self._busy0) - (_group_ticks(self.own_pgids) - self._own0)
+        own, _ = _own_ticks(self.proc, self.own_pgids, self.containers)
+        foreign = (_busy_ticks(self.proc) - self._busy0) - (own - self._own0)
         return max(0.0, foreign / _TICK / wall)

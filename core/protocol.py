@@ -25,7 +25,7 @@ from .client import account, stream_chat
 from .compose import ComposeEngine, project_name
 from .config import Arm, BakeoffFile, Prompt, SamplingMode
 from .errors import ConfigError, EngineError, EngineStartupError, MeasurementError
-from .hostinfo import CpuMeter, host_info
+from .hostinfo import CpuMeter, docker_container_ids, host_info
 from .hardware import attach_gpu_sample, hardware_record, offload_mismatch, visible_devices_env
 from .telemetry import GpuMonitor, open_monitor
 from .launcher import Engine, LogCursor, free_port, port_is_free
@@ -200,6 +200,18 @@ def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prom
     return sample
 
 
+def _cpu_meter(engine: Any) -> CpuMeter:
+    """The noise guard for an arm: the engine's process group, and its container's processes when it runs
+    in one (``launch: compose``, or a ``docker run`` LaunchSpec naming its container)."""
+    if engine is None:
+        return CpuMeter(set())
+    if isinstance(engine, ComposeEngine):
+        return CpuMeter(set(), containers=engine.container_ids())
+    pgids = {os.getpgid(engine.proc.pid)} if engine.proc else set()
+    name = getattr(engine.spec, "container", None)
+    return CpuMeter(pgids, containers=docker_container_ids([name]) if name else None)
+
+
 def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, events: ProtocolEvents,
              done: set[tuple[Any, ...]], shared: SharedEngine | None = None) -> dict[str, Any]:
     arm = planned.arm
@@ -243,7 +255,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                     stream_chat(http, warm, w.request_timeout_s)
                 log = LogCursor(engine.log_path if engine else None)
                 planned.adapter.follow_log(log.read_new if engine else None)
-                meter = CpuMeter({os.getpgid(engine.proc.pid)} if engine and engine.proc else set())
+                meter = _cpu_meter(engine)
                 for point in todo:
                     prompt, mode_name, rep = point.prompt, point.mode, point.rep
                     if point.concurrency is not None:  # N streams at once: one sample per stream

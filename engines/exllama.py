@@ -368,7 +368,8 @@ class ExllamaAdapter(EngineAdapter):
             argv = self.docker_argv(arm, options, port, workdir)
         else:
             argv = [self.python(options), str(self.tabby_main(options))] + list(arm.extra_args)
-        return LaunchSpec(argv=argv, env=env, cwd=workdir, ready_path="/health", files=files)
+        container = argv[argv.index("--name") + 1] if docker else None
+        return LaunchSpec(argv=argv, env=env, cwd=workdir, ready_path="/health", files=files, container=container)
 
     def docker_argv(self, arm: Arm, options: ExllamaOptions, port: int, workdir: Path) -> list[str]:
         """``docker run`` for the TabbyAPI image: loopback port, models read-only, our config.yml."""

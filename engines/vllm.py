@@ -383,7 +383,8 @@ class VllmAdapter(EngineAdapter):
         flags = self.server_flags(arm, options, lambda m: in_container(self.model_ref(m)))
         env = self.launch_env(arm, options, local)
         host = arm.settings.host
-        argv = ["docker", "run", "--rm", "--name", f"bakeoff-{arm.name}-{port}", "--ipc=host",
+        container = f"bakeoff-{arm.name}-{port}"
+        argv = ["docker", "run", "--rm", "--name", container, "--ipc=host",
                 "-p", f"{host}:{port}:8000"]
         if options.docker_gpus:
             argv += ["--gpus", options.docker_gpus]
@@ -395,7 +396,7 @@ class VllmAdapter(EngineAdapter):
         for key in sorted(env):
             argv += ["-e", key]  # values travel in the environment, never in argv (argv.txt is stored)
         argv += [options.docker_image, model_path, "--host", "0.0.0.0", "--port", "8000", *flags]
-        return LaunchSpec(argv=argv, env=env, ready_path="/health")
+        return LaunchSpec(argv=argv, env=env, ready_path="/health", container=container)
 
     # -- startup ---------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bakeoff.core import protocol
 from bakeoff.core.adapter import EngineAdapter, LaunchSpec, check_arm_capabilities
 from bakeoff.core.compose import (
     ARM_LABEL,
@@ -268,7 +269,8 @@ FAKE_CLI = textwrap.dedent('''
         counter = os.path.join(state, "ps-count")
         n = int(open(counter).read()) if os.path.exists(counter) else 0
         open(counter, "w").write(str(n + 1))
-        row = {"Service": "fake", "State": "running", "Health": "starting", "ExitCode": 0}
+        row = {"ID": "0123456789abcdef" * 4, "Service": "fake", "State": "running", "Health": "starting",
+               "ExitCode": 0}
         if mode == "healthy" and n >= 2 or mode == "dies" and n == 0:
             row["Health"] = "healthy"
         elif mode == "exits" or mode == "dies":
@@ -326,6 +328,8 @@ def test_up_healthy_attach_and_always_down(tmp_path: Path, fake_cli: tuple[list[
         assert eng.boot_s is not None and eng.boot_s > 0
         assert eng.alive
         assert eng.proc is None
+        assert eng.container_ids() == ["0123456789abcdef" * 4]  # the noise guard counts its processes as ours
+        assert protocol._cpu_meter(eng).containers == ("0123456789abcdef" * 4,)
     verbs = [c[0] for c in calls(state)]
     assert verbs[:2] == ["create", "start"] and verbs[-1] == "down"
     assert calls(state)[0] == ["create", "--pull", "missing", "--quiet-pull"]
