@@ -4,8 +4,8 @@ Each knob's ``apply`` command runs before its phase and its ``revert`` after it;
 registered with the run's guard (core/watchdog.py) before the apply, so it runs on a normal end, on an
 error, on Ctrl-C, and — when bakeoff is killed or hangs — by the watchdog. During every phase a probe
 thread checks the server's health and, when configured, the kernel log (NVIDIA Xid lines) at a fixed
-interval, and reads GPU power, clocks and temperature where ``nvidia-smi`` exists (read only); a failed
-probe ends the run after the revert. Samples carry their phase (``Sample.phase``, ``arm`` = the knob or
+interval; a failed probe ends the run after the revert. Where NVML sees a GPU, each phase records its
+power, clocks and temperature (core/telemetry.py, read only). Samples carry their phase (``Sample.phase``, ``arm`` = the knob or
 ``baseline``); :func:`compare_phases` pairs each knob phase with its neighbouring baselines.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -34,13 +33,13 @@ from .liveconfig import BASELINE, KernelLogCheck, Phases
 from .sample import Sample
 from .stats import Interval, Verdict, bootstrap_ci, verdict
 from .store import RunDir
+from .telemetry import open_monitor
 from .watchdog import Guard, health_problem, run_command, shown
 
-__all__ = ["run_phases", "check_phases_config", "PhaseResult", "compare_phases", "phase_rows", "GPU_QUERY"]
+__all__ = ["run_phases", "check_phases_config", "PhaseResult", "compare_phases", "phase_rows", "GPU_FIELDS"]
 
-GPU_QUERY = ["nvidia-smi", "--query-gpu=power.draw,clocks.sm,clocks.mem,temperature.gpu",
-             "--format=csv,noheader,nounits"]  # read only: bakeoff never changes GPU settings itself
-GPU_FIELDS = ("power_w", "sm_mhz", "mem_mhz", "temp_c")
+# per phase, from core/telemetry.py's NVML monitor (read only: bakeoff never changes a GPU setting itself)
+GPU_FIELDS = ("power_mean_w", "sm_clock_mhz", "mem_clock_mhz", "temp_max_c")
 
 
 def check_phases_config(config: Any) -> None:
@@ -76,17 +75,6 @@ def _kernel_lines(check: KernelLogCheck, timeout_s: float) -> set[str]:
     return {line for line in done.stdout.splitlines() if pattern.search(line)}
 
 
-def _gpu_reading() -> dict[str, float] | None:
-    if shutil.which(GPU_QUERY[0]) is None:
-        return None
-    try:
-        out = subprocess.run(GPU_QUERY, capture_output=True, text=True, timeout=10, check=False)  # noqa: S603
-        first = out.stdout.strip().splitlines()[0]
-        return dict(zip(GPU_FIELDS, (float(v) for v in first.split(",")), strict=True))
-    except (OSError, subprocess.TimeoutExpired, IndexError, ValueError):
-        return None
-
-
 class Prober(threading.Thread):
     """Probes health (and the kernel log) every ``interval_s`` during one phase; ``problem`` is the first failure."""
 
@@ -111,9 +99,6 @@ class Prober(threading.Thread):
             if new:
                 reading["kernel_lines"] = new
                 problem = problem or f"kernel log: {new[0]}"
-        gpu = _gpu_reading()
-        if gpu is not None:
-            reading["gpu"] = gpu
         self.readings.append(reading)
         with self.out.open("a") as f:
             f.write(json.dumps(reading) + "\n")
@@ -214,8 +199,11 @@ def _measure(p: _Phase, phases: Phases, planned: Any, w: Any, plan: Any, http: h
     """Requests until the phase's duration ends (at least one round), with the probe thread running."""
     build_request, make_sample = helpers
     prober = Prober(p.phase, health, phases.probe_interval_s, phases.kernel_log, known, probes_path)
+    gpu = open_monitor(interval_s=1.0)  # None without NVML, a driver or a GPU
     p.record["started_at"] = time.time()
     prober.start()
+    if gpu is not None:
+        gpu.start()
     try:
         cycle = [(pr, m) for pr in plan.prompts for m in plan.modes]
         end = time.monotonic() + phases.duration_s
@@ -239,9 +227,8 @@ def _measure(p: _Phase, phases: Phases, planned: Any, w: Any, plan: Any, http: h
         prober.finish()
         p.record.update(ended_at=time.time(), requests=n, probes=len(prober.readings),
                         unhealthy_probes=sum(1 for r in prober.readings if not r["healthy"]))
-        gpu = [r["gpu"] for r in prober.readings if "gpu" in r]
-        if gpu:
-            p.record["gpu"] = {k: float(np.median([g[k] for g in gpu])) for k in GPU_FIELDS}
+        if gpu is not None:
+            p.record["gpu"] = gpu.stop().model_dump(exclude_none=True)
     if prober.problem is not None:
         p.record["problem"] = prober.problem
         raise MeasurementError(f"phase {p.phase}: probe failed: {prober.problem}; stopping the phase run")
@@ -258,7 +245,7 @@ class PhaseResult(BaseModel):
     ratio: Interval | None = None
     verdict: Verdict | None = None
     baselines: list[str] = []
-    gpu: dict[str, float] | None = None
+    gpu: dict[str, Any] | None = None
     probes: int = 0
     unhealthy_probes: int = 0
 
@@ -315,7 +302,7 @@ def phase_rows(results: list[PhaseResult]) -> tuple[list[str], list[list[str]]]:
                (ci(r.ratio, 3) + "x" if r.ratio else "-"), r.verdict or "-",
                f"{r.probes - r.unhealthy_probes}/{r.probes} healthy"]
         if gpu:
-            row += [f"{r.gpu[k]:.0f}" if r.gpu else "-" for k in GPU_FIELDS]
+            row += [f"{r.gpu[k]:.0f}" if r.gpu and r.gpu.get(k) is not None else "-" for k in GPU_FIELDS]
         rows.append(row)
     return header, rows
 

@@ -363,3 +363,16 @@ def test_secrets_in_live_commands_stay_out_of_run_json_and_logs(tmp_path: Path, 
         if file.is_file():
             assert b"s3cret-live-key" not in file.read_bytes(), file
     assert "s3cret-live-key" not in out
+
+
+def test_the_phase_table_shows_gpu_readings_where_a_phase_has_them() -> None:
+    from bakeoff.core.phases import phase_rows
+
+    records = [{"phase": "p00-baseline", "setting": "baseline", "probes": 3, "unhealthy_probes": 0,
+                "gpu": {"power_mean_w": 612.4, "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0, "temp_max_c": 61.0}},
+               {"phase": "p01-pl400", "setting": "pl400", "probes": 3, "unhealthy_probes": 1,
+                "gpu": {"power_mean_w": 398.7, "sm_clock_mhz": 1410.0, "mem_clock_mhz": 3201.0, "temp_max_c": 52.0}}]
+    header, rows = phase_rows(compare_phases([], records))
+    assert header[-4:] == ["power W", "SM MHz", "mem MHz", "temp C"]
+    assert rows[1][-4:] == ["399", "1410", "3201", "52"] and rows[1][6] == "2/3 healthy"
+    assert phase_rows(compare_phases([], [{"phase": "p00-baseline", "setting": "baseline"}]))[0][-1] == "probes"
