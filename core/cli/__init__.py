@@ -14,7 +14,7 @@ if not sys.stdout.isatty():
     os.environ["COLUMNS"] = os.environ.get("BAKEOFF_WIDTH", "200")
 
 from . import compare, demo, engines, report, run, runs, schema  # noqa: E402
-from . import promote, selftest  # noqa: E402
+from . import gpu, promote, selftest  # noqa: E402
 
 __all__ = ["app", "main"]
 
@@ -28,6 +28,7 @@ app.command("runs")(runs.runs_command)
 app.command("compare")(compare.compare_command)
 app.command("selftest")(selftest.selftest_command)
 app.command("promote")(promote.promote_command)
+app.command("gpu")(gpu.gpu_command)
 app.add_typer(engines.app, name="engines")
 
 

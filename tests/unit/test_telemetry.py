@@ -137,3 +137,52 @@ def test_absent_nvml_or_driver_is_silently_off(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "pynvml", broken)
     assert open_monitor() is None
     assert telemetry._load_nvml() is None
+
+
+def test_a_run_records_gpus_and_telemetry_on_every_sample(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Through the protocol with a real (sim) engine process and a fake NVML: run.json gets the GPUs and each
+    arm's idle power and limits; every timed request gets energy and tokens per joule."""
+    from bakeoff.core import protocol
+    from bakeoff.core.config import parse_bakeoff
+    from bakeoff.core.reports import summarize_run
+    from bakeoff.core.store import RunDir
+
+    nvml = fake_nvml()
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: nvml)
+    monkeypatch.setattr("bakeoff.core.hardware.gpu_copy_bandwidth_gbs", lambda *a, **k: (4200.0, "torch"))
+    plan = protocol.plan_run(parse_bakeoff(
+        "name: t\narms:\n  - {name: a, engine: sim, model: sim}\n"
+        "workload: {prompts: [prose], reps: 2, max_tokens: 16, gpu_sample_interval_s: 0.01}\n"))
+    run = RunDir(tmp_path / "r")
+    run.write_run(protocol.run_metadata(plan))
+    protocol.run_plan(plan, run)
+    meta = run.read_run()
+    assert meta["gpus"][0]["name"] == "NVIDIA H200"
+    samples = run.samples()
+    assert len(samples) == 2
+    for s in samples:
+        assert s.gpu is not None and s.gpu.energy_source == "counter" and s.gpu.energy_j == pytest.approx(50.0)
+        assert s.gpu.tokens_per_joule == pytest.approx((s.completion_tokens or 0) / 50.0)
+    summary = summarize_run(run.path)
+    a = summary.arm("a")
+    assert a is not None and a.gpu is not None and a.gpu.idle_power_w is not None and a.gpu.vram_peak_mib
+
+
+def test_bakeoff_gpu_lists_gpus_and_bandwidth_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from bakeoff.core.cli import app
+
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml())
+    monkeypatch.setattr("bakeoff.core.cli.gpu.gpu_copy_bandwidth_gbs", lambda *a, **k: (4236.0, "torch"))
+    result = CliRunner().invoke(app, ["gpu"])
+    assert result.exit_code == 0, result.output
+    assert "GPU 0: NVIDIA H200" in result.output and "power limit 700.0 W" in result.output
+    assert "GPU 0, measured copy (torch): 4236 GB/s" in result.output
+    assert "NVML theoretical (bus width × max memory clock × 2): 4814 GB/s" in result.output
+    data = _json.loads(CliRunner().invoke(app, ["gpu", "--json", "--no-bandwidth"]).output)
+    assert data["gpus"][0]["uuid"] == "GPU-h0" and "gpu0_copy_gbs" not in data
+    monkeypatch.setattr(telemetry, "_load_nvml", lambda: None)
+    assert "no GPU" in CliRunner().invoke(app, ["gpu", "--no-bandwidth"]).output
