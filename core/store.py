@@ -165,11 +165,10 @@ class RunDir:
     def write_run(self, data: dict[str, Any]) -> None:
         """Write run.json (atomically) and its copy in the index; configuration secrets are masked."""
         body = {k: v for k, v in data.items() if k not in ("schema_version", "run_id")}
-        if isinstance(body.get("config"), dict):  # names kept, values masked; the rest by value and shape
-            body = {**self.redactor.value({k: v for k, v in body.items() if k != "config"}),
-                    "config": redact_config(body["config"])}
-        else:
-            body = self.redactor.value(body)
+        if isinstance(body.get("config"), dict):  # names kept, values masked
+            body["config"] = redact_config(body["config"])
+        if "arm_records" in body:  # what engines said (errors, log tails, settings): by value and shape
+            body["arm_records"] = self.redactor.value(body["arm_records"])
         payload = {"schema_version": SCHEMA_VERSION, "run_id": self.run_id, **body}
         tmp = self.run_json.with_suffix(".json.tmp")
         try:

@@ -237,3 +237,19 @@ def test_promote_refuses_an_arm_whose_env_values_were_masked(tmp_path: Path) -> 
     with pytest.raises(ConfigError, match=r"does not record the secret values of arm 'w' env"):
         prepare(run.path, "w", None, None)  # not a launch definition with HF_TOKEN=***
     assert not (run.path / "promote").exists()
+
+
+def test_masking_by_value_never_touches_arm_names_orders_or_the_prompts(tmp_path: Path) -> None:
+    """An env value that happens to equal an arm's name must not break resume's pass orders."""
+    from bakeoff.core.redact import Redactor
+    from bakeoff.core.sample import Sample
+    from bakeoff.core.store import RunDir
+
+    run = RunDir(tmp_path / "r", redactor=Redactor(["turbo"]))
+    run.write_run({"orders": [["turbo", "base"]], "baseline": "turbo", "prompts": [{"name": "turbo"}],
+                   "arm_records": {"turbo": [{"error": "mode turbo failed"}]}})
+    meta = run.read_run()
+    assert meta["orders"] == [["turbo", "base"]] and meta["baseline"] == "turbo"
+    assert meta["arm_records"] == {"turbo": [{"error": "mode *** failed"}]}
+    stored = run.append(Sample(arm="turbo", engine="sim", prompt="turbo", mode="greedy", rep=0, error="turbo"))
+    assert (stored.arm, stored.prompt, stored.error) == ("turbo", "turbo", "***")
