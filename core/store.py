@@ -332,7 +332,7 @@ class RunDir:
                 remaining[uid] -= 1
             else:  # a line the index lacks: indexed on resume, unless its point is already full
                 point = point_of(line.sample)
-                if rows is not None and per_point[json.dumps(point)] >= slots_of(point):
+                if per_point[json.dumps(point)] >= slots_of(point):
                     duplicates.append(line.text.encode())
                     continue
                 per_point[json.dumps(point)] += 1

@@ -138,6 +138,9 @@ def test_an_unindexed_line_for_a_stored_point_is_not_counted_twice(tmp_path: Pat
         f.write(twin.model_dump_json() + "\n")
     assert _n(run.path, "a") == 3
     assert any("repeat a measurement point" in w for w in summarize_run(run.path, n_boot=200).warnings)
+    (run.path / DB_NAME).unlink()  # without the index, the file alone still holds one sample per point
+    assert _n(run.path, "a") == 3
+    assert len(load_resume(run.path).done) == 6 and len(read_samples(run.path)) == 6
 
 
 # -- D11: bytes that are not UTF-8 ----------------------------------------------------------------
