@@ -9,9 +9,11 @@ as failed with its log tail and the run moves on to the next arm.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,10 +23,11 @@ import httpx
 from pydantic import SecretStr
 
 from .adapter import EngineAdapter, Effective, check_arm_capabilities
+from .attach import attach_base, probe_attached
 from .client import account, stream_chat
 from .compose import ComposeEngine, project_name
 from .config import Arm, BakeoffFile, Prompt, SamplingMode
-from .errors import ConfigError, EngineError, EngineStartupError, MeasurementError
+from .errors import BakeoffError, ConfigError, EngineError, EngineStartupError, MeasurementError
 from .hostinfo import CpuMeter, docker_container_ids, host_info
 from .hardware import attach_gpu_sample, hardware_record, offload_mismatch, visible_devices_env
 from .telemetry import GpuMonitor, open_monitor
@@ -145,7 +148,7 @@ def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_
         record["gpu_idle_power_w"] = monitor.idle_power_w()  # before this arm's engine loads anything
     if arm.attached:
         assert arm.url is not None
-        yield arm.url.rstrip("/"), None
+        yield attach_base(arm.url), None
         return
     port = arm.settings.port or free_port(arm.settings.host)
     port_taken = bool(arm.settings.port) and not port_is_free(arm.settings.host, port)
@@ -168,6 +171,16 @@ def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_
             run.redactor.file(log_path)
         except OSError:
             pass
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
+_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ENOTDIR}
+
+
+def is_write_failure(exc: BaseException) -> bool:
+    """An OSError that means the run directory cannot be written: the whole run stops, not one arm."""
+    return isinstance(exc, OSError) and (exc.errno in _DISK_ERRNOS
+                                         or (exc.errno in _PATH_ERRNOS and exc.filename is not None))
 
 
 def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prompt: str, mode: str,
@@ -232,7 +245,10 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                                                               record)) as ((base, engine), fresh):
             record["boot_s"] = engine.boot_s if engine and fresh else None
             with httpx.Client(base_url=base, headers=_headers(arm)) as http:
+                served = probe_attached(arm, http) if arm.attached else None  # a dead URL fails here, in seconds
                 eff = planned.adapter.effective_settings(http, arm)
+                if served is not None:
+                    eff.model_id = served  # the arm's model, never whichever the server lists first
                 if engine is not None and fresh:
                     eff.mismatches += planned.adapter.log_mismatches(arm, engine.log_text())
                     if monitor is not None and getattr(engine, "proc", None) is not None:
@@ -299,6 +315,20 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
         record.update(status="failed", error=str(exc),
                       log_tail=getattr(exc, "log_tail", ""), reason=getattr(exc, "reason", None))
         events.on_arm_failed(arm.name, str(exc))
+    except BakeoffError:
+        raise  # the run itself cannot go on (a config problem found mid-run, a run directory it cannot write)
+    except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen engine answer: this arm fails, the run goes on
+        if is_write_failure(exc):
+            raise
+        cause = f"{type(exc).__name__}: {exc}"[:500]
+        try:
+            trace = run.arm_dir(arm.name) / f"traceback-pass{pass_index}.txt"
+            trace.write_text("".join(traceback.format_exception(exc)))  # for a bug report; the record keeps the cause
+            why = f"unexpected {cause} (traceback in {trace})"
+        except (OSError, BakeoffError):
+            why = f"unexpected {cause}"
+        record.update(status="failed", reason="internal-error", log_tail="", error=why)
+        events.on_arm_failed(arm.name, why)
     finally:
         if own_engine:
             shared.close()
@@ -392,4 +422,4 @@ def run_metadata(plan: Plan) -> dict[str, Any]:
     }
 
 
-__all__ += ["run_metadata", "add_pass", "run_extra_pass", "plan_warnings"]
+__all__ += ["run_metadata", "add_pass", "run_extra_pass", "plan_warnings", "is_write_failure"]

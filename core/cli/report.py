@@ -27,6 +27,8 @@ def print_tables(run_path: Path, out: Console, *, write: bool = True, n_boot: in
     print_phase_table(run_path, out, write=write)  # live-knob phases, when the run has them
     if write:
         files = write_reports(run_path, summary)
+        for failure in files.plot_failures:
+            out.print(f"[bold yellow]WARNING[/bold yellow] {failure}", highlight=False)
         out.print(f"reports: {files.markdown}, {files.json}, {files.html} (+{len(files.plots)} plot files)",
                   highlight=False, soft_wrap=True)
 

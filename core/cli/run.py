@@ -14,11 +14,15 @@ from ..config import BakeoffFile, load_bakeoff
 from ..errors import BakeoffError, ConfigError
 from ..live import LiveRun, dry_run_lines
 from ..phases import check_phases_config, run_phases
-from ..protocol import ProtocolEvents, plan_run, run_extra_pass, run_metadata, run_plan
+from ..protocol import ProtocolEvents, is_write_failure, plan_run, run_extra_pass, run_metadata, run_plan
 from ..resume import Resume, load_resume
+from ..sample import Sample
 from ..stats import needs_more_passes
-from ..store import RunDir, new_run_dir
+from ..store import RunDir, RunDirError, new_run_dir
+from .exit_codes import EXIT_CODES_HELP, ExitCode, failed_arms, run_outcome
 from .report import print_tables
+
+__all__ = ["run_command", "execute"]
 
 console = Console()
 
@@ -36,8 +40,25 @@ def _percent(text: str | None) -> float | None:
     return value
 
 
-def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
+# Signals that end a run like Ctrl-C does: engines stopped, samples kept. SIGHUP is a closed terminal or SSH.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _signal_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _new_run(out: Path, config: BakeoffFile, meta: dict[str, object]) -> RunDir:
+    """The run directory under ``--out``; a path that cannot hold it is a one-line error, before any launch."""
+    try:
+        run = RunDir(new_run_dir(out, config.name))
+        run.write_run(meta)
+    except RunDirError as exc:
+        raise ConfigError(f"--out {out}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot create the run directory: {exc.strerror or exc} "
+                          f"({exc.filename or out})") from None
+    return run
 
 
 def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
@@ -46,15 +67,14 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
     check_phases_config(config)
     plan = plan_run(config)
     if resume is None:
-        run = RunDir(new_run_dir(out, config.name))
-        run.write_run(run_metadata(plan))
+        run = _new_run(out, config, run_metadata(plan))
     else:  # same directory, recorded orders, stored samples skipped
         run = resume.run
         resume.apply(plan)
     done = resume.done if resume else set()
     console.print(f"run directory: [bold]{run.path}[/bold]")
     live = LiveRun(config, run, console.print)  # live: and phases: (docs/live.md); a no-op without them
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    previous = {sig: signal.signal(sig, _signal_as_interrupt) for sig in _STOP_SIGNALS}
     try:
         live.open()
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -69,7 +89,9 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
                 on_arm_ready=lambda arm, eff, boot: progress.update(
                     task, description=f"{arm}: measuring" + (f" (boot {boot:.1f} s)" if boot else "")),
                 on_sample=on_sample,
-                on_arm_failed=lambda arm, why: progress.console.print(f"[red]arm {arm} failed:[/red] {why}"),
+                on_arm_failed=lambda arm, why: progress.console.print(
+                    f"[red]{'failed' if why.startswith(f'arm {arm!r}') else f'arm {arm} failed'}:[/red] {why}",
+                    highlight=False, soft_wrap=True),
                 on_warning=lambda msg: progress.console.print(f"[bold yellow]WARNING[/bold yellow] {msg}"),
             )
             if config.phases is not None:
@@ -86,11 +108,56 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
                 progress.update(task, total=(progress.tasks[0].total or 0) + per_pass)
                 run_extra_pass(plan, run, events)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         live.close()
-    print_tables(run.path, console)
+    try:
+        print_tables(run.path, console)
+    except (BakeoffError, OSError, ValueError) as exc:  # the samples are stored; `bakeoff report` can retry
+        console.print(f"[red]error:[/red] the report could not be written ({type(exc).__name__}: {exc}); "
+                      f"the samples are in {run.path}")
     console.print(f"run directory: [bold]{run.path}[/bold]")
     return run
+
+
+def _explain_empty(run: RunDir, arm: str, samples: list[Sample]) -> str:
+    """Why an arm has no valid sample, in a few words: its failure, its first error, or its flags."""
+    records = run.arm_records().get(arm, [])
+    if any(r.get("status") == "failed" for r in records):
+        return "the arm failed (above)"
+    mine = [s for s in samples if s.arm == arm]
+    if not mine:
+        return "no request was sent"
+    errors = [s.error for s in mine if s.error]
+    if errors:
+        return f"{len(errors)} of {len(mine)} requests failed, e.g. {errors[0]}"
+    flags = sorted({f.split(":")[0] for s in mine for f in s.flags})
+    return f"none of {len(mine)} samples has a decode rate (flags: {', '.join(flags) or 'none'})"
+
+
+def _measured_names(config: BakeoffFile, run: RunDir) -> list[str]:
+    """The names samples are stored under: the arms, or with ``phases:`` each phase's setting."""
+    if config.phases is None:
+        return [a.name for a in config.arms]
+    settings = [str(p.get("setting")) for p in run.read_run().get("phases", [])]
+    return list(dict.fromkeys(settings)) or [a.name for a in config.arms]
+
+
+def _exit_code(run: RunDir, arms: list[str]) -> ExitCode:
+    samples = run.samples()
+    failed = failed_arms(run.arm_records())
+    code, empty = run_outcome(samples, arms, failed)
+    for arm in empty:
+        console.print(f"[red]arm {arm!r} has no valid sample:[/red] {_explain_empty(run, arm, samples)}",
+                      highlight=False, soft_wrap=True)
+    if code is ExitCode.NOTHING_MEASURED:
+        console.print("[red]nothing valid was measured[/red] (exit 3)")
+    elif code is ExitCode.PARTIAL:
+        midway = [a for a in failed if a not in empty]
+        console.print(f"[yellow]partial result (exit 4):[/yellow] {len(empty)} of {len(arms)} arms without a valid "
+                      f"sample" + (f"; failed midway: {', '.join(midway)} (`bakeoff run --resume {run.path}` "
+                                   "retries the missing points)" if midway else ""), highlight=False, soft_wrap=True)
+    return code
 
 
 def run_command(
@@ -104,25 +171,47 @@ def run_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print every command the run would run (live service, "
                                  "engines, knobs) and run none"),
 ) -> None:
-    """Run every arm of a bakeoff file and print the comparison table."""
     try:
         if resume is not None:
             resumed = load_resume(resume, file)
             console.print(f"resuming: {len(resumed.done)} measurement points already stored")
             for msg in resumed.warnings:
                 console.print(f"[bold yellow]WARNING[/bold yellow] {msg}", highlight=False)
-            execute(resumed.config, out, _percent(until_ci), max_passes, resume=resumed)
-            return
-        if file is None:
-            raise ConfigError("give a bakeoff FILE, or --resume RUN_DIR")
-        if dry_run:
-            for line in dry_run_lines(load_bakeoff(file)):
-                typer.echo(line)
-            return
-        execute(load_bakeoff(file), out, _percent(until_ci), max_passes)
+            config = resumed.config
+            run = execute(config, out, _percent(until_ci), max_passes, resume=resumed)
+        else:
+            if file is None:
+                raise ConfigError("give a bakeoff FILE, or --resume RUN_DIR")
+            config = load_bakeoff(file)
+            if dry_run:
+                for line in dry_run_lines(config):
+                    typer.echo(line)
+                return
+            run = execute(config, out, _percent(until_ci), max_passes)
+    except RunDirError as exc:  # mid-run: disk full, read-only (a bad --out is a config error, above)
+        console.print(f"[red]error:[/red] {exc}; samples stored so far are kept; after fixing it, "
+                      "`bakeoff run --resume RUN_DIR` finishes the run", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.WRITE_FAILED) from exc
     except BakeoffError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.CONFIG) from exc
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted: engines stopped; samples so far are in the run directory[/yellow]")
-        raise typer.Exit(130) from None
+        console.print("[yellow]interrupted: engines stopped; samples so far are in the run directory; "
+                      "`bakeoff run --resume RUN_DIR` finishes it[/yellow]")
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except OSError as exc:
+        if not is_write_failure(exc):
+            raise
+        console.print(f"[red]error:[/red] cannot write {exc.filename or 'the run directory'}: "
+                      f"{exc.strerror or exc}; samples stored so far are kept; after fixing it, "
+                      "`bakeoff run --resume RUN_DIR` finishes the run", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.WRITE_FAILED) from None
+    code = _exit_code(run, _measured_names(config, run))
+    if code is not ExitCode.OK:
+        raise typer.Exit(code)
+
+
+run_command.__doc__ = f"""Run every arm of a bakeoff file and print the comparison table.
+
+{EXIT_CODES_HELP}
+"""

@@ -27,6 +27,7 @@ class ReportFiles:
     json: Path
     html: Path
     plots: list[Path] = field(default_factory=list)
+    plot_failures: list[str] = field(default_factory=list)
 
 
 def write_reports(run_path: Path, summary: RunSummary | None = None, *, plots: bool = True) -> ReportFiles:
@@ -39,9 +40,10 @@ def write_reports(run_path: Path, summary: RunSummary | None = None, *, plots: b
     try:
         out.mkdir(exist_ok=True)
         samples = load_run(run_path, drop_foreign_load=summary.dropped_foreign_load is not None)[1]
-        rendered = render_plots(summary, samples) if plots else {}
+        failures: list[str] = []
+        rendered = render_plots(summary, samples, failures) if plots else {}
         files = ReportFiles(out, out / "report.md", out / "summary.json", out / "report.html",
-                            write_plots(rendered, out))
+                            write_plots(rendered, out), failures)
         files.markdown.write_text(render_markdown(summary))
         files.json.write_text(summary.model_dump_json(indent=2) + "\n")
         files.html.write_text(render_html(summary, rendered))

@@ -23,7 +23,14 @@ __all__ = ["PLOTS", "GPU_PLOTS", "decode_figure", "acceptance_figure", "gpu_figu
 
 PLOTS = ("decode_by_prompt", "decode_vs_acceptance")  # every run
 GPU_PLOTS = ("gpu_power_clock_temp",)  # runs with GPU telemetry
-_RC: dict[str, Any] = {"svg.hashsalt": "bakeoff", "svg.fonttype": "path", "font.size": 9}
+# text.parse_math off: run, arm and prompt names are user text, and a '$' in one is not TeX (D16)
+_RC: dict[str, Any] = {"svg.hashsalt": "bakeoff", "svg.fonttype": "path", "font.size": 9, "text.parse_math": False}
+
+
+def _legend(ax: Any, **kwargs: Any) -> None:
+    """A legend only when something is labelled (a run with no rate has no bars to name)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
 
 
 def _colors(n: int) -> list[str]:
@@ -51,8 +58,8 @@ def decode_figure(s: RunSummary) -> Figure:
     ax.set_xticks(range(len(groups)), groups)
     ax.set_ylabel("decode tok/s (median)")
     ax.set_title(f"{s.name}: decode rate per arm and prompt, {s.bootstrap.level:.0%} bootstrap intervals")
-    ax.legend(fontsize=8, ncols=min(4, len(s.arms) + 1), loc="lower center", bbox_to_anchor=(0.5, 1.08),
-              frameon=False)
+    _legend(ax, fontsize=8, ncols=min(4, len(s.arms) + 1), loc="lower center", bbox_to_anchor=(0.5, 1.08),
+            frameon=False)
     ax.grid(axis="y", lw=0.3)
     return fig
 
@@ -83,54 +90,40 @@ def acceptance_figure(s: RunSummary, samples: Sequence[Sample] = ()) -> Figure:
     ax.set_xlabel("acceptance (accepted / drafted; bars: range over requests)")
     ax.set_ylabel("decode tok/s (median)")
     ax.set_title("decode rate vs acceptance")
-    ax.legend(fontsize=8, loc="best")
+    _legend(ax, fontsize=8, loc="best")
     ax.grid(lw=0.3)
     return fig
 
 
-def gpu_figure(s: RunSummary, samples: Sequence[Sample]) -> Figure | None:
-    """Power, SM clock and temperature of every request over the run's time, one colour per arm; None
-    when no sample carries GPU telemetry."""
-    with_gpu = [x for x in samples if x.gpu is not None and x.status == "ok"]
-    if not with_gpu:
-        return None
-    t0 = min(x.started_at for x in with_gpu)
-    fig = Figure(figsize=(7.2, 6.0), dpi=110, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(3, 1, sharex=True)
-    series = (("power_mean_w", "power W (mean; max dotted)"), ("sm_clock_mhz", "SM clock MHz"),
-              ("temp_max_c", "temperature °C (max)"))
-    for arm, color in zip(s.arms, _colors(len(s.arms)), strict=True):
-        own = sorted((x for x in with_gpu if x.arm == arm.arm), key=lambda x: x.started_at)
-        if not own:
-            continue
-        ts = [x.started_at - t0 for x in own]
-        for ax, (field, _) in zip(axes, series, strict=True):
-            ax.plot(ts, [getattr(x.gpu, field) for x in own], "o", ms=3, color=color, label=arm.arm)
-        axes[0].plot(ts, [x.gpu.power_max_w for x in own if x.gpu is not None], ".", ms=2, color=color, alpha=0.5)
-    for ax, (_, label) in zip(axes, series, strict=True):
-        ax.set_ylabel(label, fontsize=8)
-        ax.grid(lw=0.3)
-    axes[-1].set_xlabel("seconds since the first timed request (one point per request)")
-    axes[0].set_title("GPU power, clock and temperature per request")
-    axes[0].legend(fontsize=7, ncols=min(4, len(s.arms)), loc="lower center", bbox_to_anchor=(0.5, 1.15),
-                   frameon=False)
-    return fig
+def render_plots(s: RunSummary, samples: Sequence[Sample] = (),
+                 failures: list[str] | None = None) -> dict[str, dict[str, bytes]]:
+    """Every plot as ``{name: {"png": bytes, "svg": bytes}}``.
 
-
-def render_plots(s: RunSummary, samples: Sequence[Sample] = ()) -> dict[str, dict[str, bytes]]:
-    """Every plot as ``{name: {"png": bytes, "svg": bytes}}``."""
+    A plot that cannot be drawn is left out and described in ``failures``: the tables, markdown, JSON and
+    HTML never depend on a figure.
+    """
     out: dict[str, dict[str, bytes]] = {}
+    makers = (("decode_by_prompt", lambda: decode_figure(s)), ("decode_vs_acceptance",
+                                                                lambda: acceptance_figure(s, samples)),
+              ("gpu_power_clock_temp", lambda: gpu_figure(s, samples)))
     with matplotlib.rc_context(_RC):  # type: ignore[arg-type]  # stubs list the keys as literals
-        figures = [("decode_by_prompt", decode_figure(s)), ("decode_vs_acceptance", acceptance_figure(s, samples)),
-                   ("gpu_power_clock_temp", gpu_figure(s, samples))]
-        for name, fig in [(n, f) for n, f in figures if f is not None]:
-            out[name] = {}
-            for fmt in ("png", "svg"):
-                buf = io.BytesIO()
-                meta = {"Date": None} if fmt == "svg" else {"Software": None}
-                fig.savefig(buf, format=fmt, metadata=meta)
-                out[name][fmt] = buf.getvalue()
+        for name, make in makers:
+            try:
+                fig = make()
+                if fig is None:  # nothing to draw (no GPU telemetry)
+                    continue
+                formats = {}
+                for fmt in ("png", "svg"):
+                    buf = io.BytesIO()
+                    meta = {"Date": None} if fmt == "svg" else {"Software": None}
+                    fig.savefig(buf, format=fmt, metadata=meta)
+                    formats[fmt] = buf.getvalue()
+            except Exception as exc:  # noqa: BLE001 - matplotlib raises many kinds; a plot must not sink a report
+                if failures is None:
+                    raise
+                failures.append(f"plot {name} left out: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            out[name] = formats
     return out
 
 

@@ -1,0 +1,62 @@
+"""Exit codes of ``bakeoff run``: a script or CI job can tell a good run from a dead one without reading it.
+
+0 only when every arm produced at least one valid sample (status ok with a decode rate: what the
+statistics use). The numbers are documented in ``bakeoff run --help`` and the README.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import IntEnum
+from typing import Any
+
+from ..sample import Sample
+
+__all__ = ["ExitCode", "EXIT_CODES_HELP", "run_outcome", "is_valid", "failed_arms"]
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    CRASH = 1  # an unexpected error in bakeoff itself (a traceback): please report it
+    CONFIG = 2  # the run did not start: the file, an option, a preflight check or --out is wrong
+    NOTHING_MEASURED = 3  # the run ended without one valid sample
+    PARTIAL = 4  # some arm produced no valid sample, or failed before all its points were measured
+    WRITE_FAILED = 5  # the run directory could not be written (disk full, read-only): stored samples are kept
+    INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP: engines stopped, samples kept, --resume finishes it
+
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 every arm produced valid samples; 2 configuration error, nothing ran; "
+    "3 nothing valid measured; 4 partial: some arm has no valid sample or failed midway; 5 the run directory could not be "
+    "written (stopped; --resume after fixing); 130 interrupted (--resume finishes it); 1 a bakeoff bug."
+)
+
+
+def is_valid(sample: Sample) -> bool:
+    """A sample the statistics can use: no error, and a positive decode rate."""
+    return sample.status == "ok" and sample.decode_tps is not None and sample.decode_tps > 0
+
+
+def failed_arms(arm_records: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Arms whose latest record for some pass is a failure (a resume that finished the pass supersedes it)."""
+    out = []
+    for arm, records in arm_records.items():
+        last_per_pass = {r.get("pass"): r for r in records}
+        if any(r.get("status") == "failed" for r in last_per_pass.values()):
+            out.append(arm)
+    return out
+
+
+def run_outcome(samples: Iterable[Sample], arms: list[str], failed: Iterable[str] = ()
+                ) -> tuple[ExitCode, list[str]]:
+    """The exit code of a finished run and the arms that have no valid sample (in the given order).
+
+    :param failed: arms that failed midway (their engine died, an unexpected error): partial at best.
+    """
+    valid = {s.arm for s in samples if is_valid(s)}
+    empty = [a for a in arms if a not in valid]
+    if len(empty) == len(arms):
+        return ExitCode.NOTHING_MEASURED, empty
+    if empty or set(failed) & set(arms):
+        return ExitCode.PARTIAL, empty
+    return ExitCode.OK, []
