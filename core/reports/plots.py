@@ -95,6 +95,36 @@ def acceptance_figure(s: RunSummary, samples: Sequence[Sample] = ()) -> Figure:
     return fig
 
 
+def gpu_figure(s: RunSummary, samples: Sequence[Sample]) -> Figure | None:
+    """Power, SM clock and temperature of every request over the run's time, one colour per arm; None
+    when no sample carries GPU telemetry."""
+    with_gpu = [x for x in samples if x.gpu is not None and x.status == "ok"]
+    if not with_gpu:
+        return None
+    t0 = min(x.started_at for x in with_gpu)
+    fig = Figure(figsize=(7.2, 6.0), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(3, 1, sharex=True)
+    series = (("power_mean_w", "power W (mean; max dotted)"), ("sm_clock_mhz", "SM clock MHz"),
+              ("temp_max_c", "temperature °C (max)"))
+    for arm, color in zip(s.arms, _colors(len(s.arms)), strict=True):
+        own = sorted((x for x in with_gpu if x.arm == arm.arm), key=lambda x: x.started_at)
+        if not own:
+            continue
+        ts = [x.started_at - t0 for x in own]
+        for ax, (field, _) in zip(axes, series, strict=True):
+            ax.plot(ts, [getattr(x.gpu, field) for x in own], "o", ms=3, color=color, label=arm.arm)
+        axes[0].plot(ts, [x.gpu.power_max_w for x in own if x.gpu is not None], ".", ms=2, color=color, alpha=0.5)
+    for ax, (_, label) in zip(axes, series, strict=True):
+        ax.set_ylabel(label, fontsize=8)
+        ax.grid(lw=0.3)
+    axes[-1].set_xlabel("seconds since the first timed request (one point per request)")
+    axes[0].set_title("GPU power, clock and temperature per request")
+    _legend(axes[0], fontsize=7, ncols=min(4, len(s.arms)), loc="lower center", bbox_to_anchor=(0.5, 1.15),
+            frameon=False)
+    return fig
+
+
 def render_plots(s: RunSummary, samples: Sequence[Sample] = (),
                  failures: list[str] | None = None) -> dict[str, dict[str, bytes]]:
     """Every plot as ``{name: {"png": bytes, "svg": bytes}}``.

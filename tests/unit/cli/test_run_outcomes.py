@@ -223,3 +223,31 @@ def test_a_model_the_server_does_not_serve_or_an_ambiguous_one_is_refused(
     assert code == ExitCode.NOTHING_MEASURED
     assert words.format(port=hostile_server.port) in _failed_record(tmp_path)["error"]
     assert len(chat_requests(hostile_server, "two_models")) == before
+
+
+# -- D16: names are text, and a plot that fails never loses the report --------------------------------------
+def test_a_run_name_with_tex_in_it_is_reported_with_plots(tmp_path: Path, hostile_server: HostileServer) -> None:
+    file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{hostile_server.url('ok')}'}}"],
+                      name="'run $^$ and $\\frac{'")
+    code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
+    assert code == ExitCode.OK, out
+    report = only_run(tmp_path / "runs") / "report"
+    assert (report / "decode_by_prompt.svg").stat().st_size > 0 and (report / "report.html").is_file()
+    assert "left out" not in out
+
+
+def test_a_plot_that_fails_leaves_the_rest_of_the_report(tmp_path: Path, hostile_server: HostileServer,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from bakeoff.core.reports import plots
+
+    def broken(*args: Any) -> Any:
+        raise ValueError("ParseSyntaxException: Expected end of text")
+
+    monkeypatch.setattr(plots, "decode_figure", broken)
+    file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{hostile_server.url('ok')}'}}"])
+    code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
+    assert code == ExitCode.OK, out
+    assert "plot decode_by_prompt left out: ValueError" in out
+    report = only_run(tmp_path / "runs") / "report"
+    assert (report / "report.md").is_file() and (report / "summary.json").is_file() and (report / "report.html").is_file()
+    assert (report / "decode_vs_acceptance.svg").is_file() and not (report / "decode_by_prompt.svg").exists()
