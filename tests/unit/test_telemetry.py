@@ -11,56 +11,7 @@ import pytest
 
 from bakeoff.core import telemetry
 from bakeoff.core.telemetry import GpuMonitor, open_monitor
-
-
-class NVMLError(Exception):
-    pass
-
-
-def fake_nvml(energy_counter: bool = True, gpus: int = 1) -> Any:
-    """A module with NVML's call names; each reading advances a little script of values."""
-    m: Any = types.SimpleNamespace()
-    state = {"energy_mj": 1_000_000.0, "power_mw": [300_000, 500_000, 700_000], "i": 0, "reasons": 0x0}
-    m.state = state
-    m.NVML_CLOCK_SM, m.NVML_CLOCK_MEM, m.NVML_TEMPERATURE_GPU, m.NVML_P2P_CAPS_INDEX_READ = 1, 2, 0, 0
-    m.nvmlDeviceGetCount = lambda: gpus
-    m.nvmlDeviceGetHandleByIndex = lambda i: f"h{i}"
-
-    def energy(h: str) -> float:
-        if not energy_counter:
-            raise NVMLError("Not Supported")
-        state["energy_mj"] += 50_000  # 50 J per read
-        return state["energy_mj"]
-
-    def power(h: str) -> int:
-        state["i"] += 1
-        return state["power_mw"][min(state["i"], len(state["power_mw"])) - 1]
-
-    m.nvmlDeviceGetTotalEnergyConsumption = energy
-    m.nvmlDeviceGetPowerUsage = power
-    m.nvmlDeviceGetClockInfo = lambda h, kind: 1980 if kind == 1 else 3201
-    m.nvmlDeviceGetMaxClockInfo = lambda h, kind: 1980 if kind == 1 else 3201
-    m.nvmlDeviceGetTemperature = lambda h, kind: 40 + state["i"]
-    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=143771 * 2**20, used=(1000 + state["i"]) * 2**20)
-    m.nvmlDeviceGetCurrentClocksEventReasons = lambda h: state["reasons"]
-    m.nvmlSystemGetDriverVersion = lambda: b"580.159.04"
-    m.nvmlSystemGetCudaDriverVersion = lambda: 13000
-    m.nvmlDeviceGetName = lambda h: "NVIDIA H200"
-    m.nvmlDeviceGetUUID = lambda h: f"GPU-{h}"
-    m.nvmlDeviceGetCudaComputeCapability = lambda h: (9, 0)
-    m.nvmlDeviceGetMemoryBusWidth = lambda h: 6016
-    m.nvmlDeviceGetEnforcedPowerLimit = lambda h: 700_000
-    m.nvmlDeviceGetPowerManagementDefaultLimit = lambda h: 700_000
-    m.nvmlDeviceGetPowerManagementLimitConstraints = lambda h: (200_000, 700_000)
-    m.nvmlDeviceGetApplicationsClock = lambda h, kind: (_ for _ in ()).throw(NVMLError("Not Supported"))
-    m.nvmlDeviceGetPersistenceMode = lambda h: 1
-    m.nvmlDeviceGetCurrPcieLinkGeneration = lambda h: 5
-    m.nvmlDeviceGetMaxPcieLinkGeneration = lambda h: 5
-    m.nvmlDeviceGetCurrPcieLinkWidth = lambda h: 16
-    m.nvmlDeviceGetTopologyCommonAncestor = lambda a, b: 10
-    m.nvmlDeviceGetP2PStatus = lambda a, b, idx: 0
-    m.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=4242, usedGpuMemory=6 * 2**30)]
-    return m
+from fake_nvml import NVMLError, fake_nvml
 
 
 def test_energy_from_the_counter_and_power_clock_temperature_summary() -> None:
