@@ -27,7 +27,7 @@ from .redact import redact_argv, redact_text
 from .store import RunDir
 from .watchdog import Guard, health_problem, run_command, shown
 
-__all__ = ["LiveRun", "service_commands", "check_live_config", "redact", "dry_run_lines", "LIVE_UNDO"]
+__all__ = ["LIVE_UNDO", "LiveRun", "check_live_config", "dry_run_lines", "redact", "service_commands"]
 
 LIVE_UNDO = "live"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["LiveService", "Knob", "KernelLogCheck", "Phases", "BASELINE"]
+__all__ = ["BASELINE", "KernelLogCheck", "Knob", "LiveService", "Phases"]
 
 BASELINE = "baseline"  # the phase name between knobs; no knob may take it
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")

@@ -36,7 +36,7 @@ from .store import RunDir
 from .telemetry import open_monitor
 from .watchdog import Guard, health_problem, run_command, shown
 
-__all__ = ["run_phases", "check_phases_config", "PhaseResult", "compare_phases", "phase_rows", "GPU_FIELDS"]
+__all__ = ["GPU_FIELDS", "PhaseResult", "check_phases_config", "compare_phases", "phase_rows", "run_phases"]
 
 # per phase, from core/telemetry.py's NVML monitor (read only: bakeoff never changes a GPU setting itself)
 GPU_FIELDS = ("power_mean_w", "sm_clock_mhz", "mem_clock_mhz", "temp_max_c")
@@ -150,7 +150,11 @@ def _knob(guard: Guard, phases: Phases, setting: str, phase: str, log: Path, rec
 
 def run_phases(plan: Any, run: RunDir, events: Any, guard: Guard) -> list[dict[str, Any]]:
     """Run every phase against the server arm; returns the phase records also written to run.json ``phases``."""
-    from .protocol import _engine_for, _make_sample, build_request  # late: protocol imports much of core
+    from .protocol import (  # late: protocol imports much of core
+        _engine_for,
+        _make_sample,
+        build_request,
+    )
 
     config = plan.config
     phases: Phases = config.phases

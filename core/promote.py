@@ -35,9 +35,16 @@ from .liveconfig import LiveService
 from .redact import REDACTED, masked_settings
 from .registry import load_engine
 from .store import RunDir
-from .watchdog import Guard, health_problem, proc_start_time, run_command, shown, wait_healthy
+from .watchdog import (
+    Guard,
+    health_problem,
+    proc_start_time,
+    run_command,
+    shown,
+    wait_healthy,
+)
 
-__all__ = ["Candidate", "prepare", "promote", "revert", "state_dir", "record_path", "PromoteError"]
+__all__ = ["Candidate", "PromoteError", "prepare", "promote", "record_path", "revert", "state_dir"]
 
 
 class PromoteError(BakeoffError):
@@ -256,12 +263,15 @@ def promote(run_dir: Path, arm_name: str, *, port: int | None = None, served_nam
     previous = service_commands(live)
     say("launch definition: " + ", ".join(str(p) for p in c.files))
     if dry_run:
-        for line in (f"private gate: {shown(c.start_argv())} on a free loopback port; GET /health, "
-                     f"/v1/models lists {c.served_name!r}, 1 smoke request",
-                     f"stop live: {shown(previous['stop'])}",
-                     f"start: {shown(c.start_argv())}",
-                     f"gate: GET {c.health}, /v1/models lists {c.served_name!r}, {gate_requests} smoke requests",
-                     f"on failure: {shown(c.stop_argv())}; then {shown(previous['start'])}"):
+        lines = [
+            (f"private gate: {c.arm.name} as in {c.files[0].name}, on a free loopback port instead of {c.port}; "
+             f"GET /health, /v1/models lists {c.served_name!r}, 1 smoke request"),
+            f"stop live: {shown(previous['stop'])}",
+            f"start: {shown(c.start_argv())}",
+            f"gate: GET {c.health}, /v1/models lists {c.served_name!r}, {gate_requests} smoke requests",
+            f"on failure: {shown(c.stop_argv())}; then {shown(previous['start'])}",
+        ]
+        for line in lines:
             say(line)
         return {}
     existing = record_path(c.port)
@@ -328,7 +338,7 @@ def revert(port: int | None = None, say: Callable[[str], None] = print) -> dict[
         path = record_path(port)
     if not path.exists():
         raise PromoteError(f"no promotion record {path}")
-    record = json.loads(path.read_text())
+    record: dict[str, Any] = json.loads(path.read_text())
     if record.get("status") != "promoted":
         raise PromoteError(f"{path}: status {record.get('status')!r}; only an active promotion can be reverted")
     prev, cur = record["previous"], record["current"]

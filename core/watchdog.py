@@ -31,7 +31,7 @@ import httpx
 
 from .redact import redact_argv
 
-__all__ = ["Guard", "Undo", "perform", "health_problem", "watch", "proc_start_time", "shown"]
+__all__ = ["Guard", "Undo", "health_problem", "perform", "proc_start_time", "shown", "watch"]
 
 POLL_S = 0.5
 # at the deadline, how long bakeoff gets to clean up after SIGTERM before SIGKILL

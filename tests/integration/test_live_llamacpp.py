@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-
 from bakeoff.core.launcher import free_port
 from bakeoff.core.promote import PromoteError, promote, revert
 from bakeoff.core.watchdog import health_problem

@@ -18,10 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
-
 from bakeoff.core.config import parse_bakeoff
 from bakeoff.core.errors import ConfigError
 from bakeoff.core.launcher import free_port

@@ -13,13 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
-
 from bakeoff.core.config import parse_bakeoff
 from bakeoff.core.live import service_commands
 from bakeoff.core.promote import PromoteError, prepare, promote, record_path, revert
 from bakeoff.core.store import RunDir
 from bakeoff.core.watchdog import health_problem
-
 from test_compose import compose_cli, compose_config
 from test_live import LiveSim, live  # noqa: F401 - the fixture
 
@@ -66,9 +64,9 @@ def test_a_live_compose_service_is_stopped_started_and_recorded_with_the_compose
     assert "llamacpp" in json.loads(done.stdout)["services"]
 
 
-def sim_run(tmp: Path, live: LiveSim, **options: Any) -> Path:
+def sim_run(tmp: Path, service: LiveSim, **options: Any) -> Path:
     data = {"arms": [{"name": "winner", "engine": "sim", "model": "sim", "options": options}],
-            "live": live.section()}
+            "live": service.section()}
     return recorded_run(tmp, yaml.safe_dump(data))
 
 
