@@ -80,7 +80,7 @@ def get_json(http: httpx.Client, path: str, kind: type, problems: list[str],
         response.raise_for_status()
         data = response.json()
     except (httpx.HTTPError, ValueError) as exc:
-        problems.append(f"could not read {path}: {exc}")
+        problems.append(f"could not read {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         return None
     if not isinstance(data, kind):
         problems.append(f"GET {path}: expected a JSON {kind.__name__}, got {type(data).__name__}")

@@ -345,7 +345,6 @@ class LlamaCppAdapter(EngineAdapter):
         problems: list[str] = []
         props = get_json(http, "/props", dict, problems) or {}
         slots = get_json(http, "/slots", list, problems)
-        eff.mismatches += problems
         gen = props.get("default_generation_settings")
         gen = gen if isinstance(gen, dict) else {}
         flags: list[str] = []
@@ -358,9 +357,11 @@ class LlamaCppAdapter(EngineAdapter):
         if speculative is not None and not isinstance(speculative, bool):
             flags.append(f"bad-engine-value: /slots[0].speculative is {speculative!r:.40}, not true/false")
             speculative = None
+        if speculative and slot is not None and "params" not in slot:
+            slot = self._slot_after_probe(http, problems) or slot
         params = slot.get("params") if slot is not None else None
         spec_types = engine_text(params.get("speculative.types")) if isinstance(params, dict) else None
-        eff.mismatches += flags
+        eff.mismatches += problems + flags
         eff.version = engine_text(props.get("build_info"))
         eff.values = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
                       "spec_types": spec_types, "model_path": engine_text(props.get("model_path")),
@@ -407,6 +408,19 @@ class LlamaCppAdapter(EngineAdapter):
                 out.append(f"settings.gpu_layers {asked} asked, but only {done} of {total} layers were offloaded "
                            f"to the GPU: {offload[0].strip()}")
         return out
+
+    def _slot_after_probe(self, http: httpx.Client, problems: list[str]) -> dict[str, Any] | None:
+        """Slot 0 after a one-token request: a fresh slot shows no params, and its ``speculative.types``
+        are what the server really speculates with (the only place they are reported)."""
+        try:
+            http.post("/completion", json={"prompt": "Hi", "n_predict": 1, "cache_prompt": False},
+                      timeout=60).raise_for_status()
+        except httpx.HTTPError as exc:
+            problems.append(f"could not read the speculative types: a one-token /completion failed: "
+                            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            return None
+        slots = get_json(http, "/slots", list, problems)
+        return slots[0] if slots and isinstance(slots[0], dict) else None
 
     # -- requests ------------------------------------------------------------------------
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:

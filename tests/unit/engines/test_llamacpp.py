@@ -301,13 +301,28 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
     ngram = arm(tmp_path, settings={"ctx": 1024}, speculative={"method": "ngram"})
     eff = adapter.effective_settings(_routes({"/props": props, "/slots": slots}), ngram)
     assert eff.mismatches == ["asked --spec-type ngram-mod, /slots says speculative.types none,draft-simple"]
+    # A fresh slot shows no params: one 1-token request makes it show what the server speculates with.
     fresh = [{k: v for k, v in slots[0].items() if k in ("id", "n_ctx", "speculative", "is_processing")}]
-    eff = adapter.effective_settings(_routes({"/props": props, "/slots": fresh}), a)  # no request served yet
-    assert eff.values["spec_types"] is None and eff.mismatches == []
+    probed: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/completion":
+            probed.append(json.loads(request.content)["n_predict"])
+            return httpx.Response(200, json={"content": "x"})
+        body = {"/props": props, "/slots": slots if probed else fresh}.get(request.url.path)
+        return httpx.Response(404) if body is None else httpx.Response(200, json=body)
+
+    http = httpx.Client(transport=httpx.MockTransport(handle), base_url="http://x")
+    eff = adapter.effective_settings(http, a)
+    assert probed == [1] and eff.values["spec_types"] == "none,draft-simple" and eff.mismatches == []
+    eff = adapter.effective_settings(_routes({"/props": props, "/slots": fresh}), a)  # the probe fails: said so
+    assert eff.values["spec_types"] is None
+    assert eff.mismatches[0].startswith("could not read the speculative types: a one-token /completion failed")
 
 
 @pytest.mark.parametrize(("routes", "expected"), [
-    ({"/props": [1, 2], "/slots": [{"speculative": True}]}, ["GET /props: expected a JSON dict, got list"]),
+    ({"/props": [1, 2], "/slots": [{"speculative": True, "params": {"speculative.types": "none,ngram-mod"}}]},
+     ["GET /props: expected a JSON dict, got list"]),
     ({"/props": {"total_slots": 1}, "/slots": [5]}, ["bad-engine-value: /slots is [5], not a list of slots",
                                                      "/slots does not say whether speculation is on"]),
     ({"/props": {"total_slots": "one", "default_generation_settings": {"n_ctx": 4096.5}},
