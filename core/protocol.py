@@ -322,8 +322,8 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
             raise
         cause = f"{type(exc).__name__}: {exc}"[:500]
         try:
-            trace = run.arm_dir(arm.name) / f"traceback-pass{pass_index}.txt"
-            trace.write_text("".join(traceback.format_exception(exc)))  # for a bug report; the record keeps the cause
+            trace = run.write_arm_text(arm.name, f"traceback-pass{pass_index}.txt",  # secrets masked
+                                       "".join(traceback.format_exception(exc)))  # for a bug report
             why = f"unexpected {cause} (traceback in {trace})"
         except (OSError, BakeoffError):
             why = f"unexpected {cause}"

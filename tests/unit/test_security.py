@@ -253,3 +253,27 @@ def test_masking_by_value_never_touches_arm_names_orders_or_the_prompts(tmp_path
     assert meta["arm_records"] == {"turbo": [{"error": "mode *** failed"}]}
     stored = run.append(Sample(arm="turbo", engine="sim", prompt="turbo", mode="greedy", rep=0, error="turbo"))
     assert (stored.arm, stored.prompt, stored.error) == ("turbo", "turbo", "***")
+
+
+def test_an_unexpected_error_that_quotes_a_secret_is_masked_in_its_traceback_file(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hostile_server: Any) -> None:
+    from typer.testing import CliRunner
+
+    from bakeoff.core import protocol
+    from bakeoff.core.cli import app
+
+    monkeypatch.setenv("BAKEOFF_T_PLANTED_KEY", API_KEY)
+
+    def raising(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"bug while handling the key {API_KEY}")
+
+    monkeypatch.setattr(protocol, "_make_sample", raising)
+    bakeoff = tmp_path / "b.yaml"
+    bakeoff.write_text(f"arms: [{{name: gw, engine: openai, url: '{hostile_server.url('ok')}', "
+                       f"api_key_env: BAKEOFF_T_PLANTED_KEY}}]\n"
+                       "workload: {prompts: [prose], max_tokens: 8, reps: 1, warmup: 0}\n")
+    ran = CliRunner().invoke(app, ["run", str(bakeoff), "--out", str(tmp_path / "runs")])
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    traces = list(run_dir.rglob("traceback-pass*.txt"))
+    assert traces and "RuntimeError" in traces[0].read_text(), ran.output
+    assert [x for x in _leaks(run_dir) if API_KEY in x] == []  # main: the key in the traceback file
