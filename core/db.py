@@ -28,8 +28,17 @@ from .errors import BakeoffError
 from .sample import Sample
 from .sample_lines import parse_sample, read_json_lines
 
-__all__ = ["DB_NAME", "RunDB", "RunSummary", "StoreError", "DuplicateSampleError", "point_of", "done_key",
-           "slots_of", "uid_of"]
+__all__ = [
+    "DB_NAME",
+    "DuplicateSampleError",
+    "RunDB",
+    "RunSummary",
+    "StoreError",
+    "done_key",
+    "point_of",
+    "slots_of",
+    "uid_of",
+]
 
 DB_NAME = "bakeoff.sqlite"
 ARM_RECORDS = "arm_records.jsonl"  # one line per arm start, beside samples.jsonl
@@ -259,7 +268,7 @@ class RunDB:
         """The point of every stored sample (one entry per sample)."""
         with self._connect() as conn:
             rows = conn.execute("SELECT point FROM samples WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
-        return [tuple(json.loads(r[0])) for r in rows]  # type: ignore[misc]
+        return [tuple(json.loads(r[0])) for r in rows]
 
     def samples(self, run_id: str) -> list[Sample]:
         return [parse_sample(data) for _, _, data in self.rows(run_id)]
@@ -338,4 +347,4 @@ def uid_of(line: str) -> str:
     return hashlib.sha256(line.strip().encode()).hexdigest()
 
 
-__all__ += ["failed_arms", "arm_records_of", "ARM_RECORDS"]
+__all__ += ["ARM_RECORDS", "arm_records_of", "failed_arms"]

@@ -18,8 +18,16 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["REDACTED", "Redactor", "redact_url", "redact_argv", "redact_config", "redact_text", "config_secrets",
-           "masked_settings"]
+__all__ = [
+    "REDACTED",
+    "Redactor",
+    "config_secrets",
+    "masked_settings",
+    "redact_argv",
+    "redact_config",
+    "redact_text",
+    "redact_url",
+]
 
 REDACTED = "***"
 MIN_SECRET_LEN = 4  # shorter values ("0", "1", "on") are settings, and masking them would mangle every number

@@ -17,7 +17,7 @@ from typing import Any
 from .errors import BakeoffError
 from .sample import SCHEMA_VERSION, Sample
 
-__all__ = ["NewerSchemaError", "Line", "LineScan", "scan_lines", "parse_sample", "read_json_lines"]
+__all__ = ["Line", "LineScan", "NewerSchemaError", "parse_sample", "read_json_lines", "scan_lines"]
 
 
 class NewerSchemaError(BakeoffError):

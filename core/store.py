@@ -24,8 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .db import (ARM_RECORDS, DB_NAME, DuplicateSampleError, RunDB, StoreError, arm_records_of, done_key, point_of,
-                 slots_of, uid_of)
+from .db import (
+    ARM_RECORDS,
+    DB_NAME,
+    DuplicateSampleError,
+    RunDB,
+    StoreError,
+    arm_records_of,
+    done_key,
+    point_of,
+    slots_of,
+    uid_of,
+)
 from .errors import BakeoffError
 from .redact import Redactor, redact_config
 from .sample import SCHEMA_VERSION, Sample
@@ -33,8 +43,16 @@ from .sample_lines import NewerSchemaError, parse_sample, read_json_lines, scan_
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["RunDir", "RunDirError", "RunFileError", "StoredSamples", "new_run_dir", "read_samples",
-           "ARM_RECORDS", "SET_ASIDE"]
+__all__ = [
+    "ARM_RECORDS",
+    "SET_ASIDE",
+    "RunDir",
+    "RunDirError",
+    "RunFileError",
+    "StoredSamples",
+    "new_run_dir",
+    "read_samples",
+]
 
 SET_ASIDE = "samples.set-aside.jsonl"  # lines taken out of samples.jsonl by a repair, kept byte for byte
 

@@ -12,15 +12,34 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..sample import Sample
 from ..redact import redact_text, redact_url
 from ..roofline import ModelBytes, roofline_for
-from ..stats import (LEVEL, METHOD, N_BOOT, ArmStats, Comparison, compare_energy, compare_to_baseline, describe_arms,
-                     median_or_none, stateful_warning)
+from ..sample import Sample
+from ..stats import (
+    LEVEL,
+    METHOD,
+    N_BOOT,
+    ArmStats,
+    Comparison,
+    compare_energy,
+    compare_to_baseline,
+    describe_arms,
+    median_or_none,
+    stateful_warning,
+)
 from ..store import RunDir
 
-__all__ = ["REPORT_SCHEMA_VERSION", "FOREIGN_LOAD_FLAG", "Bootstrap", "ArmFailure", "RunSummary", "summarize_run",
-           "load_run", "RunData", "read_run_data"]
+__all__ = [
+    "FOREIGN_LOAD_FLAG",
+    "REPORT_SCHEMA_VERSION",
+    "ArmFailure",
+    "Bootstrap",
+    "RunData",
+    "RunSummary",
+    "load_run",
+    "read_run_data",
+    "summarize_run",
+]
 
 REPORT_SCHEMA_VERSION = 1
 

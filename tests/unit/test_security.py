@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from bakeoff.core.config import Arm, Settings, parse_bakeoff
 from bakeoff.core.errors import ConfigError
 from bakeoff.core.protocol import _headers, plan_run
@@ -123,9 +122,8 @@ def test_no_planted_secret_reaches_the_run_directory_logs_or_reports(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hostile_server: Any) -> None:
     """One run with a secret in each way in: an env value of a launched engine, a URL password and query key,
     an API key that a gateway echoes back in its 401 body. Then grep everything it wrote."""
-    from typer.testing import CliRunner
-
     from bakeoff.core.cli import app
+    from typer.testing import CliRunner
 
     monkeypatch.setenv("BAKEOFF_T_PLANTED_KEY", API_KEY)
     bakeoff = tmp_path / "secrets.yaml"
@@ -204,7 +202,6 @@ def test_exllama_docker_argv_names_env_variables_without_values(tmp_path: Path) 
 
 def test_compose_file_names_env_variables_and_the_cli_gets_the_values(tmp_path: Path) -> None:
     import yaml
-
     from bakeoff.core.compose import ComposeEngine
     from bakeoff.engines.llamacpp import LlamaCppAdapter
 
@@ -257,10 +254,9 @@ def test_masking_by_value_never_touches_arm_names_orders_or_the_prompts(tmp_path
 
 def test_an_unexpected_error_that_quotes_a_secret_is_masked_in_its_traceback_file(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hostile_server: Any) -> None:
-    from typer.testing import CliRunner
-
     from bakeoff.core import protocol
     from bakeoff.core.cli import app
+    from typer.testing import CliRunner
 
     monkeypatch.setenv("BAKEOFF_T_PLANTED_KEY", API_KEY)
 

@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
-
 from bakeoff.core import protocol
 from bakeoff.core.cli import app
 from bakeoff.core.config import ARM_NAME_MAX, parse_bakeoff
@@ -25,6 +23,7 @@ from bakeoff.core.sample import Sample
 from bakeoff.core.sample_lines import NewerSchemaError
 from bakeoff.core.store import SET_ASIDE, RunDir, RunDirError, read_samples
 from bakeoff.engines.sim import SimAdapter
+from typer.testing import CliRunner
 
 CONFIG = """\
 name: t
