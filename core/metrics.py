@@ -9,6 +9,8 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from .client import bounded_get
+
 __all__ = ["parse_metrics", "scrape", "delta", "MetricKey"]
 
 MetricKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -26,11 +28,11 @@ def parse_metrics(text: str) -> dict[MetricKey, float]:
 def scrape(http: httpx.Client, path: str = "/metrics") -> dict[MetricKey, float] | None:
     """The server's metrics now, or None when the endpoint is missing or unreadable."""
     try:
-        response = http.get(path, timeout=10)
+        response = bounded_get(http, path)  # one deadline for the whole answer, not per read
         if response.status_code != 200:
             return None
         return parse_metrics(response.text)
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError, TypeError, AttributeError):  # the parser's answer to garbage text
         return None
 
 

@@ -447,15 +447,19 @@ class LlamaCppAdapter(EngineAdapter):
             body["chat_template_kwargs"] = template_kwargs
         try:
             r = http.post("/v1/chat/completions/input_tokens", json=body, timeout=60)
-            if r.status_code == 200 and isinstance(r.json().get("input_tokens"), int):
-                return int(r.json()["input_tokens"])
+            answer = r.json() if r.status_code == 200 else None
+            if isinstance(answer, dict) and engine_count(answer.get("input_tokens"), "input_tokens", []):
+                return int(answer["input_tokens"])
             r = http.post("/apply-template", json=body, timeout=60)
             r.raise_for_status()
             r = http.post("/tokenize", json={"content": r.json()["prompt"], "add_special": True,
                                              "parse_special": True}, timeout=60)
             r.raise_for_status()
-            return len(r.json()["tokens"])
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            tokens = r.json()["tokens"]
+            if not isinstance(tokens, list):
+                raise TypeError(f"/tokenize 'tokens' is {str(tokens)[:40]}, not a list")
+            return len(tokens)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MeasurementError(f"llama-server could not count prompt tokens: {exc}") from exc
 
     def chunk_token_count(self, payload: dict[str, Any]) -> int | None:

@@ -440,8 +440,12 @@ class VllmAdapter(EngineAdapter):
         try:
             response = http.post("/tokenize", json=body, timeout=60)
             response.raise_for_status()
-            return int(response.json()["count"])
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            problems: list[str] = []
+            count = engine_count(response.json()["count"], "/tokenize count", problems)
+            if count is None:
+                raise ValueError(problems[0] if problems else "/tokenize returned no count")
+            return count
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MeasurementError(f"vLLM /tokenize failed: {exc}") from exc
 
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:

@@ -383,3 +383,18 @@ def test_the_binary_option_describes_the_order_find_binary_uses(tmp_path: Path, 
     assert order == ["$BAKEOFF_LLAMA_SERVER", "PATH"]
     description = LlamaCppOptions.model_fields["binary"].description or ""
     assert description.index("$BAKEOFF_LLAMA_SERVER") < description.index("PATH") < description.index("cached build")
+
+
+def test_garbage_token_counts_are_a_measurement_error_not_a_traceback() -> None:
+    from bakeoff.core.errors import MeasurementError
+
+    routes = {"/v1/chat/completions/input_tokens": [1], "/apply-template": {"prompt": "x"}, "/tokenize": {"tokens": 5}}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=routes[request.url.path])
+
+    http = httpx.Client(transport=httpx.MockTransport(handle), base_url="http://x")
+    with pytest.raises(MeasurementError, match="'tokens' is 5, not a list"):
+        adapter.count_prompt_tokens(http, [{"role": "user", "content": "hi"}])
+    routes["/tokenize"] = {"tokens": [1, 2, 3]}
+    assert adapter.count_prompt_tokens(http, [{"role": "user", "content": "hi"}]) == 3

@@ -501,3 +501,11 @@ def test_count_prompt_tokens_posts_messages_to_tokenize_with_the_generation_prom
     failing = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(500)), base_url="http://vllm")
     with pytest.raises(MeasurementError, match="/tokenize failed"):
         VllmAdapter().count_prompt_tokens(failing, messages)
+
+
+@pytest.mark.parametrize("answer", [{"count": 16.5}, {"count": "16"}, [16], {"count": -1}])
+def test_a_token_count_that_is_not_a_count_is_refused(answer: Any) -> None:
+    http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, json=answer)),
+                        base_url="http://vllm")
+    with pytest.raises(MeasurementError, match="/tokenize failed"):
+        VllmAdapter().count_prompt_tokens(http, [{"role": "user", "content": "hi"}])
