@@ -1,6 +1,6 @@
-"""A new engine through the entry point, from a real install: bakeoff and two plugin packages are pip-installed
-into a fresh venv, and that venv's own ``bakeoff engines`` must list ``sglang`` as available and the broken
-plugin as unavailable with its import error, while the built-in engines stay available.
+"""A new engine through the entry point, from a real install: bakeoff and three plugin packages are pip-installed
+into a fresh venv, and that venv's own ``bakeoff engines`` must list ``sglang`` and ``ikllama`` as available and
+the broken plugin as unavailable with its import error, while the built-in engines stay available.
 
 Speed: the venv is made without pip, the packages are installed by this interpreter's pip (``--python``)
 with ``--no-deps``, and the dependencies come from this interpreter's site-packages through a ``.pth``
@@ -48,7 +48,8 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     deps = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
     Path(purelib, "_bakeoff_test_deps.pth").write_text("\n".join(deps) + "\n")
     done = run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-                str(ROOT), plugin_source("bakeoff-sglang", target.parent)])
+                str(ROOT), plugin_source("bakeoff-sglang", target.parent),
+                plugin_source("bakeoff-ikllama", target.parent)])
     assert done.returncode == 0, done.stderr[-3000:]
     return target
 
@@ -84,6 +85,14 @@ def test_installed_plugin_is_listed_as_available(fresh_venv: Path) -> None:
     assert rows["sglang"].startswith("available"), rows
     assert "bakeoff-sglang" in rows["sglang"], "the 'from' column names the plugin's distribution"
     assert rows["llamacpp"].startswith("available")
+
+
+def test_installed_ikllama_plugin_is_listed_as_available(fresh_venv: Path) -> None:
+    assert imported_from(fresh_venv, "bakeoff_ikllama").startswith(str(fresh_venv))
+    rows = engines_rows(fresh_venv)
+    assert rows["ikllama"].startswith("available"), rows
+    assert "bakeoff-ikllama" in rows["ikllama"], "the 'from' column names the plugin's distribution"
+    assert "ngram" in rows["ikllama"] and "draft" in rows["ikllama"]
 
 
 def test_broken_plugin_is_unavailable_with_its_error_and_builtins_still_work(fresh_venv: Path) -> None:

@@ -1,7 +1,7 @@
 """Every speculative knob an adapter declares changes what it launches or sends; every other one is refused.
 
-Walks each adapter's declared ``speculative`` table (llama.cpp, vLLM, exllama, the SGLang plugin, openai,
-sim): for every method and variant, each declared knob, set to two values, gives two launch fingerprints that
+Walks each adapter's declared ``speculative`` table (llama.cpp, vLLM, exllama, the SGLang and ik_llama.cpp
+plugins, openai, sim): for every method and variant, each declared knob, set to two values, gives two launch fingerprints that
 differ from each other and from the arm without it; each undeclared knob is refused before launch with a
 message naming the knob, the method (and variant) and the knobs the method takes instead.
 """
@@ -31,6 +31,7 @@ from bakeoff.engines.llamacpp import LlamaCppAdapter  # noqa: E402
 from bakeoff.engines.openai import OpenAICompatAdapter  # noqa: E402
 from bakeoff.engines.sim import SimAdapter  # noqa: E402
 from bakeoff.engines.vllm import VllmAdapter  # noqa: E402
+from bakeoff_ikllama.adapter import IkLlamaAdapter  # noqa: E402
 from bakeoff_sglang.adapter import SglangAdapter  # noqa: E402
 
 VALUES: dict[str, tuple[Any, Any]] = {"n_max": (3, 5), "n_min": (1, 2), "p_min": (0.25, 0.5), "lookup_min": (2, 3),
@@ -66,6 +67,9 @@ def _maker(name: str, tmp: Path) -> tuple[EngineAdapter, ArmMaker]:
         model, draft = _gguf(tmp / "m.gguf"), _gguf(tmp / "d.gguf")
         base: dict[str, Any] = {"model": model, "options": {"binary": "/opt/llama-server"}}
         adapter: EngineAdapter = LlamaCppAdapter()
+    elif name == "ikllama":
+        model, draft = _gguf(tmp / "m.gguf"), _gguf(tmp / "d.gguf")
+        base, adapter = {"model": model, "options": {"binary": "/opt/ik/llama-server"}}, IkLlamaAdapter()
     elif name == "vllm":
         model, draft = _hf_dir(tmp / "target"), _hf_dir(tmp / "draft")
         base, adapter = {"model": model, "options": {"python": "/opt/vllm/bin/python"}}, VllmAdapter()
@@ -102,7 +106,8 @@ def _base_spec(adapter: EngineAdapter, key: str) -> dict[str, Any]:
 
 
 CLASSES: dict[str, type[EngineAdapter]] = {"llamacpp": LlamaCppAdapter, "vllm": VllmAdapter, "exllama": ExllamaAdapter,
-                                            "sglang": SglangAdapter, "openai": OpenAICompatAdapter, "sim": SimAdapter}
+                                            "sglang": SglangAdapter, "ikllama": IkLlamaAdapter,
+                                            "openai": OpenAICompatAdapter, "sim": SimAdapter}
 
 
 def _cases() -> list[tuple[str, str]]:

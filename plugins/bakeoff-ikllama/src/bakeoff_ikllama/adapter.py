@@ -1,0 +1,388 @@
+"""ik_llama.cpp ``llama-server`` adapter (a llama.cpp fork with its own flag dialect), built on ``bakeoff.core``'s
+public names only.
+
+Facts this adapter is built on (ik-llama-cpp-python 0.1.5, ``vendor/ik_llama.cpp``; read from
+``common/common.cpp``, ``common/speculative.cpp`` and ``examples/server/``):
+
+- Speculation is chosen by what is loaded, not by one ``--spec-type``: ``-md FILE`` loads a draft model,
+  ``-mtp`` switches on the model's own MTP (NextN) layers, and ``--spec-type`` names only the n-gram kinds
+  (``ngram-cache|simple|map-k|map-k4v|mod``). A draft model *and* an n-gram type are both used (n-gram
+  first), so the draft arm passes no ``--spec-type``. ``-mtp`` on a model without NextN layers starts fine,
+  warns, and runs without speculation: preflight reads the GGUF and refuses it.
+- ``--draft-max/--draft-min`` apply to every method (the server caps and drops drafts by them);
+  ``--draft-p-min`` only to the draft model and MTP; ``--spec-ngram-size-n`` is the n-gram lookup length
+  (the match length of ``ngram-mod``), ``--spec-ngram-size-m`` the proposal length of simple/map-k/map-k4v,
+  ``--spec-ngram-min-hits`` the map kinds' threshold; ``ngram-cache`` drafts a fixed 8 tokens.
+- Each response carries ``timings.draft_n`` / ``draft_n_accepted`` only when drafts were made; each request
+  logs ``draft acceptance rate = R (A accepted / G generated)``. ``timings_per_token`` gives cumulative
+  ``predicted_n`` on every chunk. ``predicted_per_second`` is ``predicted_n / predicted_ms`` (llama.cpp:
+  ``predicted_n - 1``), so bakeoff recomputes it over the same window as its own decode rate.
+- ``/props`` has ``total_slots`` and ``default_generation_settings.n_ctx`` but nothing about speculation; the
+  startup log says whether a speculative context was initialized.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from bakeoff.core import (
+    Arm,
+    Capabilities,
+    Effective,
+    EngineAdapter,
+    EngineUnavailable,
+    LaunchSpec,
+    MeasurementError,
+    MethodKnobs,
+    PreflightError,
+    ServerStats,
+    Workload,
+    bounded_get,
+    build_from_sdist,
+    cached_binary,
+    cli_flags,
+    openai_model_id,
+    resolve_model,
+)
+
+from .build import DEFAULT_VERSION, ik_llama_server_build
+
+__all__ = ["IkLlamaAdapter", "IkLlamaOptions", "parse_acceptance_lines", "speculation_from_log"]
+
+NGRAM_VARIANTS = ("mod", "simple", "map-k", "map-k4v", "cache")
+SPLIT_MODES = ("none", "layer", "attn", "graph")
+
+# Which shared knobs each method and n-gram variant really takes here (see the module docstring).
+SPECULATIVE = {
+    "none": MethodKnobs(),
+    "mtp": MethodKnobs(knobs=("n_max", "n_min", "p_min")),
+    "draft": MethodKnobs(knobs=("n_max", "n_min", "p_min"), draft_model="required"),
+    "ngram/mod": MethodKnobs(knobs=("n_max", "n_min", "lookup_min")),
+    "ngram/simple": MethodKnobs(knobs=("n_max", "n_min", "lookup_max")),
+    "ngram/map-k": MethodKnobs(knobs=("n_max", "n_min", "lookup_max")),
+    "ngram/map-k4v": MethodKnobs(knobs=("n_max", "n_min", "lookup_max")),
+    "ngram/cache": MethodKnobs(knobs=("n_min",)),  # drafts a fixed 8: --draft-max above 8 changes nothing
+}
+# The shared knob -> the fork's flag. n_max/n_min/p_min are server-wide; lookup_* pick --spec-ngram-size-n.
+KNOB_FLAGS = {"n_max": "--draft-max", "n_min": "--draft-min", "p_min": "--draft-p-min",
+              "lookup_min": "--spec-ngram-size-n", "lookup_max": "--spec-ngram-size-n"}
+
+ACCEPTANCE_RE = re.compile(r"draft acceptance rate = (?P<rate>[\d.]+) \(\s*(?P<accepted>\d+) accepted /"
+                           r"\s*(?P<generated>\d+) generated\)")
+SPEC_ON = "speculative decoding context initialized"
+SPEC_OFF = ("speculative decoding context not initialized", "MTP enabled via flag, but model has 0 NextN layers",
+            "speculative decoding not supported by this context")
+
+# (reason, needles, advice) — first match wins; the matching log line is quoted in the error.
+STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("unknown-flag", ("error: unknown argument", "error: invalid parameter for argument",
+                      "unknown speculative decoding type", "error while handling argument"),
+     "this ik_llama.cpp llama-server does not accept a flag bakeoff or extra_args passed"),
+    ("incompatible-draft-vocab", ("draft model vocab type must match", "vocabs are not compatible"),
+     "the draft model's vocabulary does not match the target's"),
+    ("bad-draft-model", ("failed to load draft model", "failed to create draft context"),
+     "the draft model could not be loaded"),
+    ("out-of-memory", ("out of memory", "failed to allocate", "unable to allocate"),
+     "not enough memory for the model, context or KV cache"),
+    ("port-in-use", ("couldn't bind", "Address already in use", "address already in use"),
+     "the port is taken by another process"),
+    ("model-load-failed", ("failed to load model", "error loading model", "unable to load model"),
+     "llama-server could not load the model"),
+)
+
+
+class IkLlamaOptions(BaseModel):
+    """Options only ik_llama.cpp has (``arms[i].options``); each changes the command line when set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["ikllama"] = "ikllama"
+    binary: str | None = Field(None, description="Path of ik_llama.cpp's llama-server; default: "
+                                                 "$BAKEOFF_IK_LLAMA_SERVER, then bakeoff's cached build.")
+    build_version: str | None = Field(None, description="ik-llama-cpp-python version of the cached build to use.")
+    split_mode: Literal["none", "layer", "attn", "graph"] | None = Field(
+        None, description="-sm, with the fork's own modes ('graph' splits each layer's graph across GPUs).")
+    max_gpu: int | None = Field(None, ge=1, description="--max-gpu: most GPUs used at a time (split_mode 'graph').")
+    graph_scheduling: bool = Field(False, description="-smgs: force split-mode-graph scheduling (split_mode 'graph').")
+    threads_batch: int | None = Field(None, ge=1, description="-tb: threads for prompt processing.")
+    run_time_repack: bool = Field(False, description="-rtr: repack weights for the CPU's fastest kernels at load.")
+    mla: int | None = Field(None, ge=0, le=3, description="-mla: MLA attention mode for DeepSeek-style models.")
+    attention_max_batch: int | None = Field(None, ge=1, description="-amb: most attention batch (MiB) without FA.")
+    no_fused_moe: bool = Field(False, description="-no-fmoe: switch off the fused MoE up/gate kernel (on by default).")
+    grouped_expert_routing: bool = Field(False, description="-ger: grouped expert routing.")
+    merge_qkv: bool = Field(False, description="-mqkv: merge Q, K, V into one tensor.")
+    k_cache_hadamard: bool = Field(False, description="-khad: Hadamard transform of the K cache.")
+    smart_expert_reduction: str | None = Field(None, pattern=r"^\d+,[\d.]+$",
+                                               description="-ser 'K,t': use fewer experts when their weights allow.")
+    ngram_size_m: int | None = Field(None, ge=1, le=1024, description="--spec-ngram-size-m: n-gram proposal length "
+                                                                      "(ngram simple/map-k/map-k4v).")
+    ngram_min_hits: int | None = Field(None, ge=1, description="--spec-ngram-min-hits (ngram map-k/map-k4v).")
+    draft_gpu_layers: int | None = Field(None, ge=0, description="-ngld: draft-model layers on the GPU.")
+    verbosity: int | None = Field(None, ge=0, description="--verbosity.")
+
+
+# options -> flags: value options, then switches (emitted only when True)
+VALUE_OPTIONS = (("split_mode", "-sm"), ("max_gpu", "--max-gpu"), ("threads_batch", "-tb"), ("mla", "-mla"),
+                 ("attention_max_batch", "-amb"), ("smart_expert_reduction", "-ser"),
+                 ("ngram_size_m", "--spec-ngram-size-m"), ("ngram_min_hits", "--spec-ngram-min-hits"),
+                 ("draft_gpu_layers", "-ngld"), ("verbosity", "--verbosity"))
+SWITCH_OPTIONS = (("graph_scheduling", "-smgs"), ("run_time_repack", "-rtr"), ("no_fused_moe", "-no-fmoe"),
+                  ("grouped_expert_routing", "-ger"), ("merge_qkv", "-mqkv"), ("k_cache_hadamard", "-khad"))
+
+
+def parse_acceptance_lines(log_text: str) -> list[dict[str, float]]:
+    """Every per-request ``draft acceptance rate = …`` line in a log chunk, as numbers."""
+    return [{"rate": float(m["rate"]), "accepted": int(m["accepted"]), "generated": int(m["generated"])}
+            for m in ACCEPTANCE_RE.finditer(log_text)]
+
+
+def speculation_from_log(log_text: str) -> bool | None:
+    """Whether the startup log says a speculative context runs (None when it says neither)."""
+    if any(needle in log_text for needle in SPEC_OFF):
+        return False
+    return True if SPEC_ON in log_text else None
+
+
+class IkLlamaAdapter(EngineAdapter):
+    name = "ikllama"
+    description = "ik_llama.cpp llama-server (GGUF; fork of llama.cpp), native process"
+    capabilities = Capabilities(
+        speculative=SPECULATIVE,
+        default_variants={"ngram": "mod"},
+        settings=("ctx", "parallel", "threads", "gpu_layers", "split", "tensor_split", "kv_type", "flash_attn",
+                  "batch", "ubatch"),
+        split_modes=("none", "layer"),  # the fork's 'attn' and 'graph' are options.split_mode
+        kv_types=("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1", "q6_0", "q8_KV"),
+        token_counts="engine_per_chunk",  # timings_per_token: cumulative predicted_n on every chunk
+        acceptance_source="timings.draft_n/draft_n_accepted per response, cross-checked with the "
+                          "'draft acceptance rate' log line",
+        stateful_speculators=("ngram-mod", "ngram-cache", "ngram-map-k", "ngram-map-k4v"),
+        fixed_length_field="ignore_eos",
+    )
+    Options = IkLlamaOptions
+    display_name = "ik_llama.cpp llama-server"
+    startup_failures = STARTUP_FAILURES
+
+    def __init__(self) -> None:
+        self._workdir: Path | None = None  # the arm's run directory: the startup log is read back from it
+
+    # -- binary --------------------------------------------------------------------------
+    def find_binary(self, options: IkLlamaOptions) -> Path:
+        if options.binary:
+            return Path(options.binary).expanduser()
+        if env := os.environ.get("BAKEOFF_IK_LLAMA_SERVER"):
+            return Path(env)
+        cached = cached_binary(ik_llama_server_build(options.build_version or DEFAULT_VERSION))
+        if cached:
+            return cached
+        raise EngineUnavailable(f"ik_llama.cpp's llama-server not found (options.binary, $BAKEOFF_IK_LLAMA_SERVER, "
+                                f"bakeoff's cache). {self.install_hint()}")
+
+    def installed(self) -> str | None:
+        try:
+            return f"cpu llama-server: {self.find_binary(IkLlamaOptions())}"
+        except EngineUnavailable:
+            return None
+
+    def install_hint(self) -> str:
+        return "Build it with `bakeoff engines install ikllama` (CPU, from the PyPI sdist ik-llama-cpp-python)."
+
+    def install(self, log: Callable[[str], None]) -> str:
+        return str(build_from_sdist(ik_llama_server_build(), log=log))
+
+    # -- preflight -----------------------------------------------------------------------
+    def preflight(self, arm: Arm) -> None:
+        options: IkLlamaOptions = self.options(arm)  # type: ignore[assignment]
+        if arm.launch == "native":
+            self.find_binary(options)
+        if arm.model is None:
+            raise PreflightError(f"arm {arm.name!r}: ik_llama.cpp needs 'model' (a GGUF file)")
+        model = resolve_model(arm.model)
+        spec, who = arm.speculative, f"arm {arm.name!r}"
+        variant = spec.variant or "mod"
+        if options.split_mode and arm.settings.split:
+            raise PreflightError(f"{who}: set the split mode once: settings.split or options.split_mode, not both")
+        if (options.max_gpu or options.graph_scheduling) and options.split_mode != "graph":
+            raise PreflightError(f"{who}: options.max_gpu and options.graph_scheduling act only with "
+                                 f"options.split_mode 'graph'")
+        if options.ngram_size_m is not None and not (spec.method == "ngram" and variant in ("simple", "map-k",
+                                                                                           "map-k4v")):
+            raise PreflightError(f"{who}: options.ngram_size_m acts only on ngram simple, map-k and map-k4v")
+        if options.ngram_min_hits is not None and not (spec.method == "ngram" and variant in ("map-k", "map-k4v")):
+            raise PreflightError(f"{who}: options.ngram_min_hits acts only on ngram map-k and map-k4v")
+        if options.draft_gpu_layers is not None and spec.method != "draft":
+            raise PreflightError(f"{who}: options.draft_gpu_layers needs speculative.method 'draft'")
+        if spec.method == "mtp":
+            layers = nextn_layers(model)
+            if not layers:
+                raise PreflightError(f"{who}: MTP needs a model with MTP (NextN) layers, but {model.name} has "
+                                     f"none; ik_llama.cpp would start with speculation silently off")
+
+    # -- launch --------------------------------------------------------------------------
+    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+        options: IkLlamaOptions = self.options(arm)  # type: ignore[assignment]
+        binary = self.find_binary(options)
+        assert arm.model is not None  # preflight refuses an arm without one
+        self._workdir = workdir
+        s = arm.settings
+        argv = [str(binary), "-m", str(resolve_model(arm.model)), "--host", s.host, "--port", str(port),
+                "--metrics", "-np", str(s.parallel or 1)]
+        argv += cli_flags([
+            ("-c", s.ctx), ("-t", s.threads), ("-ngl", s.gpu_layers), ("-sm", s.split),
+            ("-ts", ",".join(f"{x:g}" for x in s.tensor_split) if s.tensor_split else None),
+            ("-ctk", s.kv_type), ("-ctv", s.kv_type), ("-fa", s.flash_attn), ("-b", s.batch), ("-ub", s.ubatch),
+        ])
+        argv += self.option_args(options)
+        argv += self.spec_args(arm)
+        argv += arm.extra_args
+        env = {**arm.env}
+        if any(binary.parent.glob("libllama.so*")):  # bakeoff's build keeps its shared libraries beside the binary
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(binary.parent),
+                                                                   os.environ.get("LD_LIBRARY_PATH")]))
+        return LaunchSpec(argv=argv, env=env, ready_path="/health")
+
+    @staticmethod
+    def option_args(options: IkLlamaOptions) -> list[str]:
+        args = cli_flags([(flag, getattr(options, field)) for field, flag in VALUE_OPTIONS])
+        return args + [flag for field, flag in SWITCH_OPTIONS if getattr(options, field)]
+
+    @staticmethod
+    def spec_args(arm: Arm) -> list[str]:
+        """The fork's speculative flags: the method picks what is loaded, the knobs map one to one."""
+        spec = arm.speculative
+        if spec.method == "none":
+            return ["--spec-type", "none", "-no-mtp"]
+        if spec.method == "ngram":
+            args = ["--spec-type", f"ngram-{spec.variant or 'mod'}"]
+        elif spec.method == "mtp":
+            args = ["-mtp"]
+        else:  # draft: no --spec-type, or the n-gram kind would run before the draft model
+            assert spec.draft_model is not None  # core refuses a draft arm without one
+            args = ["-md", str(resolve_model(spec.draft_model))]
+        knobs = SPECULATIVE[spec.method if spec.method != "ngram" else f"ngram/{spec.variant or 'mod'}"].knobs
+        return args + cli_flags([(KNOB_FLAGS[k], getattr(spec, k)) for k in knobs])
+
+    # -- read-back -----------------------------------------------------------------------
+    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+        eff = Effective(model_id=openai_model_id(http))
+        try:
+            props = bounded_get(http, "/props").json()
+        except (httpx.HTTPError, ValueError) as exc:
+            eff.mismatches.append(f"could not read /props: {exc}")
+            return eff
+        n_ctx = props.get("default_generation_settings", {}).get("n_ctx")
+        total_slots = props.get("total_slots")
+        speculative = speculation_from_log(self._startup_log()) if not arm.attached else None
+        eff.version = self._version(arm)
+        eff.values = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
+                      "model_path": props.get("model_path"), "version": eff.version}
+        s = arm.settings
+        if not arm.attached:
+            if s.ctx is not None and n_ctx is not None and n_ctx != s.ctx:
+                eff.mismatches.append(f"asked ctx {s.ctx} per slot, /props says n_ctx {n_ctx}")
+            if total_slots is not None and total_slots != (s.parallel or 1):
+                eff.mismatches.append(f"asked {s.parallel or 1} slot(s), /props says total_slots {total_slots}")
+            if arm.speculative.enabled and speculative is False:
+                eff.mismatches.append(f"speculative.method {arm.speculative.method!r} asked, but the log says no "
+                                      f"speculative context was initialized: the server runs WITHOUT speculation")
+            if not arm.speculative.enabled and speculative:
+                eff.mismatches.append("speculation is off in the arm but the log says a speculative context runs")
+        return eff
+
+    def _startup_log(self) -> str:
+        if self._workdir is None:
+            return ""
+        logs = sorted(self._workdir.glob("engine-*.log"), key=lambda p: p.stat().st_mtime)
+        try:
+            return logs[-1].read_text(errors="replace") if logs else ""
+        except OSError:
+            return ""
+
+    def _version(self, arm: Arm) -> str | None:
+        """``ik-llama-cpp-python==0.1.5 cpu`` from the cached build's VERSION file (the sdist has no git data)."""
+        if arm.attached:
+            return None
+        try:
+            binary = self.find_binary(self.options(arm))  # type: ignore[arg-type]
+            return (binary.parent.parent / "VERSION").read_text().strip()
+        except (OSError, EngineUnavailable):
+            return None
+
+    # -- requests ------------------------------------------------------------------------
+    def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
+        fields: dict[str, Any] = {"cache_prompt": False, "timings_per_token": True}
+        if workload.fixed_length:
+            fields["ignore_eos"] = True
+        fields["chat_template_kwargs"] = {"enable_thinking": workload.thinking}
+        return fields
+
+    def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
+                            template_kwargs: dict[str, Any] | None = None) -> int:
+        """Chat template, then tokenize with special tokens, as /v1/chat/completions does."""
+        body: dict[str, Any] = {"messages": messages}
+        if template_kwargs is not None:
+            body["chat_template_kwargs"] = template_kwargs
+        try:
+            r = http.post("/apply-template", json=body, timeout=60)
+            r.raise_for_status()
+            r = http.post("/tokenize", json={"content": r.json()["prompt"], "add_special": True}, timeout=60)
+            r.raise_for_status()
+            return len(r.json()["tokens"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise MeasurementError(f"ik_llama.cpp could not count prompt tokens: {exc}") from exc
+
+    def chunk_token_count(self, payload: dict[str, Any]) -> int | None:
+        timings = payload.get("timings")
+        if isinstance(timings, dict) and "predicted_n" in timings:
+            return int(timings["predicted_n"])
+        return super().chunk_token_count(payload)
+
+    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
+                     log_text: str) -> ServerStats:
+        stats = ServerStats(source="timings")
+        timings = (final or {}).get("timings") or {}
+        if not timings:
+            stats.flags.append("server-timings-missing")
+            return stats
+        n, ms = timings.get("predicted_n"), timings.get("predicted_ms")
+        stats.completion_tokens = n
+        stats.prompt_tokens = timings.get("prompt_n")
+        stats.prefill_tps = timings.get("prompt_per_second")
+        if isinstance(n, int) and n > 1 and isinstance(ms, (int, float)) and ms > 0:
+            stats.decode_tps = (n - 1) / ms * 1000  # the window after the first token, as bakeoff's own rate
+        stats.extra["engine_predicted_per_second"] = timings.get("predicted_per_second")
+        # Absent keys mean the request drafted nothing, not "unknown".
+        stats.drafted = int(timings.get("draft_n", 0))
+        stats.accepted = int(timings.get("draft_n_accepted", 0))
+        lines = parse_acceptance_lines(log_text)
+        if lines:
+            last = lines[-1]
+            if (last["accepted"], last["generated"]) != (stats.accepted, stats.drafted):
+                stats.flags.append(f"acceptance-log-mismatch: log {last['accepted']:.0f}/{last['generated']:.0f} "
+                                   f"vs timings {stats.accepted}/{stats.drafted}")
+        elif stats.drafted and log_text:
+            stats.flags.append("acceptance-crosscheck-missing: no 'draft acceptance rate' log line for this request")
+        return stats
+
+
+def nextn_layers(model: Path) -> int:
+    """``<arch>.nextn_predict_layers`` of a GGUF (0 when absent): how many MTP layers it carries."""
+    from gguf import GGUFReader  # lazy: parsing a GGUF is not needed to list engines
+
+    try:
+        reader = GGUFReader(str(model))
+    except (OSError, ValueError) as exc:
+        raise PreflightError(f"cannot read {model} as a GGUF: {exc}") from exc
+    arch_field = reader.fields.get("general.architecture")
+    if arch_field is None:
+        return 0
+    arch = bytes(arch_field.parts[arch_field.data[0]]).decode()
+    field = reader.fields.get(f"{arch}.nextn_predict_layers")
+    return int(field.parts[field.data[0]][0]) if field is not None else 0

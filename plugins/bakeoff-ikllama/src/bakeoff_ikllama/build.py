@@ -1,0 +1,48 @@
+"""Build ik_llama.cpp's ``llama-server`` from the PyPI sdist ``ik-llama-cpp-python`` (its full tree in
+``vendor/ik_llama.cpp``), through bakeoff's public sdist builder: one target, cached by version and backend.
+
+CPU flags: ``GGML_NATIVE`` (ik's default) compiles its IQK kernels for this CPU; the AMX flags are switched off
+as for llama.cpp (a VM may not grant the AMX tile state). ``GGML_IQK_FA_ALL_QUANTS`` is off: it instantiates
+the CPU flash-attention kernels for every quantized KV type, a large share of the compile time, while f16,
+bf16 and q8_0 KV caches keep their fast kernels.
+"""
+
+from __future__ import annotations
+
+from bakeoff.core import NO_AMX_FLAGS, SdistBuild
+
+__all__ = ["DEFAULT_VERSION", "BACKENDS", "ik_llama_server_build"]
+
+DEFAULT_VERSION = "0.1.5"
+BACKENDS = ("cpu",)  # CUDA: add its flags here once bakeoff has a backend option to pick it
+
+COMMON_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=ON",  # the server is an example in this tree; only its target is built
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_SERVER_SSL=OFF",
+    "-DGGML_IQK_FA_ALL_QUANTS=OFF",
+)
+# The sdist leaves out common/cmake/build-info-gen-cpp.cmake, which the build of common/build-info.cpp runs;
+# this stand-in fills the template with the sdist's version (the tree has no git data to take it from).
+BUILD_INFO_SCRIPT = """# written by bakeoff: the ik-llama-cpp-python sdist lacks this script
+set(BUILD_NUMBER 0)
+set(BUILD_COMMIT "ik-llama-cpp-python-{version}")
+set(BUILD_COMPILER "${{CMAKE_C_COMPILER_ID}} ${{CMAKE_C_COMPILER_VERSION}}")
+set(BUILD_TARGET "")
+configure_file("${{CMAKE_CURRENT_LIST_DIR}}/../build-info.cpp.in" "${{CMAKE_CURRENT_LIST_DIR}}/../build-info.cpp")
+"""
+BACKEND_FLAGS = {
+    "cpu": ("-DGGML_NATIVE=ON", *NO_AMX_FLAGS),
+}
+
+
+def ik_llama_server_build(version: str = DEFAULT_VERSION, backend: str = "cpu") -> SdistBuild:
+    """The build of ik_llama.cpp's ``llama-server`` from ``ik-llama-cpp-python==version`` for ``backend``."""
+    return SdistBuild(project="ik-llama-cpp-python", version=version,
+                      source="ik_llama_cpp_python-*/vendor/ik_llama.cpp", target="llama-server",
+                      cache_name="ik-llama-server", backend=backend,
+                      cmake_flags=(*COMMON_FLAGS, *BACKEND_FLAGS[backend]),
+                      extra_files=(("common/cmake/build-info-gen-cpp.cmake", BUILD_INFO_SCRIPT.format(version=version)),))

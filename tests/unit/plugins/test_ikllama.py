@@ -1,0 +1,245 @@
+"""The ik_llama.cpp plugin: its flag dialect, knobs per method, options, read-back, acceptance and failure
+classification.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bakeoff.core import Arm, CapabilityNotSupported, EngineUnavailable, PreflightError, Workload
+from bakeoff.core.adapter import check_arm_capabilities
+from bakeoff_ikllama import adapter as ik_module
+from bakeoff_ikllama import build as ik_build
+from bakeoff_ikllama.adapter import (
+    KNOB_FLAGS,
+    SPECULATIVE,
+    SWITCH_OPTIONS,
+    VALUE_OPTIONS,
+    IkLlamaAdapter,
+    IkLlamaOptions,
+)
+
+PLUGIN = Path(ik_module.__file__).parents[2]
+KNOB_VALUES = {"n_max": 5, "n_min": 2, "p_min": 0.4, "lookup_min": 7, "lookup_max": 9}
+
+
+@pytest.fixture
+def gguf(tmp_path: Path) -> Path:
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF")
+    return path
+
+
+def make_arm(gguf: Path, **kw: Any) -> Arm:
+    data: dict[str, Any] = {"name": "a", "engine": "ikllama", "model": str(gguf),
+                            "options": {"binary": "/opt/ik/llama-server"}}
+    for key, value in kw.items():
+        if key == "options":
+            data["options"] = {**data["options"], **value}
+        else:
+            data[key] = value
+    return Arm.model_validate(data)
+
+
+def argv(gguf: Path, **kw: Any) -> list[str]:
+    return IkLlamaAdapter().launch_spec(make_arm(gguf, **kw), 31000, gguf.parent).argv
+
+
+def spec_of(key: str, gguf: Path, **knobs: Any) -> dict[str, Any]:
+    """The speculative block selecting ``key`` ('ngram/mod'); the target file doubles as draft model."""
+    method, _, variant = key.partition("/")
+    spec: dict[str, Any] = {"method": method, **knobs}
+    if variant:
+        spec["variant"] = variant
+    if SPECULATIVE[key].draft_model == "required":
+        spec["draft_model"] = str(gguf)
+    return spec
+
+
+# -- the plugin is built on the public API only ----------------------------------------------
+@pytest.mark.parametrize("module", sorted((PLUGIN / "src" / "bakeoff_ikllama").glob("*.py")), ids=lambda p: p.name)
+def test_plugin_imports_only_bakeoff_core_public_names(module: Path) -> None:
+    import bakeoff.core
+
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bakeoff"):
+            assert node.module == "bakeoff.core", f"{module.name} imports {node.module}"
+            private = {a.name for a in node.names} - set(bakeoff.core.__all__)
+            assert not private, f"{module.name} imports {private} from bakeoff.core, which does not export them"
+        if isinstance(node, ast.Import):
+            assert not any(a.name.startswith("bakeoff") for a in node.names), module.name
+
+
+def test_entry_point_is_declared_in_the_plugin_package() -> None:
+    import tomllib
+
+    meta = tomllib.loads((PLUGIN / "pyproject.toml").read_text())
+    assert meta["project"]["entry-points"]["bakeoff.engines"] == {"ikllama": "bakeoff_ikllama.adapter:IkLlamaAdapter"}
+
+
+# -- the dialect -----------------------------------------------------------------------------
+def test_speculation_off_is_explicit(gguf: Path) -> None:
+    args = argv(gguf)
+    assert args[args.index("--spec-type") + 1] == "none" and "-no-mtp" in args
+    assert "-md" not in args and "-mtp" not in args
+
+
+def test_ngram_names_the_fork_spec_type_and_defaults_to_mod(gguf: Path) -> None:
+    assert "ngram-mod" in argv(gguf, speculative={"method": "ngram"})
+    for variant in ("simple", "map-k", "map-k4v", "cache"):
+        args = argv(gguf, speculative={"method": "ngram", "variant": variant})
+        assert args[args.index("--spec-type") + 1] == f"ngram-{variant}"
+
+
+def test_draft_loads_the_draft_model_without_a_spec_type(gguf: Path, tmp_path: Path) -> None:
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF")
+    args = argv(gguf, speculative={"method": "draft", "draft_model": str(draft), "n_max": 3})
+    assert args[args.index("-md") + 1] == str(draft)
+    assert "--spec-type" not in args, "a --spec-type n-gram kind would run before the draft model"
+    assert args[args.index("--draft-max") + 1] == "3"
+
+
+def test_mtp_is_the_forks_own_switch(gguf: Path) -> None:
+    args = argv(gguf, speculative={"method": "mtp"})
+    assert "-mtp" in args and "--spec-type" not in args and "-md" not in args
+
+
+@pytest.mark.parametrize("key", sorted(SPECULATIVE))
+def test_every_declared_knob_changes_the_command_line(gguf: Path, key: str) -> None:
+    base = argv(gguf, speculative=spec_of(key, gguf))
+    for knob in SPECULATIVE[key].knobs:
+        arm = make_arm(gguf, speculative=spec_of(key, gguf, **{knob: KNOB_VALUES[knob]}))
+        check_arm_capabilities(IkLlamaAdapter(), arm)
+        args = IkLlamaAdapter().launch_spec(arm, 31000, gguf.parent).argv
+        assert args != base, f"{knob} on {key} changes nothing"
+        flag = KNOB_FLAGS[knob]
+        assert args[args.index(flag) + 1] == str(KNOB_VALUES[knob]), (key, knob)
+
+
+def test_a_draft_arm_without_a_draft_model_and_an_unknown_variant_are_refused(gguf: Path) -> None:
+    with pytest.raises(CapabilityNotSupported, match="draft_model"):
+        check_arm_capabilities(IkLlamaAdapter(), make_arm(gguf, speculative={"method": "draft"}))
+    with pytest.raises(CapabilityNotSupported, match="variant"):
+        check_arm_capabilities(IkLlamaAdapter(), make_arm(gguf, speculative={"method": "ngram", "variant": "x"}))
+    with pytest.raises(CapabilityNotSupported, match="dflash"):
+        check_arm_capabilities(IkLlamaAdapter(), make_arm(gguf, speculative={"method": "dflash",
+                                                                            "draft_model": str(gguf)}))
+
+
+def test_settings_map_to_the_same_flags_as_llamacpp(gguf: Path) -> None:
+    args = argv(gguf, settings={"ctx": 2048, "parallel": 2, "threads": 3, "kv_type": "q8_0", "flash_attn": "on",
+                                "batch": 512, "ubatch": 128, "split": "layer", "tensor_split": [1, 2]})
+    pairs = {"-c": "2048", "-np": "2", "-t": "3", "-ctk": "q8_0", "-ctv": "q8_0", "-fa": "on", "-b": "512",
+             "-ub": "128", "-sm": "layer", "-ts": "1,2"}
+    for flag, value in pairs.items():
+        assert args[args.index(flag) + 1] == value, flag
+
+
+def test_a_split_mode_the_fork_lacks_is_refused(gguf: Path) -> None:
+    with pytest.raises(CapabilityNotSupported, match="split"):
+        check_arm_capabilities(IkLlamaAdapter(), make_arm(gguf, settings={"split": "row"}))
+
+
+# -- fork-only options -------------------------------------------------------------------------
+OPTION_VALUES: dict[str, Any] = {"split_mode": "graph", "max_gpu": 2, "threads_batch": 4, "mla": 2,
+                                 "attention_max_batch": 512, "smart_expert_reduction": "6,1",
+                                 "ngram_size_m": 8, "ngram_min_hits": 2, "draft_gpu_layers": 0, "verbosity": 2}
+
+
+@pytest.mark.parametrize("field,flag", [*VALUE_OPTIONS, *SWITCH_OPTIONS])
+def test_every_option_changes_the_command_line(gguf: Path, field: str, flag: str) -> None:
+    value = OPTION_VALUES.get(field, True)
+    options = IkLlamaOptions(binary="/opt/ik/llama-server", **{field: value})
+    args = IkLlamaAdapter.option_args(options)
+    assert flag in args and args != IkLlamaAdapter.option_args(IkLlamaOptions())
+    if value is not True:
+        assert args[args.index(flag) + 1] == str(value)
+
+
+def test_every_option_field_has_a_flag() -> None:
+    mapped = {f for f, _ in VALUE_OPTIONS} | {f for f, _ in SWITCH_OPTIONS} | {"kind", "binary", "build_version"}
+    assert set(IkLlamaOptions.model_fields) == mapped
+
+
+@pytest.mark.parametrize("options,spec,message", [
+    ({"max_gpu": 2}, {}, "split_mode 'graph'"),
+    ({"graph_scheduling": True, "split_mode": "layer"}, {}, "split_mode 'graph'"),
+    ({"ngram_size_m": 8}, {"method": "ngram", "variant": "mod"}, "ngram_size_m"),
+    ({"ngram_min_hits": 2}, {"method": "ngram", "variant": "simple"}, "ngram_min_hits"),
+    ({"draft_gpu_layers": 0}, {"method": "ngram"}, "draft_gpu_layers"),
+])
+def test_an_option_that_would_be_ignored_is_refused_before_launch(gguf: Path, options: dict[str, Any],
+                                                                  spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(PreflightError, match=message):
+        IkLlamaAdapter().preflight(make_arm(gguf, options=options, speculative=spec or {"method": "none"}))
+
+
+def test_the_split_mode_is_set_once(gguf: Path) -> None:
+    with pytest.raises(PreflightError, match="split mode once"):
+        IkLlamaAdapter().preflight(make_arm(gguf, options={"split_mode": "graph"}, settings={"split": "layer"}))
+
+
+def test_unknown_options_are_refused(gguf: Path) -> None:
+    from bakeoff.core import ConfigError
+
+    with pytest.raises(ConfigError, match="fused_moe"):
+        IkLlamaAdapter().options(make_arm(gguf, options={"fused_moe": True}))
+
+
+def tiny_gguf(path: Path, nextn: int | None) -> Path:
+    import numpy as np
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "qwen3")
+    if nextn is not None:
+        writer.add_uint32("qwen3.nextn_predict_layers", nextn)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_mtp_needs_nextn_layers_in_the_gguf(tmp_path: Path) -> None:
+    plain = make_arm(tiny_gguf(tmp_path / "plain.gguf", None), speculative={"method": "mtp"})
+    with pytest.raises(PreflightError, match="MTP .*NextN.* plain.gguf has none"):
+        IkLlamaAdapter().preflight(plain)
+    IkLlamaAdapter().preflight(make_arm(tiny_gguf(tmp_path / "mtp.gguf", 1), speculative={"method": "mtp"}))
+
+
+# -- binary, install -------------------------------------------------------------------------
+def test_missing_binary_says_how_to_install(gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv("BAKEOFF_IK_LLAMA_SERVER", raising=False)
+    with pytest.raises(EngineUnavailable, match="bakeoff engines install ikllama"):
+        IkLlamaAdapter().find_binary(IkLlamaOptions())
+
+
+def test_installed_names_the_binary_a_run_would_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.delenv("BAKEOFF_IK_LLAMA_SERVER", raising=False)
+    assert IkLlamaAdapter().installed() is None
+    monkeypatch.setenv("BAKEOFF_IK_LLAMA_SERVER", "/opt/ik/bin/llama-server")
+    assert IkLlamaAdapter().installed() == "cpu llama-server: /opt/ik/bin/llama-server"
+
+
+def test_the_build_is_the_server_target_of_the_sdist_cached_by_version_and_backend(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path))
+    build = ik_build.ik_llama_server_build("0.1.5")
+    assert build.sdist_name == "ik_llama_cpp_python-0.1.5.tar.gz"
+    assert build.target == "llama-server" and build.source.endswith("vendor/ik_llama.cpp")
+    assert build.install_dir.parent == tmp_path / "ik-llama-server"
+    assert build.install_dir.name.startswith("0.1.5-cpu-")
+    assert any("mno-amx-tile" in flag for flag in build.cmake_flags)
+
+
+def test_request_fields_ask_for_per_chunk_timings_and_no_prompt_cache(gguf: Path) -> None:
+    fields = IkLlamaAdapter().request_fields(make_arm(gguf), Workload())
+    assert fields["timings_per_token"] is True and fields["cache_prompt"] is False
