@@ -393,3 +393,17 @@ def test_a_reader_kept_away_from_the_socket_flags_the_sample() -> None:
     assert any(f.startswith("harness-lag: ") for f in fields["flags"]) and fields["decode_tps"] is not None
     result.client_lag_s = 0.00005
     assert not any(f.startswith("harness-lag") for f in account(result, "one_per_event")["flags"])
+
+
+def test_a_speculative_engine_writing_accepted_drafts_back_to_back_is_not_a_burst() -> None:
+    """Real llama-server n-gram run: 64 tokens, one per event, accepted drafts written together (16 reads).
+    Several events per read is speculative decoding, not a buffering proxy; the rate matched the server's."""
+    t0 = 1_000_000_000
+    sizes = [1, 1, 6, 2, 8, 1, 5, 3, 7, 2, 9, 4, 1, 6, 5, 3]  # token events per read, 64 in all
+    events, read = [], 0
+    for read, size in enumerate(sizes):
+        events += [Event(t0 + read * 20_000_000, read, "x", None) for _ in range(size)]
+    result = StreamResult(t_send_ns=0, t_done_ns=t0 + 400_000_000, events=events, text="x" * 64,
+                          usage={"completion_tokens": 64})
+    fields = account(result, "one_per_event")
+    assert not _flags(fields, "burst-delivery") and fields["decode_tps"] == pytest.approx(63 / 0.3)
