@@ -15,8 +15,15 @@ from .config import Arm
 from .roofline import gpu_copy_bandwidth_gbs, host_copy_bandwidth_gbs, model_bytes
 from .telemetry import GpuMonitor, GpuSample, open_monitor
 
-__all__ = ["hardware_record", "arm_device", "arm_gpus", "engine_pids", "attach_gpu_sample", "offload_mismatch",
-           "visible_devices_env"]
+__all__ = [
+    "arm_device",
+    "arm_gpus",
+    "attach_gpu_sample",
+    "engine_pids",
+    "hardware_record",
+    "offload_mismatch",
+    "visible_devices_env",
+]
 
 
 def arm_gpus(arm: Arm) -> list[int] | None:
@@ -85,15 +92,19 @@ def engine_pids(pgid: int) -> set[int]:
     return pids
 
 
-def offload_mismatch(monitor: GpuMonitor, arm: Arm, pgid: int, weights: int | None) -> tuple[float | None, str | None]:
-    """GPU memory the engine's processes hold, and a mismatch when GPU layers were asked but it holds
-    far less than the model's weights (None when NVML cannot see the engine's processes)."""
+def offload_mismatch(monitor: GpuMonitor, arm: Arm, pgid: int, weights: int | None,
+                     layers: int = 0) -> tuple[float | None, str | None]:
+    """GPU memory the engine's processes hold, and a mismatch when it holds less than half of the weights the
+    asked ``gpu_layers`` put on the GPU (their share of ``layers``; None when NVML cannot see the engine)."""
     held = monitor.process_memory_mib(engine_pids(pgid))
-    if held is None or arm.settings.gpu_layers in (None, 0) or not weights:
+    asked = arm.settings.gpu_layers
+    if held is None or asked in (None, 0) or not weights:
         return held, None
-    if held < 0.5 * weights / 2**20:
-        return held, (f"settings.gpu_layers {arm.settings.gpu_layers} asked, but the engine holds only {held:.0f} MiB "
-                      f"on the GPU for {weights / 2**20:.0f} MiB of weights")
+    share = 1.0 if asked in ("all", "auto") or not layers else min(1.0, int(asked) / layers)
+    expected_mib = share * weights / 2**20
+    if held < 0.5 * expected_mib:
+        return held, (f"settings.gpu_layers {asked} asked, but the engine holds only {held:.0f} MiB on the GPU for "
+                      f"{expected_mib:.0f} MiB of weights on those layers")
     return held, None
 
 

@@ -251,10 +251,11 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                     eff.model_id = served  # the arm's model, never whichever the server lists first
                 if engine is not None and fresh:
                     eff.mismatches += planned.adapter.log_mismatches(arm, engine.log_text())
-                    if monitor is not None and getattr(engine, "proc", None) is not None:
-                        weights = (run.read_run().get("roofline_models", {}).get(arm.name) or {}).get("weights")
-                        record["gpu_engine_mib"], problem = offload_mismatch(monitor, arm, engine.proc.pid,  # type: ignore[union-attr]
-                                                                                    weights)
+                    proc = getattr(engine, "proc", None)
+                    if monitor is not None and proc is not None:
+                        facts = run.read_run().get("roofline_models", {}).get(arm.name) or {}
+                        record["gpu_engine_mib"], problem = offload_mismatch(
+                            monitor, arm, proc.pid, facts.get("weights"), facts.get("layers", 0))
                         eff.mismatches += [problem] if problem else []
                 record.update(effective=eff.values, mismatches=eff.mismatches, version=eff.version,
                               model_id=eff.model_id)

@@ -34,8 +34,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["ModelBytes", "Roofline", "model_bytes", "host_copy_bandwidth_gbs", "gpu_copy_bandwidth_gbs",
-           "roofline_for", "KV_BYTES"]
+__all__ = [
+    "KV_BYTES",
+    "ModelBytes",
+    "Roofline",
+    "gpu_copy_bandwidth_gbs",
+    "host_copy_bandwidth_gbs",
+    "model_bytes",
+    "roofline_for",
+]
 
 # bytes per element of llama.cpp's KV cache types (block formats: block bytes / block elements)
 KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
@@ -49,6 +56,7 @@ class ModelBytes(BaseModel):
     weights: int = Field(description="Weight bytes read per token (see the module docstring).")
     kv_per_position: float = Field(description="KV-cache bytes read per token per position of context.")
     file_bytes: int = Field(description="All tensor bytes in the file.")
+    layers: int = Field(0, description="Repeating layers a token passes through (MTP blocks not counted).")
     notes: list[str] = Field(default_factory=list)
 
     def at_depth(self, positions: float) -> float:
@@ -137,7 +145,7 @@ def _model_bytes(p: Path, size: int, mtime_ns: int, kv_type: str) -> ModelBytes:
     for h, k in zip(heads_l, kv_l, strict=True):
         dim = int(head_dim) if head_dim else (hidden // h if h else 0)
         kv += 2 * k * dim * KV_BYTES.get(kv_type, 2.0)
-    return ModelBytes(weights=int(weights), kv_per_position=kv, file_bytes=total, notes=notes)
+    return ModelBytes(weights=int(weights), kv_per_position=kv, file_bytes=total, layers=trunk, notes=notes)
 
 
 # -- bandwidth ---------------------------------------------------------------------------------------
@@ -190,7 +198,7 @@ def gpu_copy_bandwidth_gbs(device: int = 0, mib: int = 2048, timeout_s: float = 
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(device), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     try:
         out = subprocess.run([sys.executable, "-c", _GPU_COPY, str(mib)], capture_output=True, text=True,
-                             timeout=timeout_s, env=env)
+                             timeout=timeout_s, env=env, check=True)
         data = json.loads(out.stdout.strip().splitlines()[-1])
         return float(data["gbs"]), str(data["lib"])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError):

@@ -17,6 +17,7 @@ VRAM), averaged (clocks) or maxed (temperature).
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -25,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["GpuSample", "GpuMonitor", "open_monitor", "THROTTLE_BITS", "SLOWDOWN_REASONS", "DEFAULT_INTERVAL_S"]
+__all__ = ["DEFAULT_INTERVAL_S", "SLOWDOWN_REASONS", "THROTTLE_BITS", "GpuMonitor", "GpuSample", "open_monitor"]
 
 DEFAULT_INTERVAL_S = 0.1
 
@@ -70,7 +71,7 @@ class GpuSample(BaseModel):
 def _try(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
-    except Exception:  # NVMLError_NotSupported and friends: a fact this card does not report
+    except Exception:  # noqa: BLE001 - NVMLError_NotSupported and friends: a fact this card does not report
         return None
 
 
@@ -104,7 +105,8 @@ class GpuMonitor:
             limits = _try(n.nvmlDeviceGetPowerManagementLimitConstraints, h)
             cc = _try(n.nvmlDeviceGetCudaComputeCapability, h)
             gpu: dict[str, Any] = {
-                "index": index, "name": _text(_try(n.nvmlDeviceGetName, h)), "uuid": _text(_try(n.nvmlDeviceGetUUID, h)),
+                "index": index, "name": _text(_try(n.nvmlDeviceGetName, h)),
+                "uuid": _text(_try(n.nvmlDeviceGetUUID, h)),
                 "driver": driver, "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None,
                 "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
                 "memory_mib": mem.total >> 20 if mem else None,
@@ -147,7 +149,7 @@ class GpuMonitor:
         clock = _try(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_MEM)
         if not width or not clock:
             return None
-        return width / 8 * clock * 1e6 * 2 / 1e9
+        return float(width) / 8 * float(clock) * 1e6 * 2 / 1e9
 
     def process_memory_mib(self, pids: set[int]) -> float | None:
         """GPU memory held by these processes on the watched GPUs (None when NVML cannot tell)."""
@@ -251,7 +253,7 @@ def _mean(values: Iterable[float | None]) -> float | None:
 def _integrate(readings: list[tuple[float, dict[str, Any]]]) -> float | None:
     """Trapezoidal integral of power over the readings' timestamps, in joules."""
     total = 0.0
-    for (t0, a), (t1, b) in zip(readings, readings[1:]):
+    for (t0, a), (t1, b) in itertools.pairwise(readings):
         if a["power_w"] is not None and b["power_w"] is not None:
             total += (a["power_w"] + b["power_w"]) / 2 * (t1 - t0)
     return total
@@ -264,7 +266,7 @@ def _load_nvml() -> ModuleType | None:
         return None
     try:
         pynvml.nvmlInit()
-    except Exception:  # no driver or no GPU: a CPU machine
+    except Exception:  # noqa: BLE001 - NVMLError: no driver or no GPU, a CPU machine
         return None
     return pynvml  # type: ignore[no-any-return]
 
@@ -280,7 +282,7 @@ def open_monitor(indices: Iterable[int] | None = None, interval_s: float = DEFAU
         return None
     try:
         count = module.nvmlDeviceGetCount()
-    except Exception:
+    except Exception:  # noqa: BLE001 - any NVMLError: no usable GPU
         return None
     wanted = list(indices) if indices is not None else list(range(count))
     wanted = [i for i in wanted if 0 <= i < count]

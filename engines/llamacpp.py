@@ -554,7 +554,8 @@ def split_modes_of(binary: Path) -> tuple[str, ...] | None:
     env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [str(binary.parent),
                                                                          os.environ.get("LD_LIBRARY_PATH")]))}
     try:
-        text = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=30, env=env).stdout
+        text = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=30, env=env,
+                              check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"--split-mode \{([a-z,]+)\}", text)

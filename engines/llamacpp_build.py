@@ -26,8 +26,17 @@ from typing import Any, Literal
 from bakeoff.core.sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist
 from bakeoff.core.sdist_build import cached_binary as cached_build
 
-__all__ = ["DEFAULT_VERSION", "Backend", "cached_binary", "cached_binaries", "build_llama_server", "llama_server_build",
-           "build_info", "cuda_architectures", "resolve_backend"]
+__all__ = [
+    "DEFAULT_VERSION",
+    "Backend",
+    "build_info",
+    "build_llama_server",
+    "cached_binaries",
+    "cached_binary",
+    "cuda_architectures",
+    "llama_server_build",
+    "resolve_backend",
+]
 
 DEFAULT_VERSION = "11434.0.0"
 Backend = Literal["cpu", "cuda"]

@@ -25,8 +25,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import yaml
-
-from bakeoff.engines.llamacpp_synth import Dims, SynthSpec, synthesize, tokenizer_from_dump
+from bakeoff.engines.llamacpp_synth import (
+    Dims,
+    SynthSpec,
+    synthesize,
+    tokenizer_from_dump,
+)
 
 SHAPE_3B = Dims(hidden=3072, layers=28, heads=24, kv_heads=8, ffn=8192, ctx=4096, draft_layers=2, block_size=16,
                 vocab_dtype="f16", scale=0.01)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from bakeoff.core.roofline import host_copy_bandwidth_gbs, model_bytes, roofline_for
 from bakeoff.engines.llamacpp_synth import Dims, SynthSpec, synthesize, toy_tokenizer
 from fake_nvml import fake_nvml
@@ -33,6 +32,7 @@ def test_dense_llama_reads_one_embedding_row_all_layers_and_the_head(tmp_path: P
     assert facts.kv_per_position == 2 * 3 * 2 * 16 * 2
     assert model_bytes(path, "q8_0").kv_per_position == pytest.approx(2 * 3 * 2 * 16 * 34 / 32)
     assert facts.at_depth(100) == facts.weights + 100 * facts.kv_per_position
+    assert facts.layers == 3
 
 
 def test_mtp_block_is_left_out_of_the_target_pass(tmp_path: Path) -> None:
@@ -136,6 +136,8 @@ def test_engine_holding_too_little_gpu_memory_is_a_mismatch(monkeypatch: pytest.
     assert held == 6 * 1024 and problem is None
     held, problem = hardware.offload_mismatch(monitor, arm, os.getpid(), weights=20 * 2**30)
     assert problem == ("settings.gpu_layers 99 asked, but the engine holds only 6144 MiB on the GPU for 20480 MiB "
-                       "of weights")
+                       "of weights on those layers")
+    partial = Arm(name="a", engine="llamacpp", model="m.gguf", settings={"gpu_layers": 10})
+    assert hardware.offload_mismatch(monitor, partial, os.getpid(), 20 * 2**30, layers=28)[1] is None  # as asked
     monkeypatch.setattr(hardware, "engine_pids", lambda pgid: {1})
     assert hardware.offload_mismatch(monitor, arm, os.getpid(), weights=6 * 2**30)[1] is not None  # holds nothing

@@ -8,7 +8,6 @@ import types
 from typing import Any
 
 import pytest
-
 from bakeoff.core import telemetry
 from bakeoff.core.telemetry import GpuMonitor, open_monitor
 from fake_nvml import NVMLError, fake_nvml
@@ -122,9 +121,8 @@ def test_a_run_records_gpus_and_telemetry_on_every_sample(monkeypatch: pytest.Mo
 def test_bakeoff_gpu_lists_gpus_and_bandwidth_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     import json as _json
 
-    from typer.testing import CliRunner
-
     from bakeoff.core.cli import app
+    from typer.testing import CliRunner
 
     monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml())
     monkeypatch.setattr("bakeoff.core.cli.gpu.gpu_copy_bandwidth_gbs", lambda *a, **k: (4236.0, "torch"))

@@ -8,7 +8,6 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from bakeoff.core.config import Arm
 from bakeoff.engines import llamacpp_build as build
 from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions

@@ -8,7 +8,13 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run, write_reports
+from bakeoff.core.reports import (
+    print_summary,
+    render_html,
+    render_markdown,
+    summarize_run,
+    write_reports,
+)
 from bakeoff.core.store import RunDir
 from bakeoff.core.telemetry import GpuSample
 from rich.console import Console
