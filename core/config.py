@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -36,6 +37,7 @@ SPEC_METHODS = ("none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram", "
 SpecMethod = Literal["none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram", "suffix"]
 ARM_NAME_MAX = 100
 _ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+MAX_YAML_VALUES = 200_000  # nodes a file may expand to through aliases: far above any real bakeoff
 
 
 class Strict(BaseModel):
@@ -135,6 +137,24 @@ class Arm(Strict):
             raise ValueError(f"{len(v)} characters; at most {ARM_NAME_MAX} (it becomes a directory name)")
         return v
 
+    @field_validator("url")
+    @classmethod
+    def _url_is_http(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            parts = urlsplit(v)
+            port = parts.port  # parses it: a bad port fails here, not at the first request
+        except ValueError as exc:
+            raise ValueError(f"not a valid URL ({exc})") from None
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"use an http:// or https:// URL, not {parts.scheme or 'no scheme'!r}")
+        if not parts.hostname:
+            raise ValueError("the URL names no host")
+        if port == 0:
+            raise ValueError("port 0 is not a port a server listens on")
+        return v
+
     @model_validator(mode="after")
     def _model_or_url(self) -> Arm:
         if self.url is None and self.model is None:
@@ -165,22 +185,31 @@ DEFAULT_MODES: dict[str, SamplingMode] = {
 }
 
 
+def _no_repeats(values: list[Any], what: str) -> None:
+    """A value listed twice would measure the same point twice (and stop the run when it is stored)."""
+    seen: set[Any] = set()
+    for v in values:
+        if v in seen:
+            raise ValueError(f"{what} {v!r} is listed twice")
+        seen.add(v)
+
+
 class Workload(Strict):
     """What every arm is asked to do, identically."""
 
     suite: str | list[Prompt] = Field("default", description="Built-in suite name or a list of prompts.")
     prompts: list[str] | None = Field(None, description="Run only these prompts of the suite, by name.")
-    max_tokens: int = Field(512, ge=1, description="Output tokens per request.")
+    max_tokens: int = Field(512, ge=1, le=10_000_000, description="Output tokens per request.")
     fixed_length: bool = Field(True, description="Force exactly max_tokens (ignore_eos / min_tokens, the engine's way).")
     modes: list[str] = Field(default_factory=lambda: ["greedy"], description="Sampling modes to run: names from "
                                                                              "'sampling' or built-ins greedy/sampled.")
     sampling: dict[str, SamplingMode] = Field(default_factory=dict, description="Extra or overridden sampling modes.")
-    reps: int = Field(3, ge=1, description="Timed requests per prompt and mode, per pass.")
-    passes: int = Field(1, ge=1, description="Interleaved passes over all arms.")
-    warmup: int = Field(1, ge=0, description="Untimed requests after each engine start.")
+    reps: int = Field(3, ge=1, le=1_000_000, description="Timed requests per prompt and mode, per pass.")
+    passes: int = Field(1, ge=1, le=10_000, description="Interleaved passes over all arms.")
+    warmup: int = Field(1, ge=0, le=10_000, description="Untimed requests after each engine start.")
     thinking: bool = Field(False, description="Let reasoning models think (off by default, via chat_template_kwargs).")
-    request_timeout_s: float = Field(300.0, gt=0, description="Per-request limit; a stalled stream becomes an error sample.")
-    boot_timeout_s: float = Field(600.0, gt=0, description="Limit for an engine to become ready.")
+    request_timeout_s: float = Field(300.0, gt=0, le=86_400, description="Per-request limit; a stalled stream becomes an error sample.")
+    boot_timeout_s: float = Field(600.0, gt=0, le=86_400, description="Limit for an engine to become ready.")
     seed: int = Field(0, description="Seed for the order of arms in each pass (recorded).")
     gpu_sample_interval_s: float = Field(0.1, gt=0, le=5, description="GPU telemetry: seconds between NVML readings "
                                          "during each timed request (only where nvidia-ml-py finds a GPU).")
@@ -194,6 +223,33 @@ class Workload(Strict):
     def _positive_levels(cls, v: list[int] | None) -> list[int] | None:
         if v is not None and (not v or any(x < 1 for x in v)):
             raise ValueError("give a non-empty list of positive integers")
+        _no_repeats(v or [], "level")
+        return v
+
+    @field_validator("prompts")
+    @classmethod
+    def _prompts_listed_once(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and not v:
+            raise ValueError("an empty list runs nothing; name at least one prompt, or leave 'prompts' out "
+                             "to run the whole suite")
+        _no_repeats(v or [], "prompt")
+        return v
+
+    @field_validator("modes")
+    @classmethod
+    def _modes_listed_once(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("an empty list runs nothing; name at least one mode (greedy, sampled)")
+        _no_repeats(v, "mode")
+        return v
+
+    @field_validator("suite")
+    @classmethod
+    def _suite_names_unique(cls, v: str | list[Prompt]) -> str | list[Prompt]:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("an empty suite runs nothing; give at least one prompt")
+            _no_repeats([p.name for p in v], "prompt name")
         return v
 
     def sampling_modes(self) -> dict[str, SamplingMode]:
@@ -239,8 +295,9 @@ class BakeoffFile(Strict):
         return self.baseline or self.arms[0].name
 
 
-def _yaml_line(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
-    """1-based line of the deepest node along ``loc`` in the composed YAML tree."""
+def _yaml_node(root: yaml.Node | None, loc: tuple[int | str, ...]) -> tuple[yaml.Node | None, int | None]:
+    """The deepest node along ``loc`` in the composed YAML tree, and its 1-based line (that of its key, when
+    the path stops at a key); the node is None when ``loc`` does not reach the end."""
     node, line = root, None
     for part in loc:
         if node is None:
@@ -249,16 +306,27 @@ def _yaml_line(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None
         if isinstance(node, yaml.MappingNode):
             match = next(((k, v) for k, v in node.value if k.value == part), None)
             if match is None:
-                break
+                return None, line
             line, node = match[0].start_mark.line + 1, match[1]
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
             node = node.value[part]
         else:
-            break
-    else:
-        if node is not None:
-            line = node.start_mark.line + 1
-    return line
+            return None, line
+    if node is not None:
+        line = node.start_mark.line + 1
+    return node, line
+
+
+def _yaml_line(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
+    """1-based line of the deepest node along ``loc`` in the composed YAML tree."""
+    return _yaml_node(root, loc)[1]
+
+
+def _boolean_hint(node: yaml.Node | None, value: Any) -> str:
+    """YAML 1.1 reads unquoted on/off/yes/no/true/false as booleans: say so where text was expected."""
+    if isinstance(value, bool) and isinstance(node, yaml.ScalarNode) and node.style is None:
+        return f"; YAML reads the unquoted {node.value!r} as the boolean {str(value).lower()}: quote it (\"{node.value}\")"
+    return ""
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:
@@ -274,9 +342,10 @@ def format_validation_error(exc: ValidationError, source: str, root: yaml.Node |
     lines = []
     for err in exc.errors():
         loc = prefix + tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-after", "union"))))
-        line = _yaml_line(root, loc)
+        node, line = _yaml_node(root, loc)
         where = f"{source}:{line}" if line else source
         msg = "unknown key (not a field here; check the spelling)" if err["type"] == "extra_forbidden" else err["msg"]
+        msg += _boolean_hint(node, err.get("input"))
         lines.append(f"{where}: {_dotted(loc) or '(top level)'}: {msg}")
     return "\n".join(lines)
 
@@ -287,8 +356,7 @@ def parse_bakeoff(text: str, source: str = "<string>") -> BakeoffFile:
     :raises ConfigError: naming each bad key with its line.
     """
     try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
+        data, root = _load_yaml(text, source)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
@@ -305,7 +373,63 @@ def parse_bakeoff(text: str, source: str = "<string>") -> BakeoffFile:
 def load_bakeoff(path: str | Path) -> BakeoffFile:
     p = Path(path)
     try:
-        text = p.read_text()
+        raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read bakeoff file {p}: {exc.strerror}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{p}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8") from None
     return parse_bakeoff(text, str(p))
+
+
+class _BakeoffLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[str, int] = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                line = key.start_mark.line + 1
+                if key.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key.value!r} is given twice (lines {seen[key.value]} and {line}); "
+                        "keep one", key.start_mark)
+                seen[key.value] = line
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes the tree holds once every alias is expanded, counted without expanding (each node once)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 0  # a recursive alias adds nothing more
+    if isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    else:
+        size = 1
+    memo[id(node)] = size
+    return size
+
+
+def _load_yaml(text: str, source: str) -> tuple[Any, yaml.Node | None]:
+    """The document and its composed tree (for line numbers). Aliases that would expand the file beyond
+    MAX_YAML_VALUES nodes (an alias bomb) are refused before anything is built from them."""
+    loader = _BakeoffLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None, None
+        try:
+            size = _expanded_size(root, {})
+        except RecursionError:
+            raise ConfigError(f"{source}: nested too deeply") from None
+        if size > MAX_YAML_VALUES:
+            raise ConfigError(f"{source}: through its aliases (*name) the file expands to {size:,} values, more "
+                              f"than the {MAX_YAML_VALUES:,} a bakeoff file may hold; write the values out")
+        return loader.construct_document(root), root
+    finally:
+        loader.dispose()

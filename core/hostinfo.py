@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["host_info", "CpuMeter", "docker_container_ids"]
+__all__ = ["host_info", "CpuMeter", "usable_cores", "FOREIGN_LOAD_FLOOR", "FOREIGN_LOAD_SHARE", "docker_container_ids"]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -101,6 +101,18 @@ def docker_container_ids(names: list[str], docker: str = "docker") -> list[str]:
     return [line.strip() for line in done.stdout.splitlines() if len(line.strip()) >= 12]
 
 
+FOREIGN_LOAD_FLOOR = 0.25  # cores: below this, foreign load is never a flag (background daemons)
+FOREIGN_LOAD_SHARE = 0.25  # of the cores the engine and bakeoff leave free
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, e.g. a container's cpuset), else the host's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 class CpuMeter:
     """Measures foreign CPU use between :meth:`start` and :meth:`stop` (Linux /proc; None elsewhere).
 
@@ -123,6 +135,7 @@ class CpuMeter:
         self.proc = proc
         self.enabled = (proc / "stat").exists()
         self.container_processes: int | None = None  # found at the last start(); None before
+        self.own_cores = 0.0  # average cores bakeoff and the engine used during the last start()..stop()
 
     def start(self) -> None:
         if self.enabled:
@@ -139,5 +152,13 @@ class CpuMeter:
         if wall <= 0:
             return None
         own, _ = _own_ticks(self.proc, self.own_pgids, self.containers)
+        self.own_cores = (own - self._own0) / _TICK / wall
         foreign = (_busy_ticks(self.proc) - self._busy0) - (own - self._own0)
         return max(0.0, foreign / _TICK / wall)
+
+    def foreign_limit(self) -> float:
+        """Foreign cores above which the last sample counts as disturbed: a share of the cores the engine and
+        bakeoff left free (at least FOREIGN_LOAD_FLOOR). One busy core next to an engine that uses 2 of 16
+        disturbs nothing; next to one that uses every core, a quarter of one does."""
+        free = max(0.0, usable_cores() - self.own_cores)
+        return max(FOREIGN_LOAD_FLOOR, FOREIGN_LOAD_SHARE * free)

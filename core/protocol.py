@@ -28,7 +28,7 @@ from .client import account, stream_chat
 from .compose import ComposeEngine, project_name
 from .config import Arm, BakeoffFile, Prompt, SamplingMode
 from .errors import BakeoffError, ConfigError, EngineError, EngineStartupError, MeasurementError
-from .hostinfo import CpuMeter, docker_container_ids, host_info
+from .hostinfo import FOREIGN_LOAD_FLOOR, CpuMeter, docker_container_ids, host_info
 from .hardware import attach_gpu_sample, hardware_record, offload_mismatch, visible_devices_env
 from .telemetry import GpuMonitor, open_monitor
 from .launcher import Engine, LogCursor, free_port, port_is_free
@@ -42,9 +42,7 @@ from .concurrency import check_levels_before_launch
 from .depth import check_depths_before_launch
 from .sweep import SharedEngine, effective_workload, order_for_sharing, refuse_ineffective_arms, server_key
 
-__all__ = ["PlannedArm", "Plan", "plan_run", "run_plan", "ProtocolEvents", "build_request", "FOREIGN_LOAD_CORES"]
-
-FOREIGN_LOAD_CORES = 0.25  # above this, a sample is flagged as taken under foreign load
+__all__ = ["PlannedArm", "Plan", "plan_run", "run_plan", "ProtocolEvents", "build_request"]
 
 
 @dataclass
@@ -184,7 +182,8 @@ def is_write_failure(exc: BaseException) -> bool:
 
 
 def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prompt: str, mode: str,
-                 rep: int, pass_index: int, foreign: float | None, started_at: float) -> Sample:
+                 rep: int, pass_index: int, foreign: float | None, started_at: float,
+                 foreign_limit: float = FOREIGN_LOAD_FLOOR) -> Sample:
     caps = planned.adapter.capabilities
     fields = account(result, caps.token_counts)
     flags: list[str] = fields.pop("flags") + list(stats.flags)
@@ -207,8 +206,8 @@ def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prom
             sample.mean_accepted_len = 1 + (stats.accepted or 0) / stats.drafts
         sample.accepted_per_position = stats.extra.get("accepted_per_position")
     sample.foreign_cpu_cores = foreign
-    if foreign is not None and foreign > FOREIGN_LOAD_CORES:
-        flags.append(f"foreign-load: {foreign:.2f} cores used by other processes")
+    if foreign is not None and foreign > foreign_limit:  # judged against the cores the engine left free
+        flags.append(f"foreign-load: {foreign:.2f} cores used by other processes (limit {foreign_limit:.2f})")
     sample.flags = flags
     return sample
 
@@ -278,7 +277,8 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                     if point.concurrency is not None:  # N streams at once: one sample per stream
                         samples = points.run_batch(point, lambda: build_request(
                             planned, w, prompt, plan.modes[mode_name], eff.model_id), lambda res, st, fg, t0: _make_sample(
-                            planned, res, st, run.run_id, prompt.name, mode_name, rep, pass_index, fg, t0), meter)
+                            planned, res, st, run.run_id, prompt.name, mode_name, rep, pass_index, fg, t0,
+                            meter.foreign_limit()), meter)
                     else:
                         body = build_request(planned, w, prompt, plan.modes[mode_name], eff.model_id)
                         depth_info = points.prepare(body, point)
@@ -293,7 +293,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                         foreign = meter.stop()
                         stats = planned.adapter.server_stats(http, result.final, before, log.read_new())
                         sample = _make_sample(planned, result, stats, run.run_id, prompt.name, mode_name, rep,
-                                              pass_index, foreign, started_at)
+                                              pass_index, foreign, started_at, meter.foreign_limit())
                         if eff.mismatches:
                             sample.flags.append("settings-mismatch")
                         if gpu is not None:

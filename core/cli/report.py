@@ -38,7 +38,7 @@ def report_command(
     markdown: bool = typer.Option(False, "--markdown", help="Print the community markdown instead of the tables."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON summary instead of the tables."),
     no_files: bool = typer.Option(False, "--no-files", help="Do not write report files into RUN_DIR/report."),
-    n_boot: int = typer.Option(N_BOOT, "--n-boot", min=200, help="Bootstrap resamples per interval."),
+    n_boot: int = typer.Option(N_BOOT, "--n-boot", min=200, max=1_000_000, help="Bootstrap resamples per interval."),
     seed: int | None = typer.Option(None, "--seed", help="Bootstrap seed (default: the run's recorded seed)."),
     drop_foreign_load: bool = typer.Option(False, "--drop-foreign-load", help="Leave out samples flagged as "
                                            "taken while other processes used the CPU (their number is reported)."),

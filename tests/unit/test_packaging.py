@@ -19,7 +19,7 @@ def test_wheel_and_editable_import_the_same_names(tmp_path: Path) -> None:
     wheel = next((tmp_path / "dist").glob("bakeoff-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "bakeoff/core/config.py" in names and "bakeoff/engines/llamacpp.py" in names
-    assert "bakeoff/engines/demo.yaml" in names
+    assert "bakeoff/engines/demo.yaml" in names and "bakeoff/__main__.py" in names
     entry_points = zipfile.ZipFile(wheel).read("bakeoff-0.1.0.dist-info/entry_points.txt").decode()
     assert "[bakeoff.engines]" in entry_points and "llamacpp = bakeoff.engines.llamacpp:LlamaCppAdapter" in entry_points
     assert not any(n.startswith(("core/", "engines/", "tests/")) for n in names)
@@ -34,3 +34,11 @@ def test_wheel_and_editable_import_the_same_names(tmp_path: Path) -> None:
     assert from_wheel[0].startswith(str(target))  # really imported from the wheel
     assert editable[0].startswith(str(ROOT / "core"))  # really the editable checkout
     assert "llamacpp" in from_wheel[1] and from_wheel[1] == editable[1]
+
+
+def test_python_dash_m_bakeoff_runs_the_cli(tmp_path: Path) -> None:
+    """``python -m bakeoff`` works like the ``bakeoff`` script, from any directory (issue 12 item 10)."""
+    done = subprocess.run([sys.executable, "-m", "bakeoff", "run", "--help"], capture_output=True, text=True,
+                          cwd=tmp_path, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert "Usage: python -m bakeoff run" in done.stdout and "Exit codes" in done.stdout
