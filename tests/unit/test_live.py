@@ -77,7 +77,8 @@ def write_file(tmp: Path, data: dict[str, Any]) -> Path:
 
 
 def sim_arm(**options: Any) -> dict[str, Any]:
-    return {"name": "candidate", "engine": "sim", "model": "sim", "options": options}
+    # itl_ms: with none the sim sends every event at once, a burst with no rate, and the run exits non-zero
+    return {"name": "candidate", "engine": "sim", "model": "sim", "options": {"itl_ms": 2, **options}}
 
 
 WORKLOAD = {"prompts": ["code_python"], "max_tokens": 8, "reps": 1, "warmup": 0}
