@@ -429,14 +429,29 @@ def test_wrapped_console_lines_parse_the_same() -> None:
     assert m.drafted is not None and m.gen_tps is not None and m.queue_s == 0.0
 
 
-def test_samples_of_the_real_run_carry_log_acceptance() -> None:
-    """The committed run: every drafting sample's acceptance came from its own log line but one (late)."""
+def test_server_stats_reproduce_the_real_runs_acceptance_from_its_engine_logs() -> None:
+    """The committed H200 run, replayed through server_stats: each timed request's Metrics line, found by
+    its stream id in the engine log of its arm, gives the drafted/accepted the run recorded (the one sample
+    whose line came after [DONE] recorded none; the log on disk has it)."""
     samples = [json.loads(line) for line in (FIX / "exl3-run1" / "samples.jsonl").read_text().splitlines()]
-    assert len(samples) == 36 and all(s["status"] == "ok" for s in samples)
-    drafting = [s for s in samples if s["arm"] != "spec-off"]
-    missing = [s for s in drafting if "metrics-log-missing" in s["flags"]]
-    assert len(missing) == 1 and missing[0]["arm"] == "ngram"
-    assert all(s["acceptance_source"] == "log: Draft: A / D tokens accepted" for s in drafting if s not in missing)
+    replayed = 0
+    for arm in ("ngram", "draft-self", "draft-2bpw"):
+        log = (FIX / "exl3-run1" / arm / "engine-pass0.log").read_text()
+        timed = parse_metrics_lines(log)[1:]  # the first line is the untimed warm-up's
+        recorded = [s for s in samples if s["arm"] == arm]
+        assert len(timed) == len(recorded) == 9
+        for line, sample in zip(timed, recorded):
+            final = {"id": f"chatcmpl-{line.request_id}", "usage": {"completion_tokens": sample["completion_tokens"]}}
+            with mock_server({}) as http:
+                stats = ExllamaAdapter().server_stats(http, final, None, log)
+            assert stats.source == "log: Draft: A / D tokens accepted" and stats.flags == [
+                f for f in stats.flags if f.startswith("prompt-cache-hit")]
+            if "metrics-log-missing" in sample["flags"]:
+                assert sample["drafted"] is None and arm == "ngram"
+                continue
+            assert (stats.drafted, stats.accepted) == (sample["drafted"], sample["accepted"])
+            replayed += 1
+    assert replayed == 26
 
 
 def test_second_run_has_every_acceptance_and_the_counting_quirks() -> None:
