@@ -61,8 +61,8 @@ def selftest_cases(adapter: LlamaCppAdapter, log: Callable[[str], None] = lambda
     settings = Settings(ctx=1024)
 
     def case(label: str, model: Path, expect: bool = True, min_acceptance: float | None = MIN_ACCEPTANCE,
-             prompt: Prompt | None = None, **spec: object) -> SelftestCase:
-        arm = Arm(name=f"selftest-{label}", engine="llamacpp", model=str(model), settings=settings,
+             prompt: Prompt | None = None, arm_settings: Settings = settings, **spec: object) -> SelftestCase:
+        arm = Arm(name=f"selftest-{label}", engine="llamacpp", model=str(model), settings=arm_settings,
                   speculative=Speculative(**spec))  # type: ignore[arg-type]
         return SelftestCase(label, arm, _flags(adapter, arm), expect_speculation=expect,
                             min_acceptance=min_acceptance if expect else None, prompt=prompt)
@@ -70,8 +70,9 @@ def selftest_cases(adapter: LlamaCppAdapter, log: Callable[[str], None] = lambda
     cases: list[SelftestCase] = []
     missing: list[str] = []
     for method in adapter.capabilities.speculative_methods:
-        if method == "none":
-            cases.append(case("none", target, expect=False))
+        if method == "none":  # with the CPU settings flags bakeoff maps (-t -b -ub -ctk -ctv -fa), accepted too
+            cpu_settings = Settings(ctx=1024, threads=2, batch=256, ubatch=128, kv_type="f16", flash_attn="auto")
+            cases.append(case("none", target, expect=False, arm_settings=cpu_settings))
         elif method == "mtp":
             cases.append(case("mtp", mtp, method="mtp", n_max=2))
         elif method == "dflash":
@@ -82,7 +83,9 @@ def selftest_cases(adapter: LlamaCppAdapter, log: Callable[[str], None] = lambda
             tgt, draft = pairs[method]
             cases.append(case(method, tgt, method=method, draft_model=str(draft), n_max=3))
         elif method == "draft":  # the target as its own draft: greedy drafts are always right
-            cases.append(case("draft", target, method="draft", draft_model=str(target), n_max=3))
+            # n_min and p_min too, so every --spec-draft-* flag bakeoff emits is accepted by this build
+            cases.append(case("draft", target, method="draft", draft_model=str(target), n_max=3, n_min=1,
+                              p_min=0.05))
         elif method == "ngram":
             for variant in NGRAM_VARIANTS:
                 cases.append(case(f"ngram-{variant}", target, min_acceptance=None, method="ngram", variant=variant,

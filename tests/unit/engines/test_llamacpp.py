@@ -398,3 +398,14 @@ def test_garbage_token_counts_are_a_measurement_error_not_a_traceback() -> None:
         adapter.count_prompt_tokens(http, [{"role": "user", "content": "hi"}])
     routes["/tokenize"] = {"tokens": [1, 2, 3]}
     assert adapter.count_prompt_tokens(http, [{"role": "user", "content": "hi"}]) == 3
+
+
+def test_selftest_cases_emit_every_draft_knob_and_the_cpu_settings_flags() -> None:
+    """AUDIT L10: the self-test never passed --spec-draft-p-min or the settings flags to the real binary."""
+    from bakeoff.engines.llamacpp_selftest import selftest_cases
+
+    cases = {c.label: c for c in selftest_cases(adapter)[0]}
+    assert "--spec-draft-n-min 1 --spec-draft-p-min 0.05" in cases["draft"].flags
+    none = cases["none"].arm.model_copy(update={"options": {"binary": "/opt/llama-server"}})
+    joined = " ".join(adapter.launch_spec(none, 8080, Path("/tmp")).argv)
+    assert "-t 2 -ctk f16 -ctv f16 -fa auto -b 256 -ub 128" in joined
