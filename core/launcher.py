@@ -1,17 +1,24 @@
 """Start an engine in its own process group, wait until it is ready, and always stop it.
 
 Every process group bakeoff starts is tracked, so a signal handler or ``atexit`` can take all of them
-down: an engine must never outlive the run that started it.
+down: an engine must never outlive the run that started it. Where no handler can run (SIGKILL, the OOM
+killer) two more guards hold: on Linux the engine gets SIGTERM when bakeoff dies (``PR_SET_PDEATHSIG``),
+and each engine is recorded (pid, start time, the bakeoff that owns it) in a running-engines directory
+and in its arm directory, so the next ``bakeoff run`` stops an engine whose bakeoff is gone.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
+import json
 import os
 import signal
+import sys
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -21,9 +28,11 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from .adapter import EngineAdapter, LaunchSpec, first_matching_line
 from .errors import EngineStartupError, EngineUnavailable
 
-__all__ = ["free_port", "port_is_free", "Engine", "stop_all", "LogCursor", "startup_error_from_log"]
+__all__ = ["free_port", "port_is_free", "Engine", "stop_all", "LogCursor", "startup_error_from_log",
+           "running_dir", "stop_leftover_engines"]
 
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
+_ARM_DIRS: dict[int, Path] = {}  # pid -> the directory holding its engine.pid record
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -40,6 +49,90 @@ def port_is_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+# -- engines outliving a bakeoff that was killed ----------------------------------------------------------
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> Callable[[], None] | None:
+    """A preexec function asking Linux to SIGTERM the child when bakeoff dies, whatever kills it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # bakeoff died between fork and prctl
+            os._exit(1)
+    return preexec
+
+
+def running_dir() -> Path:
+    """Where running engines are recorded ($BAKEOFF_RUNNING_DIR, else the cache's running/)."""
+    from .models import cache_root
+
+    return Path(os.environ.get("BAKEOFF_RUNNING_DIR") or cache_root() / "running")
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot: a pid plus this names one process, never a reuse."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        state, start = stat[stat.rfind(")") + 2:].split()[0], int(stat[stat.rfind(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if state in ("Z", "X") else start
+
+
+def _record_engine(proc: subprocess.Popen[bytes], argv0: str, arm_dir: Path) -> None:
+    record = {"pid": proc.pid, "start": _start_ticks(proc.pid), "pgid": proc.pid, "argv0": argv0,
+              "bakeoff_pid": os.getpid(), "bakeoff_start": _start_ticks(os.getpid()), "arm_dir": str(arm_dir)}
+    text = json.dumps(record) + "\n"
+    for path in (running_dir() / f"{proc.pid}.json", arm_dir / "engine.pid"):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        except OSError:
+            pass  # a record is a safety net; the engine runs without it
+
+
+def _forget_engine(pid: int, arm_dir: Path | None) -> None:
+    for path in (running_dir() / f"{pid}.json", *([arm_dir / "engine.pid"] if arm_dir else [])):
+        path.unlink(missing_ok=True)
+
+
+def stop_leftover_engines() -> list[str]:
+    """Stop engines recorded by a bakeoff that is no longer running; one line per engine for the user."""
+    lines = []
+    for path in sorted(running_dir().glob("*.json")) if running_dir().is_dir() else []:
+        try:
+            rec = json.loads(path.read_text())
+            pid, pgid = int(rec["pid"]), int(rec["pgid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            path.unlink(missing_ok=True)
+            continue
+        owner_alive = rec.get("bakeoff_start") is not None and _start_ticks(int(rec["bakeoff_pid"])) == rec["bakeoff_start"]
+        if owner_alive:
+            continue  # another bakeoff is using it
+        if rec.get("start") is not None and _start_ticks(pid) == rec["start"]:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(pgid, sig)
+                except (ProcessLookupError, PermissionError):
+                    break
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline and _start_ticks(pid) == rec["start"]:
+                    time.sleep(0.1)
+                if _start_ticks(pid) != rec["start"]:
+                    break
+            state = "stopped" if _start_ticks(pid) != rec["start"] else "could NOT stop"
+            lines.append(f"{state} engine pid {pid} ({rec.get('argv0')}) left running by bakeoff pid "
+                         f"{rec.get('bakeoff_pid')}, which died (run files: {rec.get('arm_dir')})")
+        path.unlink(missing_ok=True)
+        if rec.get("arm_dir"):
+            (Path(rec["arm_dir"]) / "engine.pid").unlink(missing_ok=True)
+    return lines
 
 
 def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
@@ -64,6 +157,7 @@ def _kill_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
             break
         time.sleep(0.2)
     _LIVE.pop(proc.pid, None)
+    _forget_engine(proc.pid, _ARM_DIRS.pop(proc.pid, None))
 
 
 def startup_error_from_log(adapter: EngineAdapter, text: str, what: str, log_path: Path,
@@ -149,11 +243,13 @@ class Engine:
             try:
                 self.proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell
                     self.spec.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=env, cwd=self.spec.cwd, start_new_session=True)
+                    env=env, cwd=self.spec.cwd, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
             except FileNotFoundError as exc:
                 raise EngineUnavailable(f"{self.adapter.name}: cannot run {self.spec.argv[0]!r}: "
                                         f"{exc.strerror}. {self.adapter.install_hint()}") from exc
         _LIVE[self.proc.pid] = self.proc
+        _ARM_DIRS[self.proc.pid] = self.log_path.parent
+        _record_engine(self.proc, self.spec.argv[0], self.log_path.parent)
         self._t0 = time.perf_counter()
 
     def log_text(self) -> str:

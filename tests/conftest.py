@@ -23,6 +23,8 @@ from hostile_server import HostileServer  # noqa: E402
 
 TAG = "BAKEOFF_TEST_SESSION"
 os.environ.setdefault(TAG, f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
+# Running-engine records of this session stay in its own directory, never in the user's cache
+os.environ.setdefault("BAKEOFF_RUNNING_DIR", f"/tmp/bakeoff-test-running-{os.environ[TAG]}")
 _PROC = Path("/proc")
 
 

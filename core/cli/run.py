@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import BakeoffFile, load_bakeoff
 from ..errors import BakeoffError, ConfigError
+from ..launcher import stop_leftover_engines
 from ..live import LiveRun, dry_run_lines
 from ..phases import check_phases_config, run_phases
 from ..protocol import ProtocolEvents, is_write_failure, plan_run, run_extra_pass, run_metadata, run_plan
@@ -66,6 +67,8 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
     """Plan, run and report one bakeoff (or finish ``resume``'s); engines are stopped on every way out."""
     check_phases_config(config)
     plan = plan_run(config)
+    for line in stop_leftover_engines():  # engines a killed bakeoff could not stop (its port, its memory)
+        console.print(f"[bold yellow]WARNING[/bold yellow] {line}", highlight=False, soft_wrap=True)
     if resume is None:
         run = _new_run(out, config, run_metadata(plan))
     else:  # same directory, recorded orders, stored samples skipped

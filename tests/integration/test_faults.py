@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from io import StringIO
@@ -296,30 +297,50 @@ def _bakeoff() -> list[str]:
     return [exe] if exe else [sys.executable, "-c", "from bakeoff.core.cli import main; main()"]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_interrupt_stops_the_engine_group_keeps_samples_and_resume_completes(tmp_path: Path, sig: int) -> None:
-    cfg = tmp_path / "b.yaml"
-    cfg.write_text(INTERRUPTED)
-    out = tmp_path / "runs"
+def _run_until_samples(cfg: Path, out: Path, engine_name: bytes, n: int = 2,
+                       wait_s: float = 60) -> tuple[subprocess.Popen[str], Path, int]:
+    """Start ``bakeoff run`` and wait until ``n`` samples are stored; returns it, samples.jsonl and the engine's pgid."""
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.Popen([*_bakeoff(), "run", str(cfg), "--out", str(out)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + wait_s
         jsonl: Path | None = None
         while time.monotonic() < deadline:
             found = list(out.glob("*/samples.jsonl")) if out.exists() else []
-            if found and len(found[0].read_text().splitlines()) >= 2:
+            if found and len(found[0].read_text().splitlines()) >= n:
                 jsonl = found[0]
                 break
             assert proc.poll() is None, proc.communicate()[0]
             time.sleep(0.05)
-        assert jsonl is not None, "no samples within 60 s"
-        engines = [pid for pid in _children(proc.pid)
-                   if b"sim_server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert jsonl is not None, f"no samples within {wait_s} s"
+        engines = [pid for pid in _children(proc.pid) if engine_name in Path(f"/proc/{pid}/cmdline").read_bytes()]
         assert len(engines) == 1
         pgid = os.getpgid(engines[0])
         assert pgid != os.getpgid(proc.pid)  # the engine has a process group of its own
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, jsonl, pgid
+
+
+def _gone_within(pgid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _group_alive(pgid)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
+def test_interrupt_stops_the_engine_group_keeps_samples_and_resume_completes(tmp_path: Path, sig: int) -> None:
+    """SIGHUP (a closed terminal, a dropped SSH session) ends a run like Ctrl-C (FAULTS D8)."""
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(INTERRUPTED)
+    out = tmp_path / "runs"
+    env = {**os.environ, "COLUMNS": "200"}
+    proc, jsonl, pgid = _run_until_samples(cfg, out, b"sim_server")
+    try:
         t0 = time.monotonic()
         proc.send_signal(sig)
         output = proc.communicate(timeout=30)[0]
@@ -353,6 +374,106 @@ def test_interrupt_stops_the_engine_group_keeps_samples_and_resume_completes(tmp
     again = subprocess.run([*_bakeoff(), "run", "--resume", str(run_dir)], env=env, capture_output=True,
                            text=True, timeout=120)
     assert again.returncode == 0 and jsonl.read_text() == after  # resuming a complete run adds nothing
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGUSR1], ids=["SIGKILL", "SIGUSR1"])
+def test_an_engine_dies_with_a_bakeoff_killed_by_any_signal(tmp_path: Path, sig: int) -> None:
+    """No handler runs on SIGKILL or an unhandled SIGUSR1: the parent-death signal takes the engine down
+    (FAULTS D8), and the run can be resumed."""
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(INTERRUPTED)
+    proc, jsonl, pgid = _run_until_samples(cfg, tmp_path / "runs", b"sim_server")
+    proc.send_signal(sig)
+    proc.communicate(timeout=30)
+    assert proc.returncode == -sig
+    assert _gone_within(pgid, 10), "the engine outlived the bakeoff that was killed"
+    record = next(jsonl.parent.glob("arms/*/engine.pid"))  # the record of the engine it could not stop itself
+    assert json.loads(record.read_text())["bakeoff_pid"] == proc.pid
+    resumed = subprocess.run([*_bakeoff(), "run", "--resume", str(jsonl.parent)], capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert resumed.returncode == 0, resumed.stdout
+    assert sorted((s.arm, s.rep) for s in read_samples(jsonl.parent)) == sorted((a, r) for a in "ab" for r in range(5))
+
+
+def test_an_engine_left_by_a_dead_bakeoff_is_stopped_by_the_next_run(tmp_path: Path) -> None:
+    """Where no parent-death signal could act (another OS, an engine that ignores SIGTERM), the record each
+    engine leaves lets the next run stop it and say so."""
+    from bakeoff.core.launcher import _start_ticks, running_dir
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    try:
+        running_dir().mkdir(parents=True, exist_ok=True)
+        (running_dir() / f"{orphan.pid}.json").write_text(json.dumps(
+            {"pid": orphan.pid, "start": _start_ticks(orphan.pid), "pgid": orphan.pid, "argv0": "llama-server",
+             "bakeoff_pid": dead.pid, "bakeoff_start": 12345, "arm_dir": str(tmp_path / "old-run/arms/a")}))
+        cfg = tmp_path / "b.yaml"
+        cfg.write_text("arms:\n  - {name: a, engine: sim, model: sim, options: {itl_ms: 2}}\n"
+                       "workload: {prompts: [prose], max_tokens: 8, reps: 1, warmup: 1}\n")
+        done = subprocess.run([*_bakeoff(), "run", str(cfg), "--out", str(tmp_path / "runs")], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "COLUMNS": "250"})
+        assert done.returncode == 0, done.stdout
+        assert f"stopped engine pid {orphan.pid} (llama-server) left running by bakeoff pid {dead.pid}" in done.stdout
+        assert orphan.wait(timeout=10) == -signal.SIGTERM
+        assert not (running_dir() / f"{orphan.pid}.json").exists()
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+
+
+def test_llama_server_dies_with_a_killed_bakeoff(tmp_path: Path, llama_server: Path) -> None:
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(_llama_arm().replace("max_tokens: 8, reps: 1", "max_tokens: 8, reps: 50"))
+    proc, _, pgid = _run_until_samples(cfg, tmp_path / "runs", b"llama-server", n=1, wait_s=120)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert _gone_within(pgid, 15), "llama-server outlived the bakeoff that was SIGKILLed"
+
+
+def test_llama_server_killed_mid_run_is_an_error_the_arm_fails_and_the_next_arm_runs(
+        tmp_path: Path, llama_server: Path) -> None:
+    rec = Recorder()
+
+    def kill_engine_soon(arm: str) -> None:
+        if arm == "boot":
+            pid = next(p for p in _children(os.getpid()) if b"llama-server" in Path(f"/proc/{p}/cmdline").read_bytes())
+            threading.Timer(1.0, os.kill, (pid, signal.SIGKILL)).start()
+
+    rec.on_ready = kill_engine_soon
+    run, records, rec = run_yaml(tmp_path, """\
+arms:
+  - {name: boot, engine: llamacpp, model: smollm2, settings: {ctx: 1024, threads: 2}}
+  - {name: after, engine: sim, model: sim, options: {itl_ms: 2}}
+workload: {prompts: [prose], max_tokens: 64, reps: 30, warmup: 0, boot_timeout_s: 120, seed: 3}
+""", rec)
+    samples = assert_nothing_lost(run, rec)
+    assert records["boot"]["status"] == "failed" and records["boot"]["reason"] == "died", records["boot"]
+    boot = by_arm(samples, "boot")
+    assert boot and boot[-1].status == "error" and len(boot) < 30
+    assert all(s.status == "ok" for s in by_arm(samples, "after")) and records["after"]["status"] == "ok"
+
+
+def test_llama_server_stalled_by_sigstop_is_a_deadline_error_and_the_engine_is_stopped(
+        tmp_path: Path, llama_server: Path) -> None:
+    rec = Recorder()
+    stalled: list[int] = []
+
+    def stop_engine_soon(arm: str) -> None:
+        pid = next(p for p in _children(os.getpid()) if b"llama-server" in Path(f"/proc/{p}/cmdline").read_bytes())
+        stalled.append(pid)
+        threading.Timer(1.0, os.kill, (pid, signal.SIGSTOP)).start()
+
+    rec.on_ready = stop_engine_soon
+    text = _llama_arm().replace("max_tokens: 8, reps: 1, warmup: 0, boot_timeout_s: 120",
+                                "max_tokens: 64, reps: 30, warmup: 0, boot_timeout_s: 120, request_timeout_s: 3")
+    run, records, rec = run_yaml(tmp_path, text, rec)
+    samples = assert_nothing_lost(run, rec)
+    assert records["boot"]["status"] == "failed" and records["boot"]["reason"] == "stalled", records["boot"]
+    last = by_arm(samples, "boot")[-1]
+    assert last.status == "error" and "timeout" in last.flags
+    assert not _group_alive(stalled[0])  # a stopped engine is killed, not left frozen
 
 
 # -- security ---------------------------------------------------------------------------------------------
