@@ -104,3 +104,45 @@ def hostile_server() -> Iterator[HostileServer]:
     ``hostile_server.url(mode)`` is an attach-mode base URL."""
     with HostileServer() as srv:
         yield srv
+
+
+# -- the real-engine tier cannot skip silently in CI (AUDIT H3) -----------------------------------------------
+REAL_ENGINE_MARKERS = ("integration", "vllm")  # tests that need llama-server, vLLM or Chromium
+_REAL_ENGINE_LINE = pytest.StashKey[str]()
+
+
+def _needs_real_engine(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(m) is not None for m in REAL_ENGINE_MARKERS)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under CI=true a skipped real-engine test is a failure: a missing engine must not pass unnoticed."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("CI", "").lower() in ("1", "true", "yes") and _needs_real_engine(item):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true, which needs every real-engine test to run: {reason}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The last line says how many tests ran against a real engine (llama-server, vLLM, Chromium)."""
+    counts: dict[str, set[str]] = {"passed": set(), "failed": set(), "skipped": set()}
+    for key, bucket in (("passed", "passed"), ("failed", "failed"), ("error", "failed"), ("skipped", "skipped")):
+        for r in terminalreporter.stats.get(key, []):
+            if any(m in getattr(r, "keywords", {}) for m in REAL_ENGINE_MARKERS) \
+                    and (key != "passed" or r.when == "call"):
+                counts[bucket].add(r.nodeid)
+    counts["passed"] -= counts["failed"]  # a test that passed but failed teardown counts once, as failed
+    terminalreporter.config.stash[_REAL_ENGINE_LINE] = (
+        f"real-engine tests (integration/vllm markers): {len(counts['passed'])} passed, "
+        f"{len(counts['failed'])} failed, {len(counts['skipped'])} skipped")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Written after pytest's own summary, so it is the last line of the test command's output."""
+    line = config.stash.get(_REAL_ENGINE_LINE, None)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if line and reporter is not None:
+        reporter.write_line(line)
