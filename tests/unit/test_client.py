@@ -407,3 +407,15 @@ def test_a_speculative_engine_writing_accepted_drafts_back_to_back_is_not_a_burs
                           usage={"completion_tokens": 64})
     fields = account(result, "one_per_event")
     assert not _flags(fields, "burst-delivery") and fields["decode_tps"] == pytest.approx(63 / 0.3)
+
+
+def test_a_long_accepted_draft_arriving_in_one_read_is_not_a_burst() -> None:
+    """Real llama-server n-gram, second rep (the speculator reuses the first answer): 64 tokens in 13 reads,
+    34 token events in one read, over a 3 s decode window; the rate matched the server's own (20.91 tok/s)."""
+    sizes = [1, 2, 3, 2, 34, 3, 4, 2, 3, 2, 3, 3, 2]
+    events = [Event(1_000_000_000 + read * 250_000_000, read, "x", None)
+              for read, size in enumerate(sizes) for _ in range(size)]
+    result = StreamResult(t_send_ns=900_000_000, t_done_ns=4_100_000_000, events=events, text="x" * 64,
+                          usage={"completion_tokens": 64})
+    fields = account(result, "one_per_event")
+    assert not _flags(fields, "burst-delivery") and fields["decode_tps"] == pytest.approx(63 / 3.0)
