@@ -476,6 +476,33 @@ def test_llama_server_stalled_by_sigstop_is_a_deadline_error_and_the_engine_is_s
     assert not _group_alive(stalled[0])  # a stopped engine is killed, not left frozen
 
 
+# -- hostile servers in attach mode (tests/fixtures/hostile_server.py) -----------------------------------------
+VALID_SSE = ("ok", "crlf", "comments_only", "ids_only", "ids_keepalive", "multiline", "split", "nodone")
+LYING = ("json_null", "json_list", "json_string", "choices_dict", "content_int", "finish_int", "delta_list",
+         "usage_over_max", "usage_neg", "usage_zero", "usage_float", "usage_str", "usage_huge", "usage_null",
+         "usage_missing", "usage_notdict", "details_list", "cached_over", "burst", "gzip", "err_in_stream",
+         "http429", "http500", "redirect", "html", "nonstream_json", "close200", "sse_plain_json", "reset",
+         "slowloris", "slowloris_nl", "silent", "echo_key")
+
+
+def test_a_hostile_server_never_yields_a_clean_rate_and_valid_sse_always_does(
+        tmp_path: Path, hostile_server: Any) -> None:
+    """One run, one attached arm per behaviour: valid SSE in any framing measures; every lie, garbage or
+    stall is an error sample, a flagged sample without a rate, or a failed arm; nothing raises, nothing is lost."""
+    arms = "".join(f"  - {{name: {m}, engine: openai, url: '{hostile_server.url(m)}'}}\n" for m in VALID_SSE + LYING)
+    run, records, rec = run_yaml(tmp_path, "arms:\n" + arms + "workload: {prompts: [prose], max_tokens: 12, reps: 2, "
+                                 "warmup: 0, request_timeout_s: 2}\n")
+    samples = assert_nothing_lost(run, rec)
+    for mode in VALID_SSE:
+        got = by_arm(samples, mode)
+        assert [s.status for s in got] == ["ok", "ok"] and all(s.decode_tps for s in got), (mode, got)
+    for mode in LYING:
+        clean = [s for s in by_arm(samples, mode) if s.status == "ok" and s.decode_tps and
+                 not any(f.split(":")[0] in ("burst-delivery", "usage-impossible", "no-rate") for f in s.flags)]
+        assert not clean, (mode, clean[0].flags if clean else None)
+        assert records[mode]["status"] in ("ok", "failed")
+
+
 # -- security ---------------------------------------------------------------------------------------------
 def test_the_api_key_is_used_but_never_written_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = "sk-bakeoff-test-" + os.urandom(12).hex()
