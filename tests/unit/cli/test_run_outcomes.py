@@ -251,3 +251,35 @@ def test_a_plot_that_fails_leaves_the_rest_of_the_report(tmp_path: Path, hostile
     report = only_run(tmp_path / "runs") / "report"
     assert (report / "report.md").is_file() and (report / "summary.json").is_file() and (report / "report.html").is_file()
     assert (report / "decode_vs_acceptance.svg").is_file() and not (report / "decode_by_prompt.svg").exists()
+
+
+# -- D13, CLI side: a run directory that cannot be written is one line and its own exit code ----------------
+def test_an_out_path_that_is_a_file_is_a_config_error(tmp_path: Path, hostile_server: HostileServer) -> None:
+    (tmp_path / "outfile").write_text("x")
+    file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{hostile_server.url('ok')}'}}"])
+    for out in ("outfile", "outfile/sub"):
+        code, text = run_cli(str(file), "--out", str(tmp_path / out))
+        assert code == ExitCode.CONFIG, text
+        assert text.startswith("error: --out ") and str(tmp_path / "outfile") in text
+
+
+def test_a_disk_that_fills_mid_run_exits_5_and_keeps_the_stored_samples(
+        tmp_path: Path, hostile_server: HostileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bakeoff.core.store import RunDirError
+
+    real = RunDir.append
+    calls = {"n": 0}
+
+    def fills_up(self: RunDir, sample: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RunDirError(f"cannot write {self.path / 'samples.jsonl'}: No space left on device")
+        return real(self, sample)
+
+    monkeypatch.setattr(RunDir, "append", fills_up)
+    file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{hostile_server.url('ok')}'}}"],
+                      "{prompts: [prose], max_tokens: 8, reps: 4, warmup: 0}")
+    code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
+    assert code == ExitCode.WRITE_FAILED == 5, out
+    assert "No space left on device" in out and "--resume" in out
+    assert len(read_samples(only_run(tmp_path / "runs"))) == 2
