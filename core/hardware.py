@@ -2,7 +2,8 @@
 
 run.json gets ``gpus`` (every GPU the arms use, from NVML; empty without one), ``bandwidth`` (``gpu``:
 a measured device copy and NVML's theoretical figure; ``host``: a numpy copy) and ``roofline_models``
-(per arm: the GGUF bytes one decoded token reads, and whether the arm decodes on the GPU or the host).
+(per arm: the bytes one decoded token reads from its GGUF file or safetensors directory, and whether the arm
+decodes on the GPU or the host).
 Reports turn these into each arm's floor tok/s and efficiency (core/roofline.py).
 """
 
@@ -35,7 +36,7 @@ def arm_device(arm: Arm, have_gpu: bool) -> str:
     return "gpu" if have_gpu and arm.settings.gpu_layers != 0 else "host"
 
 
-def _gguf(arm: Arm) -> Path | None:
+def _model_path(arm: Arm) -> Path | None:
     from .models import resolve_model
 
     if arm.attached or not arm.model:
@@ -44,7 +45,9 @@ def _gguf(arm: Arm) -> Path | None:
         path = resolve_model(arm.model)
     except Exception:  # noqa: BLE001 - preflight reports bad models; the roofline is only skipped
         return None
-    return path if path.is_file() and path.suffix == ".gguf" else None
+    if path.is_file() and path.suffix == ".gguf":
+        return path
+    return path if path.is_dir() and any(path.glob("*.safetensors")) else None
 
 
 def hardware_record(arms: list[Arm]) -> dict[str, Any]:
@@ -54,7 +57,7 @@ def hardware_record(arms: list[Arm]) -> dict[str, Any]:
     out: dict[str, Any] = {"gpus": monitor.inventory() if monitor else []}
     models: dict[str, Any] = {}
     for arm in arms:
-        path = _gguf(arm)
+        path = _model_path(arm)
         if path is None:
             continue
         try:

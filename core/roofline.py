@@ -6,10 +6,11 @@ beats that floor by verifying several tokens per weight pass; its arms also show
 pass. This holds on a GPU and on a CPU alike (llama.cpp on a CPU is bandwidth-bound too), which is
 how CI tests it.
 
-Bytes per token come from the GGUF file's tensor sizes:
+Bytes per token come from the model's tensor sizes, a GGUF file or a directory of safetensors files
+(Hugging Face or EXL3; the KV-cache shape then comes from its config.json):
 
-- ``token_embd`` contributes one row (a token reads its own embedding), unless the model has no
-  ``output.weight``: then the tied LM head reads all of it;
+- ``token_embd`` (``embed_tokens``) contributes one row (a token reads its own embedding), unless the model
+  has no ``output.weight`` (``lm_head.*``): then the tied LM head reads all of it;
 - MoE expert tensors (``*_exps``) count ``expert_used_count / expert_count`` of their bytes;
 - MTP/NextN blocks (the last ``nextn_predict_layers`` blocks) are left out: only the MTP draft reads them;
 - the KV cache adds ``2 × layers × kv_heads × head_dim × bytes`` per position of context, taken at the
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -84,16 +86,63 @@ def _field(reader: Any, key: str) -> Any:
 
 
 def model_bytes(path: str | Path, kv_type: str | None = None) -> ModelBytes:
-    """Bytes per decoded token of a GGUF model (cached per file version).
+    """Bytes per decoded token of a GGUF model or a safetensors model directory (cached per file version).
 
-    :raises ValueError: not a readable GGUF file.
+    :raises ValueError: not a readable GGUF file or safetensors directory.
     """
     p = Path(path).resolve()
+    if p.is_dir():
+        files = sorted(p.glob("*.safetensors"))
+        stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+        return _safetensors_bytes(p, stamp, kv_type or "f16")
     try:
         st = p.stat()
     except OSError as exc:
         raise ValueError(f"{p} is not a readable GGUF file: {exc.strerror}") from exc
     return _model_bytes(p, st.st_size, st.st_mtime_ns, kv_type or "f16")
+
+
+def _safetensors_header(path: Path) -> dict[str, Any]:
+    """A safetensors file's header: an 8-byte little-endian length, then that many bytes of JSON."""
+    with path.open("rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+    header.pop("__metadata__", None)
+    return header
+
+
+@lru_cache(maxsize=32)
+def _safetensors_bytes(p: Path, stamp: tuple[tuple[str, int, int], ...], kv_type: str) -> ModelBytes:
+    if not stamp:
+        raise ValueError(f"{p} holds no *.safetensors file")
+    try:
+        tensors = {name: (info["data_offsets"][1] - info["data_offsets"][0], info["shape"])
+                   for name, _, _ in stamp for name, info in _safetensors_header(p / name).items()}
+        config = json.loads((p / "config.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
+        raise ValueError(f"{p} is not a readable safetensors model directory: {exc}") from exc
+    config = config.get("text_config", config)
+    experts = int(config.get("num_local_experts") or config.get("num_experts") or 0)
+    used = int(config.get("num_experts_per_tok") or 0)
+    has_head = any(n.startswith("lm_head.") for n in tensors)
+    notes, weights, total, expert_tensors = [], 0.0, 0, 0
+    for name, (nbytes, shape) in tensors.items():
+        total += nbytes
+        if name.endswith("embed_tokens.weight") and has_head:
+            weights += nbytes / max(1, int(shape[0]) if shape else 1)
+        elif ".experts." in name and experts and used:
+            weights += nbytes * used / experts
+            expert_tensors += 1
+        else:
+            weights += nbytes
+    if expert_tensors:
+        notes.append(f"MoE: {used} of {experts} experts per token")
+    layers = int(config.get("num_hidden_layers") or 0)
+    heads = int(config.get("num_attention_heads") or 0)
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or (int(config.get("hidden_size") or 0) // heads if heads else 0))
+    kv = 2 * layers * kv_heads * head_dim * KV_BYTES.get(kv_type, 2.0)
+    return ModelBytes(weights=int(weights), kv_per_position=kv, file_bytes=total, layers=layers, notes=notes)
 
 
 @lru_cache(maxsize=32)

@@ -152,10 +152,10 @@ def roofline_note(s: RunSummary) -> str | None:
     source = next((a.roofline.bandwidth_source for a in s.arms if a.roofline), None)
     if source is None:
         return None
-    return (f"roofline: floor tok/s = bandwidth ({source}) ÷ bytes one decoded token reads (GGUF weights, one "
-            "embedding row, active experts only, no MTP block; KV cache at the median prompt depth + half the "
-            "output); efficiency = median decode ÷ floor. Speculative arms can pass 100 %: they verify "
-            "'tokens/weight pass' tokens per read of the weights.")
+    return (f"roofline: floor tok/s = bandwidth ({source}) ÷ bytes one decoded token reads (the model's GGUF or "
+            "safetensors weights, one embedding row, active experts only, no MTP block; KV cache at the median prompt "
+            "depth + half the output); efficiency = median decode ÷ floor. Speculative arms can pass 100 %: they "
+            "verify 'tokens/weight pass' tokens per read of the weights.")
 
 
 __all__ += ["roofline_note"]

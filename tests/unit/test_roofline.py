@@ -71,6 +71,52 @@ def test_moe_counts_only_the_active_experts(tmp_path: Path) -> None:
     assert "MoE: 2 of 8 experts per token" in facts.notes
 
 
+def _safetensors(path: Path, tensors: dict[str, tuple[str, list[int], int]]) -> None:
+    """A safetensors file of zero bytes per tensor: name -> (dtype, shape, bytes)."""
+    import json
+    import struct
+
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, (dtype, shape, nbytes) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+
+
+def test_safetensors_directory_counts_like_a_gguf(tmp_path: Path) -> None:
+    """An EXL3-style directory (quantized trellis tensors, an f16 embedding, a quantized head) in two shards."""
+    import json
+
+    model = tmp_path / "exl3"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4,
+                                                   "num_key_value_heads": 2, "hidden_size": 64, "head_dim": 32}))
+    _safetensors(model / "model-00001-of-00002.safetensors",
+                 {"model.embed_tokens.weight": ("F16", [100, 64], 12_800),
+                  "model.layers.0.self_attn.q_proj.trellis": ("I16", [4, 4, 256], 8_192)})
+    _safetensors(model / "model-00002-of-00002.safetensors",
+                 {"model.layers.1.self_attn.q_proj.trellis": ("I16", [4, 4, 256], 8_192),
+                  "lm_head.trellis": ("I16", [4, 7, 384], 21_504)})
+    facts = model_bytes(model)
+    assert facts.weights == 128 + 8_192 * 2 + 21_504  # one embedding row, both layers, the head
+    assert facts.file_bytes == 12_800 + 8_192 * 2 + 21_504
+    assert facts.kv_per_position == 2 * 2 * 2 * 32 * 2 and facts.layers == 2
+
+    tied = tmp_path / "tied"
+    tied.mkdir()
+    (tied / "config.json").write_text(json.dumps({"num_hidden_layers": 1, "num_attention_heads": 2,
+                                                  "hidden_size": 64}))
+    _safetensors(tied / "model.safetensors", {"model.embed_tokens.weight": ("F16", [100, 64], 12_800)})
+    assert model_bytes(tied).weights == 12_800  # no lm_head: the tied head reads the whole table
+    assert model_bytes(tied).kv_per_position == 2 * 1 * 2 * 32 * 2
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no \\*.safetensors"):
+        model_bytes(tmp_path / "empty")
+
+
 def test_not_a_gguf_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "x.gguf"
     bad.write_bytes(b"nope")
@@ -120,6 +166,14 @@ def test_hardware_record_picks_host_or_gpu_bandwidth_per_arm(tmp_path: Path, mon
                                                  settings={"gpu_layers": 0})])
     assert rec["roofline_models"]["gpu"]["device"] == "gpu" and rec["roofline_models"]["off"]["device"] == "host"
     assert rec["bandwidth"]["gpu"] == {"theoretical_gbs": pytest.approx(4814.3, abs=0.1)}  # says which: NVML only
+
+    exl3 = tmp_path / "exl3"
+    exl3.mkdir()
+    (exl3 / "config.json").write_text('{"num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 64}')
+    _safetensors(exl3 / "model.safetensors", {"model.embed_tokens.weight": ("F16", [100, 64], 12_800)})
+    rec = hardware.hardware_record([Arm(name="exl3", engine="exllama", model=str(exl3))])
+    assert rec["roofline_models"]["exl3"]["device"] == "gpu"
+    assert rec["roofline_models"]["exl3"]["weights"] == 12_800
 
 
 def test_engine_holding_too_little_gpu_memory_is_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
