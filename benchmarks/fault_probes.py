@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 import os
 import signal
 import subprocess
@@ -86,14 +87,14 @@ def judge(o: Outcome, *, is_run: bool = True, secret: str | None = None) -> Outc
     if "Traceback (most recent call last)" in o.output:
         o.defects.append("traceback")
     rows = samples_of(o.out_dir)
-    keys = [(r.get("run_id"), r.get("arm"), r.get("prompt"), r.get("mode"), r.get("rep"), r.get("pass_index"),
-             r.get("depth"), r.get("concurrency"), r.get("stream")) for r in rows]
-    if len(keys) != len(set(keys)):
+    per_point = Counter((r.get("run_id"), r.get("arm"), r.get("prompt"), r.get("mode"), r.get("rep"),
+                         r.get("pass_index"), r.get("depth"), r.get("concurrency")) for r in rows)
+    if any(n > int(key[-1] or 1) for key, n in per_point.items()):  # a concurrency point holds one per stream
         o.defects.append("lost/dup")
     if is_run and o.rc == 0 and not valid(rows):
         o.defects.append("exit 0, nothing valid")
-    if secret:
-        for path in o.out_dir.rglob("*"):
+    if secret:  # in what bakeoff wrote (the run directories), not in the bakeoff file the probe wrote
+        for path in (o.out_dir / "runs").rglob("*"):
             if path.is_file() and secret.encode() in path.read_bytes():
                 o.defects.append("secret")
                 break
@@ -221,7 +222,7 @@ def store_probe(t: Path, what: str) -> Outcome:
         run.rename(moved)
         rc, out = bakeoff(["run", "--resume", str(moved)], t)
         o = judge(Outcome(rc, out, t))
-        if len(samples_of(t / "runs")) != 8:
+        if len(samples_of(t / "runs")) != 4:  # 2 arms x 2 reps, each once, whatever the directory is called
             o.defects.append("lost/dup")
         return o
     if what == "truncate":
