@@ -217,6 +217,10 @@ class Workload(Strict):
                                                        "(chat template included, counted by the engine).")
     concurrency: list[int] | None = Field(None, description="Concurrency sweep: numbers of simultaneous streams.")
     needle: bool = Field(False, description="Depth sweep: hide a code in the filler; the answer must repeat it.")
+    gates: list[Literal["arithmetic", "factual", "tool_call", "needle", "stream_equality"]] = Field(
+        default_factory=lambda: ["arithmetic", "factual", "tool_call", "needle", "stream_equality"],
+        description="Quality probes sent once per arm after its timed requests (greedy, short); an arm failing "
+                    "one is marked in every table and never reported faster. [] turns them off.")
 
     @field_validator("depths", "concurrency")
     @classmethod

@@ -28,6 +28,8 @@ from .client import account, stream_chat
 from .compose import ComposeEngine, project_name
 from .config import Arm, BakeoffFile, Prompt, SamplingMode
 from .errors import BakeoffError, ConfigError, EngineError, EngineStartupError, MeasurementError
+from .fairness import OUTPUTS_FILE, finish_flags, output_line
+from .gates import run_gates
 from .hostinfo import FOREIGN_LOAD_FLOOR, CpuMeter, docker_container_ids, host_info
 from .hardware import attach_gpu_sample, hardware_record, offload_mismatch, visible_devices_env
 from .telemetry import GpuMonitor, open_monitor
@@ -212,6 +214,15 @@ def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prom
     return sample
 
 
+def _keep_output(run: RunDir, sample: Sample, text: str) -> None:
+    """A greedy output's text in ``arms/<arm>/outputs.jsonl`` (samples keep only its hash)."""
+    try:
+        with (run.arm_dir(sample.arm) / OUTPUTS_FILE).open("a") as f:
+            f.write(run.redactor.text(output_line(sample, text)))
+    except OSError:
+        pass  # the sample itself is what must not be lost
+
+
 def _cpu_meter(engine: Any) -> CpuMeter:
     """The noise guard for an arm: the engine's process group, and its container's processes when it runs
     in one (``launch: compose``, or a ``docker run`` LaunchSpec naming its container)."""
@@ -301,7 +312,10 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                             vram = gpu.vram_used_mib or 0.0
                             record["gpu_vram_peak_mib"] = max(record.get("gpu_vram_peak_mib") or 0.0, vram)
                         samples = [points.finish(sample, point, body, result, depth_info)]
+                        if plan.modes[mode_name].temperature == 0.0:  # greedy: kept for spec correctness
+                            _keep_output(run, samples[0], result.text)
                     for sample in samples:
+                        sample.flags += finish_flags(sample, w.fixed_length)
                         run.append(sample)
                         events.on_sample(sample)
                     if engine is not None and not engine.alive:
@@ -312,6 +326,10 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                         raise EngineStartupError(
                             f"{planned.adapter.name} stalled: no data for {w.request_timeout_s:g} s; engine stopped",
                             reason="stalled", log_tail=engine.log_tail() if engine else "")
+                if fresh and pass_index == 0 and w.gates:  # quality probes, once per arm, after the timed part
+                    gate_fields = planned.adapter.request_fields(arm, w.model_copy(update={"fixed_length": False}))
+                    record["gates"] = run_gates(http, w.gates, eff.model_id or arm.name, gate_fields,
+                                                planned.adapter.stream_options(), w.seed, w.request_timeout_s)
     except (EngineError, MeasurementError) as exc:  # MeasurementError: e.g. a depth prompt could not be fitted
         record.update(status="failed", error=str(exc),
                       log_tail=getattr(exc, "log_tail", ""), reason=getattr(exc, "reason", None))

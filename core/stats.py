@@ -19,7 +19,7 @@ import statistics
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -163,6 +163,18 @@ class ArmStats(BaseModel):
         "Samples by how their first-event tokens were counted (usage: exact; estimated: the text's share)."))
     gpu: GpuArmStats | None = Field(None, description="GPU telemetry (absent without a GPU).")
     roofline: Roofline | None = Field(None, description="Floor tok/s and efficiency against memory bandwidth.")
+    # correctness (core/gates.py, core/fairness.py), filled in when a run is summarized
+    gates: dict[str, Any] = Field(default_factory=dict, description="Per quality gate: {status, detail, answer}.")
+    identical_to_baseline: float | None = Field(None, description="Fraction of greedy outputs identical to the "
+                                                "spec-off arm of the same engine and model.")
+    spec_check: dict[str, Any] | None = Field(None, description="Greedy outputs against the reference arm: counts "
+                                              "and the first diverging position of mismatches.")
+    finish: dict[str, Any] | None = Field(None, description="Unexpected finish reasons, truncated streams, empty "
+                                          "outputs.")
+
+    @property
+    def failed_gates(self) -> list[str]:
+        return [name for name, g in self.gates.items() if g.get("status") in ("fail", "regressed")]
 
     @property
     def acceptance(self) -> float | None:
@@ -182,6 +194,8 @@ class Comparison(BaseModel):
     paired: bool = Field(True, description="Paired by (prompt, mode, rep, pass); False across runs.")
     per_prompt: dict[str, Interval] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list, description="Caveats of this comparison (e.g. estimated counts).")
+    comparable: dict[str, Any] | None = Field(None, description="Equal-work guard: {ok, reasons, checks} "
+                                              "(core/fairness.py).")
 
 
 def rng_for(seed: int, key: str) -> np.random.Generator:

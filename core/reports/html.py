@@ -12,7 +12,7 @@ import html
 import json
 
 from .model import RunSummary
-from .tables import audit_table, community_table, footnotes, gpu_table, roofline_note, roofline_table
+from .tables import audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note, roofline_table
 
 __all__ = ["render_html"]
 
@@ -72,6 +72,8 @@ def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
     parts += [f'<div class="warn">⚠ {esc(w)}</div>' for w in s.warnings]
     parts += [f'<div class="fail">arm {esc(f.arm)} failed in pass {f.pass_index + 1}: {esc(f.error)}</div>'
               for f in s.failures]
+    if (correct := correctness_table(s)) is not None:
+        parts += ["<h2>Correctness</h2>", _table(*correct, "correctness")]
     if (roof := roofline_table(s)) is not None:
         parts += ["<h2>Roofline</h2>", _table(*roof, "roofline"), f'<ul class="notes"><li>{esc(roofline_note(s) or "")}'
                   "</li></ul>"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .model import RunSummary
-from .tables import audit_table, community_table, footnotes, gpu_table, roofline_note, roofline_table
+from .tables import audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note, roofline_table
 
 __all__ = ["render_markdown", "markdown_table"]
 
@@ -23,6 +23,9 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
     parts = [f"## {s.name}", "", markdown_table(*community_table(s)), ""]
     parts += [f"- {note}" for note in footnotes(s)]
+    if (correct := correctness_table(s)) is not None:
+        parts += ["", "**Correctness** (quality gates, greedy outputs vs baseline, equal work)", "",
+                  markdown_table(*correct)]
     if (roof := roofline_table(s)) is not None:
         parts += ["", "**Roofline** (how close each arm decodes to the memory-bandwidth limit)", "",
                   markdown_table(*roof), "", f"- {roofline_note(s)}"]

@@ -28,6 +28,8 @@ from ..stats import (
     stateful_warning,
 )
 from ..store import RunDir
+from ..fairness import equal_work, finish_counts
+from ..gates import score_gates, spec_identity
 
 __all__ = [
     "FOREIGN_LOAD_FLAG",
@@ -162,6 +164,21 @@ def _warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
                        f"the statistics ({reasons})")
     for c in summary.comparisons:
         out += [f"{c.arm} vs {c.reference}: {note}" for note in c.notes]
+    for c in summary.comparisons:
+        if c.comparable and not c.comparable["ok"]:
+            out.append(f"{c.arm} vs {c.reference}: not comparable: {'; '.join(c.comparable['reasons'])}")
+    for a in summary.arms:
+        for name in a.failed_gates:
+            out.append(f"{a.arm}: gate {name} {a.gates[name]['status']}: {a.gates[name]['detail']}")
+        if a.spec_check and a.spec_check["divergences"]:
+            d = a.spec_check["divergences"][0]
+            kind = "greedy output differs from" if a.spec_check["same_engine"] else "agreement with"
+            out.append(f"{a.arm}: {kind} {a.spec_check['reference']}: {a.spec_check['identical']}/"
+                       f"{a.spec_check['compared']} identical; first divergence {d['point']} at character "
+                       f"{d['position']}: {d['reference']!r} vs {d['arm']!r}")
+        if a.finish and (a.finish["unexpected"] or a.finish["truncated"] or a.finish["empty"]):
+            out.append(f"{a.arm}: endings other than {a.finish['expected']}: {a.finish['unexpected']}, "
+                       f"truncated {a.finish['truncated']}, empty {a.finish['empty']}")
     for a in summary.arms:
         if a.flagged:
             out.append(f"{a.arm}: {a.flagged} sample(s) flagged (see samples.jsonl flags, e.g. foreign-load)")
@@ -201,6 +218,28 @@ def _rooflines(meta: dict[str, Any], samples: list[Sample], summary: RunSummary)
         facts = ModelBytes.model_validate({k: model[k] for k in ("weights", "kv_per_position", "file_bytes", "notes")})
         a.roofline = roofline_for(facts, bandwidth[model["device"]], a.median.estimate if a.median else None, depth,
                                   per_pass)
+
+
+def _correctness(path: Path, meta: dict[str, Any], samples: list[Sample], records: dict[str, list[dict[str, Any]]],
+                 summary: RunSummary) -> None:
+    """Finish reasons, quality gates and spec correctness per arm; the equal-work guard per compared pair."""
+    config = meta.get("config", {})
+    workload = config.get("workload", {})
+    arms_cfg = {a["name"]: a for a in config.get("arms", []) if a.get("name")}
+    gates = score_gates(records, arms_cfg, summary.baseline)
+    modes = {**{"greedy": {"temperature": 0.0}}, **(workload.get("sampling") or {})}
+    spec = spec_identity(path, arms_cfg, summary.baseline, modes)
+    for a in summary.arms:
+        fixed = (arms_cfg.get(a.arm, {}).get("workload") or {}).get("fixed_length")
+        fixed = bool(workload.get("fixed_length", True)) if fixed is None else bool(fixed)
+        a.finish = finish_counts([s for s in samples if s.arm == a.arm], fixed).model_dump()
+        a.gates = {name: g.model_dump() for name, g in gates.get(a.arm, {}).items()}
+        if (check := spec.get(a.arm)) is not None:
+            a.spec_check = check.model_dump()
+            a.identical_to_baseline = check.fraction if check.same_engine else None
+    guard = equal_work(samples, meta, records, path, [(c.arm, c.reference) for c in summary.comparisons])
+    for c in summary.comparisons:
+        c.comparable = guard[(c.arm, c.reference)].model_dump()
 
 
 def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int | None = None,
@@ -259,5 +298,6 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     if drop_foreign_load:
         summary.dropped_foreign_load = len(data.samples) - len(samples)
     _rooflines(meta, samples, summary)
+    _correctness(path, meta, samples, records, summary)
     summary.warnings = data.warnings + _warnings(meta, summary)
     return summary

@@ -12,7 +12,7 @@ from ..textfmt import DASH, fmt
 from .model import RunSummary
 
 __all__ = ["fmt", "fmt_interval", "fmt_ratio", "fmt_acceptance", "community_table", "audit_table", "footnotes",
-           "gpu_table", "roofline_table", "hardware_lines"]
+           "gpu_table", "roofline_table", "hardware_lines", "fmt_verdict", "correctness_table"]
 
 
 
@@ -31,6 +31,39 @@ def fmt_ratio(c: Comparison | None) -> str:
     return f"{r.estimate:.3f}× ({r.lo:.3f}–{r.hi:.3f}) {c.verdict}"
 
 
+def fmt_verdict(c: Comparison | None) -> str:
+    """The ratio and verdict, or "not comparable: REASON" when the equal-work guard found a difference."""
+    if c is not None and c.comparable and not c.comparable["ok"]:
+        reasons = c.comparable["reasons"]
+        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        return f"not comparable: {reasons[0]}{more}"
+    return fmt_ratio(c)
+
+
+def correctness_table(s: RunSummary) -> tuple[list[str], list[list[str]]] | None:
+    """Per arm: gates, greedy outputs identical to the reference, unexpected endings, equal work."""
+    def endings(f: dict[str, object]) -> int:
+        return sum((f.get("unexpected") or {}).values()) + int(f.get("truncated") or 0) + int(f.get("empty") or 0)  # type: ignore[call-overload, attr-defined]
+
+    guarded = any(c.comparable and not c.comparable["ok"] for c in s.comparisons)
+    if not guarded and not any(a.gates or a.spec_check or endings(a.finish or {}) for a in s.arms):
+        return None
+    header = ["arm", "gates", "identical to baseline", "unexpected endings", "equal work vs baseline"]
+    rows = []
+    for a in s.arms:
+        gates = ", ".join(f"{n}: {g['status']}" for n, g in a.gates.items()) or DASH
+        spec = DASH
+        if a.spec_check:
+            c = a.spec_check
+            spec = f"{c['identical']}/{c['compared']} vs {c['reference']}" + ("" if c["same_engine"]
+                                                                                else " (agreement, other engine)")
+        cmp = s.comparison(a.arm)
+        equal = "baseline" if a.arm == s.baseline else DASH if cmp is None or cmp.comparable is None else \
+            "yes" if cmp.comparable["ok"] else "NO: " + "; ".join(cmp.comparable["reasons"])
+        rows.append([a.arm, gates, spec, str(endings(a.finish or {})), equal])
+    return header, rows
+
+
 def fmt_acceptance(a: ArmStats) -> str:
     if a.acceptance is not None:
         text = f"{a.acceptance:.1%} ({a.accepted}/{a.drafted})"
@@ -45,7 +78,9 @@ def community_table(s: RunSummary) -> tuple[list[str], list[list[str]]]:
     rows = []
     for a in s.arms:
         per_prompt = [fmt(ps.median.estimate) if (ps := a.prompt(name)) and ps.median else DASH for name in s.prompts]
-        vs = "baseline" if a.arm == s.baseline else fmt_ratio(s.comparison(a.arm))
+        vs = "baseline" if a.arm == s.baseline else fmt_verdict(s.comparison(a.arm))
+        if a.failed_gates:  # never reported faster: the arm no longer answers correctly
+            vs = f"GATE FAILED ({', '.join(a.failed_gates)}): " + vs.removesuffix(" faster")
         rows.append([a.arm, fmt_interval(a.median), fmt(a.mean), *per_prompt, fmt_acceptance(a), vs])
     return header, rows
 

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .model import RunSummary
-from .tables import audit_table, community_table, footnotes, gpu_table, roofline_note, roofline_table
+from .tables import audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note, roofline_table
 
 __all__ = ["print_summary"]
 
@@ -20,6 +20,8 @@ def print_summary(s: RunSummary, out: Console) -> None:
         table.add_column(col, justify="left" if col in ("arm", "vs baseline", "Acceptance") else "right")
     for row in rows:
         verdict = next((v for v in _VERDICT_STYLE if row[-1].endswith(v)), None)
+        if row[-1].startswith(("not comparable", "GATE FAILED")):
+            verdict = "slower"  # red: no speed claim stands
         styled = row[:-1] + [f"[{_VERDICT_STYLE[verdict]}]{row[-1]}[/]" if verdict else row[-1]]
         table.add_row(*styled)
     out.print(table)
@@ -32,13 +34,15 @@ def print_summary(s: RunSummary, out: Console) -> None:
     for row in rows:
         audit.add_row(*row)
     out.print(audit)
-    for title, table_rows in (("roofline: decode vs the memory-bandwidth floor", roofline_table(s)),
+    for title, table_rows in (("correctness: quality gates, spec correctness, equal work", correctness_table(s)),
+                              ("roofline: decode vs the memory-bandwidth floor", roofline_table(s)),
                               ("GPU telemetry (medians over requests; energy includes prefill)", gpu_table(s))):
         if table_rows is None:
             continue
         extra = Table(title=title)
         for col in table_rows[0]:
-            extra.add_column(col, justify="left" if col in ("arm", "tok/J vs baseline") else "right")
+            extra.add_column(col, justify="left" if col in ("arm", "tok/J vs baseline", "gates",
+                                                            "equal work vs baseline") else "right")
         for row in table_rows[1]:
             extra.add_row(*row)
         out.print(extra)

@@ -1,0 +1,151 @@
+"""The equal-work guard, finish reasons, quality-gate scoring and spec correctness, from stored runs."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from bakeoff.core.fairness import OUTPUTS_FILE, finish_flags, output_line
+from bakeoff.core.gates import check_schema, score_gates
+from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
+from bakeoff.core.sample import Sample
+from bakeoff.core.store import RunDir
+from rich.console import Console
+
+
+def _write(path: Path, arms: dict[str, dict[str, Any]], samples: list[Sample],
+           records: dict[str, dict[str, Any]] | None = None, outputs: dict[str, list[tuple[Sample, str]]] | None = None
+           ) -> Path:
+    run = RunDir(path)
+    run.write_run({"config": {"name": "t", "arms": [{"name": n, **cfg} for n, cfg in arms.items()],
+                              "workload": {"max_tokens": 16, "modes": ["greedy"], "reps": 2}},
+                   "baseline": next(iter(arms)), "orders": [list(arms)], "seed": 0,
+                   "prompts": [{"name": "p", "kind": "x", "messages": []}]})
+    for s in samples:
+        run.append(s)
+    for arm, rec in (records or {}).items():
+        run.append_arm_record(arm, {"status": "ok", "pass": 0, **rec})
+    for arm, pairs in (outputs or {}).items():
+        (run.arm_dir(arm) / OUTPUTS_FILE).write_text("".join(output_line(s, text) for s, text in pairs))
+    return path
+
+
+def _sample(arm: str, rep: int, tps: float, prompt_tokens: int = 30, **kw: Any) -> Sample:
+    fields: dict[str, Any] = dict(arm=arm, engine="llamacpp", prompt="p", mode="greedy", rep=rep,
+                                  decode_tps=tps, completion_tokens=16, prompt_tokens=prompt_tokens, n_first=1,
+                                  decode_s=15 / tps, ttft_s=0.1, usage_present=True, finish_reason="length",
+                                  output_chars=40)
+    fields.update(kw)
+    return Sample(**fields)
+
+
+ARMS = {"off": {"engine": "llamacpp", "model": "m", "speculative": {"method": "none"}},
+        "ngram": {"engine": "llamacpp", "model": "m", "speculative": {"method": "ngram"}},
+        "tmpl": {"engine": "llamacpp", "model": "m", "speculative": {"method": "none"}}}
+
+
+def test_finish_flags_expect_length_under_fixed_length_and_stop_otherwise() -> None:
+    s = _sample("a", 0, 10.0, finish_reason="stop")
+    assert finish_flags(s, True) == ["finish-reason: stop (expected length)"]
+    assert finish_flags(s, False) == []
+    assert finish_flags(_sample("a", 0, 10.0, finish_reason=None, output_chars=0), True) == [
+        "truncated-stream: no finish_reason", "empty-output"]
+
+
+def test_a_different_template_is_not_comparable_and_every_format_says_so(tmp_path: Path) -> None:
+    samples = [_sample(a, r, 10.0 + 5 * (a != "off"), prompt_tokens=34 if a == "tmpl" else 30, drafted=8,
+                       accepted=4) for a in ARMS for r in range(2)]
+    s = summarize_run(_write(tmp_path / "run", ARMS, samples))
+    tmpl = s.comparison("tmpl")
+    assert tmpl and tmpl.comparable and not tmpl.comparable["ok"]
+    assert tmpl.comparable["reasons"] == ["prompt tokens 34 vs 30 (p/greedy)"]
+    ngram = s.comparison("ngram")
+    assert ngram and ngram.comparable and ngram.comparable["ok"]
+    assert "not comparable: prompt tokens 34 vs 30 (p/greedy)" in render_markdown(s)
+    assert "not comparable: prompt tokens 34 vs 30" in render_html(s, {})
+    console = Console(file=io.StringIO(), width=400)
+    print_summary(s, console)
+    assert "not comparable: prompt tokens 34 vs 30" in console.file.getvalue()  # type: ignore[attr-defined]
+    data = json.loads(s.model_dump_json())
+    assert data["comparisons"][1]["comparable"]["ok"] is False
+
+
+def test_cache_hits_idle_speculation_and_short_outputs_make_a_pair_not_comparable(tmp_path: Path) -> None:
+    samples = [_sample("off", r, 10.0) for r in range(2)]
+    samples += [_sample("ngram", r, 12.0, drafted=0, accepted=0, cached_tokens=20, completion_tokens=12)
+                for r in range(2)]
+    s = summarize_run(_write(tmp_path / "run", {k: ARMS[k] for k in ("off", "ngram")}, samples,
+                             records={"off": {"effective": {"n_ctx_per_slot": 4096}},
+                                      "ngram": {"effective": {"n_ctx_per_slot": 2048}}}))
+    c = s.comparison("ngram")
+    assert c and c.comparable
+    reasons = c.comparable["reasons"]
+    assert "completion tokens 12 vs 16 (p/greedy)" in reasons
+    assert "ngram: fixed length not honoured (completion tokens [12])" in reasons
+    assert "context 2048 vs 4096" in reasons
+    assert "ngram: prefix cache served 40 prompt tokens in 2 request(s)" in reasons
+    assert "ngram: speculation asked but nothing drafted" in reasons
+
+
+def test_thinking_seen_on_one_arm_only_is_not_comparable(tmp_path: Path) -> None:
+    samples = [_sample(a, r, 10.0) for a in ("off", "tmpl") for r in range(2)]
+    outputs = {"off": [(samples[0], "plain answer")], "tmpl": [(samples[2], "<think>hmm</think> answer")]}
+    s = summarize_run(_write(tmp_path / "run", {k: ARMS[k] for k in ("off", "tmpl")}, samples, outputs=outputs))
+    c = s.comparison("tmpl")
+    assert c and c.comparable and c.comparable["reasons"] == ["thinking seen in 1 vs 0 greedy output(s)"]
+
+
+def test_spec_arm_divergence_is_shown_with_position_and_both_continuations(tmp_path: Path) -> None:
+    samples = [_sample(a, r, 10.0, drafted=5, accepted=2) for a in ("off", "ngram") for r in range(2)]
+    outputs = {"off": [(samples[0], "one two three"), (samples[1], "same text")],
+               "ngram": [(samples[2], "one two tree"), (samples[3], "same text")]}
+    s = summarize_run(_write(tmp_path / "run", {k: ARMS[k] for k in ("off", "ngram")}, samples, outputs=outputs))
+    a = s.arm("ngram")
+    assert a and a.identical_to_baseline == 0.5
+    assert a.spec_check and a.spec_check["divergences"][0]["position"] == 9
+    assert a.spec_check["divergences"][0]["reference"] == "hree" and a.spec_check["divergences"][0]["arm"] == "ree"
+    assert any("first divergence p/greedy rep 0 pass 0 at character 9" in w for w in s.warnings)
+
+
+def _gates(passed: bool | None, answer: str) -> dict[str, Any]:
+    return {"gates": {"arithmetic": {"passed": passed, "detail": "x", "answer": answer}}}
+
+
+def test_gate_scoring_compares_with_the_spec_off_arm_when_it_fails_too() -> None:
+    arms = {**ARMS, "other": {"engine": "vllm", "model": "m2", "speculative": {"method": "none"}}}
+    records = {"off": [_gates(False, "12")], "ngram": [_gates(False, "12")], "tmpl": [_gates(False, "99")],
+               "other": [_gates(None, "")]}
+    scored = score_gates(records, arms, "off")
+    assert scored["off"]["arithmetic"].status == "fail"
+    assert scored["ngram"]["arithmetic"].status == "same-as-baseline"
+    assert scored["tmpl"]["arithmetic"].status == "regressed"
+    assert scored["other"]["arithmetic"].status == "skipped"
+    records["off"] = [_gates(True, "391")]
+    assert score_gates(records, arms, "off")["ngram"]["arithmetic"].status == "fail"
+
+
+def test_an_arm_failing_a_gate_is_never_reported_faster(tmp_path: Path) -> None:
+    samples = [_sample(a, r, 10.0 if a == "off" else 30.0, drafted=5, accepted=4) for a in ("off", "ngram")
+               for r in range(2)]
+    records = {"off": {"gates": {"tool_call": {"passed": True, "detail": "ok", "answer": "{}"}}},
+               "ngram": {"gates": {"tool_call": {"passed": False, "detail": "arguments are not JSON", "answer": ""}}}}
+    s = summarize_run(_write(tmp_path / "run", {k: ARMS[k] for k in ("off", "ngram")}, samples, records=records))
+    a = s.arm("ngram")
+    assert a and a.gates["tool_call"]["status"] == "fail" and a.failed_gates == ["tool_call"]
+    md = render_markdown(s)
+    row = next(line for line in md.splitlines() if line.startswith("| ngram") and "GATE FAILED" in line)
+    assert "GATE FAILED (tool_call)" in row and not row.rstrip(" |").endswith("faster")
+    assert "tool_call: fail" in md and "tool_call: fail" in render_html(s, {})
+
+
+def test_tool_arguments_are_checked_against_the_schema() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"},
+                                               "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+              "required": ["city"], "additionalProperties": False}
+    assert check_schema({"city": "Paris"}, schema) is None
+    assert check_schema({}, schema) == "arguments lacks required ['city']"
+    assert check_schema({"city": "Paris", "unit": "kelvin"}, schema) == \
+        "arguments.unit is 'kelvin', not one of ['celsius', 'fahrenheit']"
+    assert check_schema({"city": 3}, schema) == "arguments.city is int, schema wants string"
