@@ -32,7 +32,7 @@ __all__ = ["GATE_NAMES", "GateStatus", "Divergence", "SpecCheck", "run_gates", "
 
 GATE_NAMES = ("arithmetic", "factual", "tool_call", "needle", "stream_equality")
 FAILING = ("fail", "regressed")
-_MAX_TOKENS = 48
+_MAX_TOKENS = 24
 _CONTEXT_CHARS = 40  # of each continuation shown after a divergence
 
 TOOL: ChatCompletionToolParam = {
@@ -105,7 +105,7 @@ def _needle(ask: Any, seed: int) -> tuple[bool, str, str]:
     rng = random.Random(f"gates/needle/{seed}")
     code = str(rng.randint(10000, 99999))
     lines = [f"Line {i}: the ferry leaves the harbour at dawn and returns before the evening market."
-             for i in range(24)]
+             for i in range(12)]
     lines.insert(len(lines) // 2, f"The secret code is {code}.")  # depth 50 %
     text = ask("\n".join(lines) + "\n\nWhat is the secret code? Reply with the number only.")
     return code in text, f"code {code} at depth 50 % " + ("found" if code in text else "not found"), text
