@@ -26,7 +26,7 @@ export TORCH_EXTENSIONS_DIR="$BK/torch_ext" TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16
 export BAKEOFF_TABBY_DIR="$REPO/.xe/tabbyAPI" BAKEOFF_TABBY_PYTHON=python3
 say() { echo "[$(date +%T) +$((SECONDS - T0))s] $*"; }
 left() { echo $((DEADLINE - (SECONDS - T0))); }
-bk() { python3 -c "from bakeoff.core.cli import main; main()" "$@"; }
+bk() { python3 -P -c "from bakeoff.core.cli import main; main()" "$@"; }
 pack() {
   say "packing results into \$OUT"
   cp "$BK"/*.log "$BK/logs/" 2>/dev/null
@@ -51,7 +51,7 @@ say "starting the exllamav3 extension build (MAX_JOBS=$MAX_JOBS, arch $TORCH_CUD
 setsid bash -c "python3 -c 'import exllamav3.ext as e; print(e.exllamav3_ext.__file__)' > '$BK/logs/ext.log' 2>&1; \
   echo \$? > '$BK/ext.rc'" < /dev/null &
 say "starting: bakeoff engines install llamacpp --backend cuda (nice 10)"
-setsid nice -n 10 bash -c "python3 -c 'from bakeoff.core.cli import main; main()' engines install llamacpp \
+setsid nice -n 10 bash -c "python3 -P -c 'from bakeoff.core.cli import main; main()' engines install llamacpp \
   --backend cuda > '$BK/logs/install.log' 2>&1; echo \$? > '$BK/install.rc'" < /dev/null &
 
 # -- 3. the model and its GGUF, on the CPU meanwhile ----------------------------------------------------
@@ -93,11 +93,11 @@ open(dst, "w").write(yaml.safe_dump(d, sort_keys=False))
 print("arms:", [a["name"] for a in d["arms"]], "dropped engines:", sorted(drop) or "none")
 EOF
 say "bakeoff run ($(left) s left)"
-timeout -s INT -k 8 $(($(left) - 25)) python3 -c "from bakeoff.core.cli import main; main()" run "$BK/crossengine.yaml" \
+timeout -s INT -k 8 $(($(left) - 25)) python3 -P -c "from bakeoff.core.cli import main; main()" run "$BK/crossengine.yaml" \
   --out "$BK/runs" > "$BK/logs/run.log" 2>&1
 say "run exit $?"; tail -40 "$BK/logs/run.log"
 run=$(ls -td "$BK"/runs/*/ 2>/dev/null | head -1)
-[ -n "$run" ] && timeout 25 python3 -c "from bakeoff.core.cli import main; main()" report "$run" > "$BK/report.txt" 2>&1
+[ -n "$run" ] && timeout 25 python3 -P -c "from bakeoff.core.cli import main; main()" report "$run" > "$BK/report.txt" 2>&1
 cat "$BK/report.txt" 2>/dev/null
 pack
 say "done"

@@ -129,11 +129,11 @@ if [ ! -e "$BK/bakeoff.ok" ]; then
   [ "$(left)" -lt 150 ] && { say "RESUME before the bakeoff"; pack; exit 3; }
   say "bakeoff run"
   rm -rf "$BK/runs"
-  timeout "$(left)" python3 -c "from bakeoff.core.cli import main; main()" run "$BK/bakeoff.yaml" --out "$BK/runs" \
+  timeout "$(left)" python3 -P -c "from bakeoff.core.cli import main; main()" run "$BK/bakeoff.yaml" --out "$BK/runs" \
     > "$BK/logs/bakeoff-run.log" 2>&1 && touch "$BK/bakeoff.ok"
   tail -30 "$BK/logs/bakeoff-run.log"
   run=$(ls -d "$BK"/runs/*/ | head -1)
-  COLUMNS=200 python3 -c "from bakeoff.core.cli import main; main()" report "$run" > "$BK/report.txt" 2>&1
+  COLUMNS=200 python3 -P -c "from bakeoff.core.cli import main; main()" report "$run" > "$BK/report.txt" 2>&1
 fi
 pack
 cat "$BK/report.txt" 2>/dev/null

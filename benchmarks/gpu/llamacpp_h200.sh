@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED=1 COLUMNS=200
 export BAKEOFF_SDIST_DIR="$PWD/$GPU"
 say() { echo "[$(date +%T) +$((SECONDS - T0))s] $*"; }
 left() { echo $((DEADLINE - (SECONDS - T0))); }
-bk() { python3 -c "from bakeoff.core.cli import main; main()" "$@"; }
+bk() { python3 -P -c "from bakeoff.core.cli import main; main()" "$@"; }
 
 pack() {
   say "packing results into \$OUT"
@@ -43,7 +43,7 @@ cat "$WORK/logs/machine.txt"
 # -- 2. the CUDA build, in its own session ----------------------------------------------------------
 BACKEND=${BACKEND:-cuda}
 say "starting: bakeoff engines install llamacpp --backend $BACKEND"
-setsid bash -c "python3 -c 'from bakeoff.core.cli import main; main()' engines install llamacpp --backend $BACKEND \
+setsid bash -c "python3 -P -c 'from bakeoff.core.cli import main; main()' engines install llamacpp --backend $BACKEND \
   > '$WORK/logs/install.log' 2>&1; echo \$? > '$WORK/install.rc'" < /dev/null &
 
 # -- 3. models and bakeoff files, while it builds ---------------------------------------------------
@@ -65,7 +65,7 @@ RUNS="mtp dflash"
 for name in $RUNS; do
   [ "$(left)" -le 40 ] && { say "no time left for $name"; break; }
   say "bakeoff run $name.yaml"
-  timeout "$(left)" python3 -c "from bakeoff.core.cli import main; main()" run "$WORK/yaml/$name.yaml" \
+  timeout "$(left)" python3 -P -c "from bakeoff.core.cli import main; main()" run "$WORK/yaml/$name.yaml" \
     --out "$WORK/runs" > "$WORK/logs/run-$name.log" 2>&1
   say "exit $?"
   run=$(ls -td "$WORK"/runs/*"$name"*/ 2>/dev/null | head -1)
