@@ -158,6 +158,7 @@ def _build(build: SdistBuild, log: Callable[[str], None], jobs: int) -> Path:
     staged = work / "install"
     shutil.rmtree(staged, ignore_errors=True)
     shutil.copytree(out / "bin", staged / "bin", symlinks=True)
+    _check_loads(staged / "bin" / build.target)
     (staged / "VERSION").write_text(f"{build.project}=={build.version} {build.backend}\n")
     staged.rename(target)
     shutil.rmtree(work, ignore_errors=True)
@@ -165,6 +166,20 @@ def _build(build: SdistBuild, log: Callable[[str], None], jobs: int) -> Path:
     if binary is None:
         raise FileNotFoundError(f"the build of {build.project} produced no bin/{build.target}")
     return binary
+
+
+def _check_loads(binary: Path) -> None:
+    """Refuse to cache a binary whose shared libraries are not in ``bin/`` (ldd says "not found"): the build
+    tree it was linked in is deleted next, so it could never start from the cache."""
+    ldd = shutil.which("ldd")
+    if not ldd or not binary.is_file():
+        return
+    env = {**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}
+    done = subprocess.run([ldd, str(binary)], capture_output=True, text=True, env=env, timeout=60)
+    missing = [line.split("=>")[0].strip() for line in done.stdout.splitlines() if "not found" in line]
+    if missing:
+        raise FileNotFoundError(f"{binary.name} needs {', '.join(missing)}, which the build did not put next to it "
+                                f"in bin/ (link it statically, or make the build place its libraries in bin/)")
 
 
 def _run(argv: list[str], sink: TextIO, build_log: Path, log: Callable[[str], None]) -> None:

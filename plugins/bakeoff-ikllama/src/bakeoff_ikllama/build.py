@@ -24,6 +24,9 @@ COMMON_FLAGS = (
     "-DLLAMA_CURL=OFF",
     "-DLLAMA_SERVER_SSL=OFF",
     "-DGGML_IQK_FA_ALL_QUANTS=OFF",
+    # One self-contained binary: this tree puts its shared libraries (libllama, libggml, libmtmd) next to
+    # their sources, not next to llama-server, so a shared build would not run from the cache.
+    "-DBUILD_SHARED_LIBS=OFF",
 )
 # The sdist leaves out common/cmake/build-info-gen-cpp.cmake, which the build of common/build-info.cpp runs;
 # this stand-in fills the template with the sdist's version (the tree has no git data to take it from).
