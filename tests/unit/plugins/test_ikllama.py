@@ -1,13 +1,15 @@
 """The ik_llama.cpp plugin: its flag dialect, knobs per method, options, read-back, acceptance and failure
-classification.
+classification. Fixtures in tests/fixtures/ikllama are captured from a real ik_llama.cpp server (see its README).
 """
 
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from bakeoff.core import Arm, CapabilityNotSupported, EngineUnavailable, PreflightError, Workload
@@ -21,8 +23,11 @@ from bakeoff_ikllama.adapter import (
     VALUE_OPTIONS,
     IkLlamaAdapter,
     IkLlamaOptions,
+    parse_acceptance_lines,
+    speculation_from_log,
 )
 
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "ikllama"
 PLUGIN = Path(ik_module.__file__).parents[2]
 KNOB_VALUES = {"n_max": 5, "n_min": 2, "p_min": 0.4, "lookup_min": 7, "lookup_max": 9}
 
@@ -238,6 +243,92 @@ def test_the_build_is_the_server_target_of_the_sdist_cached_by_version_and_backe
     assert build.install_dir.parent == tmp_path / "ik-llama-server"
     assert build.install_dir.name.startswith("0.1.5-cpu-")
     assert any("mno-amx-tile" in flag for flag in build.cmake_flags)
+
+
+# -- read-back, acceptance, failures (real captures) ------------------------------------------
+def replay(routes: dict[str, Any]) -> httpx.Client:
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = routes.get(request.url.path)
+        return httpx.Response(200, json=body) if body is not None else httpx.Response(404)
+
+    return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://127.0.0.1:1")
+
+
+def fixture_json(name: str) -> Any:
+    return json.loads((FIX / name).read_text())
+
+
+def test_effective_settings_from_props_and_the_startup_log(gguf: Path, tmp_path: Path) -> None:
+    adapter = IkLlamaAdapter()
+    arm = make_arm(gguf, speculative={"method": "ngram"}, settings={"ctx": 2048})
+    adapter.launch_spec(arm, 31000, tmp_path)
+    (tmp_path / "engine-pass0.log").write_text((FIX / "startup-ngram-mod.log").read_text())
+    http = replay({"/props": fixture_json("props.json"), "/v1/models": fixture_json("models.json")})
+    eff = adapter.effective_settings(http, arm)
+    assert eff.values["speculative"] is True and eff.values["total_slots"] == 1
+    assert eff.values["n_ctx_per_slot"] == fixture_json("props.json")["default_generation_settings"]["n_ctx"]
+    assert eff.mismatches == []
+
+
+def test_speculation_asked_but_not_running_is_a_mismatch(gguf: Path, tmp_path: Path) -> None:
+    adapter = IkLlamaAdapter()
+    arm = make_arm(gguf, speculative={"method": "ngram"}, settings={"ctx": 2048})
+    adapter.launch_spec(arm, 31000, tmp_path)
+    (tmp_path / "engine-pass0.log").write_text((FIX / "startup-spec-off.log").read_text())
+    eff = adapter.effective_settings(replay({"/props": fixture_json("props.json")}), arm)
+    assert any("WITHOUT speculation" in m for m in eff.mismatches)
+
+
+def test_the_startup_log_says_whether_speculation_runs() -> None:
+    assert speculation_from_log((FIX / "startup-ngram-mod.log").read_text()) is True
+    assert speculation_from_log((FIX / "startup-draft.log").read_text()) is True
+    assert speculation_from_log((FIX / "startup-spec-off.log").read_text()) is False
+
+
+def test_acceptance_from_the_final_chunk_timings_agrees_with_the_log_line() -> None:
+    final = fixture_json("draft-final-chunk.json")
+    log = (FIX / "draft-request.log").read_text()
+    stats = IkLlamaAdapter().server_stats(replay({}), final, None, log)
+    timings = final["timings"]
+    assert stats.drafted == timings["draft_n"] > 0 and stats.accepted == timings["draft_n_accepted"]
+    assert stats.completion_tokens == timings["predicted_n"]
+    assert stats.decode_tps == pytest.approx((timings["predicted_n"] - 1) / timings["predicted_ms"] * 1000)
+    assert stats.flags == []
+    line = parse_acceptance_lines(log)[-1]
+    assert (line["accepted"], line["generated"]) == (stats.accepted, stats.drafted)
+
+
+def test_a_log_line_that_disagrees_with_timings_is_flagged() -> None:
+    final = fixture_json("draft-final-chunk.json")
+    log = (FIX / "draft-request.log").read_text().replace(" accepted /", "1 accepted /", 1)
+    stats = IkLlamaAdapter().server_stats(replay({}), final, None, log)
+    assert any(f.startswith("acceptance-log-mismatch") for f in stats.flags)
+
+
+def test_a_request_without_drafts_has_zero_drafted_not_unknown() -> None:
+    final = fixture_json("off-final-chunk.json")
+    assert "draft_n" not in final["timings"]
+    stats = IkLlamaAdapter().server_stats(replay({}), final, None, "")
+    assert (stats.drafted, stats.accepted) == (0, 0) and stats.completion_tokens == final["timings"]["predicted_n"]
+
+
+def test_every_chunk_carries_the_cumulative_token_count() -> None:
+    chunks = [json.loads(line) for line in (FIX / "draft-stream.jsonl").read_text().splitlines()]
+    counts = [IkLlamaAdapter().chunk_token_count(c) for c in chunks]
+    counted = [c for c in counts if c is not None]
+    assert counted == sorted(counted) and len(counted) >= len(chunks) - 2
+
+
+@pytest.mark.parametrize("name,reason", [
+    ("fail-unknown-flag.log", "unknown-flag"),
+    ("fail-bad-spec-type.log", "unknown-flag"),
+    ("fail-model-missing.log", "model-load-failed"),
+    ("fail-bad-draft.log", "bad-draft-model"),
+])
+def test_startup_failures_are_classified_from_real_logs(name: str, reason: str) -> None:
+    error = IkLlamaAdapter().classify_startup_failure((FIX / name).read_text())
+    assert error is not None and error.reason == reason, name
+    assert error.log_line and error.log_line in (FIX / name).read_text()
 
 
 def test_request_fields_ask_for_per_chunk_timings_and_no_prompt_cache(gguf: Path) -> None:
