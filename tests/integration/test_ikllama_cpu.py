@@ -116,7 +116,8 @@ def test_prompt_tokens_counted_with_the_forks_tokenizer_are_what_it_processes(ik
     port = free_port()
     spec = adapter.launch_spec(Arm.model_validate(arm("count")), port, tmp_path)
     log = (tmp_path / "engine.log").open("wb")
-    proc = subprocess.Popen(spec.argv, env={**os.environ, **spec.env}, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(spec.argv, env={**os.environ, **spec.env}, cwd=spec.cwd, stdout=log,
+                            stderr=subprocess.STDOUT)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
             deadline = time.monotonic() + 120

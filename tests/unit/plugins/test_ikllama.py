@@ -87,6 +87,10 @@ def test_entry_point_is_declared_in_the_plugin_package() -> None:
 
 
 # -- the dialect -----------------------------------------------------------------------------
+def test_the_fork_runs_in_the_arm_directory_where_it_writes_its_llama_log(gguf: Path) -> None:
+    assert IkLlamaAdapter().launch_spec(make_arm(gguf), 31000, gguf.parent).cwd == gguf.parent
+
+
 def test_speculation_off_is_explicit(gguf: Path) -> None:
     args = argv(gguf)
     assert args[args.index("--spec-type") + 1] == "none" and "-no-mtp" in args

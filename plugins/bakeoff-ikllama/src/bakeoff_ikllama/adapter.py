@@ -246,7 +246,8 @@ class IkLlamaAdapter(EngineAdapter):
         if any(binary.parent.glob("libllama.so*")):  # bakeoff's build keeps its shared libraries beside the binary
             env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(binary.parent),
                                                                    os.environ.get("LD_LIBRARY_PATH")]))
-        return LaunchSpec(argv=argv, env=env, ready_path="/health")
+        # cwd: the fork writes a llama.log into its working directory; keep it in the arm's run directory
+        return LaunchSpec(argv=argv, env=env, cwd=workdir, ready_path="/health")
 
     @staticmethod
     def option_args(options: IkLlamaOptions) -> list[str]:
