@@ -9,8 +9,11 @@ Reports turn these into each arm's floor tok/s and efficiency (core/roofline.py)
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from .config import Arm
 from .roofline import gpu_copy_bandwidth_gbs, host_copy_bandwidth_gbs, model_bytes
@@ -82,16 +85,14 @@ def hardware_record(arms: list[Arm]) -> dict[str, Any]:
 
 
 def engine_pids(pgid: int) -> set[int]:
-    """Processes of the engine's process group (Linux /proc)."""
+    """Processes of the engine's process group."""
     pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rfind(")") + 2:].split()[2]) == pgid:
-                pids.add(int(entry.name))
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) == pgid:
+                pids.add(pid)
+        except OSError:  # gone since the listing
+            continue
     return pids
 
 

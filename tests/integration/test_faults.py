@@ -22,6 +22,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from rich.console import Console
 
@@ -272,16 +273,7 @@ workload: {prompts: [prose], max_tokens: 16, reps: 5, warmup: 1}
 
 
 def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rfind(")") + 2:].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
+    return [child.pid for child in psutil.Process(pid).children()]
 
 
 def _group_alive(pgid: int) -> bool:
