@@ -11,6 +11,7 @@ import base64
 import html
 import json
 
+from ..phases import phase_rows
 from .model import RunSummary
 from .tables import audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note, roofline_table
 
@@ -74,6 +75,8 @@ def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
               for f in s.failures]
     if (correct := correctness_table(s)) is not None:
         parts += ["<h2>Correctness</h2>", _table(*correct, "correctness")]
+    if s.phases:
+        parts += ["<h2>Phases</h2>", _table(*phase_rows(s.phases), "phases")]
     if (roof := roofline_table(s)) is not None:
         parts += ["<h2>Roofline</h2>", _table(*roof, "roofline"), f'<ul class="notes"><li>{esc(roofline_note(s) or "")}'
                   "</li></ul>"]

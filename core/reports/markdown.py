@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..phases import phase_rows
 from .model import RunSummary
 from .tables import audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note, roofline_table
 
@@ -26,6 +27,9 @@ def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
     if (correct := correctness_table(s)) is not None:
         parts += ["", "**Correctness** (quality gates, greedy outputs vs baseline, equal work)", "",
                   markdown_table(*correct)]
+    if s.phases:
+        parts += ["", "**Phases** (each knob against its neighbouring baselines, paired, 95 % CI)", "",
+                  markdown_table(*phase_rows(s.phases))]
     if (roof := roofline_table(s)) is not None:
         parts += ["", "**Roofline** (how close each arm decodes to the memory-bandwidth limit)", "",
                   markdown_table(*roof), "", f"- {roofline_note(s)}"]

@@ -29,6 +29,7 @@ from ..stats import (
 )
 from ..store import RunDir
 from ..fairness import equal_work, finish_counts
+from ..phases import PhaseResult, compare_phases
 from ..gates import score_gates, spec_identity
 
 __all__ = [
@@ -89,6 +90,8 @@ class RunSummary(BaseModel):
     failures: list[ArmFailure] = Field(default_factory=list)
     dropped_foreign_load: int | None = Field(None, description="Samples left out because they were taken under "
                                                                "foreign load (None: none were left out on purpose).")
+    phases: list[PhaseResult] = Field(default_factory=list, description="Live-knob phase runs: each phase, and each "
+                                      "knob against its neighbouring baselines (paired, bootstrap interval).")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -294,7 +297,8 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         max_tokens=workload.get("max_tokens"), reps=workload.get("reps"),
         passes=len(orders) or len({s.pass_index for s in samples}), orders=orders,
         bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), engines=engines, host=meta.get("host", {}),
-        arms=arms, comparisons=comparisons, failures=failures)
+        arms=arms, comparisons=comparisons, failures=failures,
+        phases=compare_phases(samples, meta["phases"], seed=seed) if meta.get("phases") else [])
     if drop_foreign_load:
         summary.dropped_foreign_load = len(data.samples) - len(samples)
     _rooflines(meta, samples, summary)

@@ -261,6 +261,14 @@ def test_phases_revert_on_success_and_the_report_compares_neighbours(tmp_path: P
     assert {s.arm for s in samples} == {"baseline", "toggled"}
     assert "each knob against its neighbouring baselines" in out and "p01-toggled" in out
     assert (rd / "report" / "phases.md").exists()
+    summary = json.loads((rd / "report" / "summary.json").read_text())
+    assert [p["phase"] for p in summary["phases"]] == ["p00-baseline", "p01-toggled", "p02-baseline"]
+    knob_result = summary["phases"][1]
+    assert knob_result["ratio"]["lo"] <= knob_result["ratio"]["estimate"] <= knob_result["ratio"]["hi"]
+    assert knob_result["baselines"] == ["p00-baseline", "p02-baseline"]
+    for report in ("report.md", "report.html"):
+        text = (rd / "report" / report).read_text()
+        assert "Phases" in text and "p01-toggled" in text, report
 
 
 def test_a_failed_probe_stops_the_phases_and_reverts(tmp_path: Path) -> None:
