@@ -91,6 +91,10 @@ def test_the_fork_runs_in_the_arm_directory_where_it_writes_its_llama_log(gguf: 
     assert IkLlamaAdapter().launch_spec(make_arm(gguf), 31000, gguf.parent).cwd == gguf.parent
 
 
+def test_the_gguf_chat_template_is_applied_as_llamacpp_does(gguf: Path) -> None:
+    assert "--jinja" in argv(gguf)
+
+
 def test_speculation_off_is_explicit(gguf: Path) -> None:
     args = argv(gguf)
     assert args[args.index("--spec-type") + 1] == "none" and "-no-mtp" in args

@@ -17,6 +17,8 @@ Facts this adapter is built on (ik-llama-cpp-python 0.1.5, ``vendor/ik_llama.cpp
   logs ``draft acceptance rate = R (A accepted / G generated)``. ``timings_per_token`` gives cumulative
   ``predicted_n`` on every chunk. ``predicted_per_second`` is ``predicted_n / predicted_ms`` (llama.cpp:
   ``predicted_n - 1``), so bakeoff recomputes it over the same window as its own decode rate.
+- The GGUF's chat template is applied only with ``--jinja`` (llama.cpp: by default), so it is always passed:
+  otherwise the same messages become different prompts on the two engines.
 - ``/props`` has ``total_slots`` and ``default_generation_settings.n_ctx`` but nothing about speculation; the
   startup log says whether a speculative context was initialized.
 """
@@ -232,8 +234,10 @@ class IkLlamaAdapter(EngineAdapter):
         assert arm.model is not None  # preflight refuses an arm without one
         self._workdir = workdir
         s = arm.settings
+        # --jinja: the GGUF's own chat template, as llama.cpp applies it by default; without it the fork uses a
+        # built-in template (for SmolLM2: no default system prompt, 21 prompt tokens fewer than llama.cpp)
         argv = [str(binary), "-m", str(resolve_model(arm.model)), "--host", s.host, "--port", str(port),
-                "--metrics", "-np", str(s.parallel or 1)]
+                "--metrics", "--jinja", "-np", str(s.parallel or 1)]
         argv += cli_flags([
             ("-c", s.ctx), ("-t", s.threads), ("-ngl", s.gpu_layers), ("-sm", s.split),
             ("-ts", ",".join(f"{x:g}" for x in s.tensor_split) if s.tensor_split else None),
