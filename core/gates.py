@@ -171,6 +171,18 @@ def _stream_equality(http: httpx.Client, base: dict[str, Any], timeout_s: float,
                    f"non-stream {plain[pos:pos + _CONTEXT_CHARS]!r}"), f"stream: {streamed.text}\n---\n{plain}"
 
 
+def _server_error(resp: httpx.Response) -> str | None:
+    """The server's own reason for a refused probe (OpenAI error JSON, else the body's first line)."""
+    try:
+        body = resp.json()
+        err = body.get("error", body) if isinstance(body, dict) else body
+        msg = err.get("message") if isinstance(err, dict) else err
+    except ValueError:
+        msg = resp.text
+    text = str(msg or "").strip()
+    return text.splitlines()[0][:200] if text else None
+
+
 def run_gates(http: httpx.Client, names: Sequence[str], model_id: str, request_fields: dict[str, Any],
               stream_options: dict[str, Any], seed: int, timeout_s: float) -> dict[str, dict[str, Any]]:
     """Send each probe once; ``{name: {passed, detail, answer}}`` (``passed`` None: the probe could not run)."""
@@ -196,6 +208,8 @@ def run_gates(http: httpx.Client, names: Sequence[str], model_id: str, request_f
                 raise ValueError(f"unknown gate {name!r}")
         except (httpx.HTTPError, ValidationError, ValueError, RuntimeError, IndexError) as exc:
             detail = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            if isinstance(exc, httpx.HTTPStatusError) and (why := _server_error(exc.response)):
+                detail += f": {why}"  # e.g. vLLM: tools need --enable-auto-tool-choice and a parser
             out[name] = {"passed": None, "detail": f"could not run: {detail}", "answer": None}
             continue
         out[name] = {"passed": bool(passed), "detail": detail, "answer": answer[:500]}

@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from bakeoff.core.fairness import OUTPUTS_FILE, finish_flags, output_line
-from bakeoff.core.gates import check_schema, score_gates
+from bakeoff.core.gates import check_schema, run_gates, score_gates
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import RunDir
@@ -149,3 +151,18 @@ def test_tool_arguments_are_checked_against_the_schema() -> None:
     assert check_schema({"city": "Paris", "unit": "kelvin"}, schema) == \
         "arguments.unit is 'kelvin', not one of ['celsius', 'fahrenheit']"
     assert check_schema({"city": 3}, schema) == "arguments.city is int, schema wants string"
+
+
+def test_a_refused_probe_is_skipped_with_the_servers_own_reason() -> None:
+    # vLLM 0.32's answer to tools with tool_choice auto when no tool parser is configured
+    refusal = {"error": {"message": '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
+                                    "to be set", "type": "BadRequestError", "param": None, "code": 400}}
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json=refusal)
+
+    with httpx.Client(base_url="http://127.0.0.1:9", transport=httpx.MockTransport(serve)) as http:
+        out = run_gates(http, ["tool_call"], "m", {}, {}, 0, 5.0)
+    assert out["tool_call"]["passed"] is None
+    assert out["tool_call"]["detail"].startswith("could not run: Client error '400 Bad Request'")
+    assert out["tool_call"]["detail"].endswith("requires --enable-auto-tool-choice and --tool-call-parser to be set")
