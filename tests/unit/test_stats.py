@@ -103,6 +103,20 @@ def test_identical_arms_are_not_separable() -> None:
     assert ratio is not None and verdict(ratio) == "not separable"
 
 
+def test_identical_arms_rarely_raise_a_false_alarm() -> None:
+    # 100 simulated A/A runs (3 passes x 6 requests, 5 % per-request noise, a per-pass drift shared by both arms):
+    # at 95 % the two-sided verdict should call "faster" or "slower" in about 5 % of them, not in a quarter.
+    alarms = 0
+    for trial in range(100):
+        drift = np.repeat(_noisy(1, 3, 0.1, 1000 + trial), 6)
+        a = _samples("a", list(drift * _noisy(100, 18, 0.05, 2 * trial)), passes=3)
+        b = _samples("b", list(drift * _noisy(100, 18, 0.05, 2 * trial + 1)), passes=3)
+        ratio = paired_ratio(a, b, key=f"aa{trial}", n_boot=400)
+        assert ratio is not None
+        alarms += verdict(ratio) != "not separable"
+    assert alarms <= 15, f"{alarms} false alarms in 100 identical pairs"
+
+
 def test_requests_without_a_partner_or_failed_are_left_out() -> None:
     base = _samples("b", [100.0, 100.0, 100.0])
     arm = _samples("a", [110.0, 120.0])
