@@ -38,7 +38,8 @@ from .db import (
 )
 from .errors import BakeoffError
 from .redact import Redactor, redact_config
-from .sample import SCHEMA_VERSION, Sample
+from .record import RUN_SCHEMA_VERSION, RunRecord, parse_run_record
+from .sample import Sample
 from .sample_lines import NewerSchemaError, parse_sample, read_json_lines, scan_lines
 
 _log = logging.getLogger(__name__)
@@ -121,6 +122,11 @@ class RunDir:
         self.warnings: list[str] = []  # what reading run.json and the records found (reports show them)
         self._run_id: str | None = None
 
+    @classmethod
+    def open(cls, path: Path) -> RunDir:
+        """An existing run directory, for reading: nothing is created or changed."""
+        return cls(path, create=False)
+
     # -- identity ------------------------------------------------------------------------------
     @property
     def run_id(self) -> str:
@@ -180,14 +186,19 @@ class RunDir:
         return target
 
     # -- run.json ------------------------------------------------------------------------------
-    def write_run(self, data: dict[str, Any]) -> None:
-        """Write run.json (atomically) and its copy in the index; configuration secrets are masked."""
-        body = {k: v for k, v in data.items() if k not in ("schema_version", "run_id")}
-        if isinstance(body.get("config"), dict):  # names kept, values masked
-            body["config"] = redact_config(body["config"])
-        if "arm_records" in body:  # what engines said (errors, log tails, settings): by value and shape
-            body["arm_records"] = self.redactor.value(body["arm_records"])
-        payload = {"schema_version": SCHEMA_VERSION, "run_id": self.run_id, **body}
+    def write_record(self, record: RunRecord) -> None:
+        """Write run.json (atomically) and its copy in the index; configuration secrets are masked.
+
+        The one way run.json is written: the record's own version and this run's id are stamped on it.
+        """
+        payload = record.to_json()
+        payload.pop("run_id", None)
+        if isinstance(payload.get("config"), dict):  # names kept, values masked
+            payload["config"] = redact_config(payload["config"])
+        if "arm_records" in payload:  # what engines said (errors, log tails, settings): by value and shape
+            payload["arm_records"] = self.redactor.value(payload["arm_records"])
+        payload = {"schema_version": RUN_SCHEMA_VERSION, "run_id": self.run_id,
+                   **{k: v for k, v in payload.items() if k != "schema_version"}}
         tmp = self.run_json.with_suffix(".json.tmp")
         try:
             with tmp.open("w") as f:
@@ -206,33 +217,34 @@ class RunDir:
         data = json.loads(self.run_json.read_bytes().decode("utf-8"))
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        version = data.get("schema_version", 1)
-        if isinstance(version, int) and version > SCHEMA_VERSION:
-            raise NewerSchemaError(f"{self.run_json}: schema_version {version}, this bakeoff reads up to "
-                                   f"{SCHEMA_VERSION}; upgrade bakeoff to read this run")
         return data
 
-    def read_run(self, *, strict: bool = True) -> dict[str, Any]:
-        """run.json ({} if the run never wrote one); when it is damaged, the index's copy.
+    def read_record(self, *, strict: bool = True) -> RunRecord:
+        """run.json as a typed record (empty if the run never wrote one); when it is damaged, the index's copy.
+        The one way run.json is read; nothing is written.
 
-        :param strict: raise when run.json is damaged and the index has no copy; else return {} and warn.
+        :param strict: raise when run.json is damaged and the index has no copy; else return an empty
+            record and warn.
         :raises RunFileError: damaged, no copy in the index (strict only).
-        :raises NewerSchemaError: written by a newer bakeoff.
+        :raises NewerRunRecordError: written by a newer bakeoff.
+        :raises RunRecordError: a field holds something this bakeoff cannot read (the message names it).
         """
         if not self.run_json.exists():
-            return {}
+            return RunRecord()
         try:
-            return self._load_run_json()
+            data = self._load_run_json()
         except (OSError, ValueError) as exc:
             why = f"{self.run_json} is damaged ({type(exc).__name__}: {exc}; truncated by a crash or a full disk?)"
+        else:
+            return parse_run_record(data, str(self.run_json), self.warnings)
         copy = self._index_meta()
         if copy is not None:
             self.warnings.append(f"{why}; read the copy kept in {DB_NAME}")
-            return copy
+            return parse_run_record(copy, f"{DB_NAME} (copy of run.json)", self.warnings)
         if strict:
             raise RunFileError(f"{why}, and {DB_NAME} holds no copy of it")
         self.warnings.append(f"{why}; configuration, baseline and arm records are unknown")
-        return {}
+        return RunRecord()
 
     def _index_meta(self) -> dict[str, Any] | None:
         if not self.db.exists:
@@ -242,10 +254,24 @@ class RunDir:
         except StoreError:
             return None
 
+    def update_record(self, **changes: Any) -> RunRecord:
+        """Change some fields of run.json (validated like any record) and write it; returns the new record."""
+        data = {**self.read_record().to_json(), **changes}
+        record = parse_run_record(_jsonable(data), str(self.run_json))
+        self.write_record(record)
+        return record
+
+    # Untyped views for callers not yet moved to RunRecord; both go through the record.
+    def read_run(self, *, strict: bool = True) -> dict[str, Any]:
+        """run.json as a JSON dict, read through :meth:`read_record`."""
+        return self.read_record(strict=strict).to_json()
+
+    def write_run(self, data: dict[str, Any]) -> None:
+        """Write a JSON dict as run.json, validated as a :class:`RunRecord` on the way."""
+        self.write_record(parse_run_record(_jsonable(data), str(self.run_json)))
+
     def update_run(self, **changes: Any) -> None:
-        data = self.read_run()
-        data.update(changes)
-        self.write_run(data)
+        self.update_record(**changes)
 
     # -- arm records (append-only) -------------------------------------------------------------
     def arm_records(self, meta: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -427,6 +453,17 @@ class RunDir:
 
     def samples(self) -> list[Sample]:
         return self.stored_samples().samples
+
+
+def _jsonable(data: dict[str, Any]) -> Any:
+    """A dict as JSON would hold it (models, paths and tuples turned into plain values)."""
+    return json.loads(json.dumps(data, default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", by_alias=True)
+    return str(value)
 
 
 def read_samples(path: Path) -> list[Sample]:
