@@ -28,6 +28,7 @@ __all__ = [
     "Prompt",
     "Workload",
     "BakeoffFile",
+    "CalibrateSection",
     "load_bakeoff",
     "parse_bakeoff",
     "format_validation_error",
@@ -268,11 +269,57 @@ class Workload(Strict):
         return self
 
 
+class CalibrateSection(Strict):
+    """Forced-acceptance calibration (core/calibrate.py): speedup over spec-off for every acceptance x n_max."""
+
+    engine: Literal["llamacpp", "vllm"] = Field(description="llamacpp: models synthesized with the chosen "
+                                                "acceptance; vllm: synthetic rejection sampling.")
+    method: SpecMethod = Field("mtp", description="llamacpp: mtp (any acceptance) or dflash (0 and 1 only); "
+                                                  "vllm: ngram or draft (the drafter whose drafts are forced).")
+    n_max: list[int] = Field(default_factory=lambda: [1, 2, 3], description="Draft lengths to calibrate.")
+    acceptance: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0],
+                                    description="Forced acceptance (accepted / drafted) per point.")
+    shape: Literal["tiny"] | dict[str, int] = Field("tiny", description="llamacpp: the synthesized model's "
+                                                    "dimensions (tiny, or e.g. {hidden: 256, layers: 4}).")
+    model: str | None = Field(None, description="vllm: the model served (default smollm2 converted).")
+    settings: Settings = Field(default_factory=Settings)
+    options: dict[str, Any] = Field(default_factory=dict, description="Engine options for every calibration arm.")
+
+    @field_validator("n_max")
+    @classmethod
+    def _n_max_positive(cls, v: list[int]) -> list[int]:
+        if not v or any(n < 1 for n in v):
+            raise ValueError("give a non-empty list of draft lengths >= 1")
+        _no_repeats(v, "n_max")
+        return v
+
+    @field_validator("acceptance")
+    @classmethod
+    def _acceptance_in_range(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0.0 <= a <= 1.0 for a in v):
+            raise ValueError("give a non-empty list of acceptances within [0, 1]")
+        _no_repeats(v, "acceptance")
+        return v
+
+    @model_validator(mode="after")
+    def _method_fits_engine(self) -> CalibrateSection:
+        allowed = {"llamacpp": ("mtp", "dflash"), "vllm": ("ngram", "draft")}[self.engine]
+        if self.method not in allowed:
+            raise ValueError(f"method {self.method!r} cannot be calibrated on {self.engine}; use "
+                             f"{' or '.join(allowed)}")
+        if self.engine == "llamacpp" and self.method == "dflash" and set(self.acceptance) - {0.0, 1.0}:
+            raise ValueError("llamacpp dflash synthesizes acceptance 0 and 1 only (random or agreeing pair)")
+        return self
+
+
 class BakeoffFile(Strict):
     """A whole bakeoff: arms, workload and the arm others are compared with."""
 
     name: str = Field("bakeoff", description="Title of the run.")
-    arms: list[Arm] = Field(min_length=1)
+    arms: list[Arm] = Field(default_factory=list, description="The contestants (may be [] with a calibrate: "
+                                                              "section).")
+    calibrate: list[CalibrateSection] | None = Field(None, description="Forced-acceptance calibration sections; "
+                                                     "`bakeoff run` adds their arms (core/calibrate.py).")
     workload: Workload = Field(default_factory=Workload)
     baseline: str | None = Field(None, description="Arm the others are compared with (default: the first).")
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description=SWEEP_DESCRIPTION + " Applies to "
@@ -284,6 +331,8 @@ class BakeoffFile(Strict):
 
     @model_validator(mode="after")
     def _unique_names_and_baseline(self) -> BakeoffFile:
+        if not self.arms and not self.calibrate:
+            raise ValueError("arms: give at least one arm (or a calibrate: section)")
         seen: set[str] = set()
         for arm in self.arms:
             if arm.name in seen:
@@ -293,6 +342,11 @@ class BakeoffFile(Strict):
         if self.baseline is not None and self.baseline not in seen and not swept:
             raise ValueError(f"baseline {self.baseline!r} is not an arm name")
         return self
+
+    @field_validator("calibrate", mode="before")
+    @classmethod
+    def _one_section_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, dict) else v
 
     @property
     def baseline_arm(self) -> str:
@@ -369,9 +423,10 @@ def parse_bakeoff(text: str, source: str = "<string>") -> BakeoffFile:
         config = BakeoffFile.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source, root)) from exc
-    from .sweep import expand_sweeps  # late: sweep builds on this module
+    from .calibrate import expand_calibration  # late: both build on this module
+    from .sweep import expand_sweeps
 
-    return expand_sweeps(config, source, root)
+    return expand_calibration(expand_sweeps(config, source, root), source)
 
 
 def load_bakeoff(path: str | Path) -> BakeoffFile:

@@ -12,6 +12,7 @@ import html
 import json
 
 from ..phases import phase_rows
+from .calibration import break_even_rows, calibration_rows, heatmap_grids
 from .model import RunSummary
 from .tables import audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note, roofline_table
 
@@ -58,6 +59,22 @@ def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
     return "".join(out)
 
 
+def _calibration_html(s: RunSummary) -> list[str]:
+    c = s.calibration
+    if c is None:
+        return []
+    parts = ["<h2>Calibration (forced acceptance)</h2>"]
+    for name, (accs, ns, grid) in heatmap_grids(c).items():
+        rows = [[f"{a:.2f}", *("–" if v is None else f"{v:.2f}×" for v in row)] for a, row in zip(accs, grid)]
+        slug = name.replace(" ", "-")
+        parts += [f"<h3>{html.escape(name)}: speedup by acceptance and n_max</h3>",
+                  _table(["acceptance", *(f"n_max {n}" for n in ns)], rows, f"calibration-grid-{slug}")]
+    parts += ["<h3>Break-even acceptance</h3>", _table(*break_even_rows(c), "calibration-break-even"),
+              "<h3>Calibration points</h3>", _table(*calibration_rows(c), "calibration-points")]
+    parts += [f'<div class="warn">⚠ {html.escape(f)}</div>' for f in c.flags]
+    return parts
+
+
 def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
     """The report as one HTML document; ``plots`` as returned by ``plots.render_plots``."""
     esc = html.escape
@@ -77,6 +94,8 @@ def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
         parts += ["<h2>Correctness</h2>", _table(*correct, "correctness")]
     if s.phases:
         parts += ["<h2>Phases</h2>", _table(*phase_rows(s.phases), "phases")]
+    if s.calibration is not None:
+        parts += _calibration_html(s)
     if (roof := roofline_table(s)) is not None:
         parts += ["<h2>Roofline</h2>", _table(*roof, "roofline"), f'<ul class="notes"><li>{esc(roofline_note(s) or "")}'
                   "</li></ul>"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..phases import phase_rows
+from .calibration import break_even_rows, calibration_rows, heatmap_grids
 from .model import RunSummary
 from .tables import audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note, roofline_table
 
@@ -21,6 +22,22 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def calibration_markdown(s: RunSummary) -> list[str]:
+    """Speedup grids (acceptance x n_max), the break-even table and every calibration point."""
+    c = s.calibration
+    if c is None:
+        return []
+    parts = ["**Calibration** (forced acceptance; speedup over spec-off, paired, 95 % CI)", ""]
+    for name, (accs, ns, grid) in heatmap_grids(c).items():
+        rows = [[f"{a:.2f}", *("–" if v is None else f"{v:.2f}×" for v in row)] for a, row in zip(accs, grid)]
+        parts += [f"{name}: speedup by acceptance (rows) and n_max (columns)", "",
+                  markdown_table(["acceptance", *(f"n_max {n}" for n in ns)], rows), ""]
+    parts += ["Break-even acceptance per n_max", "", markdown_table(*break_even_rows(c)), "",
+              markdown_table(*calibration_rows(c))]
+    parts += [f"- {f}" for f in c.flags]
+    return parts
+
+
 def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
     parts = [f"## {s.name}", "", markdown_table(*community_table(s)), ""]
     parts += [f"- {note}" for note in footnotes(s)]
@@ -30,6 +47,8 @@ def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
     if s.phases:
         parts += ["", "**Phases** (each knob against its neighbouring baselines, paired, 95 % CI)", "",
                   markdown_table(*phase_rows(s.phases))]
+    if s.calibration is not None:
+        parts += ["", *calibration_markdown(s)]
     if (roof := roofline_table(s)) is not None:
         parts += ["", "**Roofline** (how close each arm decodes to the memory-bandwidth limit)", "",
                   markdown_table(*roof), "", f"- {roofline_note(s)}"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ..calibrate import Calibration, analyze_calibration
 from ..redact import redact_text, redact_url
 from ..roofline import ModelBytes, roofline_for
 from ..sample import Sample
@@ -92,6 +93,8 @@ class RunSummary(BaseModel):
                                                                "foreign load (None: none were left out on purpose).")
     phases: list[PhaseResult] = Field(default_factory=list, description="Live-knob phase runs: each phase, and each "
                                       "knob against its neighbouring baselines (paired, bootstrap interval).")
+    calibration: Calibration | None = Field(None, description="Forced-acceptance calibration (a calibrate: "
+                                            "section): speedup per acceptance x n_max, break-even acceptance.")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -298,7 +301,8 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         passes=len(orders) or len({s.pass_index for s in samples}), orders=orders,
         bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), engines=engines, host=meta.get("host", {}),
         arms=arms, comparisons=comparisons, failures=failures,
-        phases=compare_phases(samples, meta["phases"], seed=seed) if meta.get("phases") else [])
+        phases=compare_phases(samples, meta["phases"], seed=seed) if meta.get("phases") else [],
+        calibration=analyze_calibration(config, samples, records, n_boot=n_boot, level=level, seed=seed))
     if drop_foreign_load:
         summary.dropped_foreign_load = len(data.samples) - len(samples)
     _rooflines(meta, samples, summary)

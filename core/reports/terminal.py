@@ -5,12 +5,42 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from .calibration import break_even_rows, calibration_rows, heatmap_grids
 from .model import RunSummary
 from .tables import audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note, roofline_table
 
-__all__ = ["print_summary"]
+__all__ = ["print_calibration", "print_summary"]
 
 _VERDICT_STYLE = {"faster": "green", "slower": "red", "not separable": "yellow"}
+
+
+def print_calibration(s: RunSummary, out: Console) -> None:
+    """The speedup grid per engine (green above 1, red below), break-even acceptances, every point."""
+    c = s.calibration
+    if c is None:
+        return
+    for name, (accs, ns, grid) in heatmap_grids(c).items():
+        out.print(f"[bold]calibration {name}: speedup over spec-off[/bold] (rows: forced acceptance)",
+                  highlight=False)
+        table = Table()
+        table.add_column("acceptance")
+        for n in ns:
+            table.add_column(f"n_max {n}", justify="right")
+        for a, row in zip(accs, grid):
+            table.add_row(f"{a:.2f}", *("–" if v is None else f"[{'green' if v >= 1 else 'red'}]{v:.2f}×[/]"
+                                        for v in row))
+        out.print(table)
+    for title, (header, rows) in (("break-even acceptance", break_even_rows(c)),
+                                  ("calibration points", calibration_rows(c))):
+        table = Table(title=title)
+        for col in header:
+            table.add_column(col, justify="left" if col in ("engine", "method", "point", "from", "flags")
+                             else "right")
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
+    for f in c.flags:
+        out.print(f"[bold yellow]calibration:[/bold yellow] {f}", highlight=False)
 
 
 def print_summary(s: RunSummary, out: Console) -> None:
@@ -46,6 +76,7 @@ def print_summary(s: RunSummary, out: Console) -> None:
         for row in table_rows[1]:
             extra.add_row(*row)
         out.print(extra)
+    print_calibration(s, out)
     if (note := roofline_note(s)) is not None:
         out.print(f"[dim]{note}[/dim]", highlight=False)
     for msg in s.warnings:

@@ -1,0 +1,417 @@
+"""Forced-acceptance calibration: how much speed each engine turns a given acceptance into, per n_max.
+
+Two things decide whether speculation pays: how many drafts are accepted (the drafter, the prompt) and
+what a verify step costs (the engine, the hardware). A ``calibrate:`` section separates them by forcing
+the acceptance: llama.cpp serves models bakeoff synthesizes with the acceptance built in
+(engines/llamacpp_synth.py: an MTP head that misses a chosen fraction of tokens, or an agreeing/random
+DFlash pair), vLLM uses its synthetic rejection sampler. Every (acceptance, n_max) becomes an arm, plus
+one spec-off arm per section; the analysis pairs each point with spec-off request by request.
+
+Per point: the speedup (client decode rate, paired, bootstrap interval), the same ratio from the
+engine's own timings, the measured acceptance, and the verify-step cost in plain-step units
+(engine decode time / draft steps, over the spec-off time per token). Per n_max: the break-even
+acceptance, where speedup crosses 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .config import Arm, BakeoffFile, CalibrateSection
+from .errors import ConfigError
+from .sample import Sample
+from .stats import LEVEL, N_BOOT, paired_ratio
+
+__all__ = [
+    "BreakEven",
+    "CalPoint",
+    "Calibration",
+    "CalibrationPoint",
+    "acceptance_error",
+    "analyze_calibration",
+    "break_even",
+    "calibration_arms",
+    "expand_calibration",
+    "mtp_file_acceptance",
+    "plan_points",
+    "vllm_acceptance_rates",
+]
+
+GRID = 200  # MTP file acceptances tried when looking for the one that gives a target at some n_max
+
+
+@dataclass(frozen=True)
+class CalPoint:
+    """One arm of a calibration section (``method == "off"`` for its spec-off reference)."""
+
+    arm: str
+    engine: str
+    method: str
+    n_max: int | None = None
+    target_acceptance: float | None = None
+    expected_acceptance: float | None = None  # what the forcing mechanism should produce (llama.cpp MTP: simulated)
+    file_acceptance: float | None = None  # llama.cpp MTP: the synthesized head's acceptance at n_max 1
+
+
+class CalibrationPoint(BaseModel):
+    engine: str
+    method: str
+    n_max: int
+    target_acceptance: float
+    expected_acceptance: float | None = Field(None, description="What the forced model should give at this n_max.")
+    measured_acceptance: float | None = Field(None, description="Sum of accepted / sum of drafted, engine counts.")
+    speedup: float | None = Field(None, description="Median paired ratio of client decode tok/s over spec-off.")
+    ci_low: float | None = None
+    ci_high: float | None = None
+    engine_speedup: float | None = Field(None, description="The same paired ratio from the engine's own decode "
+                                                           "tok/s (llama.cpp timings.predicted_per_second).")
+    verify_step_cost: float | None = Field(None, description="Engine decode time per draft step over engine time "
+                                                             "per spec-off token (1 = a verify step costs a plain "
+                                                             "step); median of paired requests.")
+    tokens_per_step: float | None = Field(None, description="Tokens committed per verify step (engine counts).")
+    ideal_speedup: float | None = Field(None, description="1 + acceptance x n_max: a verify step costing one plain step.")
+    samples: int = 0
+    flags: list[str] = Field(default_factory=list)
+
+
+class BreakEven(BaseModel):
+    engine: str
+    method: str
+    n_max: int
+    acceptance: float | None = Field(None, description="Acceptance where speedup = 1 (None: never crossed and "
+                                                       "no cost to extrapolate from).")
+    ci_low: float | None = None
+    ci_high: float | None = None
+    source: str = Field("", description="'measured crossing' (interpolated between calibrated points) or 'cost "
+                                        "model' ((verify cost - 1) / n_max; above 1 means never).")
+
+
+class Calibration(BaseModel):
+    points: list[CalibrationPoint] = Field(default_factory=list)
+    break_even: list[BreakEven] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list, description="What kept a point from being measured.")
+
+
+# -- planning ---------------------------------------------------------------------------------
+
+
+def _fmt(a: float) -> str:
+    return f"{a:.2f}"
+
+
+def _prefix(section: CalibrateSection) -> str:
+    return f"cal-{section.engine}-{section.method}"
+
+
+@functools.lru_cache(maxsize=64)
+def _mtp_grid(n_max: int) -> tuple[tuple[float, float], ...]:
+    from ..engines.llamacpp_synth import expected_mtp_acceptance
+
+    return tuple((p / GRID, expected_mtp_acceptance(p / GRID, n_max, drafts=600)) for p in range(GRID + 1))
+
+
+def mtp_file_acceptance(target: float, n_max: int) -> tuple[float, float]:
+    """The MTP file acceptance (its acceptance at n_max 1) whose simulated acceptance at ``n_max`` is closest
+    to ``target``, and that simulated acceptance. At n_max > 1 the head's misses cut draft chains, so the
+    relation is not the identity (nor monotone): it is searched on a grid."""
+    if n_max == 1 or target in (0.0, 1.0):
+        return target, target
+    from ..engines.llamacpp_synth import expected_mtp_acceptance
+
+    p, _ = min(_mtp_grid(n_max), key=lambda pe: (abs(pe[1] - target), pe[0]))
+    return p, expected_mtp_acceptance(p, n_max)
+
+
+def vllm_acceptance_rates(target: float, n_max: int) -> list[float]:
+    """vLLM's ``synthetic_acceptance_rates`` (unconditional: position i is accepted with its predecessors)
+    for a mean acceptance ``target`` = accepted / drafted: each position is accepted with a constant
+    conditional probability c, solved so that sum(c^i, i=1..n) / n = target."""
+    if target in (0.0, 1.0):
+        return [target] * n_max
+
+    def mean(c: float) -> float:
+        return sum(c ** i for i in range(1, n_max + 1)) / n_max
+
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean(mid) < target else (lo, mid)
+    c = (lo + hi) / 2
+    return [round(c ** (i + 1), 6) for i in range(n_max)]
+
+
+def plan_points(section: CalibrateSection) -> list[CalPoint]:
+    """Every arm a section runs: spec-off first, then n_max x acceptance in file order."""
+    prefix = _prefix(section)
+    points = [CalPoint(f"cal-{section.engine}-{section.method}-off", section.engine, "off")]
+    for n in section.n_max:
+        for a in section.acceptance:
+            expected, file_a = a, None
+            if section.engine == "llamacpp" and section.method == "mtp":
+                file_a, expected = mtp_file_acceptance(a, n)
+            points.append(CalPoint(f"{prefix}-n{n}-a{_fmt(a)}", section.engine, section.method, n, a, expected,
+                                   file_a))
+    return points
+
+
+def _dims(section: CalibrateSection) -> Any:
+    from ..engines.llamacpp_synth import Dims
+
+    dims = Dims()
+    if isinstance(section.shape, dict):
+        try:
+            dims = replace(dims, **section.shape)
+        except TypeError as exc:
+            raise ConfigError(f"calibrate.shape: {exc}; keys: {', '.join(Dims.__dataclass_fields__)}") from None
+    if section.method == "dflash":  # DFlash drafts at most block_size - 1 tokens
+        dims = replace(dims, block_size=max(dims.block_size, max(section.n_max) + 1))
+    return dims
+
+
+Synthesizer = Callable[[Any], Path]
+
+
+def _llamacpp_arm(section: CalibrateSection, point: CalPoint, synth: Synthesizer) -> dict[str, Any]:
+    from ..engines.llamacpp_synth import SynthSpec
+
+    dims = _dims(section)
+    base: dict[str, Any] = {"name": point.arm, "engine": "llamacpp",
+                            "settings": section.settings.model_dump(exclude_unset=True),
+                            "options": dict(section.options)}
+    if section.method == "mtp":
+        acc = 1.0 if point.file_acceptance is None else point.file_acceptance
+        base["model"] = str(synth(SynthSpec("mtp", agree=True, acceptance=acc, dims=dims)))
+        if point.method != "off":  # p_min 0: every step drafts n_max tokens, so steps = drafts
+            base["speculative"] = {"method": "mtp", "n_max": point.n_max, "p_min": 0.0}
+        return base
+    agree = point.method == "off" or point.target_acceptance == 1.0
+    target = SynthSpec("target", agree=agree, dims=dims)
+    base["model"] = str(synth(target))
+    if point.method != "off":
+        draft = synth(replace(target, kind="dflash", seed=1))
+        base["speculative"] = {"method": "dflash", "n_max": point.n_max, "p_min": 0.0, "draft_model": str(draft)}
+    return base
+
+
+def _vllm_arm(section: CalibrateSection, point: CalPoint) -> dict[str, Any]:
+    options = dict(section.options)
+    base: dict[str, Any] = {"name": point.arm, "engine": "vllm", "model": section.model or "smollm2",
+                            "settings": section.settings.model_dump(exclude_unset=True)}
+    if point.method != "off":
+        assert point.n_max is not None and point.target_acceptance is not None
+        spec: dict[str, Any] = {"method": point.method, "n_max": point.n_max}
+        if point.method == "draft":
+            spec["draft_model"] = section.model or "smollm2"
+        base["speculative"] = spec
+        options["speculative_extra"] = {
+            **options.get("speculative_extra", {}), "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_rates": vllm_acceptance_rates(point.target_acceptance, point.n_max)}
+    base["options"] = options
+    return base
+
+
+def calibration_arms(section: CalibrateSection, synth: Synthesizer | None = None) -> list[Arm]:
+    """The arms of one section; llama.cpp models are synthesized (cached) on the way."""
+    if synth is None:
+        from ..engines.llamacpp_synth import synthesize
+
+        synth = synthesize
+    arms = []
+    for point in plan_points(section):
+        data = _llamacpp_arm(section, point, synth) if section.engine == "llamacpp" else _vllm_arm(section, point)
+        arms.append(Arm.model_validate(data))
+    return arms
+
+
+def expand_calibration(config: BakeoffFile, source: str = "<config>",
+                       synth: Synthesizer | None = None) -> BakeoffFile:
+    """Append every calibration arm the file does not hold yet (idempotent: a resolved config that already
+    lists them, as run.json does, comes back unchanged and nothing is synthesized)."""
+    if not config.calibrate:
+        return config
+    have = {a.name for a in config.arms}
+    added: list[Arm] = []
+    for index, section in enumerate(config.calibrate):
+        names = [p.arm for p in plan_points(section)]
+        if all(n in have for n in names):
+            continue
+        if any(n in have for n in names):
+            clash = next(n for n in names if n in have)
+            raise ConfigError(f"{source}: calibrate[{index}]: an arm is already named {clash!r}")
+        try:
+            added += calibration_arms(section, synth)
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"{source}: calibrate[{index}]: {exc}") from None
+        have.update(names)
+    if not added:
+        return config
+    arms = [*config.arms, *added]
+    return config.model_copy(update={"arms": arms})
+
+
+# -- analysis ---------------------------------------------------------------------------------
+
+
+def _key(s: Sample) -> tuple[object, ...]:
+    return (s.prompt, s.mode, s.rep, s.pass_index, s.depth, s.concurrency, s.max_tokens)
+
+
+def _engine_time_per_token(s: Sample) -> float | None:
+    if s.status != "ok" or not s.server_decode_tps or s.server_decode_tps <= 0:
+        return None
+    return 1.0 / s.server_decode_tps
+
+
+def _steps(s: Sample) -> int | None:
+    """Verify steps of one request: the engine's draft count, else tokens minus accepted drafts."""
+    if s.drafts:
+        return s.drafts
+    n = s.server_completion_tokens or s.completion_tokens
+    if n and s.accepted is not None:
+        return max(n - s.accepted, 1)
+    return None
+
+
+def _step_cost(s: Sample, ref: Sample) -> float | None:
+    """Engine decode time per verify step over the paired spec-off request's engine time per token."""
+    plain, steps = _engine_time_per_token(ref), _steps(s)
+    n = s.server_completion_tokens or s.completion_tokens
+    if plain is None or not steps or not n or not s.server_decode_tps:
+        return None
+    return (n / s.server_decode_tps / steps) / plain
+
+
+def _pairs(arm: Iterable[Sample], ref: Iterable[Sample]) -> list[tuple[Sample, Sample]]:
+    by_key = {_key(s): s for s in ref if s.status == "ok"}
+    return [(s, by_key[_key(s)]) for s in arm if s.status == "ok" and _key(s) in by_key]
+
+
+def _first_error(samples: Sequence[Sample], records: Sequence[dict[str, Any]]) -> str | None:
+    for r in records:
+        if r.get("status") == "failed" and r.get("error"):
+            return str(r["error"])
+    return next((s.error for s in samples if s.status == "error" and s.error), None)
+
+
+def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Sequence[dict[str, Any]],
+             n_boot: int, level: float, seed: int) -> CalibrationPoint:
+    assert point.n_max is not None and point.target_acceptance is not None
+    out = CalibrationPoint(engine=point.engine, method=point.method, n_max=point.n_max,
+                           target_acceptance=point.target_acceptance, expected_acceptance=point.expected_acceptance,
+                           ideal_speedup=1 + point.target_acceptance * point.n_max)
+    ok = [s for s in arm if s.status == "ok"]
+    out.samples = len(ok)
+    if not ok:
+        why = _first_error(arm, records) or "no samples"
+        out.flags.append(f"not measured: {why}")
+        return out
+    drafted = sum(s.drafted or 0 for s in ok if s.drafted is not None)
+    accepted = sum(s.accepted or 0 for s in ok if s.accepted is not None)
+    if any(s.drafted is not None for s in ok):
+        out.measured_acceptance = accepted / drafted if drafted else 0.0
+    else:
+        out.flags.append("the engine reported no draft counts")
+    ratio = paired_ratio(ok, ref, n_boot=n_boot, level=level, seed=seed, key=f"cal/{point.arm}")
+    if ratio is not None:
+        out.speedup, out.ci_low, out.ci_high = ratio.estimate, ratio.lo, ratio.hi
+    else:
+        out.flags.append("no request paired with spec-off")
+    engine = paired_ratio(ok, ref, n_boot=n_boot, level=level, seed=seed, key=f"cal-engine/{point.arm}",
+                          value=lambda s: s.server_decode_tps)
+    out.engine_speedup = engine.estimate if engine is not None else None
+    costs = [c for s, r in _pairs(ok, ref) if (c := _step_cost(s, r)) is not None]
+    out.verify_step_cost = statistics.median(costs) if costs else None
+    per_step = [n / st for s in ok if (n := s.server_completion_tokens or s.completion_tokens) and (st := _steps(s))]
+    out.tokens_per_step = statistics.median(per_step) if per_step else None
+    return out
+
+
+def _crossing(xs: Sequence[float], ys: Sequence[float | None]) -> float | None:
+    """Smallest x where the piecewise-linear curve through (xs, ys) reaches 1 from below."""
+    pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
+    if pts and pts[0][1] >= 1:
+        return pts[0][0]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if y0 < 1 <= y1:
+            return x0 + (1 - y0) * (x1 - x0) / (y1 - y0)
+    return None
+
+
+def break_even(points: Sequence[CalibrationPoint]) -> BreakEven | None:
+    """Break-even acceptance of one (engine, method, n_max) from its points, sorted by acceptance.
+
+    Where the measured speedup crosses 1 inside the calibrated range, it is interpolated; its interval
+    comes from the curves of the interval bounds (the upper bound crosses first). Otherwise it is
+    extrapolated from the verify-step cost c: a step commits 1 + a x n tokens at c plain steps, so
+    speedup = 1 at a = (c - 1) / n (above 1: speculation never pays here).
+    """
+    pts = sorted((p for p in points if p.speedup is not None), key=lambda p: p.target_acceptance)
+    if not points:
+        return None
+    first = points[0]
+    out = BreakEven(engine=first.engine, method=first.method, n_max=first.n_max)
+    if not pts:
+        return out
+    xs = [p.measured_acceptance if p.measured_acceptance is not None else p.target_acceptance for p in pts]
+    mid = _crossing(xs, [p.speedup for p in pts])
+    if mid is not None:
+        out.acceptance, out.source = mid, "measured crossing"
+        out.ci_low = _crossing(xs, [p.ci_high for p in pts])
+        out.ci_high = _crossing(xs, [p.ci_low for p in pts])
+        return out
+    costs = [p.verify_step_cost for p in pts if p.verify_step_cost is not None]
+    if not costs:
+        return out
+    c = statistics.median(costs)
+    lo, hi = min(costs), max(costs)
+    n = first.n_max
+    out.acceptance, out.ci_low, out.ci_high = (c - 1) / n, (lo - 1) / n, (hi - 1) / n
+    out.source = "cost model"
+    return out
+
+
+def analyze_calibration(config: dict[str, Any], samples: Sequence[Sample],
+                        records: dict[str, list[dict[str, Any]]] | None = None, *, n_boot: int = N_BOOT,
+                        level: float = LEVEL, seed: int = 0) -> Calibration | None:
+    """The calibration of a run from its resolved config (run.json) and samples; None without a section."""
+    raw = config.get("calibrate")
+    if not raw:
+        return None
+    sections = [CalibrateSection.model_validate(s) for s in (raw if isinstance(raw, list) else [raw])]
+    records = records or {}
+    by_arm: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_arm.setdefault(s.arm, []).append(s)
+    out = Calibration()
+    for section in sections:
+        planned = plan_points(section)
+        off, rest = planned[0], planned[1:]
+        ref = [s for s in by_arm.get(off.arm, []) if s.status == "ok"]
+        if not ref:
+            why = _first_error(by_arm.get(off.arm, []), records.get(off.arm, [])) or "no samples"
+            out.flags.append(f"{off.arm}: spec-off reference not measured: {why}")
+        measured = [_measure(p, by_arm.get(p.arm, []), ref, records.get(p.arm, []), n_boot, level, seed)
+                    for p in rest]
+        out.points += measured
+        for p in measured:
+            out.flags += [f"{section.engine} {section.method} n_max {p.n_max} acceptance {_fmt(p.target_acceptance)}: "
+                          f"{f}" for f in p.flags]
+        for n in section.n_max:
+            be = break_even([p for p in measured if p.n_max == n])
+            if be is not None:
+                out.break_even.append(be)
+    return out
+
+
+def acceptance_error(p: CalibrationPoint) -> float | None:
+    """|measured - expected| acceptance, or None when either is missing."""
+    if p.measured_acceptance is None or p.expected_acceptance is None:
+        return None
+    return abs(p.measured_acceptance - p.expected_acceptance)

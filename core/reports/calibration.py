@@ -1,0 +1,144 @@
+"""Calibration tables and plots: the speedup surface over (acceptance x n_max) and the break-even acceptance.
+
+Everything here formats ``RunSummary.calibration`` (core/calibrate.py); the terminal, markdown and HTML
+render the same rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..calibrate import BreakEven, Calibration, CalibrationPoint
+
+__all__ = [
+    "break_even_rows",
+    "calibration_curves_figure",
+    "calibration_heatmap_figure",
+    "calibration_rows",
+    "heatmap_grids",
+]
+
+
+def _x(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+def _speed(p: CalibrationPoint) -> str:
+    if p.speedup is None:
+        return "–"
+    ci = f" ({p.ci_low:.2f}–{p.ci_high:.2f})" if p.ci_low is not None and p.ci_high is not None else ""
+    return f"{p.speedup:.2f}×{ci}"
+
+
+def calibration_rows(c: Calibration) -> tuple[list[str], list[list[str]]]:
+    header = ["point", "target acc.", "expected acc.", "measured acc.", "speedup (95 % CI)", "engine speedup",
+              "verify step cost", "tokens/step", "ideal", "n", "flags"]
+    rows = []
+    for p in c.points:
+        rows.append([f"{p.engine} {p.method} n{p.n_max} a{p.target_acceptance:.2f}", _x(p.target_acceptance),
+                     _x(p.expected_acceptance, "{:.3f}"), _x(p.measured_acceptance, "{:.3f}"), _speed(p),
+                     _x(p.engine_speedup, "{:.2f}×"), _x(p.verify_step_cost), _x(p.tokens_per_step),
+                     _x(p.ideal_speedup, "{:.2f}×"), str(p.samples), "; ".join(p.flags)])
+    return header, rows
+
+
+def _be(b: BreakEven) -> str:
+    if b.acceptance is None:
+        return "–"
+    ci = f" ({_x(b.ci_low)}–{_x(b.ci_high)})" if b.ci_low is not None or b.ci_high is not None else ""
+    never = " (never pays)" if b.acceptance > 1 else ""
+    return f"{b.acceptance:.2f}{ci}{never}"
+
+
+def break_even_rows(c: Calibration) -> tuple[list[str], list[list[str]]]:
+    header = ["engine", "method", "n_max", "break-even acceptance (95 % CI)", "from"]
+    return header, [[b.engine, b.method, str(b.n_max), _be(b), b.source] for b in c.break_even]
+
+
+def heatmap_grids(c: Calibration) -> dict[str, tuple[list[float], list[int], list[list[float | None]]]]:
+    """Per 'engine method': acceptances (rows), n_max values (columns) and the speedup in each cell."""
+    out: dict[str, tuple[list[float], list[int], list[list[float | None]]]] = {}
+    groups: dict[str, list[CalibrationPoint]] = {}
+    for p in c.points:
+        groups.setdefault(f"{p.engine} {p.method}", []).append(p)
+    for name, pts in groups.items():
+        accs = sorted({p.target_acceptance for p in pts})
+        ns = sorted({p.n_max for p in pts})
+        cell = {(p.target_acceptance, p.n_max): p.speedup for p in pts}
+        out[name] = (accs, ns, [[cell.get((a, n)) for n in ns] for a in accs])
+    return out
+
+
+def calibration_heatmap_figure(c: Calibration) -> Any:
+    """Speedup over spec-off per (acceptance, n_max), one panel per engine and method (1 = white)."""
+    import numpy as np
+    from matplotlib.colors import TwoSlopeNorm
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    grids = heatmap_grids(c)
+    if not grids:
+        return None
+    fig = Figure(figsize=(4.2 * len(grids) + 1, 4.2), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(grids), squeeze=False)[0]
+    values = [v for _, _, g in grids.values() for row in g for v in row if v is not None]
+    lo, hi = min([*values, 0.9]), max([*values, 1.1])
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 0.99), vmax=max(hi, 1.01))
+    image = None
+    for ax, (name, (accs, ns, grid)) in zip(axes, grids.items()):
+        data = np.array([[np.nan if v is None else v for v in row] for row in grid], dtype=float)
+        image = ax.imshow(data, cmap="RdYlGn", norm=norm, origin="lower", aspect="auto")
+        ax.set_xticks(range(len(ns)), [str(n) for n in ns])
+        ax.set_yticks(range(len(accs)), [f"{a:.2f}" for a in accs])
+        ax.set_xlabel("n_max")
+        ax.set_ylabel("forced acceptance")
+        ax.set_title(f"{name}: speedup over spec-off")
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                ax.text(j, i, "–" if v is None else f"{v:.2f}×", ha="center", va="center", fontsize=8)
+    if image is not None:
+        fig.colorbar(image, ax=list(axes), shrink=0.8, label="speedup (× spec-off)")
+    return fig
+
+
+def calibration_curves_figure(c: Calibration) -> Any:
+    """Speedup vs measured acceptance, one line per n_max with its 95 % interval, the ideal curve (a verify
+    step costing one plain step) dashed, and each break-even acceptance marked."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    groups: dict[str, list[CalibrationPoint]] = {}
+    for p in c.points:
+        groups.setdefault(f"{p.engine} {p.method}", []).append(p)
+    if not groups:
+        return None
+    fig = Figure(figsize=(5.2 * len(groups), 4.4), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(groups), squeeze=False)[0]
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+    for ax, (name, pts) in zip(axes, groups.items()):
+        engine, method = name.split(" ", 1)
+        for k, n in enumerate(sorted({p.n_max for p in pts})):
+            color = colors[k % len(colors)]
+            line = sorted((p for p in pts if p.n_max == n and p.speedup is not None),
+                          key=lambda p: p.target_acceptance)
+            xs = [p.measured_acceptance if p.measured_acceptance is not None else p.target_acceptance for p in line]
+            ys = [p.speedup or 0.0 for p in line]
+            err = [[max(0.0, y - (p.ci_low if p.ci_low is not None else y)) for p, y in zip(line, ys)],
+                   [max(0.0, (p.ci_high if p.ci_high is not None else y) - y) for p, y in zip(line, ys)]]
+            ax.errorbar(xs, ys, yerr=err, marker="o", color=color, capsize=3, label=f"n_max {n}")
+            ax.plot([0, 1], [1, 1 + n], ls="--", lw=0.8, color=color, alpha=0.6)
+            be = next((b for b in c.break_even if (b.engine, b.method, b.n_max) == (engine, method, n)), None)
+            if be is not None and be.acceptance is not None and 0 <= be.acceptance <= 1:
+                ax.axvline(be.acceptance, color=color, ls=":", lw=1)
+                ax.annotate(f"break-even {be.acceptance:.2f}", (be.acceptance, 1), rotation=90, fontsize=7,
+                            color=color, xytext=(3, 4), textcoords="offset points")
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_xlim(-0.03, 1.03)
+        ax.set_xlabel("measured acceptance (accepted / drafted)")
+        ax.set_ylabel("speedup over spec-off (×)")
+        ax.set_title(f"{name}: measured (solid) vs ideal (dashed)")
+        ax.grid(lw=0.3)
+        ax.legend(fontsize=7)
+    return fig
