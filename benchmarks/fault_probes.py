@@ -12,17 +12,20 @@ defective probe and the table of counts; exits 1 when any probe is defective.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
-from collections import Counter
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
@@ -43,7 +46,8 @@ class Outcome:
     defects: list[str] = field(default_factory=list)
 
 
-def bakeoff(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> tuple[int | None, str]:
+def bakeoff(args: list[str], cwd: Path, env: dict[str, str] | None = None,
+            timeout: float = 60) -> tuple[int | None, str]:
     full_env = {**os.environ, "COLUMNS": "200", "BAKEOFF_PROBE": str(os.getpid()), **(env or {})}
     try:
         done = subprocess.run([*BAKEOFF, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
@@ -66,8 +70,8 @@ def tagged_processes() -> list[int]:
     return found
 
 
-def samples_of(out: Path) -> list[dict[str, object]]:
-    rows = []
+def samples_of(out: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for path in out.rglob("samples.jsonl"):
         for line in path.read_bytes().splitlines():
             try:
@@ -105,10 +109,8 @@ def judge(o: Outcome, *, is_run: bool = True, secret: str | None = None) -> Outc
     if left:
         o.defects.append("processes")
         for pid in left:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     return o
 
 
@@ -119,9 +121,14 @@ def attach_file(tmp: Path, url: str, engine: str = "openai", extra: str = "") ->
     return path
 
 
-def run_probe(tmp: Path, args: list[str], **judge_kw: object) -> Outcome:
+def run_probe(tmp: Path, args: list[str], *, secret: str | None = None) -> Outcome:
     rc, out = bakeoff(args, tmp)
-    return judge(Outcome(rc, out, tmp), **judge_kw)  # type: ignore[arg-type]
+    return judge(Outcome(rc, out, tmp), secret=secret)
+
+
+def run_file(tmp: Path, path: Path, *options: str, out: str = "runs", secret: str | None = None) -> Outcome:
+    """``bakeoff run PATH --out OUT OPTIONS...`` in ``tmp``, judged."""
+    return run_probe(tmp, ["run", str(path), "--out", out, *options], secret=secret)
 
 
 SIM = "{name: %s, engine: sim, model: x, options: {itl_ms: 2%s}}"
@@ -134,56 +141,86 @@ def sim_file(tmp: Path, *arms: str, head: str = "", work: str = WORK) -> Path:
     return path
 
 
-def probes(srv: HostileServer) -> dict[str, Callable[[Path], Outcome]]:
-    p: dict[str, Callable[[Path], Outcome]] = {}
+def sim_arm(name: str, options: str = "") -> str:
+    return SIM % (name, options)
+
+
+Probe = Callable[[Path], Outcome]
+
+
+def attach_probe(url: str, engine: str = "openai") -> Probe:
+    return lambda t: run_file(t, attach_file(t, url, engine))
+
+
+def sim_probe(*arms: str, head: str = "", work: str = WORK, out: str = "runs") -> Probe:
+    return lambda t: run_file(t, sim_file(t, *arms, head=head, work=work), out=out)
+
+
+def _latin1(t: Path) -> Outcome:
+    t.joinpath("b.yaml").write_bytes(b"name: caf\xe9\narms: [{name: a, engine: sim, model: x}]\n")
+    return run_file(t, Path("b.yaml"))
+
+
+def _out_is_a_file(t: Path) -> Outcome:
+    t.joinpath("outfile").write_text("x")
+    return run_file(t, sim_file(t, sim_arm("a")), out="outfile")
+
+
+def probes(srv: HostileServer) -> dict[str, Probe]:
+    p: dict[str, Probe] = {}
     skip_modes = {"silent", "slowloris", "slowloris_nl", "slow_complete"}  # below, with a short deadline
-    for mode in sorted(CHAT_MODES):
-        p[f"engine/openai/{mode}"] = lambda t, m=mode: run_probe(t, ["run", str(attach_file(t, srv.url(m))), "--out", "runs"])
-    for mode in sorted(skip_modes):
-        p[f"engine/openai/{mode}"] = lambda t, m=mode: run_probe(t, ["run", str(attach_file(t, srv.url(m))), "--out", "runs"])
+    for mode in [*sorted(CHAT_MODES), *sorted(skip_modes)]:
+        p[f"engine/openai/{mode}"] = attach_probe(srv.url(mode))
     for mode in ("models0", "models_many", "models_html", "models_slowloris", "unauthorized", "forbidden", "notfound"):
-        p[f"endpoint/openai/{mode}"] = lambda t, m=mode: run_probe(t, ["run", str(attach_file(t, srv.url(m))), "--out", "runs"])
+        p[f"endpoint/openai/{mode}"] = attach_probe(srv.url(mode))
     for engine, mode in (("llamacpp", "props_list"), ("llamacpp", "slots_garbage"), ("llamacpp", "timings_str"),
                          ("llamacpp", "ok"), ("vllm", "vllm_pos_garbage"), ("vllm", "metrics_garbage"), ("vllm", "ok"),
                          ("llamacpp", "models_slowloris")):
-        p[f"endpoint/{engine}/{mode}"] = lambda t, e=engine, m=mode: run_probe(
-            t, ["run", str(attach_file(t, srv.url(m), e)), "--out", "runs"])
-    p["attach/dead-port"] = lambda t: run_probe(t, ["run", str(attach_file(t, "http://127.0.0.1:1")), "--out", "runs"])
-    p["secret/echo_key"] = lambda t: judge(Outcome(*bakeoff(["run", str(attach_file(t, srv.url("echo_key"), extra=", api_key_env: PROBE_KEY")), "--out", "runs"], t, {"PROBE_KEY": SECRET}), t), secret=SECRET)
-    p["secret/url-userinfo"] = lambda t: run_probe(t, ["run", str(attach_file(t, srv.url("ok").replace("http://", f"http://admin:{PASSWORD}@"))), "--out", "runs"], secret=PASSWORD)
-    p["secret/env-value"] = lambda t: run_probe(t, ["run", str(sim_file(t, "{name: a, engine: sim, model: x, env: {HF_TOKEN: %s}, options: {itl_ms: 2}}" % SECRET)), "--out", "runs"], secret=SECRET)
+        p[f"endpoint/{engine}/{mode}"] = attach_probe(srv.url(mode), engine)
+    p["attach/dead-port"] = attach_probe("http://127.0.0.1:1")
+    p["secret/echo_key"] = lambda t: judge(Outcome(*bakeoff(
+        ["run", str(attach_file(t, srv.url("echo_key"), extra=", api_key_env: PROBE_KEY")), "--out", "runs"], t,
+        {"PROBE_KEY": SECRET}), t), secret=SECRET)
+    userinfo_url = srv.url("ok").replace("http://", f"http://admin:{PASSWORD}@")
+    p["secret/url-userinfo"] = lambda t: run_file(t, attach_file(t, userinfo_url), secret=PASSWORD)
+    secret_env_arm = f"{{name: a, engine: sim, model: x, env: {{HF_TOKEN: {SECRET}}}, options: {{itl_ms: 2}}}}"
+    p["secret/env-value"] = lambda t: run_file(t, sim_file(t, secret_env_arm), secret=SECRET)
     # config files
-    p["config/latin1"] = lambda t: (t.joinpath("b.yaml").write_bytes(b"name: caf\xe9\narms: [{name: a, engine: sim, model: x}]\n"), run_probe(t, ["run", "b.yaml", "--out", "runs"]))[1]
-    p["config/bad-url"] = lambda t: run_probe(t, ["run", str(attach_file(t, "http://[::1")), "--out", "runs"])
-    p["config/duplicate-key"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("a", ""), work=WORK + WORK)), "--out", "runs"])
-    p["config/prompts-empty"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("a", ""), work="workload: {prompts: []}\n")), "--out", "runs"])
-    p["config/prompts-twice"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("a", ""), work="workload: {prompts: [prose, prose], reps: 1}\n")), "--out", "runs"])
-    p["config/modes-empty"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("a", ""), work="workload: {modes: []}\n")), "--out", "runs"])
-    p["config/suite-empty"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("a", ""), work="workload: {suite: []}\n")), "--out", "runs"])
+    p["config/latin1"] = _latin1
+    p["config/bad-url"] = attach_probe("http://[::1")
+    p["config/duplicate-key"] = sim_probe(sim_arm("a"), work=WORK + WORK)
+    p["config/prompts-empty"] = sim_probe(sim_arm("a"), work="workload: {prompts: []}\n")
+    p["config/prompts-twice"] = sim_probe(sim_arm("a"), work="workload: {prompts: [prose, prose], reps: 1}\n")
+    p["config/modes-empty"] = sim_probe(sim_arm("a"), work="workload: {modes: []}\n")
+    p["config/suite-empty"] = sim_probe(sim_arm("a"), work="workload: {suite: []}\n")
     bomb = "".join(f"      a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 9))
-    p["config/alias-bomb"] = lambda t: run_probe(t, ["run", str(sim_file(t, "name: a\n    engine: sim\n    model: x\n    options:\n      a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + bomb + "    sweep: {settings.threads: [1, 2]}")), "--out", "runs"])
-    p["config/arm-name-300"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("a" * 300, ""))), "--out", "runs"])
-    p["config/name-off"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("off", ""))), "--out", "runs"])
-    p["config/run-name-tex"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("a", ""), head="name: 'run $^$'\n")), "--out", "runs"])
-    p["config/out-is-a-file"] = lambda t: (t.joinpath("outfile").write_text("x"), run_probe(t, ["run", str(sim_file(t, SIM % ("a", ""))), "--out", "outfile"]))[1]
-    p["config/max-tokens-2^70"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("a", ""), work="workload: {max_tokens: 1180591620717411303424}\n")), "--out", "runs"])
+    p["config/alias-bomb"] = sim_probe("name: a\n    engine: sim\n    model: x\n    options:\n"
+                                       "      a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + bomb
+                                       + "    sweep: {settings.threads: [1, 2]}")
+    p["config/arm-name-300"] = sim_probe(sim_arm("a" * 300))
+    p["config/name-off"] = sim_probe(sim_arm("off"))
+    p["config/run-name-tex"] = sim_probe(sim_arm("a"), head="name: 'run $^$'\n")
+    p["config/out-is-a-file"] = _out_is_a_file
+    p["config/max-tokens-2^70"] = sim_probe(sim_arm("a"), work="workload: {max_tokens: 1180591620717411303424}\n")
     # engines that fail (sim)
-    p["sim/crash-on-start-all"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("a", ", crash_on_start: 'E boom'"), SIM % ("b", ", crash_on_start: 'E boom'"))), "--out", "runs"])
-    p["sim/http-fault"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("a", ", fault: http"))), "--out", "runs"])
-    p["sim/bogus-flag"] = lambda t: run_probe(t, ["run", str(sim_file(t, "{name: a, engine: sim, model: x, extra_args: [--bogus]}")), "--out", "runs"])
-    p["sim/mixed-good-bad"] = lambda t: run_probe(t, ["run", str(sim_file(t, SIM % ("a", ""), "{name: bad, engine: openai, url: '%s'}" % srv.url("json_null"), SIM % ("c", ""))), "--out", "runs"])
-    p["sim/concurrency-json_null"] = lambda t: run_probe(t, ["run", str(sim_file(
-        t, "{name: fake, engine: openai, url: '%s'}" % srv.url("json_null"),
-        work="workload: {prompts: [prose], max_tokens: 16, reps: 1, warmup: 0, concurrency: [3]}\n")), "--out", "runs"])
-    p["cli/until-ci-all-error"] = lambda t: run_probe(t, ["run", str(attach_file(t, srv.url("http500"))), "--out", "runs", "--until-ci", "5%", "--max-passes", "3"])
+    p["sim/crash-on-start-all"] = sim_probe(sim_arm("a", ", crash_on_start: 'E boom'"),
+                                            sim_arm("b", ", crash_on_start: 'E boom'"))
+    p["sim/http-fault"] = sim_probe(sim_arm("a", ", fault: http"))
+    p["sim/bogus-flag"] = sim_probe("{name: a, engine: sim, model: x, extra_args: [--bogus]}")
+    json_null_arm = f"{{name: bad, engine: openai, url: '{srv.url('json_null')}'}}"
+    p["sim/mixed-good-bad"] = sim_probe(sim_arm("a"), json_null_arm, sim_arm("c"))
+    p["sim/concurrency-json_null"] = sim_probe(
+        json_null_arm.replace("name: bad", "name: fake"),
+        work="workload: {prompts: [prose], max_tokens: 16, reps: 1, warmup: 0, concurrency: [3]}\n")
+    p["cli/until-ci-all-error"] = lambda t: run_file(t, attach_file(t, srv.url("http500")), "--until-ci", "5%",
+                                                     "--max-passes", "3")
     # signals and the run directory
     for sig in (signal.SIGHUP, signal.SIGKILL, signal.SIGUSR1, signal.SIGTERM):
-        p[f"signal/{sig.name}-then-resume"] = lambda t, s=sig: signal_probe(t, s)
-    p["store/renamed-dir-resume"] = lambda t: store_probe(t, "rename")
-    p["store/truncated-run.json"] = lambda t: store_probe(t, "truncate")
-    p["store/non-utf8-line"] = lambda t: store_probe(t, "badbyte")
-    p["store/unknown-field"] = lambda t: store_probe(t, "unknown")
-    p["cli/n-boot-huge"] = lambda t: store_probe(t, "nboot")
+        p[f"signal/{sig.name}-then-resume"] = functools.partial(signal_probe, sig=sig)
+    for name, how in (("store/renamed-dir-resume", "rename"), ("store/truncated-run.json", "truncate"),
+                      ("store/non-utf8-line", "badbyte"), ("store/unknown-field", "unknown"),
+                      ("cli/n-boot-huge", "nboot")):
+        p[name] = functools.partial(store_probe, what=how)
     return p
 
 
@@ -194,7 +231,8 @@ def finished_run(t: Path) -> Path:
 
 
 def signal_probe(t: Path, sig: signal.Signals) -> Outcome:
-    cfg = sim_file(t, SIM.replace("itl_ms: 2", "itl_ms: 15") % ("a", ""), SIM.replace("itl_ms: 2", "itl_ms: 15") % ("b", ""),
+    slow = SIM.replace("itl_ms: 2", "itl_ms: 15")
+    cfg = sim_file(t, slow % ("a", ""), slow % ("b", ""),
                    work="workload: {prompts: [prose], max_tokens: 16, reps: 5, warmup: 1}\n")
     proc = subprocess.Popen([*BAKEOFF, "run", str(cfg), "--out", "runs"], cwd=t, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "BAKEOFF_PROBE": str(os.getpid())})
@@ -258,7 +296,7 @@ def main() -> int:
             work.mkdir()
             try:
                 o = probe(work)
-            except Exception as exc:  # noqa: BLE001 - a probe that cannot even run is reported, not hidden
+            except Exception as exc:
                 print(f"PROBE ERROR {name}: {type(exc).__name__}: {exc}")
                 continue
             kinds = sorted(set(o.defects))
@@ -266,7 +304,8 @@ def main() -> int:
                 counts[k] += 1
             defective += bool(kinds)
             if kinds:
-                print(f"DEFECT {name}: rc={o.rc} {', '.join(kinds)}; {o.output.strip().splitlines()[-1][:160] if o.output.strip() else ''}")
+                last_line = o.output.strip().splitlines()[-1][:160] if o.output.strip() else ""
+                print(f"DEFECT {name}: rc={o.rc} {', '.join(kinds)}; {last_line}")
     print(f"\n{total} probes, {defective} defective")
     print("| " + " | ".join(KINDS) + " |")
     print("|" + "---:|" * len(KINDS))

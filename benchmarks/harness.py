@@ -41,6 +41,7 @@ from bakeoff.core.hostinfo import CpuMeter
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import RunDir
 
+
 class GcWatch:
     """Every cyclic-GC run of this process: (start ns, duration ns, generation)."""
 
@@ -85,7 +86,7 @@ class Row:
 
 
 def _truth_rate(truth: dict[str, Any]) -> float:
-    return (truth["n"] - truth["n_first"]) / truth["decode_s"]
+    return float((truth["n"] - truth["n_first"]) / truth["decode_s"])
 
 
 def raw_request(port: int, path: str, n: int) -> float:
@@ -110,7 +111,7 @@ def raw_request(port: int, path: str, n: int) -> float:
     assert truth is not None and len(stamps) >= 2
     if stamps[-1] == stamps[0]:
         return float("nan")  # every token event in one read: this client saw no decode window at all
-    measured = (truth["n"] - truth["n_first"]) / ((stamps[-1] - stamps[0]) / 1e9)
+    measured = float((truth["n"] - truth["n_first"]) / ((stamps[-1] - stamps[0]) / 1e9))
     return measured / _truth_rate(truth) - 1
 
 
@@ -145,7 +146,7 @@ class BakeoffPath:
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         truth = (result.final or {}).get("truth")
         if result.error or truth is None or sample.decode_tps is None:
-            return float("nan"), flags + [result.error or "no truth"], cpu, wall
+            return float("nan"), [*flags, result.error or "no truth"], cpu, wall
         return sample.decode_tps / _truth_rate(truth) - 1, flags, cpu, wall
 
 
@@ -176,7 +177,8 @@ def sweep(port: int, rates: list[int], per_events: list[int], run_dir: Path) -> 
     return rows
 
 
-def outliers(port: int, rate: int, per_event: int, count: int, run_dir: Path) -> tuple[list[tuple[int, float]], list[int]]:
+def outliers(port: int, rate: int, per_event: int, count: int,
+             run_dir: Path) -> tuple[list[tuple[int, float]], list[int]]:
     """(request #, error) for ``count`` requests, and the requests inside whose stream a GC ran."""
     path = BakeoffPath(f"http://127.0.0.1:{port}", run_dir)
     url = f"/r/{rate}/{per_event}"
@@ -204,7 +206,7 @@ workload: {{prompts: [prose], max_tokens: {N_TOKENS}, reps: {count}, warmup: 0, 
     (samples_path,) = (out / "runs").glob("*/samples.jsonl")
     samples = sorted((json.loads(line) for line in samples_path.read_text().splitlines()), key=lambda s: s["rep"])
     return [(s["rep"], s["decode_tps"] / _truth_rate(t) - 1 if s.get("decode_tps") else float("nan"), s["flags"])
-            for s, t in zip(samples, truths)]
+            for s, t in zip(samples, truths, strict=True)]
 
 
 def _median(values: list[float]) -> float:
@@ -269,10 +271,15 @@ def main() -> None:
         if args.cli:
             got_cli = cli_run(port, truth_file, args.outlier_rate, args.cli, scratch)
             errs = [e for _, e, _ in got_cli if e == e]
-            worst = sorted(got_cli, key=lambda x: -abs(x[1]) if x[1] == x[1] else float("-inf"))[:5]
+            worst_cli = sorted(got_cli, key=lambda x: -abs(x[1]) if x[1] == x[1] else float("-inf"))[:5]
+
+            def flagged(flags: list[str]) -> str:
+                return "yes" if [f for f in flags if not f.startswith("foreign-load")] else "no"
+
             print(f"\n`bakeoff run`: {len(got_cli)} requests at {args.outlier_rate} tok/s, 1 token/event: median "
                   f"{_pct(_median(errs))}, within 1 %: {sum(abs(e) <= 0.01 for e in errs)}/{len(got_cli)}; worst "
-                  f"(request #, error, flagged): " + ", ".join(f"#{i} {_pct(e)} {'yes' if [f for f in fl if not f.startswith('foreign-load')] else 'no'}" for i, e, fl in worst))
+                  "(request #, error, flagged): "
+                  + ", ".join(f"#{i} {_pct(e)} {flagged(fl)}" for i, e, fl in worst_cli))
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         source.terminate()

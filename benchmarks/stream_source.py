@@ -85,7 +85,8 @@ def _handle(conn: socket.socket, truth_file: Path | None) -> None:
         head, _, body = data.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         method, path, _ = lines[0].split(" ", 2)
-        length = next((int(v) for k, _, v in (ln.partition(":") for ln in lines[1:]) if k.lower() == "content-length"), 0)
+        headers = (ln.partition(":") for ln in lines[1:])
+        length = next((int(v) for k, _, v in headers if k.lower() == "content-length"), 0)
         while len(body) < length:
             body += conn.recv(65536)
         parts = path.strip("/").split("/")

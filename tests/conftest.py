@@ -8,6 +8,7 @@ still alive are killed by pid and the test fails, naming them. Linux only (/proc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))  # hostile_server, importable from every tier
-from hostile_server import HostileServer  # noqa: E402
+from hostile_server import HostileServer
 
 TAG = "BAKEOFF_TEST_SESSION"
 os.environ.setdefault(TAG, f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -59,10 +60,8 @@ def _survivors(pids: set[int], grace_s: float) -> dict[int, str]:
 
 def _kill(pids: dict[int, str]) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture(autouse=True)

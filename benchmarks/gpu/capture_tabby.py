@@ -16,10 +16,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from bakeoff.core.config import Arm
+from bakeoff.core.config import Arm, Workload
 from bakeoff.core.launcher import free_port
 from bakeoff.engines.exllama import ExllamaAdapter
 
@@ -30,7 +31,7 @@ def _save(path: Path, response: httpx.Response) -> None:
     path.write_text(f"HTTP {response.status_code}\n{response.text}\n")
 
 
-def _stream(http: httpx.Client, body: dict, path: Path) -> None:
+def _stream(http: httpx.Client, body: dict[str, Any], path: Path) -> None:
     t0 = time.perf_counter()
     with http.stream("POST", "/v1/chat/completions", json=body, timeout=120) as r, path.open("wb") as f:
         for chunk in r.iter_raw():
@@ -41,7 +42,7 @@ def _stream(http: httpx.Client, body: dict, path: Path) -> None:
 def capture(out: Path, label: str, model: str, method: str = "none", draft: str | None = None) -> None:
     out = out / label
     out.mkdir(parents=True, exist_ok=True)
-    spec: dict = {"method": method}
+    spec: dict[str, Any] = {"method": method}
     if method in ("draft", "dflash"):
         spec.update(draft_model=draft, n_max=4)
     elif method == "ngram":
@@ -106,9 +107,7 @@ def capture(out: Path, label: str, model: str, method: str = "none", draft: str 
         (out / "tabby_file.log").write_bytes(f.read_bytes())
 
 
-def _workload(max_tokens: int):  # noqa: ANN202 - a Workload
-    from bakeoff.core.config import Workload
-
+def _workload(max_tokens: int) -> Workload:
     return Workload(max_tokens=max_tokens)
 
 

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import yaml
+
 from bakeoff.engines.llamacpp_synth import (
     Dims,
     SynthSpec,

@@ -12,7 +12,8 @@ import sys
 
 
 def main(in_dir: str, out_dir: str, work_dir: str, bits: str) -> int:
-    from exllamav3.conversion.convert_model import main as convert, parser, prepare
+    from exllamav3.conversion.convert_model import main as convert
+    from exllamav3.conversion.convert_model import parser, prepare
 
     args = parser.parse_args(["-i", in_dir, "-o", out_dir, "-w", work_dir, "-b", bits, "-hb", "6",
                               "-cr", "16", "-cc", "512"])

@@ -13,8 +13,7 @@ import typer
 if not sys.stdout.isatty():
     os.environ["COLUMNS"] = os.environ.get("BAKEOFF_WIDTH", "200")
 
-from . import compare, demo, engines, report, run, runs, schema  # noqa: E402
-from . import gpu, promote, selftest  # noqa: E402
+from . import compare, demo, engines, gpu, promote, report, run, runs, schema, selftest
 
 __all__ = ["app", "main"]
 

@@ -27,8 +27,9 @@ class ExitCode(IntEnum):
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 every arm produced valid samples; 2 configuration error, nothing ran; "
-    "3 nothing valid measured; 4 partial: some arm has no valid sample or failed midway; 5 the run directory could not be "
-    "written (stopped; --resume after fixing); 130 interrupted (--resume finishes it); 1 a bakeoff bug."
+    "3 nothing valid measured; 4 partial: some arm has no valid sample or failed midway; "
+    "5 the run directory could not be written (stopped; --resume after fixing); "
+    "130 interrupted (--resume finishes it); 1 a bakeoff bug."
 )
 
 

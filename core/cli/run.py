@@ -98,6 +98,7 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
                 on_warning=lambda msg: progress.console.print(f"[bold yellow]WARNING[/bold yellow] {msg}"),
             )
             if config.phases is not None:
+                assert live.guard is not None  # open() arms the undo guard whenever phases: is set
                 run_phases(plan, run, events, live.guard)
             else:
                 run_plan(plan, run, events, done)

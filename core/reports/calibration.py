@@ -72,8 +72,8 @@ def heatmap_grids(c: Calibration) -> dict[str, tuple[list[float], list[int], lis
 def calibration_heatmap_figure(c: Calibration) -> Any:
     """Speedup over spec-off per (acceptance, n_max), one panel per engine and method (1 = white)."""
     import numpy as np
-    from matplotlib.colors import TwoSlopeNorm
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure
 
     grids = heatmap_grids(c)
@@ -86,7 +86,7 @@ def calibration_heatmap_figure(c: Calibration) -> Any:
     lo, hi = min([*values, 0.9]), max([*values, 1.1])
     norm = TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 0.99), vmax=max(hi, 1.01))
     image = None
-    for ax, (name, (accs, ns, grid)) in zip(axes, grids.items()):
+    for ax, (name, (accs, ns, grid)) in zip(axes, grids.items(), strict=True):
         data = np.array([[np.nan if v is None else v for v in row] for row in grid], dtype=float)
         image = ax.imshow(data, cmap="RdYlGn", norm=norm, origin="lower", aspect="auto")
         ax.set_xticks(range(len(ns)), [str(n) for n in ns])
@@ -117,7 +117,7 @@ def calibration_curves_figure(c: Calibration) -> Any:
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(groups), squeeze=False)[0]
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
-    for ax, (name, pts) in zip(axes, groups.items()):
+    for ax, (name, pts) in zip(axes, groups.items(), strict=True):
         engine, method = name.split(" ", 1)
         for k, n in enumerate(sorted({p.n_max for p in pts})):
             color = colors[k % len(colors)]
@@ -125,8 +125,8 @@ def calibration_curves_figure(c: Calibration) -> Any:
                           key=lambda p: p.target_acceptance)
             xs = [p.measured_acceptance if p.measured_acceptance is not None else p.target_acceptance for p in line]
             ys = [p.speedup or 0.0 for p in line]
-            err = [[max(0.0, y - (p.ci_low if p.ci_low is not None else y)) for p, y in zip(line, ys)],
-                   [max(0.0, (p.ci_high if p.ci_high is not None else y) - y) for p, y in zip(line, ys)]]
+            err = [[max(0.0, y - (p.ci_low if p.ci_low is not None else y)) for p, y in zip(line, ys, strict=True)],
+                   [max(0.0, (p.ci_high if p.ci_high is not None else y) - y) for p, y in zip(line, ys, strict=True)]]
             ax.errorbar(xs, ys, yerr=err, marker="o", color=color, capsize=3, label=f"n_max {n}")
             ax.plot([0, 1], [1, 1 + n], ls="--", lw=0.8, color=color, alpha=0.6)
             be = next((b for b in c.break_even if (b.engine, b.method, b.n_max) == (engine, method, n)), None)

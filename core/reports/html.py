@@ -65,7 +65,8 @@ def _calibration_html(s: RunSummary) -> list[str]:
         return []
     parts = ["<h2>Calibration (forced acceptance)</h2>"]
     for name, (accs, ns, grid) in heatmap_grids(c).items():
-        rows = [[f"{a:.2f}", *("–" if v is None else f"{v:.2f}×" for v in row)] for a, row in zip(accs, grid)]
+        rows = [[f"{a:.2f}", *("–" if v is None else f"{v:.2f}×" for v in row)]
+                for a, row in zip(accs, grid, strict=True)]
         slug = name.replace(" ", "-")
         parts += [f"<h3>{html.escape(name)}: speedup by acceptance and n_max</h3>",
                   _table(["acceptance", *(f"n_max {n}" for n in ns)], rows, f"calibration-grid-{slug}")]

@@ -29,7 +29,8 @@ def calibration_markdown(s: RunSummary) -> list[str]:
         return []
     parts = ["**Calibration** (forced acceptance; speedup over spec-off, paired, 95 % CI)", ""]
     for name, (accs, ns, grid) in heatmap_grids(c).items():
-        rows = [[f"{a:.2f}", *("–" if v is None else f"{v:.2f}×" for v in row)] for a, row in zip(accs, grid)]
+        rows = [[f"{a:.2f}", *("–" if v is None else f"{v:.2f}×" for v in row)]
+                for a, row in zip(accs, grid, strict=True)]
         parts += [f"{name}: speedup by acceptance (rows) and n_max (columns)", "",
                   markdown_table(["acceptance", *(f"n_max {n}" for n in ns)], rows), ""]
     parts += ["Break-even acceptance per n_max", "", markdown_table(*break_even_rows(c)), "",

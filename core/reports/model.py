@@ -13,6 +13,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..calibrate import Calibration, analyze_calibration
+from ..fairness import equal_work, finish_counts
+from ..gates import score_gates, spec_identity
+from ..phases import PhaseResult, compare_phases
 from ..redact import redact_text, redact_url
 from ..roofline import ModelBytes, roofline_for
 from ..sample import Sample
@@ -29,9 +32,6 @@ from ..stats import (
     stateful_warning,
 )
 from ..store import RunDir
-from ..fairness import equal_work, finish_counts
-from ..phases import PhaseResult, compare_phases
-from ..gates import score_gates, spec_identity
 
 __all__ = [
     "FOREIGN_LOAD_FLAG",
@@ -278,7 +278,8 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         version = next((r.get("version") for r in reversed(recs) if r.get("version")), None)
         binary = next((r.get("effective", {}).get("binary") for r in reversed(recs)
                        if (r.get("effective") or {}).get("binary")), None)
-        engines[a["name"]] = {"engine": a.get("engine"), "version": version, "model": a.get("model") or (redact_url(a["url"]) if a.get("url") else None),
+        model = a.get("model") or (redact_url(a["url"]) if a.get("url") else None)
+        engines[a["name"]] = {"engine": a.get("engine"), "version": version, "model": model,
                               **({"binary": binary} if binary else {}),
                               "speculative": {k: v for k, v in (a.get("speculative") or {}).items() if v is not None}}
     failures = [ArmFailure(arm=a, pass_index=int(r.get("pass", 0)), error=redact_text(str(r.get("error"))))

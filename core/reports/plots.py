@@ -8,7 +8,7 @@ text is also what the HTML report embeds.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ from ..sample import Sample
 from .calibration import calibration_curves_figure, calibration_heatmap_figure
 from .model import RunSummary
 
-__all__ = ["PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "decode_figure", "acceptance_figure", "gpu_figure", "render_plots", "write_plots"]
+__all__ = ["PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "decode_figure", "acceptance_figure", "gpu_figure",
+           "render_plots", "write_plots"]
 
 PLOTS = ("decode_by_prompt", "decode_vs_acceptance")  # every run
 GPU_PLOTS = ("gpu_power_clock_temp",)  # runs with GPU telemetry
@@ -82,7 +83,8 @@ def acceptance_figure(s: RunSummary, samples: Sequence[Sample] = ()) -> Figure:
             continue
         own = [x for x in samples if x.arm == arm.arm and x.acceptance is not None and x.decode_tps]
         if own:
-            ax.scatter([float(x.acceptance or 0) for x in own], [float(x.decode_tps or 0) for x in own], s=12, color=color, alpha=0.4, lw=0)
+            ax.scatter([float(x.acceptance or 0) for x in own], [float(x.decode_tps or 0) for x in own], s=12,
+                       color=color, alpha=0.4, lw=0)
         lo, hi = arm.acceptance_range or (arm.acceptance, arm.acceptance)
         ax.errorbar([arm.acceptance], [arm.median.estimate],
                     yerr=[[arm.median.estimate - arm.median.lo], [arm.median.hi - arm.median.estimate]],
@@ -135,11 +137,12 @@ def render_plots(s: RunSummary, samples: Sequence[Sample] = (),
     HTML never depend on a figure.
     """
     out: dict[str, dict[str, bytes]] = {}
-    makers = (("decode_by_prompt", lambda: decode_figure(s)), ("decode_vs_acceptance",
-                                                                lambda: acceptance_figure(s, samples)),
-              ("gpu_power_clock_temp", lambda: gpu_figure(s, samples)),
-              ("calibration_heatmap", lambda: calibration_heatmap_figure(s.calibration) if s.calibration else None),
-              ("calibration_curves", lambda: calibration_curves_figure(s.calibration) if s.calibration else None))
+    makers: tuple[tuple[str, Callable[[], Figure | None]], ...] = (
+        ("decode_by_prompt", lambda: decode_figure(s)),
+        ("decode_vs_acceptance", lambda: acceptance_figure(s, samples)),
+        ("gpu_power_clock_temp", lambda: gpu_figure(s, samples)),
+        ("calibration_heatmap", lambda: calibration_heatmap_figure(s.calibration) if s.calibration else None),
+        ("calibration_curves", lambda: calibration_curves_figure(s.calibration) if s.calibration else None))
     with matplotlib.rc_context(_RC):  # type: ignore[arg-type]  # stubs list the keys as literals
         for name, make in makers:
             try:
@@ -152,7 +155,7 @@ def render_plots(s: RunSummary, samples: Sequence[Sample] = (),
                     meta = {"Date": None} if fmt == "svg" else {"Software": None}
                     fig.savefig(buf, format=fmt, metadata=meta)
                     formats[fmt] = buf.getvalue()
-            except Exception as exc:  # noqa: BLE001 - matplotlib raises many kinds; a plot must not sink a report
+            except Exception as exc:
                 if failures is None:
                     raise
                 failures.append(f"plot {name} left out: {type(exc).__name__}: {str(exc)[:200]}")

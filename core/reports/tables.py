@@ -7,6 +7,8 @@ the paired ratio to the baseline with its interval and verdict.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..stats import ArmStats, Comparison, Interval
 from ..textfmt import DASH, fmt
 from .model import RunSummary
@@ -42,8 +44,9 @@ def fmt_verdict(c: Comparison | None) -> str:
 
 def correctness_table(s: RunSummary) -> tuple[list[str], list[list[str]]] | None:
     """Per arm: gates, greedy outputs identical to the reference, unexpected endings, equal work."""
-    def endings(f: dict[str, object]) -> int:
-        return sum((f.get("unexpected") or {}).values()) + int(f.get("truncated") or 0) + int(f.get("empty") or 0)  # type: ignore[call-overload, attr-defined]
+    def endings(f: dict[str, Any]) -> int:  # a FinishCounts, dumped
+        unexpected: dict[str, int] = f.get("unexpected") or {}
+        return sum(unexpected.values()) + int(f.get("truncated") or 0) + int(f.get("empty") or 0)
 
     guarded = any(c.comparable and not c.comparable["ok"] for c in s.comparisons)
     if not guarded and not any(a.gates or a.spec_check or endings(a.finish or {}) for a in s.arms):

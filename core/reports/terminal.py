@@ -26,7 +26,7 @@ def print_calibration(s: RunSummary, out: Console) -> None:
         table.add_column("acceptance")
         for n in ns:
             table.add_column(f"n_max {n}", justify="right")
-        for a, row in zip(accs, grid):
+        for a, row in zip(accs, grid, strict=True):
             table.add_row(f"{a:.2f}", *("–" if v is None else f"[{'green' if v >= 1 else 'red'}]{v:.2f}×[/]"
                                         for v in row))
         out.print(table)
@@ -52,7 +52,7 @@ def print_summary(s: RunSummary, out: Console) -> None:
         verdict = next((v for v in _VERDICT_STYLE if row[-1].endswith(v)), None)
         if row[-1].startswith(("not comparable", "GATE FAILED")):
             verdict = "slower"  # red: no speed claim stands
-        styled = row[:-1] + [f"[{_VERDICT_STYLE[verdict]}]{row[-1]}[/]" if verdict else row[-1]]
+        styled = [*row[:-1], f"[{_VERDICT_STYLE[verdict]}]{row[-1]}[/]" if verdict else row[-1]]
         table.add_row(*styled)
     out.print(table)
     for note in footnotes(s):
@@ -77,8 +77,8 @@ def print_summary(s: RunSummary, out: Console) -> None:
             extra.add_row(*row)
         out.print(extra)
     print_calibration(s, out)
-    if (note := roofline_note(s)) is not None:
-        out.print(f"[dim]{note}[/dim]", highlight=False)
+    if (roofline := roofline_note(s)) is not None:
+        out.print(f"[dim]{roofline}[/dim]", highlight=False)
     for msg in s.warnings:
         out.print(f"[bold yellow]WARNING[/bold yellow] {msg}", highlight=False)
     for f in s.failures:

@@ -3,7 +3,8 @@
 A chat-template arm (llama2 instead of the model's own) sends different prompt tokens: it must be "not
 comparable" with the reason; an n-gram arm that drafted nothing is flagged too. ngram and draft arms must
 reproduce the spec-off greedy output. A hidden arm whose logit bias forces one token everywhere garbles
-its answers: it must fail a gate and never be reported faster, in the terminal table, markdown, HTML and summary.json alike.
+its answers: it must fail a gate and never be reported faster, in the terminal table, markdown, HTML and
+summary.json alike.
 """
 
 from __future__ import annotations

@@ -214,7 +214,7 @@ workload: {prompts: [prose], max_tokens: 8, reps: 1, warmup: 0}
 
 
 def test_an_engine_never_ready_fails_after_the_boot_timeout(tmp_path: Path) -> None:
-    run, records, rec = run_yaml(tmp_path, """\
+    run, records, _rec = run_yaml(tmp_path, """\
 arms:
   - {name: never, engine: sim, model: sim, options: {boot_delay_s: 600}}
 workload: {prompts: [prose], max_tokens: 8, reps: 1, boot_timeout_s: 1.0}
@@ -291,7 +291,8 @@ def _bakeoff() -> list[str]:
 
 def _run_until_samples(cfg: Path, out: Path, engine_name: bytes, n: int = 2,
                        wait_s: float = 60) -> tuple[subprocess.Popen[str], Path, int]:
-    """Start ``bakeoff run`` and wait until ``n`` samples are stored; returns it, samples.jsonl and the engine's pgid."""
+    """Start ``bakeoff run`` and wait until ``n`` samples are stored; returns it, samples.jsonl and the engine's
+    pgid."""
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.Popen([*_bakeoff(), "run", str(cfg), "--out", str(out)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -499,7 +500,7 @@ def test_a_hostile_server_never_yields_a_clean_rate_and_valid_sse_always_does(
 def test_the_api_key_is_used_but_never_written_anywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     key = "sk-bakeoff-test-" + os.urandom(12).hex()
     monkeypatch.setenv("BAKEOFF_SIM_KEY", key)
-    run, records, rec = run_yaml(tmp_path, """\
+    run, _records, rec = run_yaml(tmp_path, """\
 arms:
   - {name: keyed, engine: sim, model: sim, api_key_env: BAKEOFF_SIM_KEY, options: {require_api_key: true}}
 workload: {prompts: [prose], max_tokens: 8, reps: 2, warmup: 1}
@@ -522,7 +523,7 @@ def test_the_engine_really_checks_the_key(tmp_path: Path, monkeypatch: pytest.Mo
     """The engine's copy of the variable is overridden (arm env), so the key bakeoff sends is wrong: 401."""
     sent = "client-side-" + os.urandom(8).hex()
     monkeypatch.setenv("BAKEOFF_SIM_KEY", sent)
-    run, records, rec = run_yaml(tmp_path, """\
+    run, _records, rec = run_yaml(tmp_path, """\
 arms:
   - {name: keyed, engine: sim, model: sim, api_key_env: BAKEOFF_SIM_KEY, options: {require_api_key: true},
      env: {BAKEOFF_SIM_KEY: engine-side-key}}
@@ -561,7 +562,7 @@ def test_fixed_port_answered_by_another_server_is_not_taken_for_our_engine(tmp_p
     import threading
 
     class Healthy(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             self.send_response(200)
             self.end_headers()
 
@@ -572,7 +573,7 @@ def test_fixed_port_answered_by_another_server_is_not_taken_for_our_engine(tmp_p
     port = stranger.server_address[1]
     threading.Thread(target=stranger.serve_forever, daemon=True).start()
     try:
-        run, records, recorder = run_yaml(tmp_path, f"""\
+        run, records, _recorder = run_yaml(tmp_path, f"""\
 arms:
   - {{name: boot, engine: llamacpp, model: smollm2, settings: {{ctx: 1024, threads: 2, port: {port}}}}}
 workload: {{prompts: [prose], max_tokens: 8, reps: 1, warmup: 0, boot_timeout_s: 60}}

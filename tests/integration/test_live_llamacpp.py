@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+
 from bakeoff.core.launcher import free_port
 from bakeoff.core.promote import PromoteError, promote, revert
 from bakeoff.core.watchdog import health_problem
@@ -132,7 +133,7 @@ def test_a_failing_health_gate_rolls_back_to_the_live_llama_server(
     run.write_run({"config": parse_bakeoff(yaml.safe_dump({"arms": [crashes], "live": live.section()}))
                    .model_dump(mode="json")})
     old_pid = live.pidfile.read_text()
-    with pytest.raises(PromoteError, match="rolled back .*smoke request 2.* is healthy again"):
+    with pytest.raises(PromoteError, match=r"rolled back .*smoke request 2.* is healthy again"):
         promote(run.path, "crashes", say=lambda m: None)
     assert live.pidfile.read_text() != old_pid  # it really was stopped, and started again by the rollback
     assert health_problem(live.health, NAME) is None and live.n_ctx() == 1024

@@ -18,13 +18,13 @@ import httpx
 import pytest
 import yaml
 
+from bakeoff.core.client import stream_chat
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import EngineStartupError
 from bakeoff.core.launcher import Engine, free_port
 from bakeoff.core.metrics import scrape
 from bakeoff.core.prompts import SUITES
 from bakeoff.core.protocol import PlannedArm, _make_sample, build_request
-from bakeoff.core.client import stream_chat
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import read_samples
 from bakeoff.engines.vllm import VllmAdapter, acceptance_from_metrics
@@ -50,10 +50,10 @@ def test_an_unknown_speculative_method_is_classified_from_the_log(vllm_ready: No
               extra_args=["--speculative-config", '{"method":"bogus","num_speculative_tokens":2}'])
     adapter.preflight(arm)
     port = free_port()
-    with pytest.raises(EngineStartupError) as info:
-        with Engine(adapter, adapter.launch_spec(arm, port, tmp_path), f"http://127.0.0.1:{port}",
-                    tmp_path / "engine.log", boot_timeout_s=300):
-            pass
+    with pytest.raises(EngineStartupError) as info, Engine(
+            adapter, adapter.launch_spec(arm, port, tmp_path), f"http://127.0.0.1:{port}", tmp_path / "engine.log",
+            boot_timeout_s=300):
+        pass
     assert info.value.reason == "unknown-speculative-method"
     assert info.value.log_line and "input_value='bogus'" in info.value.log_line
 

@@ -10,6 +10,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from matplotlib.image import imread
+from rich.console import Console
+
 from bakeoff.core.calibrate import (
     break_even,
     expand_calibration,
@@ -24,8 +27,6 @@ from bakeoff.core.reports.plots import CALIBRATION_PLOTS, render_plots
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import RunDir
 from bakeoff.engines import llamacpp_synth
-from matplotlib.image import imread
-from rich.console import Console
 
 CAL_ONLY = """
 name: cal

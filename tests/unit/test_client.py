@@ -12,13 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
+from sse_fakes import SSE_HEAD, chunk, ev, normal_events, paced_client, serve
 
 from bakeoff.core.adapter import openai_model_id
 from bakeoff.core.client import Event, StreamResult, account, bounded_get, stream_chat
 from bakeoff.engines.exllama import ExllamaAdapter
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.vllm import VllmAdapter
-from sse_fakes import SSE_HEAD, chunk, ev, normal_events, paced_client, serve
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 VLLM_CAPTURE = Path("/work/shared/engines/captures/vllm/chat_stream_continuous_usage.sse")
@@ -106,7 +106,8 @@ def test_estimated_first_event_tokens_follow_the_first_events_share_of_the_text(
 
 
 def test_missing_usage_is_flagged_not_recounted() -> None:
-    body = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\ndata: {"choices":[{"delta":{"content":"y"}}]}\n\ndata: [DONE]\n\n'
+    body = (b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+            b'data: {"choices":[{"delta":{"content":"y"}}]}\n\ndata: [DONE]\n\n')
     fields = account(stream_chat(paced_client(body), {}, timeout_s=5), "one_per_event")
     assert fields["completion_tokens"] is None
     assert "usage-missing" in fields["flags"] and "no-rate: usage missing" in fields["flags"]
@@ -354,7 +355,7 @@ def test_chunked_framing_is_undone_after_the_stream_and_events_keep_their_arriva
         yield 0.05
         yield _chunked([events[1][:10]])[:-5]
         yield 0.2
-        yield _chunked([events[1][10:]] + events[2:])
+        yield _chunked([events[1][10:], *events[2:]])
 
     with serve(script) as url, httpx.Client(base_url=url) as http:
         result = stream_chat(http, {"max_tokens": 4}, 5)

@@ -128,7 +128,8 @@ def test_a_good_service_passes() -> None:
     ({"healthcheck": {"test": ["NONE"]}}, "no healthcheck"),
     ({"ports": ["8080:8080"]}, "not published on 127.0.0.1"),
     ({"ports": [{"target": 8080, "published": "18080", "host_ip": "0.0.0.0"}]}, "not published on 127.0.0.1"),
-    ({"ports": [{"target": 8080, "published": "9", "host_ip": "127.0.0.1"}]}, "no port is published on 127.0.0.1:18080"),
+    ({"ports": [{"target": 8080, "published": "9", "host_ip": "127.0.0.1"}]},
+     "no port is published on 127.0.0.1:18080"),
     ({"volumes": ["/m:/models"]}, "not read-only"),
     ({"volumes": [{"type": "bind", "source": "/m", "target": "/models"}]}, "not read-only"),
     ({"network_mode": "host"}, "network_mode"),
@@ -235,7 +236,7 @@ def test_compose_arm_needs_no_native_binary_and_native_arm_still_checks(tmp_path
 
 def test_non_loopback_host_is_refused(tmp_path: Path) -> None:
     arm = llama_arm(tmp_path, settings={"host": "0.0.0.0"})
-    with pytest.raises(ConfigError, match="127.0.0.1 only"):
+    with pytest.raises(ConfigError, match=r"127\.0\.0\.1 only"):
         build_project(LlamaCppAdapter(), arm, 18080, "p")
 
 
@@ -344,9 +345,8 @@ def test_exit_before_healthy_is_classified_and_brought_down(tmp_path: Path, fake
     cli, state = fake_cli
     monkeypatch.setenv("FAKE_COMPOSE_MODE", "exits")
     monkeypatch.setenv("FAKE_COMPOSE_LOG", "loading...\nfatal: out of memory")
-    with pytest.raises(EngineStartupError) as err:
-        with engine(tmp_path, cli):
-            pytest.fail("must not attach")
+    with pytest.raises(EngineStartupError) as err, engine(tmp_path, cli):
+        pytest.fail("must not attach")
     assert err.value.reason == "out-of-memory" and "out of memory" in err.value.log_tail
     assert calls(state)[-1][0] == "down"
 
@@ -355,9 +355,8 @@ def test_not_healthy_in_time_is_an_error_and_brought_down(tmp_path: Path, fake_c
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     cli, state = fake_cli
     monkeypatch.setenv("FAKE_COMPOSE_MODE", "never")
-    with pytest.raises(EngineStartupError) as err:
-        with engine(tmp_path, cli, boot_timeout_s=0.5):
-            pass
+    with pytest.raises(EngineStartupError) as err, engine(tmp_path, cli, boot_timeout_s=0.5):
+        pass
     assert err.value.reason == "not-healthy"
     assert calls(state)[-1][0] == "down"
 
@@ -366,9 +365,8 @@ def test_failed_pull_names_the_compose_error(tmp_path: Path, fake_cli: tuple[lis
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     cli, state = fake_cli
     monkeypatch.setenv("FAKE_COMPOSE_MODE", "pull-fails")
-    with pytest.raises(EngineStartupError, match="manifest unknown") as err:
-        with engine(tmp_path, cli):
-            pass
+    with pytest.raises(EngineStartupError, match="manifest unknown") as err, engine(tmp_path, cli):
+        pass
     assert err.value.reason == "compose-create"
     assert calls(state)[-1][0] == "down", "even a half-created project is brought down"
 
@@ -377,9 +375,8 @@ def test_a_container_that_dies_mid_run_fails_the_arm(tmp_path: Path, fake_cli: t
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     cli, state = fake_cli
     monkeypatch.setenv("FAKE_COMPOSE_MODE", "dies")
-    with engine(tmp_path, cli) as eng:
-        with pytest.raises(EngineStartupError, match="died") as err:
-            assert eng.alive
+    with engine(tmp_path, cli) as eng, pytest.raises(EngineStartupError, match="died") as err:
+        assert eng.alive
     assert err.value.reason == "died"
     assert calls(state)[-1][0] == "down"
 

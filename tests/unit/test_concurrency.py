@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-
 from sse_fakes import split_events
+
 from bakeoff.core.adapter import Capabilities, Effective, EngineAdapter, LaunchSpec, ServerStats
 from bakeoff.core.client import StreamResult, account
 from bakeoff.core.concurrency import (
@@ -87,7 +87,7 @@ def test_levels_above_settings_parallel_are_refused_before_launch() -> None:
                         "workload: {concurrency: [1, 4]}\n")
     with pytest.raises(ConfigError, match=r"workload.concurrency: arm 'a' asks for 4 streams but settings.parallel"):
         check_levels_before_launch(cfg)
-    with pytest.raises(ConfigError, match="workload.concurrency"):
+    with pytest.raises(ConfigError, match=r"workload\.concurrency"):
         parse_bakeoff("arms: [{name: a, engine: x, model: m}]\nworkload: {concurrency: []}\n")
 
 

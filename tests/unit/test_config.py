@@ -56,7 +56,7 @@ def test_yaml_boolean_arm_name_is_reported() -> None:
 
 
 def test_unknown_method_and_mode_are_refused() -> None:
-    with pytest.raises(ConfigError, match="speculative.method"):
+    with pytest.raises(ConfigError, match=r"speculative\.method"):
         parse_bakeoff(GOOD.replace("method: draft", "method: medusa"))
     with pytest.raises(ConfigError, match="unknown sampling mode 'creative'"):
         parse_bakeoff(GOOD.replace("[greedy, sampled]", "[creative]"))

@@ -98,7 +98,8 @@ def test_a_few_aliases_are_fine() -> None:
 @pytest.mark.parametrize("field, value", [("reps", 10 ** 12), ("max_tokens", 2 ** 70), ("passes", 10 ** 9),
                                           ("warmup", 10 ** 9), ("request_timeout_s", 1e300)])
 def test_absurd_sizes_are_refused(field: str, value: float) -> None:
-    assert f"workload.{field}: Input should be less than or equal to" in refused(ARM + f"workload: {{{field}: {value}}}\n")
+    refusal = refused(ARM + f"workload: {{{field}: {value}}}\n")
+    assert f"workload.{field}: Input should be less than or equal to" in refusal
 
 
 def test_n_boot_has_an_upper_bound(tmp_path: Path) -> None:
@@ -126,4 +127,5 @@ def test_an_unquoted_yaml_boolean_where_text_is_expected_says_to_quote_it(text: 
 
 
 def test_a_quoted_off_is_a_string() -> None:
-    assert parse_bakeoff("arms:\n  - {name: 'off', engine: sim, model: x, settings: {flash_attn: 'on'}}\n").arms[0].name == "off"
+    parsed = parse_bakeoff("arms:\n  - {name: 'off', engine: sim, model: x, settings: {flash_attn: 'on'}}\n")
+    assert parsed.arms[0].name == "off"

@@ -182,7 +182,7 @@ def test_resume_accepts_the_same_file_and_refuses_a_different_one(tmp_path: Path
 
 
 def test_resume_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no run.json"):
+    with pytest.raises(ConfigError, match=r"no run\.json"):
         load_resume(tmp_path)
 
 

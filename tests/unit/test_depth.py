@@ -60,7 +60,7 @@ def test_second_request_reuses_the_fit_and_salts_differ() -> None:
     builder = DepthBuilder(counting)
     first, info1 = builder.messages(PROMPT, 2000, salt="s1")
     n_first = len(calls)
-    second, info2 = builder.messages(PROMPT, 2000, salt="s2")
+    second, _info2 = builder.messages(PROMPT, 2000, salt="s2")
     assert toy_count(second) == 2000
     assert first[1]["content"] != second[1]["content"]
     assert len(calls) - n_first <= n_first  # the previous fit is the starting guess
@@ -124,7 +124,7 @@ def test_before_launch_refusals_name_the_key() -> None:
         check_depths_before_launch(cfg, {"a": LlamaCppAdapter()})
     with pytest.raises(CapabilityNotSupported, match="notok cannot count prompt tokens"):
         check_depths_before_launch(cfg, {"a": NoTokenizer()})
-    with pytest.raises(ConfigError, match="workload.depths"):
+    with pytest.raises(ConfigError, match=r"workload\.depths"):
         parse_bakeoff("arms: [{name: a, engine: x, model: m}]\nworkload: {depths: [0]}\n")
 
 

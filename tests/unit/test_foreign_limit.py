@@ -10,8 +10,9 @@ from bakeoff.core import hostinfo
 from bakeoff.core.hostinfo import FOREIGN_LOAD_FLOOR, CpuMeter
 
 
-@pytest.mark.parametrize("cores, own, limit", [(16, 2.0, 3.5), (2, 2.0, FOREIGN_LOAD_FLOOR), (2, 1.0, FOREIGN_LOAD_FLOOR),
-                                               (64, 8.0, 14.0), (16, 16.0, FOREIGN_LOAD_FLOOR)])
+@pytest.mark.parametrize("cores, own, limit", [(16, 2.0, 3.5), (2, 2.0, FOREIGN_LOAD_FLOOR),
+                                               (2, 1.0, FOREIGN_LOAD_FLOOR), (64, 8.0, 14.0),
+                                               (16, 16.0, FOREIGN_LOAD_FLOOR)])
 def test_the_limit_is_a_share_of_the_free_cores(monkeypatch: pytest.MonkeyPatch, cores: int, own: float,
                                                 limit: float) -> None:
     monkeypatch.setattr(hostinfo, "usable_cores", lambda: cores)

@@ -8,7 +8,7 @@ import time
 
 import httpx
 import pytest
-from hostile_server import CHAT_MODES, HostileServer, TRICKLE_S
+from hostile_server import CHAT_MODES, TRICKLE_S, HostileServer
 
 
 def _chat(srv: HostileServer, mode: str, max_tokens: int = 4, timeout: float = 5) -> httpx.Response:

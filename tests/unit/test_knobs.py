@@ -1,9 +1,9 @@
 """Every speculative knob an adapter declares changes what it launches or sends; every other one is refused.
 
 Walks each adapter's declared ``speculative`` table (llama.cpp, vLLM, exllama, the SGLang and ik_llama.cpp
-plugins, openai, sim): for every method and variant, each declared knob, set to two values, gives two launch fingerprints that
-differ from each other and from the arm without it; each undeclared knob is refused before launch with a
-message naming the knob, the method (and variant) and the knobs the method takes instead.
+plugins, openai, sim): for every method and variant, each declared knob, set to two values, gives two launch
+fingerprints that differ from each other and from the arm without it; each undeclared knob is refused before
+launch with a message naming the knob, the method (and variant) and the knobs the method takes instead.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_every_undeclared_knob_is_refused_naming_the_method_and_what_it_takes(tm
         with pytest.raises(CapabilityNotSupported, match=f"draft_model has no effect on {adapter.name}"):
             check_arm_capabilities(adapter, make({**_base_spec(adapter, key), "draft_model": "/some/draft"}))
     if declared.draft_model == "required" and not make({"method": "none"}).attached:
-        with pytest.raises(CapabilityNotSupported, match="needs speculative.draft_model"):
+        with pytest.raises(CapabilityNotSupported, match=r"needs speculative\.draft_model"):
             spec = _base_spec(adapter, key)
             spec.pop("draft_model")
             check_arm_capabilities(adapter, make(spec))

@@ -27,7 +27,7 @@ class LateBinder(EngineAdapter):
 
 
 class _Healthy(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self.send_response(200)
         self.end_headers()
 
@@ -67,8 +67,7 @@ def test_without_the_check_a_stranger_passes_for_ready(stranger: int, tmp_path: 
 
 def test_taken_port_waits_for_the_engine_and_quotes_its_failure(stranger: int, tmp_path: Path) -> None:
     engine = _engine(stranger, tmp_path, port_taken=True)
-    with pytest.raises(EngineStartupError) as err:
-        with engine:
-            pass
+    with pytest.raises(EngineStartupError) as err, engine:
+        pass
     assert "already in use" in str(err.value)
     assert not engine.alive

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from bakeoff.core.config import parse_bakeoff
 from bakeoff.core.errors import ConfigError
 from bakeoff.core.launcher import free_port
@@ -112,10 +113,10 @@ def test_live_section_validates_and_names_the_field() -> None:
 def test_an_arm_never_binds_outside_loopback_or_on_the_live_port() -> None:
     base = "live: {kind: docker, name: x, health: 'http://127.0.0.1:8094/health', port: 8094}\n"
     wide = parse_bakeoff("arms: [{name: a, engine: sim, model: sim, settings: {host: 0.0.0.0}}]\n" + base)
-    with pytest.raises(ConfigError, match="settings.host '0.0.0.0'.*loopback"):
+    with pytest.raises(ConfigError, match=r"settings\.host '0\.0\.0\.0'.*loopback"):
         check_live_config(wide)
     same = parse_bakeoff("arms: [{name: a, engine: sim, model: sim, settings: {port: 8094}}]\n" + base)
-    with pytest.raises(ConfigError, match="settings.port 8094 is the live service's port"):
+    with pytest.raises(ConfigError, match=r"settings\.port 8094 is the live service's port"):
         check_live_config(same)
     attached = parse_bakeoff("arms: [{name: a, engine: sim, model: sim}, {name: b, engine: openai, "
                              "url: 'http://127.0.0.1:8094'}]\n" + base)

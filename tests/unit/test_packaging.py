@@ -27,7 +27,8 @@ def test_wheel_and_editable_import_the_same_names(tmp_path: Path) -> None:
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True)
-    from_wheel = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(target)!r}); {PROBE}"],
+    probe = f"import sys; sys.path.insert(0, {str(target)!r}); {PROBE}"
+    from_wheel = subprocess.run([sys.executable, "-I", "-c", probe],
                                 capture_output=True, text=True, check=True).stdout.splitlines()
     editable = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True,
                               cwd=tmp_path).stdout.splitlines()

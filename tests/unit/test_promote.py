@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 import yaml
+from test_compose import compose_cli, compose_config
+from test_live import LiveSim, live  # noqa: F401 - the fixture
+
 from bakeoff.core.config import parse_bakeoff
 from bakeoff.core.live import service_commands
 from bakeoff.core.promote import PromoteError, prepare, promote, record_path, revert
 from bakeoff.core.store import RunDir
 from bakeoff.core.watchdog import health_problem
-from test_compose import compose_cli, compose_config
-from test_live import LiveSim, live  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,7 +111,7 @@ def test_a_failing_gate_on_the_live_port_rolls_back(tmp_path: Path, live: LiveSi
     monkeypatch.setenv("BAKEOFF_STATE_DIR", str(tmp_path / "state"))
     live.up()
     rd = sim_run(tmp_path, live, fault="kill", fault_on_requests=[2])
-    with pytest.raises(PromoteError, match="rolled back .*smoke request 2.*is healthy again"):
+    with pytest.raises(PromoteError, match=r"rolled back .*smoke request 2.*is healthy again"):
         promote(rd, "winner", say=lambda m: None)
     assert health_problem(live.health, "qwen-live") is None
     record = json.loads(record_path(live.port).read_text())

@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from bakeoff.core.record import (
     RUN_SCHEMA_VERSION,
     NewerRunRecordError,
@@ -16,7 +18,6 @@ from bakeoff.core.record import (
 )
 from bakeoff.core.sample_lines import NewerSchemaError
 from bakeoff.core.store import RunDir
-from typer.testing import CliRunner
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "reports" / "llamacpp-run"
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_nvml import fake_nvml
+
 from bakeoff.core.roofline import host_copy_bandwidth_gbs, model_bytes, roofline_for
 from bakeoff.engines.llamacpp_synth import Dims, SynthSpec, synthesize, toy_tokenizer
-from fake_nvml import fake_nvml
 
 DIMS = Dims(hidden=64, layers=3, heads=4, kv_heads=2, ffn=128, experts=4, experts_used=2, expert_ffn=32,
             vocab_dtype="f16")
@@ -113,7 +114,7 @@ def test_safetensors_directory_counts_like_a_gguf(tmp_path: Path) -> None:
     assert model_bytes(tied).kv_per_position == 2 * 1 * 2 * 32 * 2
 
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="no \\*.safetensors"):
+    with pytest.raises(ValueError, match=r"no \*\.safetensors"):
         model_bytes(tmp_path / "empty")
 
 

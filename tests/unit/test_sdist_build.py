@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core import EngineUnavailable
-from bakeoff.core import sdist_build
+from bakeoff.core import EngineUnavailable, sdist_build
 from bakeoff.core.sdist_build import SdistBuild, build_from_sdist, cached_binary
 
 pytestmark = pytest.mark.skipif(not shutil.which("cmake") or not shutil.which("cc"), reason="needs cmake and cc")
@@ -123,15 +122,16 @@ def test_a_binary_whose_shared_library_stays_in_the_build_tree_is_not_cached(tmp
     files = {"CMakeLists.txt": "cmake_minimum_required(VERSION 3.14)\nproject(tiny C)\n"
                                "add_library(helper SHARED helper.c)\nadd_executable(tiny-server main.c)\n"
                                "target_link_libraries(tiny-server helper)\n"
-                               "set_target_properties(tiny-server PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin"
-                               " SKIP_BUILD_RPATH ON)\n",
-             "helper.c": "int helper(void){return 0;}\n", "main.c": "int helper(void);\nint main(void){return helper();}\n"}
+                               "set_target_properties(tiny-server PROPERTIES"
+                               " RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin SKIP_BUILD_RPATH ON)\n",
+             "helper.c": "int helper(void){return 0;}\n",
+             "main.c": "int helper(void);\nint main(void){return helper();}\n"}
     with tarfile.open(sdist, "w:gz") as tar:
         for name, text in files.items():
             data = text.encode()
             info = tarfile.TarInfo(f"tiny_project-1.0/vendor/tiny/{name}")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    with pytest.raises(EngineUnavailable, match="needs libhelper.so, which the build did not put next to it"):
+    with pytest.raises(EngineUnavailable, match=r"needs libhelper\.so, which the build did not put next to it"):
         build_from_sdist(tiny(), log=lambda _: None, jobs=1)
     assert cached_binary(tiny()) is None

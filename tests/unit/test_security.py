@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from bakeoff.core.config import Arm, Settings, parse_bakeoff
-from bakeoff.core.errors import ConfigError
+from bakeoff.core.errors import ConfigError, EngineStartupError
 from bakeoff.core.protocol import _headers, plan_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,8 +123,9 @@ def test_no_planted_secret_reaches_the_run_directory_logs_or_reports(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hostile_server: Any) -> None:
     """One run with a secret in each way in: an env value of a launched engine, a URL password and query key,
     an API key that a gateway echoes back in its 401 body. Then grep everything it wrote."""
-    from bakeoff.core.cli import app
     from typer.testing import CliRunner
+
+    from bakeoff.core.cli import app
 
     monkeypatch.setenv("BAKEOFF_T_PLANTED_KEY", API_KEY)
     bakeoff = tmp_path / "secrets.yaml"
@@ -202,6 +204,7 @@ def test_exllama_docker_argv_names_env_variables_without_values(tmp_path: Path) 
 
 def test_compose_file_names_env_variables_and_the_cli_gets_the_values(tmp_path: Path) -> None:
     import yaml
+
     from bakeoff.core.compose import ComposeEngine
     from bakeoff.engines.llamacpp import LlamaCppAdapter
 
@@ -214,7 +217,7 @@ def test_compose_file_names_env_variables_and_the_cli_gets_the_values(tmp_path: 
     fake.chmod(0o755)
     engine = ComposeEngine(LlamaCppAdapter(), arm, 5000, tmp_path / "w", tmp_path / "w" / "log", 5.0,
                            command=[str(fake)])
-    with pytest.raises(Exception):
+    with pytest.raises(EngineStartupError):
         engine.start()  # the fake CLI fails `create`: what matters is what was written and passed
     written = (tmp_path / "w" / "compose.yaml").read_text()
     assert ENV_SECRET not in written  # main: environment: {HF_TOKEN: <value>} in the run directory
@@ -254,9 +257,10 @@ def test_masking_by_value_never_touches_arm_names_orders_or_the_prompts(tmp_path
 
 def test_an_unexpected_error_that_quotes_a_secret_is_masked_in_its_traceback_file(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hostile_server: Any) -> None:
+    from typer.testing import CliRunner
+
     from bakeoff.core import protocol
     from bakeoff.core.cli import app
-    from typer.testing import CliRunner
 
     monkeypatch.setenv("BAKEOFF_T_PLANTED_KEY", API_KEY)
 

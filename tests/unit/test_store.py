@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
+
 from bakeoff.core import protocol
 from bakeoff.core.cli import app
 from bakeoff.core.config import ARM_NAME_MAX, parse_bakeoff
@@ -23,7 +25,6 @@ from bakeoff.core.sample import Sample
 from bakeoff.core.sample_lines import NewerSchemaError
 from bakeoff.core.store import SET_ASIDE, RunDir, RunDirError, read_samples
 from bakeoff.engines.sim import SimAdapter
-from typer.testing import CliRunner
 
 CONFIG = """\
 name: t
@@ -147,7 +148,7 @@ def test_non_utf8_bytes_and_a_torn_multibyte_line_never_crash(tmp_path: Path) ->
     run = _run(tmp_path / "r", prompt="résumé-prompt")
     lines = _lines(run)
     cut = lines[-1][: lines[-1].index("é".encode()) + 1]  # ends inside the two bytes of é
-    lines = lines[:2] + [b"\xff\xfe\x00 binary garbage \x80"] + lines[2:-1] + [cut]
+    lines = [*lines[:2], b"\xff\xfe\x00 binary garbage \x80", *lines[2:-1], cut]
     run.samples_path.write_bytes(b"\n".join(lines))
     assert len(read_samples(run.path)) == 6  # main: UnicodeDecodeError; the torn last sample is in the index
     warnings = summarize_run(run.path, n_boot=200).warnings
@@ -276,7 +277,7 @@ def test_a_full_disk_mid_run_is_an_error_naming_the_file_and_keeps_what_was_stor
     assert run.samples_path.read_bytes() == before  # no torn line left behind
     assert len(read_samples(run.path)) == 2 and len(run.db.samples(run.run_id)) == 2
     monkeypatch.setattr(os, "write", full)
-    with pytest.raises(RunDirError, match="cannot write .*arm_records.jsonl"):
+    with pytest.raises(RunDirError, match=r"cannot write .*arm_records\.jsonl"):
         run.append_arm_record("a", {"status": "ok"})
     monkeypatch.undo()
     assert not run.records_path.read_bytes()  # nothing half-written

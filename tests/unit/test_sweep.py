@@ -241,8 +241,8 @@ def test_a_launch_error_is_raised_at_plan_time_before_any_arm_starts(monkeypatch
 
 def test_llamacpp_bad_knob_arm_beside_a_good_arm_is_refused_at_plan_time(tmp_path: Path) -> None:
     """AUDIT H1: ngram-cache with n_max ended the run at launch with a ConfigError; ngram-simple dropped n_min."""
-    from gguf import GGUFWriter
     import numpy as np
+    from gguf import GGUFWriter
 
     model = tmp_path / "m.gguf"
     w = GGUFWriter(str(model), "llama")

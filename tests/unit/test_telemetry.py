@@ -8,9 +8,10 @@ import types
 from typing import Any
 
 import pytest
+from fake_nvml import NVMLError, fake_nvml
+
 from bakeoff.core import telemetry
 from bakeoff.core.telemetry import GpuMonitor, open_monitor
-from fake_nvml import NVMLError, fake_nvml
 
 
 def test_energy_from_the_counter_and_power_clock_temperature_summary() -> None:
@@ -121,8 +122,9 @@ def test_a_run_records_gpus_and_telemetry_on_every_sample(monkeypatch: pytest.Mo
 def test_bakeoff_gpu_lists_gpus_and_bandwidth_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     import json as _json
 
-    from bakeoff.core.cli import app
     from typer.testing import CliRunner
+
+    from bakeoff.core.cli import app
 
     monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml())
     monkeypatch.setattr("bakeoff.core.cli.gpu.gpu_copy_bandwidth_gbs", lambda *a, **k: (4236.0, "torch"))

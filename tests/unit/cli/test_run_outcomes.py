@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from hostile_server import HostileServer
-from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from bakeoff.core import protocol
@@ -116,7 +115,8 @@ def test_an_unexpected_error_in_one_arm_fails_that_arm_with_its_cause_and_resume
     meta = json.loads((run / "run.json").read_text())
     [record] = RunDir(run).arm_records()["broken"]
     assert record["status"] == "failed" and record["reason"] == "internal-error"
-    assert "ValidationError" in record["error"] and "finish_reason" in (run / "arms/broken/traceback-pass0.txt").read_text()
+    assert "ValidationError" in record["error"]
+    assert "finish_reason" in (run / "arms/broken/traceback-pass0.txt").read_text()
     assert "unexpected ValidationError" in out
     stored = read_samples(run)
     assert [s.rep for s in stored if s.arm == "broken"] == [0]  # the sample before the error stays
@@ -176,7 +176,8 @@ def test_an_attached_server_that_refuses_fails_before_any_request(
     code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
     assert code == ExitCode.NOTHING_MEASURED, out
     error = _failed_record(tmp_path)["error"]
-    assert error.startswith(f"arm 'a': cannot reach http://127.0.0.1:{hostile_server.port}/m/{mode}: ") and words in error
+    assert error.startswith(f"arm 'a': cannot reach http://127.0.0.1:{hostile_server.port}/m/{mode}: ")
+    assert words in error
     assert chat_requests(hostile_server, mode) == []
 
 
@@ -219,7 +220,7 @@ def test_a_model_the_server_does_not_serve_or_an_ambiguous_one_is_refused(
         tmp_path: Path, hostile_server: HostileServer, model: str, words: str) -> None:
     before = len(chat_requests(hostile_server, "two_models"))
     file = write_file(tmp_path, [f"{{name: a, engine: openai, {model}url: '{hostile_server.url('two_models')}'}}"])
-    code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
+    code, _out = run_cli(str(file), "--out", str(tmp_path / "runs"))
     assert code == ExitCode.NOTHING_MEASURED
     assert words.format(port=hostile_server.port) in _failed_record(tmp_path)["error"]
     assert len(chat_requests(hostile_server, "two_models")) == before
@@ -249,7 +250,7 @@ def test_a_plot_that_fails_leaves_the_rest_of_the_report(tmp_path: Path, hostile
     assert code == ExitCode.OK, out
     assert "plot decode_by_prompt left out: ValueError" in out
     report = only_run(tmp_path / "runs") / "report"
-    assert (report / "report.md").is_file() and (report / "summary.json").is_file() and (report / "report.html").is_file()
+    assert all((report / name).is_file() for name in ("report.md", "summary.json", "report.html"))
     assert (report / "decode_vs_acceptance.svg").is_file() and not (report / "decode_by_prompt.svg").exists()
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-
 from sse_fakes import split_events
+
 from bakeoff.core.adapter import check_arm_capabilities
 from bakeoff.core.client import account, stream_chat
 from bakeoff.core.config import Arm, Workload
@@ -440,7 +440,7 @@ def test_server_stats_reproduce_the_real_runs_acceptance_from_its_engine_logs() 
         timed = parse_metrics_lines(log)[1:]  # the first line is the untimed warm-up's
         recorded = [s for s in samples if s["arm"] == arm]
         assert len(timed) == len(recorded) == 9
-        for line, sample in zip(timed, recorded):
+        for line, sample in zip(timed, recorded, strict=True):
             final = {"id": f"chatcmpl-{line.request_id}", "usage": {"completion_tokens": sample["completion_tokens"]}}
             with mock_server({}) as http:
                 stats = ExllamaAdapter().server_stats(http, final, None, log)

@@ -8,13 +8,13 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-
 from sse_fakes import split_events
+
 from bakeoff.core.adapter import check_arm_capabilities
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import CapabilityNotSupported, PreflightError
 from bakeoff.core.metrics import parse_metrics
-from bakeoff.engines.llamacpp import LlamaCppAdapter, parse_acceptance_lines
+from bakeoff.engines.llamacpp import LlamaCppAdapter
 
 FIX = Path(__file__).parent.parent.parent / "fixtures" / "llamacpp"
 adapter = LlamaCppAdapter()
@@ -89,7 +89,7 @@ def test_extra_args_are_appended_verbatim(tmp_path: Path) -> None:
 
 
 def test_draft_type_without_draft_and_stray_draft_are_refused_before_launch(tmp_path: Path) -> None:
-    with pytest.raises(CapabilityNotSupported, match="llamacpp method 'dflash' needs speculative.draft_model"):
+    with pytest.raises(CapabilityNotSupported, match=r"llamacpp method 'dflash' needs speculative\.draft_model"):
         check_arm_capabilities(adapter, arm(tmp_path, speculative={"method": "dflash"}))
     draft = tiny_gguf(tmp_path / "d.gguf")
     with pytest.raises(CapabilityNotSupported, match="draft_model has no effect on llamacpp method 'none'"):
@@ -114,8 +114,8 @@ def test_p_min_refused_centrally_for_an_engine_without_it(tmp_path: Path) -> Non
 
     a = Arm.model_validate({"name": "x", "engine": "openai", "url": "http://h", "speculative": {"method": "none",
                                                                                                "p_min": 0.2}})
-    with pytest.raises(CapabilityNotSupported, match="speculative.p_min has no effect on openai method 'none'; "
-                                                     "it takes: no knobs"):
+    with pytest.raises(CapabilityNotSupported, match=r"speculative\.p_min has no effect on openai method 'none'; "
+                                                     r"it takes: no knobs"):
         check_arm_capabilities(OpenAICompatAdapter(), a)
 
 
@@ -131,7 +131,8 @@ def test_classifies_real_startup_failures() -> None:
     oom = adapter.classify_startup_failure(
         "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000 MiB on device 0: cudaMalloc failed: out of memory")
     assert oom is not None and oom.reason == "out-of-memory"
-    vocab = adapter.classify_startup_failure("E common_speculative_init: the target and draft vocabs are not compatible")
+    vocab = adapter.classify_startup_failure(
+        "E common_speculative_init: the target and draft vocabs are not compatible")
     assert vocab is not None and vocab.reason == "incompatible-draft-vocab"
     # llama.cpp's normal E line during draft memory fitting is not a failure
     normal = ("E failed to initialize the context: dflash requires ctx_other to be set "
@@ -337,7 +338,7 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
 def test_garbage_props_and_slots_become_named_mismatches(tmp_path: Path, routes: dict, expected: list[str]) -> None:
     eff = adapter.effective_settings(_routes(routes), arm(tmp_path, speculative={"method": "ngram"}))
     assert len(eff.mismatches) == len(expected)
-    assert all(got.startswith(want) for got, want in zip(eff.mismatches, expected)), eff.mismatches
+    assert all(got.startswith(want) for got, want in zip(eff.mismatches, expected, strict=True)), eff.mismatches
 
 
 def test_multi_token_events_are_counted_from_per_chunk_timings() -> None:

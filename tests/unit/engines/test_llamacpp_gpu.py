@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from bakeoff.core.config import Arm
 from bakeoff.engines import llamacpp_build as build
 from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions
@@ -47,7 +48,7 @@ def test_backend_auto_is_cuda_only_with_nvcc_and_a_gpu(tmp_path: Path, monkeypat
     build.cuda_architectures.cache_clear()
     assert build.cuda_architectures() == "86;90"
     assert build.resolve_backend("auto") == "cuda"
-    with pytest.raises(ValueError, match="unknown llama.cpp backend"):
+    with pytest.raises(ValueError, match=r"unknown llama\.cpp backend"):
         build.resolve_backend("rocm")
 
 
@@ -180,7 +181,7 @@ def test_split_modes_come_from_the_binarys_help(tmp_path: Path) -> None:
     assert split_modes_of(old) == ("none", "layer", "row")
     assert split_modes_of(_exe(tmp_path / "mute" / "llama-server")) is None
     arm = Arm(name="a", engine="llamacpp", model="smollm2", settings={"split": "tensor"}, options={"binary": str(old)})
-    with pytest.raises(PreflightError, match="settings.split 'tensor' is not a split mode .* none, layer, row"):
+    with pytest.raises(PreflightError, match=r"settings\.split 'tensor' is not a split mode .* none, layer, row"):
         LlamaCppAdapter().preflight(arm)
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from bakeoff.core.config import Arm
 from bakeoff.core.adapter import check_arm_capabilities
+from bakeoff.core.config import Arm
 from bakeoff.core.errors import CapabilityNotSupported, PreflightError
 from bakeoff.engines.gguf_meta import read_gguf_facts
 from bakeoff.engines.llamacpp import LlamaCppAdapter
@@ -72,7 +72,7 @@ def test_a_draft_of_another_type_is_refused(files: dict[str, Path], method: str,
 @pytest.mark.parametrize("method", ["dflash", "dspark", "eagle3", "draft"])
 def test_a_draft_type_without_a_draft_is_refused(files: dict[str, Path], method: str) -> None:
     # llama-server would start and silently run without speculation
-    with pytest.raises(CapabilityNotSupported, match="needs speculative.draft_model"):
+    with pytest.raises(CapabilityNotSupported, match=r"needs speculative\.draft_model"):
         check_arm_capabilities(adapter, arm(files["target"], method=method))
 
 

@@ -175,7 +175,7 @@ def test_random_dspark_markov_bias_outweighs_the_borrowed_head(tmp_path: Path) -
 
 def test_counter_walk_skips_tokens_that_are_half_a_character() -> None:
     tok = toy_tokenizer(300)
-    tokens = [v for k, v, _, _ in tok.entries if k == "tokenizer.ggml.tokens"][0]
+    tokens = next(v for k, v, _, _ in tok.entries if k == "tokenizer.ggml.tokens")
     tokens[261] = "\u00c3"  # GPT-2 byte-level stand-in for byte 0xC3: an unfinished UTF-8 sequence
     tokens[262] = "\u00c3\u00a9"  # 0xC3 0xA9 = 'é', whole
     walk = synth._walk_ids(tok)

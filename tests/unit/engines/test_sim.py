@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 import pytest
-
 from sse_fakes import split_events
+
 from bakeoff.core.client import account, stream_chat
 from bakeoff.core.config import Arm
 from bakeoff.core.errors import ConfigError
@@ -116,7 +116,8 @@ def test_a_clean_log_is_not_classified() -> None:
 # -- the stream ----------------------------------------------------------------------------------
 def test_tokens_are_packed_per_event_and_usage_is_true() -> None:
     events = _events(list(stream_actions({"tokens_per_event": 4}, 1, 10)))
-    text_events = [e for e in events if isinstance(e, dict) and e["choices"] and e["choices"][0]["delta"].get("content")]
+    text_events = [e for e in events
+                   if isinstance(e, dict) and e["choices"] and e["choices"][0]["delta"].get("content")]
     assert [len(e["choices"][0]["delta"]["content"].split()) for e in text_events] == [4, 4, 2]
     usage = [e for e in events if isinstance(e, dict) and "usage" in e]
     assert usage[-1]["usage"]["completion_tokens"] == 10

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-
 from sse_fakes import split_events
+
 from bakeoff.core.adapter import check_arm_capabilities
 from bakeoff.core.client import account, stream_chat
 from bakeoff.core.config import Arm, Workload, load_bakeoff
@@ -110,7 +110,7 @@ def test_methods_without_a_draft_file(method: str) -> None:
 
 def test_speculative_extra_may_not_repeat_a_mapped_key() -> None:
     a = arm(speculative={"method": "ngram", "n_max": 4}, options={"speculative_extra": {"num_speculative_tokens": 7}})
-    with pytest.raises(ConfigError, match="speculative_extra.num_speculative_tokens"):
+    with pytest.raises(ConfigError, match=r"speculative_extra\.num_speculative_tokens"):
         speculative_config(a, str, adapter.options(a).speculative_extra)  # type: ignore[attr-defined]
 
 
@@ -206,7 +206,7 @@ def test_preflight_refuses_gguf_files_and_dirs_without_config(tmp_path: Path) ->
     with pytest.raises(PreflightError, match="cannot serve GGUF"):
         adapter.preflight(arm(model=str(gguf)))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(PreflightError, match="no config.json"):
+    with pytest.raises(PreflightError, match=r"no config\.json"):
         adapter.preflight(arm(model=str(tmp_path / "empty")))
     with pytest.raises(ConfigError, match="not a hub id"):
         adapter.preflight(arm(model=str(tmp_path / "missing")))

@@ -221,7 +221,7 @@ def tiny_gguf(path: Path, nextn: int | None) -> Path:
 
 def test_mtp_needs_nextn_layers_in_the_gguf(tmp_path: Path) -> None:
     plain = make_arm(tiny_gguf(tmp_path / "plain.gguf", None), speculative={"method": "mtp"})
-    with pytest.raises(PreflightError, match="MTP .*NextN.* plain.gguf has none"):
+    with pytest.raises(PreflightError, match=r"MTP .*NextN.* plain\.gguf has none"):
         IkLlamaAdapter().preflight(plain)
     IkLlamaAdapter().preflight(make_arm(tiny_gguf(tmp_path / "mtp.gguf", 1), speculative={"method": "mtp"}))
 

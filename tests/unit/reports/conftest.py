@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import RunDir
 

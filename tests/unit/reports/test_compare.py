@@ -7,10 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from bakeoff.core.cli import app
 from bakeoff.core.errors import ConfigError
 from bakeoff.core.reports.compare import compare_runs, render_comparison_markdown
-from typer.testing import CliRunner
 
 Maker = Callable[..., Path]
 

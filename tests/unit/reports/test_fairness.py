@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from rich.console import Console
 
 from bakeoff.core.fairness import OUTPUTS_FILE, finish_flags, output_line
 from bakeoff.core.gates import check_schema, run_gates, score_gates
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import RunDir
-from rich.console import Console
 
 
 def _write(path: Path, arms: dict[str, dict[str, Any]], samples: list[Sample],

@@ -10,12 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from matplotlib.image import imread
+from rich.console import Console
+
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run, write_reports
 from bakeoff.core.reports.markdown import markdown_table
 from bakeoff.core.reports.plots import PLOTS, render_plots
 from bakeoff.core.reports.tables import community_table
-from matplotlib.image import imread
-from rich.console import Console
 
 Maker = Callable[..., Path]
 

@@ -8,6 +8,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from rich.console import Console
+
 from bakeoff.core.reports import (
     print_summary,
     render_html,
@@ -17,7 +19,6 @@ from bakeoff.core.reports import (
 )
 from bakeoff.core.store import RunDir
 from bakeoff.core.telemetry import GpuSample
-from rich.console import Console
 
 Maker = Callable[..., Path]
 

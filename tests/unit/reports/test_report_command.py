@@ -6,10 +6,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from bakeoff.core.cli import app
-from bakeoff.core.cli.report import print_tables
 from rich.console import Console
 from typer.testing import CliRunner
+
+from bakeoff.core.cli import app
+from bakeoff.core.cli.report import print_tables
 
 Maker = Callable[..., Path]
 

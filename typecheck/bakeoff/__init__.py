@@ -1,0 +1,1 @@
+../../src/bakeoff/__init__.py

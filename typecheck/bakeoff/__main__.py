@@ -1,0 +1,1 @@
+../../src/bakeoff/__main__.py
