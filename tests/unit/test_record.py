@@ -82,7 +82,8 @@ def test_a_field_of_the_wrong_type_is_named() -> None:
     with pytest.raises(RunRecordError, match=r"run.json: orders.0: "):
         parse_run_record({"orders": ["not-a-list"]})
     with pytest.raises(RunRecordError, match=r"run.json: config.arms.0.settings.ctx: "):
-        parse_run_record({"config": {"name": "x", "arms": [{"name": "a", "engine": "f", "model": "m", "settings": {"ctx": "big"}}]}})
+        arm = {"name": "a", "engine": "f", "model": "m", "settings": {"ctx": "big"}}
+        parse_run_record({"config": {"name": "x", "arms": [arm]}})
     with pytest.raises(RunRecordError, match=r"schema_version 'two' is not a whole number"):
         parse_run_record({"schema_version": "two"})
 
