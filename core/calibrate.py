@@ -3,7 +3,7 @@
 Two things decide whether speculation pays: how many drafts are accepted (the drafter, the prompt) and
 what a verify step costs (the engine, the hardware). A ``calibrate:`` section separates them by forcing
 the acceptance: llama.cpp serves models bakeoff synthesizes with the acceptance built in
-(engines/llamacpp_synth.py: an MTP head that misses a chosen fraction of tokens, or an agreeing/random
+(engines/llamacpp/synth.py: an MTP head that misses a chosen fraction of tokens, or an agreeing/random
 DFlash pair), vLLM uses its synthetic rejection sampler. Every (acceptance, n_max) becomes an arm, plus
 one spec-off arm per section; the analysis pairs each point with spec-off request by request.
 
@@ -112,7 +112,7 @@ def _prefix(section: CalibrateSection) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _mtp_grid(n_max: int) -> tuple[tuple[float, float], ...]:
-    from ..engines.llamacpp_synth import expected_mtp_acceptance
+    from ..engines.llamacpp.synth import expected_mtp_acceptance
 
     return tuple((p / GRID, expected_mtp_acceptance(p / GRID, n_max, drafts=600)) for p in range(GRID + 1))
 
@@ -123,7 +123,7 @@ def mtp_file_acceptance(target: float, n_max: int) -> tuple[float, float]:
     relation is not the identity (nor monotone): it is searched on a grid."""
     if n_max == 1 or target in (0.0, 1.0):
         return target, target
-    from ..engines.llamacpp_synth import expected_mtp_acceptance
+    from ..engines.llamacpp.synth import expected_mtp_acceptance
 
     p, _ = min(_mtp_grid(n_max), key=lambda pe: (abs(pe[1] - target), pe[0]))
     return p, expected_mtp_acceptance(p, n_max)
@@ -162,7 +162,7 @@ def plan_points(section: CalibrateSection) -> list[CalPoint]:
 
 
 def _dims(section: CalibrateSection) -> Any:
-    from ..engines.llamacpp_synth import Dims
+    from ..engines.llamacpp.synth import Dims
 
     dims = Dims()
     if isinstance(section.shape, dict):
@@ -179,7 +179,7 @@ Synthesizer = Callable[[Any], Path]
 
 
 def _llamacpp_arm(section: CalibrateSection, point: CalPoint, synth: Synthesizer) -> dict[str, Any]:
-    from ..engines.llamacpp_synth import SynthSpec
+    from ..engines.llamacpp.synth import SynthSpec
 
     dims = _dims(section)
     base: dict[str, Any] = {"name": point.arm, "engine": "llamacpp",
@@ -220,7 +220,7 @@ def _vllm_arm(section: CalibrateSection, point: CalPoint) -> dict[str, Any]:
 def calibration_arms(section: CalibrateSection, synth: Synthesizer | None = None) -> list[Arm]:
     """The arms of one section; llama.cpp models are synthesized (cached) on the way."""
     if synth is None:
-        from ..engines.llamacpp_synth import synthesize
+        from ..engines.llamacpp.synth import synthesize
 
         synth = synthesize
     arms = []

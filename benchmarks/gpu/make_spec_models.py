@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from bakeoff.engines.llamacpp_synth import (
+from bakeoff.engines.llamacpp.synth import (
     Dims,
     SynthSpec,
     synthesize,

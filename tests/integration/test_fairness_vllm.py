@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff.core.gates import FAILING
-from bakeoff.engines.vllm_install import venv_python
+from bakeoff.engines.vllm.install import venv_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 

@@ -1,7 +1,7 @@
 """The fault matrix (issue 5): misbehaving engines as real processes, each case asserting the classified
 outcome and that no sample already collected was lost; Ctrl-C/SIGTERM and ``--resume``; secrets.
 
-The sim engine (engines/sim_server.py, standard library only) is always available. The boot failures
+The sim engine (engines/sim/server.py, standard library only) is always available. The boot failures
 use a real llama-server and skip when it is not installed; run them by hand under
 ``flock /tmp/bakeoff-engine.lock``.
 """
@@ -128,7 +128,7 @@ def test_a_stall_longer_than_the_timeout_is_an_error_sample_and_the_engine_is_st
     rec = Recorder()
     engines_seen: list[dict[int, str]] = []
     rec.on_ready = lambda arm: engines_seen.append(
-        {pid: cmd for pid, cmd in live_test_processes().items() if "sim_server" in cmd})
+        {pid: cmd for pid, cmd in live_test_processes().items() if "sim/server.py" in cmd})
     run, records, rec = run_yaml(tmp_path, """\
 arms:
   - {name: stalls, engine: sim, model: sim, options: {fault: stall, fault_after_tokens: 4, fault_on_requests: [3]}}
@@ -332,7 +332,7 @@ def test_interrupt_stops_the_engine_group_keeps_samples_and_resume_completes(tmp
     cfg.write_text(INTERRUPTED)
     out = tmp_path / "runs"
     env = {**os.environ, "COLUMNS": "200"}
-    proc, jsonl, pgid = _run_until_samples(cfg, out, b"sim_server")
+    proc, jsonl, pgid = _run_until_samples(cfg, out, b"sim/server.py")
     try:
         t0 = time.monotonic()
         proc.send_signal(sig)
@@ -375,7 +375,7 @@ def test_an_engine_dies_with_a_bakeoff_killed_by_any_signal(tmp_path: Path, sig:
     (FAULTS D8), and the run can be resumed."""
     cfg = tmp_path / "b.yaml"
     cfg.write_text(INTERRUPTED)
-    proc, jsonl, pgid = _run_until_samples(cfg, tmp_path / "runs", b"sim_server")
+    proc, jsonl, pgid = _run_until_samples(cfg, tmp_path / "runs", b"sim/server.py")
     proc.send_signal(sig)
     proc.communicate(timeout=30)
     assert proc.returncode == -sig

@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
 
 
-def plugin_source(name: str, tmp: Path) -> str:
+def plugin_source(name: str, tmp: Path, under: Path = ROOT / "plugins") -> str:
     """A copy of a plugin's source: pip builds in the tree it is given, and the repository stays clean."""
     target = tmp / name
-    shutil.copytree(ROOT / "plugins" / name, target, dirs_exist_ok=True,
+    shutil.copytree(under / name, target, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     return str(target)
 
@@ -96,8 +96,9 @@ def test_installed_ikllama_plugin_is_listed_as_available(fresh_venv: Path) -> No
 
 
 def test_broken_plugin_is_unavailable_with_its_error_and_builtins_still_work(fresh_venv: Path) -> None:
+    broken = plugin_source("bakeoff-broken", fresh_venv.parent, ROOT / "tests" / "fixtures" / "plugins")
     done = run([sys.executable, "-m", "pip", "--python", str(fresh_venv / "bin" / "python"), "install", "--quiet",
-                "--no-deps", plugin_source("bakeoff-broken", fresh_venv.parent)])
+                "--no-deps", broken])
     assert done.returncode == 0, done.stderr[-3000:]
     rows = engines_rows(fresh_venv)
     assert rows["broken"].startswith("unavailable"), rows

@@ -19,8 +19,8 @@ import yaml
 from bakeoff.core.selftest import run_case
 from bakeoff.core.store import read_samples
 from bakeoff.engines.llamacpp import LlamaCppAdapter
-from bakeoff.engines.llamacpp_selftest import selftest_cases
-from bakeoff.engines.llamacpp_synth import SynthSpec, expected_mtp_acceptance, synth_pair, synthesize
+from bakeoff.engines.llamacpp.selftest import selftest_cases
+from bakeoff.engines.llamacpp.synth import SynthSpec, expected_mtp_acceptance, synth_pair, synthesize
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ from bakeoff.core.protocol import PlannedArm, _make_sample, build_request
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import read_samples
 from bakeoff.engines.vllm import VllmAdapter, acceptance_from_metrics
-from bakeoff.engines.vllm_install import venv_python
+from bakeoff.engines.vllm.install import venv_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 

@@ -26,7 +26,7 @@ from bakeoff.core.reports import print_summary, render_html, render_markdown, su
 from bakeoff.core.reports.plots import CALIBRATION_PLOTS, render_plots
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import RunDir
-from bakeoff.engines import llamacpp_synth
+from bakeoff.engines.llamacpp import synth as llamacpp_synth
 
 CAL_ONLY = """
 name: cal

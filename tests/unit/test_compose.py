@@ -37,7 +37,7 @@ from bakeoff.core.errors import (
     EngineStartupError,
     EngineUnavailable,
 )
-from bakeoff.engines.llamacpp import COMPOSE_IMAGE_CPU, COMPOSE_IMAGE_CUDA, LlamaCppAdapter
+from bakeoff.engines.llamacpp.adapter import COMPOSE_IMAGE_CPU, COMPOSE_IMAGE_CUDA, LlamaCppAdapter
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = sorted((ROOT / "compose").glob("*/compose.yaml"))

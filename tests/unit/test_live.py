@@ -138,7 +138,7 @@ def test_dry_run_prints_every_command_and_runs_none(tmp_path: Path, live: LiveSi
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert f"stop live: {' '.join(live.stop)}" in out and f"restore live: {' '.join(live.start)}" in out
-    assert "watchdog:" in out and "arm candidate:" in out and "sim_server.py" in out
+    assert "watchdog:" in out and "arm candidate:" in out and "sim/server.py" in out
     assert not live.pidfile.exists() and not (tmp_path / "runs").exists() and not knob.exists()
 
 

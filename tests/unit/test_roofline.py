@@ -9,7 +9,7 @@ import pytest
 from fake_nvml import fake_nvml
 
 from bakeoff.core.roofline import host_copy_bandwidth_gbs, model_bytes, roofline_for
-from bakeoff.engines.llamacpp_synth import Dims, SynthSpec, synthesize, toy_tokenizer
+from bakeoff.engines.llamacpp.synth import Dims, SynthSpec, synthesize, toy_tokenizer
 
 DIMS = Dims(hidden=64, layers=3, heads=4, kv_heads=2, ffn=128, experts=4, experts_used=2, expert_ffn=32,
             vocab_dtype="f16")

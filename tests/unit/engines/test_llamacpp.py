@@ -403,7 +403,7 @@ def test_garbage_token_counts_are_a_measurement_error_not_a_traceback() -> None:
 
 def test_selftest_cases_emit_every_draft_knob_and_the_cpu_settings_flags() -> None:
     """AUDIT L10: the self-test never passed --spec-draft-p-min or the settings flags to the real binary."""
-    from bakeoff.engines.llamacpp_selftest import selftest_cases
+    from bakeoff.engines.llamacpp.selftest import selftest_cases
 
     cases = {c.label: c for c in selftest_cases(adapter)[0]}
     assert "--spec-draft-n-min 1 --spec-draft-p-min 0.05" in cases["draft"].flags

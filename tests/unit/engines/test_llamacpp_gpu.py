@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff.core.config import Arm
-from bakeoff.engines import llamacpp_build as build
-from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions
+from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions, build
 
 
 @pytest.fixture(autouse=True)

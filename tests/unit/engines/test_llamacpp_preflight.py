@@ -11,9 +11,9 @@ import pytest
 from bakeoff.core.adapter import check_arm_capabilities
 from bakeoff.core.config import Arm
 from bakeoff.core.errors import CapabilityNotSupported, PreflightError
-from bakeoff.engines.gguf_meta import read_gguf_facts
 from bakeoff.engines.llamacpp import LlamaCppAdapter
-from bakeoff.engines.llamacpp_synth import SynthSpec, synth_pair, synthesize, toy_tokenizer
+from bakeoff.engines.llamacpp.gguf_meta import read_gguf_facts
+from bakeoff.engines.llamacpp.synth import SynthSpec, synth_pair, synthesize, toy_tokenizer
 
 FIX = Path(__file__).parent.parent.parent / "fixtures" / "llamacpp"
 TOK = toy_tokenizer(300)

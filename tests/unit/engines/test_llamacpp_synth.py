@@ -11,8 +11,8 @@ import pytest
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from bakeoff.engines import llamacpp_synth as synth
-from bakeoff.engines.llamacpp_synth import (
+from bakeoff.engines.llamacpp import synth
+from bakeoff.engines.llamacpp.synth import (
     AGREE_TOKEN,
     Dims,
     SynthSpec,

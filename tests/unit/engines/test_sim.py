@@ -14,7 +14,7 @@ from bakeoff.core.client import account, stream_chat
 from bakeoff.core.config import Arm
 from bakeoff.core.errors import ConfigError
 from bakeoff.engines.sim import SERVER, SimAdapter, SimOptions
-from bakeoff.engines.sim_server import DEFAULTS, stream_actions
+from bakeoff.engines.sim.server import DEFAULTS, stream_actions
 
 
 def _arm(**kw: Any) -> Arm:

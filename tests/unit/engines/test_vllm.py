@@ -26,8 +26,8 @@ from bakeoff.core.errors import (
     PreflightError,
 )
 from bakeoff.core.metrics import parse_metrics
-from bakeoff.engines import vllm_install
-from bakeoff.engines.vllm import M_DRAFTS, M_PER_POS, VllmAdapter, acceptance_from_metrics, speculative_config
+from bakeoff.engines.vllm import install as vllm_install
+from bakeoff.engines.vllm.adapter import M_DRAFTS, M_PER_POS, VllmAdapter, acceptance_from_metrics, speculative_config
 
 FIX = Path(__file__).parent.parent.parent / "fixtures" / "vllm"
 EXAMPLES = Path(__file__).parent.parent.parent.parent / "examples"
@@ -290,7 +290,7 @@ def test_acceptance_from_metrics_deltas_with_positions() -> None:
 
 
 def test_server_stats_agree_with_per_request_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("bakeoff.engines.vllm.time.sleep", lambda s: None)
+    monkeypatch.setattr("bakeoff.engines.vllm.adapter.time.sleep", lambda s: None)
     before_text = (FIX / "metrics_ngram_before_request.txt").read_text()
     # the first scrape after the request is stale (stats not recorded yet): the adapter scrapes again
     http = server({"/metrics": [before_text, (FIX / "metrics_ngram_after_request.txt").read_text()]})

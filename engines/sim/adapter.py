@@ -1,6 +1,6 @@
 """``sim``: a misbehaving engine, for proving that bakeoff keeps every sample and leaves nothing running.
 
-The adapter launches ``sim_server.py`` (standard library only) as a real process through core's
+The adapter launches ``server.py`` (standard library only) as a real process through core's
 launcher, so a SIGKILL, a stall or a crash on start is exactly what a broken engine would do. What the
 server does comes from the arm's ``options:`` (validated by :class:`SimOptions`): token packing and
 pacing, wrong or missing usage, a stall, a reset, a self-kill, malformed SSE, HTTP errors, a slow boot,
@@ -27,7 +27,7 @@ from bakeoff.core.errors import ConfigError
 
 __all__ = ["SimAdapter", "SimOptions", "SERVER"]
 
-SERVER = Path(__file__).with_name("sim_server.py")
+SERVER = Path(__file__).with_name("server.py")
 
 # The sim's own startup failures (reason, needles, advice), in the words a user can act on.
 STARTUP_FAILURES: tuple[FailureRule, ...] = (

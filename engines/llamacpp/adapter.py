@@ -161,7 +161,7 @@ class LlamaCppAdapter(EngineAdapter):
         """The llama-server to run and where it was found, in this order: the arm's ``options.binary``
         (or ``options.build_version`` of bakeoff's cache), ``$BAKEOFF_LLAMA_SERVER``, ``llama-server`` on
         PATH, bakeoff's cache (a CUDA build for this machine's GPUs before the CPU build)."""
-        from .llamacpp_build import DEFAULT_VERSION, cached_binary
+        from .build import DEFAULT_VERSION, cached_binary
 
         if options.binary:
             return Path(options.binary).expanduser(), "arm option"
@@ -182,7 +182,7 @@ class LlamaCppAdapter(EngineAdapter):
 
     def binary_record(self, options: LlamaCppOptions) -> dict[str, Any]:
         """What run.json says about the binary: path, where it was found, backend and build flags."""
-        from .llamacpp_build import build_info
+        from .build import build_info
 
         binary, source = self.binary_choice(options)
         return {"path": str(binary), "found_in": source, **build_info(binary)}
@@ -200,13 +200,13 @@ class LlamaCppAdapter(EngineAdapter):
                 "`--backend cuda` where nvcc and a GPU are present).")
 
     def install(self, log: Callable[[str], None], backend: str = "auto") -> str:
-        from .llamacpp_build import build_llama_server
+        from .build import build_llama_server
 
         return str(build_llama_server(log=log, backend=backend))
 
     def selftest(self, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
         """Every mapped method on tiny synthesized models, through the installed llama-server."""
-        from .llamacpp_selftest import run_selftest
+        from .selftest import run_selftest
 
         return run_selftest(self, log, workdir)
 
