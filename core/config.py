@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigError
 from .liveconfig import LiveService, Phases
+from .placement import ExecutorSpec, Host, check_placement
 
 __all__ = [
     "SPEC_METHODS",
@@ -328,6 +329,10 @@ class BakeoffFile(Strict):
                                                        "and restored after it, with a watchdog (docs/live.md).")
     phases: Phases | None = Field(None, description="Live knobs in timed phases against one server that stays "
                                                     "up (docs/live.md).")
+    executor: ExecutorSpec | None = Field(None, description="Where the run executes: local (default) or ray "
+                                                            "(docs/ray.md); --executor overrides it.")
+    hosts: list[Host] | None = Field(None, description="Ray only: which host runs which paired block of arms "
+                                                       "(docs/ray.md).")
 
     @model_validator(mode="after")
     def _unique_names_and_baseline(self) -> BakeoffFile:
@@ -341,6 +346,8 @@ class BakeoffFile(Strict):
         swept = bool(self.sweep) or any(a.sweep for a in self.arms)  # names checked after expansion
         if self.baseline is not None and self.baseline not in seen and not swept:
             raise ValueError(f"baseline {self.baseline!r} is not an arm name")
+        if self.hosts is not None and not swept:  # a swept file is checked again once expanded
+            check_placement(self.hosts, [a.name for a in self.arms], self.baseline_arm)
         return self
 
     @field_validator("calibrate", mode="before")

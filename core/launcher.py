@@ -29,9 +29,12 @@ from .adapter import EngineAdapter, LaunchSpec, first_matching_line
 from .errors import EngineStartupError, EngineUnavailable
 
 __all__ = ["free_port", "port_is_free", "Engine", "stop_all", "LogCursor", "startup_error_from_log",
-           "running_dir", "stop_leftover_engines"]
+           "running_dir", "stop_leftover_engines", "NOT_INHERITED"]
 
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
+# Never passed on to an engine: one started from a Ray task must not join bakeoff's cluster (vLLM would take
+# Ray as its distributed backend instead of its own multiprocessing one).
+NOT_INHERITED = ("RAY_ADDRESS",)
 _ARM_DIRS: dict[int, Path] = {}  # pid -> the directory holding its engine.pid record
 
 
@@ -238,7 +241,7 @@ class Engine:
             target = (self.spec.cwd or self.log_path.parent) / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content)
-        env = {**os.environ, **self.spec.env}
+        env = {**{k: v for k, v in os.environ.items() if k not in NOT_INHERITED}, **self.spec.env}
         with self.log_path.open("ab") as log:
             try:
                 self.proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell

@@ -8,14 +8,16 @@ from types import FrameType
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..config import BakeoffFile, load_bakeoff
 from ..errors import BakeoffError, ConfigError
+from ..executor import Executor, LocalExecutor, executor_for
 from ..launcher import stop_leftover_engines
 from ..live import LiveRun, dry_run_lines
 from ..phases import check_phases_config, run_phases
-from ..protocol import ProtocolEvents, is_write_failure, plan_run, run_extra_pass, run_metadata, run_plan
+from ..protocol import ProtocolEvents, is_write_failure, plan_run, run_extra_pass, run_metadata
 from ..resume import Resume, load_resume
 from ..sample import Sample
 from ..stats import needs_more_passes
@@ -63,8 +65,11 @@ def _new_run(out: Path, config: BakeoffFile, meta: dict[str, object]) -> RunDir:
 
 
 def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
-            resume: Resume | None = None) -> RunDir:
+            resume: Resume | None = None, executor: Executor | None = None) -> RunDir:
     """Plan, run and report one bakeoff (or finish ``resume``'s); engines are stopped on every way out."""
+    executor = executor or LocalExecutor()
+    if until_ci is not None and executor.name != "local":
+        raise ConfigError("--until-ci adds passes on this machine; it cannot be combined with --executor ray")
     check_phases_config(config)
     plan = plan_run(config)
     for line in stop_leftover_engines():  # engines a killed bakeoff could not stop (its port, its memory)
@@ -101,7 +106,7 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
                 assert live.guard is not None  # open() arms the undo guard whenever phases: is set
                 run_phases(plan, run, events, live.guard)
             else:
-                run_plan(plan, run, events, done)
+                executor.run(plan, run, events, done)
             while until_ci is not None and config.phases is None:  # adaptive passes: --until-ci
                 more, why = needs_more_passes(run.samples(), len(plan.orders), until_ci, max_passes,
                                               seed=config.workload.seed)
@@ -141,6 +146,9 @@ def _explain_empty(run: RunDir, arm: str, samples: list[Sample]) -> str:
 
 def _measured_names(config: BakeoffFile, run: RunDir) -> list[str]:
     """The names samples are stored under: the arms, or with ``phases:`` each phase's setting."""
+    placement = run.read_run().get("placement") or {}
+    if placement.get("arm_order"):  # Ray: an arm run on several hosts is stored once per host
+        return list(placement["arm_order"])
     if config.phases is None:
         return [a.name for a in config.arms]
     settings = [str(p.get("setting")) for p in run.read_run().get("phases", [])]
@@ -174,6 +182,10 @@ def run_command(
                                        "configuration recorded there, skipping samples already stored"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print every command the run would run (live service, "
                                  "engines, knobs) and run none"),
+    executor_kind: str | None = typer.Option(None, "--executor", help="local (default) or ray: each host's block "
+                                             "of arms on a Ray cluster (hosts: in the file; docs/ray.md)"),
+    address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray; "
+                                       "default: $RAY_ADDRESS, else a Ray instance on this machine)"),
 ) -> None:
     try:
         if resume is not None:
@@ -182,7 +194,8 @@ def run_command(
             for msg in resumed.warnings:
                 console.print(f"[bold yellow]WARNING[/bold yellow] {msg}", highlight=False)
             config = resumed.config
-            run = execute(config, out, _percent(until_ci), max_passes, resume=resumed)
+            executor = executor_for(config, executor_kind, address)
+            run = execute(config, out, _percent(until_ci), max_passes, resume=resumed, executor=executor)
         else:
             if file is None:
                 raise ConfigError("give a bakeoff FILE, or --resume RUN_DIR")
@@ -191,13 +204,14 @@ def run_command(
                 for line in dry_run_lines(config):
                     typer.echo(line)
                 return
-            run = execute(config, out, _percent(until_ci), max_passes)
+            executor = executor_for(config, executor_kind, address)
+            run = execute(config, out, _percent(until_ci), max_passes, executor=executor)
     except RunDirError as exc:  # mid-run: disk full, read-only (a bad --out is a config error, above)
         console.print(f"[red]error:[/red] {exc}; samples stored so far are kept; after fixing it, "
                       "`bakeoff run --resume RUN_DIR` finishes the run", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.WRITE_FAILED) from exc
-    except BakeoffError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+    except BakeoffError as exc:  # escaped: a message may hold [brackets] (bakeoff[ray], a YAML list)
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.CONFIG) from exc
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: engines stopped; samples so far are in the run directory; "
@@ -211,6 +225,12 @@ def run_command(
                       "`bakeoff run --resume RUN_DIR` finishes the run", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.WRITE_FAILED) from None
     code = _exit_code(run, _measured_names(config, run))
+    lost = getattr(executor, "failed_hosts", {})
+    if lost and code is ExitCode.OK:  # every arm has samples, but a host's block stopped short
+        console.print(f"[yellow]partial result (exit 4):[/yellow] the block of {', '.join(sorted(lost))} stopped "
+                      f"before its end; `bakeoff run --resume {run.path}` measures the rest",
+                      highlight=False, soft_wrap=True)
+        code = ExitCode.PARTIAL
     if code is not ExitCode.OK:
         raise typer.Exit(code)
 

@@ -248,6 +248,15 @@ def _correctness(path: Path, meta: dict[str, Any], samples: list[Sample], record
         c.comparable = guard[(c.arm, c.reference)].model_dump()
 
 
+def _blocks(placement: dict[str, Any], baseline: str | None, arm_order: list[str]) -> list[tuple[str, list[str]]]:
+    """(baseline, arms) of each group compared within itself: each host's block on Ray, else the whole run."""
+    if not placement:
+        return [(baseline, arm_order)] if baseline else []
+    blocks = placement.get("blocks") or {}
+    return [(b, [a for a in arm_order if a in blocks.get(host, [])])
+            for host, b in (placement.get("baselines") or {}).items() if b]
+
+
 def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int | None = None,
                   drop_foreign_load: bool = False) -> RunSummary:
     """Compute every statistic of a run directory once.
@@ -270,8 +279,13 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, n_boot=n_boot, level=level, seed=seed)
     if baseline is None and arms:
         baseline = arms[0].arm
-    comparisons = compare_to_baseline(samples, baseline, arm_order, prompts, n_boot=n_boot, level=level,
-                                      seed=seed) if baseline else []
+    placement = meta.get("placement") or {}
+    if placement:  # Ray: arms are stored per host; each is compared with the baseline of its own host
+        arm_order = list(placement.get("arm_order") or arm_order)
+        arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, n_boot=n_boot, level=level, seed=seed)
+    comparisons = [c for host_baseline, block in _blocks(placement, baseline, arm_order)
+                   for c in compare_to_baseline([s for s in samples if s.arm in block], host_baseline, block,
+                                                prompts, n_boot=n_boot, level=level, seed=seed)]
     engines: dict[str, dict[str, Any]] = {}
     for a in config.get("arms", []):
         recs = records.get(a["name"], [])
@@ -294,8 +308,9 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     summary = RunSummary(
         gpus=meta.get("gpus", []), bandwidth=meta.get("bandwidth", {}),
         mismatches={arm: m for arm, m in mismatches.items() if m},
-        energy_comparisons=compare_energy(samples, baseline, arm_order, n_boot=n_boot, level=level, seed=seed)
-        if baseline else [],
+        energy_comparisons=[c for host_baseline, block in _blocks(placement, baseline, arm_order)
+                            for c in compare_energy([s for s in samples if s.arm in block], host_baseline, block,
+                                                    n_boot=n_boot, level=level, seed=seed)],
         tool=meta.get("tool", {}), run_id=data.run_id, name=config.get("name", path.name), baseline=baseline,
         prompts=prompts, modes=list(workload.get("modes", [])) or sorted({s.mode for s in samples}),
         max_tokens=workload.get("max_tokens"), reps=workload.get("reps"),
