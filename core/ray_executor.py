@@ -49,7 +49,7 @@ class RayExecutor:
         blocks = blocks_of(config.hosts, names, config.baseline_arm)
         record = placement_record(blocks, names)
         first = next(b.baseline for b in blocks if b.baseline)
-        run.update_run(placement=record, baseline=first, executor={"kind": "ray"})
+        run.update_run(placement=record, baseline=first, executor="ray")
         started_here = not ray.is_initialized()
         if started_here:
             ray.init(address=self.address, include_dashboard=False, log_to_driver=False,

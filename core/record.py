@@ -23,7 +23,9 @@ __all__ = [
     "RUN_SCHEMA_VERSION",
     "ArmAttempt",
     "EngineRecord",
+    "HostRecord",
     "NewerRunRecordError",
+    "PlacementRecord",
     "RunRecord",
     "RunRecordError",
     "ToolInfo",
@@ -91,6 +93,31 @@ class ArmAttempt(_Open):
         return self.status == "failed"
 
 
+class HostRecord(_Open):
+    """One host of a run on Ray (``--executor ray``): the machine, its GPUs and driver, the engine builds its
+    arms ran, and why its block stopped short, if it did."""
+
+    host: dict[str, Any] = Field(default_factory=dict, description="CPU, memory, GPUs (name, driver) as "
+                                                                   "core/hostinfo.py reads them on that node.")
+    gpus: list[dict[str, Any]] = Field(default_factory=list)
+    bandwidth: dict[str, Any] = Field(default_factory=dict)
+    node: dict[str, Any] = Field(default_factory=dict, description="The hosts: entry the block ran for.")
+    node_ip: str | None = None
+    ray_node_id: str | None = None
+    engines: dict[str, str] = Field(default_factory=dict, description="Stored arm name -> engine build.")
+    lost: str | None = Field(None, description="Why the block stopped before its end (a lost node).")
+
+
+class PlacementRecord(_Open):
+    """Which host ran which arms, under which stored names (core/placement.py)."""
+
+    blocks: dict[str, list[str]] = Field(default_factory=dict)
+    baselines: dict[str, str | None] = Field(default_factory=dict)
+    arm_order: list[str] = Field(default_factory=list)
+    copies: dict[str, dict[str, str]] = Field(default_factory=dict, description="Arm -> host -> stored name, "
+                                                                                "for arms run on several hosts.")
+
+
 class RunRecord(_Open):
     """run.json. ``config`` is the resolved bakeoff file with secrets masked (core/redact.py)."""
 
@@ -116,6 +143,9 @@ class RunRecord(_Open):
     phases: list[dict[str, Any]] = Field(default_factory=list, description="Live-knob phase records.")
     live: dict[str, Any] | None = None
     watchdog: list[dict[str, Any]] = Field(default_factory=list)
+    executor: str | None = Field(None, description="ray for a run on a Ray cluster; absent for a local run.")
+    placement: PlacementRecord | None = None
+    hosts: dict[str, HostRecord] = Field(default_factory=dict, description="Ray: every host that ran a block.")
 
     # -- what readers ask ----------------------------------------------------------------------
     @property
