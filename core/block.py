@@ -109,7 +109,7 @@ def run_block(payload: dict[str, Any]) -> Iterator[Message]:
         try:
             run_plan(plan, run, ProtocolEvents(on_warning=lambda msg: out.put(("warning", f"{host}: {msg}"))), done)
             run.ship_files()
-        except BaseException as exc:  # noqa: BLE001 - reported to the driver, which decides
+        except BaseException as exc:
             error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
         out.put(("end", error))
 

@@ -14,9 +14,9 @@ import ctypes
 import json
 import os
 import signal
-import sys
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -244,7 +244,7 @@ class Engine:
         env = {**{k: v for k, v in os.environ.items() if k not in NOT_INHERITED}, **self.spec.env}
         with self.log_path.open("ab") as log:
             try:
-                self.proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell
+                self.proc = subprocess.Popen(
                     self.spec.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=env, cwd=self.spec.cwd, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
             except FileNotFoundError as exc:

@@ -9,6 +9,7 @@ unfinished points, which ``--resume`` measures again.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -53,7 +54,7 @@ class RayExecutor:
         started_here = not ray.is_initialized()
         if started_here:
             ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                     logging_level="WARNING", configure_logging=False)
+                     logging_level=logging.WARNING, configure_logging=False)
         hosts: dict[str, Any] = dict(run.read_run().get("hosts") or {})
         lock = threading.Lock()
         try:
@@ -137,7 +138,8 @@ class RayExecutor:
 def _block_on_node(payload: dict[str, Any]) -> Iterator[Message]:
     """The Ray task: which node this is, then the block's own messages (core/block.py)."""
     context = ray.get_runtime_context()
-    yield ("host", {"ray_node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address()})
+    node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    yield ("host", {"ray_node_id": context.get_node_id(), "node_ip": node_ip})
     yield from run_block(payload)
 
 
