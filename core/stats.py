@@ -49,6 +49,8 @@ __all__ = [
     "compare_to_baseline",
     "median_half_widths",
     "needs_more_passes",
+    "ratio_half_widths",
+    "MIN_ADAPTIVE_PASSES",
     "stateful_warning",
     "rng_for",
     "EXCLUDING_FLAGS",
@@ -524,22 +526,44 @@ def stateful_warning(arm: str, method: str, variant: str | None, stateful: Seque
     return None
 
 
-MIN_ADAPTIVE_PASSES = 2  # one pass cannot show launch-to-launch variation
+MIN_ADAPTIVE_PASSES = 3  # two passes give the pass-level bootstrap only three distinct draws: too few to trust
+
+
+def ratio_half_widths(samples: Iterable[Sample], baseline: str, *, n_boot: int = N_BOOT, level: float = LEVEL,
+                      seed: int = 0) -> dict[str, float]:
+    """Relative half-width of every other arm's paired ratio interval against ``baseline``: the interval its
+    verdict reads (same key, so the same draws as the report's)."""
+    groups = _by_arm(samples, ())
+    ref = groups.get(baseline, [])
+    out = {}
+    for name, group in groups.items():
+        if name != baseline:
+            ci = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed, key=f"ratio/{name}/{baseline}")
+            out[f"{name}/{baseline}"] = ci.half_width_rel if ci else float("inf")
+    return out
 
 
 def needs_more_passes(samples: Iterable[Sample], passes_done: int, target: float, max_passes: int, *,
-                      n_boot: int = N_BOOT, seed: int = 0) -> tuple[bool, str]:
-    """The ``--until-ci`` rule: another pass while some arm's median half-width exceeds ``target``.
+                      baseline: str | None = None, n_boot: int = N_BOOT, seed: int = 0) -> tuple[bool, str]:
+    """The ``--until-ci`` rule: another pass while some interval's relative half-width exceeds ``target``.
 
-    Stops at ``max_passes``; never stops before two passes. Returns the decision and a line saying why.
+    With a ``baseline`` and other arms, the intervals are the paired ratios against it, which the verdicts
+    read; an arm's median mixes prompts of different speeds, so its interval can stay wide long after the
+    ratio is tight. Without (one arm), each arm's median. Stops at ``max_passes``; never stops before
+    :data:`MIN_ADAPTIVE_PASSES`. Returns the decision and a line saying why.
     """
-    widths = median_half_widths(samples, n_boot=n_boot, seed=seed)
+    samples = list(samples)
+    arms = {s.arm for s in samples}
+    ratios = baseline in arms and len(arms) > 1
+    widths = (ratio_half_widths(samples, baseline, n_boot=n_boot, seed=seed) if baseline is not None and ratios
+              else median_half_widths(samples, n_boot=n_boot, seed=seed))
     worst = max(widths.items(), key=lambda kv: kv[1], default=("–", float("inf")))
-    status = f"widest median CI after {passes_done} pass(es): {worst[0]} ±{worst[1]:.1%} (target ±{target:.1%})"
+    what = "ratio" if ratios else "median"
+    status = f"widest {what} CI after {passes_done} pass(es): {worst[0]} ±{worst[1]:.1%} (target ±{target:.1%})"
     if passes_done >= max_passes:
         return False, status + f"; stopping at --max-passes {max_passes}"
     if passes_done < MIN_ADAPTIVE_PASSES:
-        return True, status + "; at least two passes are needed"
+        return True, status + f"; at least {MIN_ADAPTIVE_PASSES} passes are needed"
     if worst[1] > target:
         return True, status + "; adding a pass"
     return False, status + "; target reached"

@@ -109,7 +109,7 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
                 executor.run(plan, run, events, done)
             while until_ci is not None and config.phases is None:  # adaptive passes: --until-ci
                 more, why = needs_more_passes(run.samples(), len(plan.orders), until_ci, max_passes,
-                                              seed=config.workload.seed)
+                                              baseline=config.baseline_arm, seed=config.workload.seed)
                 progress.console.print(why, highlight=False)
                 if not more:
                     break
@@ -175,8 +175,8 @@ def _exit_code(run: RunDir, arms: list[str]) -> ExitCode:
 def run_command(
     file: Path | None = typer.Argument(None, help="Bakeoff YAML file (optional with --resume)"),
     out: Path = typer.Option(Path("runs"), "--out", help="Directory that receives the run directory"),
-    until_ci: str | None = typer.Option(None, "--until-ci", help="Add passes until every arm's median 95 % CI "
-                                        "half-width is at most this, e.g. 3%"),
+    until_ci: str | None = typer.Option(None, "--until-ci", help="Add passes until every arm's 95 % CI half-width "
+                                        "(its ratio to the baseline; one arm: its median) is at most this, e.g. 3%"),
     max_passes: int = typer.Option(10, "--max-passes", min=1, help="Most passes with --until-ci"),
     resume: Path | None = typer.Option(None, "--resume", help="Finish an interrupted run in RUN_DIR with the "
                                        "configuration recorded there, skipping samples already stored"),

@@ -18,6 +18,7 @@ from bakeoff.core.stats import (
     describe_arm,
     median_half_widths,
     needs_more_passes,
+    ratio_half_widths,
     paired_ratio,
     stateful_warning,
     unpaired_ratio,
@@ -172,17 +173,40 @@ def test_compare_to_baseline_orders_and_skips_the_baseline() -> None:
 
 
 def test_until_ci_rule() -> None:
-    tight = _samples("a", _noisy(100, 40, 0.005, 9), passes=2)
-    wide = _samples("b", _noisy(100, 40, 0.2, 10), passes=2)
+    tight = _samples("a", _noisy(100, 60, 0.005, 9), passes=3)
+    wide = _samples("b", _noisy(100, 60, 0.2, 10), passes=3)
     widths = median_half_widths(tight + wide)
     assert widths["a"] < 0.01 < widths["b"]
     assert needs_more_passes(tight, 1, 0.03, 10)[0]  # one pass never suffices
-    done, why = needs_more_passes(tight, 2, 0.03, 10)
+    more, why = needs_more_passes(tight, 2, 0.03, 10)  # nor two: the pass bootstrap has three distinct draws
+    assert more and "at least 3 passes" in why
+    done, why = needs_more_passes(tight, 3, 0.03, 10)
     assert not done and "target reached" in why
-    more, why = needs_more_passes(tight + wide, 2, 0.03, 10)
+    more, why = needs_more_passes(tight + wide, 3, 0.03, 10)
     assert more and "b ±" in why
     stop, why = needs_more_passes(tight + wide, 10, 0.03, 10)
     assert not stop and "--max-passes 10" in why
+
+
+def _two_prompts(arm: str, speed: float, seed: int) -> list[Sample]:
+    """Three passes of a fast and a slow prompt (3x apart), 1 % request noise, paired by seed across arms."""
+    out = []
+    for prompt, mu in (("short", 300.0), ("long", 100.0)):
+        out += _samples(arm, [r * speed for r in _noisy(mu, 30, 0.01, seed + len(prompt))], prompt=prompt, passes=3)
+    return out
+
+
+def test_until_ci_with_a_baseline_drives_the_ratio_the_verdict_reads() -> None:
+    """Arms whose medians straddle two prompts 3x apart have wide median intervals, yet their paired ratio
+    is tight: the rule must stop on the ratio (what the verdict reads), not run to --max-passes."""
+    samples = _two_prompts("base", 1.0, 1) + _two_prompts("fast", 1.1, 2)
+    assert min(median_half_widths(samples).values()) > 0.2
+    assert ratio_half_widths(samples, "base")["fast/base"] < 0.02
+    assert needs_more_passes(samples, 3, 0.03, 10)[0]  # arm medians: never
+    done, why = needs_more_passes(samples, 3, 0.03, 10, baseline="base")
+    assert not done and "widest ratio CI" in why and "fast/base" in why and "target reached" in why
+    # one arm only, or a baseline with no samples: the medians, as before
+    assert "widest median CI" in needs_more_passes(samples, 3, 0.03, 10, baseline="gone")[1]
 
 
 def test_stateful_speculators_warn_only_with_several_reps() -> None:
