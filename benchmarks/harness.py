@@ -190,6 +190,15 @@ def outliers(port: int, rate: int, per_event: int, count: int,
     return out, with_gc
 
 
+def bakeoff_command() -> list[str]:
+    """The console script beside this Python, or the CLI through ``python -P`` where bakeoff was installed
+    without scripts (``pip install --target``, as on the GPU machine)."""
+    script = Path(sys.executable).with_name("bakeoff")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-P", "-c", "from bakeoff.core.cli import main; main()"]
+
+
 def cli_run(port: int, truth_file: Path, rate: int, count: int, out: Path) -> list[tuple[int, float, list[str]]]:
     """``count`` requests through the real ``bakeoff run`` (progress display, store, meter: everything), each
     sample joined to the source's truth line by order (one arm, one pass, sequential requests, no warm-up)."""
@@ -199,8 +208,7 @@ def cli_run(port: int, truth_file: Path, rate: int, count: int, out: Path) -> li
 workload: {{prompts: [prose], max_tokens: {N_TOKENS}, reps: {count}, warmup: 0, request_timeout_s: 30}}
 """)
     truth_file.write_text("")
-    bakeoff = Path(sys.executable).with_name("bakeoff")
-    subprocess.run([str(bakeoff), "run", str(config), "--out", str(out / "runs")], check=False,
+    subprocess.run([*bakeoff_command(), "run", str(config), "--out", str(out / "runs")], check=False,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     truths = [json.loads(line) for line in truth_file.read_text().splitlines()]
     (samples_path,) = (out / "runs").glob("*/samples.jsonl")
