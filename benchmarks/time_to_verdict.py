@@ -12,8 +12,9 @@ Two steps, so that hundreds of trials cost one real run:
    with two passes and asks bakeoff's own rule (:func:`bakeoff.core.stats.needs_more_passes`, imported,
    not re-implemented) after every pass whether to add one. Every trial's paired ratio interval
    (:func:`bakeoff.core.stats.paired_ratio`, what the reports print) is checked against the truth: the
-   pool's long-run paired ratio (all passes). The identical pair's truth is 1: any verdict other than
-   "not separable" there is a false alarm.
+   pool's long-run paired ratio (all passes; trials resample the pool, so they centre on it, also for the
+   identical pair, whose pool ratio is 1 only up to its launch noise). For the identical pair any verdict
+   other than "not separable" is a false alarm.
 
 Costs: the wall time of a pass for a pair is, for each of its two arms, the gap from the end of the
 previous arm's last request to this arm's first request (stopping the previous engine, starting this one,
@@ -29,6 +30,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -80,7 +82,7 @@ SHAPES = {"small": {"hidden": 256, "layers": 4, "heads": 4, "kv_heads": 2, "ffn"
 
 def synth_model(shape: str, tokenizer: Path) -> Path:
     """A random-weight llama GGUF of ``shape`` (for machines without a downloaded model)."""
-    from bakeoff.engines.llamacpp_synth import Dims, SynthSpec, synthesize, tokenizer_from_dump
+    from bakeoff.engines.llamacpp.synth import Dims, SynthSpec, synthesize, tokenizer_from_dump
 
     dims = Dims(**SHAPES[shape], vocab_dtype="f16", scale=0.01)  # type: ignore[arg-type]
     return synthesize(SynthSpec("target", dims=dims), tokenizer_from_dump(tokenizer))
@@ -110,9 +112,10 @@ def collect(args: argparse.Namespace) -> None:
     config.write_text(collect_config(model, args.passes, args.reps, args.max_tokens,
                                      (args.threads_base, args.threads_other), args.prompts.split(",")))
     cmd = bakeoff_command()
-    print("collecting the pool:", " ".join(cmd + ["run", str(config), "--out", str(out)]), flush=True)
+    argv = [*cmd, "run", str(config), "--out", str(out)]
+    print("collecting the pool:", " ".join(argv), flush=True)
     # a run stopped by its deadline keeps every stored sample; replay uses complete passes only
-    if not _bounded(cmd + ["run", str(config), "--out", str(out)], args.deadline_s):
+    if not _bounded(argv, args.deadline_s):
         print(f"deadline {args.deadline_s} s reached; the passes done are the pool", flush=True)
 
 
@@ -137,7 +140,7 @@ def _run(config: Path, out: Path, extra: list[str], timeout: float) -> tuple[flo
     """One real ``bakeoff run``: its wall time (launches, warm-ups, report included) and run directory."""
     before = set(out.glob("*/")) if out.exists() else set()
     t0 = time.perf_counter()
-    if timeout <= 0 or not _bounded(bakeoff_command() + ["run", str(config), "--out", str(out), *extra], timeout,
+    if timeout <= 0 or not _bounded([*bakeoff_command(), "run", str(config), "--out", str(out), *extra], timeout,
                                     quiet=True):
         return time.perf_counter() - t0, None
     new = sorted(set(out.glob("*/")) - before)
@@ -162,7 +165,7 @@ def validate(args: argparse.Namespace) -> None:
         wall, run = _run(fixed, out / "runs", [], left)
         if run is None:
             break
-        samples = RunDir(run).samples()
+        samples = RunDir.open(run).samples()
         widths = ratio_half_widths(samples, BASE)
         target = max(widths.values())
         rows.append({"turn": turn, "design": "fixed 3 passes × 3 reps", "wall_s": wall, "run": str(run),
@@ -172,7 +175,7 @@ def validate(args: argparse.Namespace) -> None:
                          end - time.monotonic())
         if run is None:
             break
-        samples = RunDir(run).samples()
+        samples = RunDir.open(run).samples()
         rows.append({"turn": turn, "design": f"--until-ci {target:.2%} (reps 1)", "wall_s": wall, "run": str(run),
                      **_intervals(samples)})
         print(json.dumps(rows[-1]), flush=True)
@@ -219,7 +222,7 @@ def _end(s: Sample) -> float:
 
 def load_pool(path: Path) -> Pool:
     """The complete passes of a pool run, with each arm-pass's real costs."""
-    run = RunDir(path)
+    run = RunDir.open(path)
     meta = run.read_run()
     orders: list[list[str]] = meta.get("orders") or []
     by: dict[tuple[int, str], list[Sample]] = defaultdict(list)
@@ -237,7 +240,7 @@ def load_pool(path: Path) -> Pool:
             if not group:
                 break
             starts = [s.started_at for s in group]
-            cost = [b - a for a, b in zip(starts, starts[1:])] + [_end(group[-1]) - starts[-1]]
+            cost = [b - a for a, b in itertools.pairwise(starts)] + [_end(group[-1]) - starts[-1]]
             got[arm] = ArmPass(group, max(0.0, starts[0] - previous_end) if previous_end else 0.0, cost)
             previous_end = _end(group[-1])
         complete = all(len(ap.samples) == expected and all(s.status == "ok" for s in ap.samples)
@@ -257,7 +260,8 @@ def _relabel(arm_passes: list[ArmPass], reps: int) -> list[Sample]:
 
 
 def _cost(arm_passes: list[ArmPass], reps: int) -> float:
-    return sum(ap.overhead_s + sum(c for s, c in zip(ap.samples, ap.cost_s) if s.rep < reps) for ap in arm_passes)
+    return sum(ap.overhead_s + sum(c for s, c in zip(ap.samples, ap.cost_s, strict=True) if s.rep < reps)
+               for ap in arm_passes)
 
 
 @dataclass(frozen=True)
@@ -300,7 +304,7 @@ def replay(pool: Pool, designs: list[Design], trials: int, seed: int = 0) -> dic
     """Per pair and design: median wall time, median relative width, coverage, verdict counts."""
     out: dict[str, dict[str, Any]] = {}
     for arm in (OTHER, TWIN):
-        truth = 1.0 if arm == TWIN else pool.truth(arm)
+        truth = pool.truth(arm)  # the twin's too: trials resample this pool, so they centre on its ratio
         for d in designs:
             rng = np.random.default_rng([seed, zlib_key(arm + d.name)])
             o = Outcome()
@@ -343,8 +347,8 @@ def designs_for(targets: list[float], adaptive_reps: list[int], medians: bool = 
 
 def print_table(pool: Pool, results: dict[str, dict[str, Any]]) -> None:
     print(f"\npool: {pool.source}: {len(pool.passes)} complete passes, {pool.reps} reps × {len(pool.prompts)} "
-          f"prompts per arm-pass; truth {OTHER}/{BASE} = {pool.truth(OTHER):.4f}, {TWIN}/{BASE} (pool) = "
-          f"{pool.truth(TWIN):.4f}, taken as 1")
+          f"prompts per arm-pass; truth (the pool's ratio) {OTHER}/{BASE} = {pool.truth(OTHER):.4f}, {TWIN}/{BASE} = "
+          f"{pool.truth(TWIN):.4f}; for the identical pair any verdict but 'not separable' is a false alarm")
     fixed: dict[str, float] = {}
     for r in results.values():  # the first design of each pair is the reference
         fixed.setdefault(r["pair"], r["median_wall_s"])
