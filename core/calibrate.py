@@ -16,6 +16,7 @@ acceptance, where speedup crosses 1.
 from __future__ import annotations
 
 import functools
+import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -38,6 +39,7 @@ __all__ = [
     "analyze_calibration",
     "break_even",
     "calibration_arms",
+    "engine_log_error",
     "expand_calibration",
     "mtp_file_acceptance",
     "plan_points",
@@ -300,8 +302,26 @@ def _first_error(samples: Sequence[Sample], records: Sequence[dict[str, Any]]) -
     return next((s.error for s in samples if s.status == "error" and s.error), None)
 
 
+_ROOT_CAUSE = re.compile(r"\b(?:Runtime|Value|NotImplemented|Assertion|Type)Error: .+")
+
+
+def engine_log_error(arm_dir: Path | None) -> str | None:
+    """The first Python error line in an arm's engine logs: a server that died on a request (vLLM's engine
+    core) answers HTTP 500 with no cause, and only its log says why."""
+    if arm_dir is None or not arm_dir.is_dir():
+        return None
+    for log in sorted(arm_dir.glob("*.log")):
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            continue
+        if (m := _ROOT_CAUSE.search(text)) is not None:
+            return m.group(0).strip()[:300]
+    return None
+
+
 def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Sequence[dict[str, Any]],
-             n_boot: int, level: float, seed: int) -> CalibrationPoint:
+             n_boot: int, level: float, seed: int, arm_dir: Path | None = None) -> CalibrationPoint:
     assert point.n_max is not None and point.target_acceptance is not None
     out = CalibrationPoint(engine=point.engine, method=point.method, n_max=point.n_max,
                            target_acceptance=point.target_acceptance, expected_acceptance=point.expected_acceptance,
@@ -310,7 +330,8 @@ def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Seq
     out.samples = len(ok)
     if not ok:
         why = _first_error(arm, records) or "no samples"
-        out.flags.append(f"not measured: {why}")
+        cause = engine_log_error(arm_dir)
+        out.flags.append(f"not measured: {why}" + (f" (engine log: {cause})" if cause else ""))
         return out
     drafted = sum(s.drafted or 0 for s in ok if s.drafted is not None)
     accepted = sum(s.accepted or 0 for s in ok if s.accepted is not None)
@@ -379,8 +400,11 @@ def break_even(points: Sequence[CalibrationPoint]) -> BreakEven | None:
 
 def analyze_calibration(config: dict[str, Any], samples: Sequence[Sample],
                         records: dict[str, list[dict[str, Any]]] | None = None, *, n_boot: int = N_BOOT,
-                        level: float = LEVEL, seed: int = 0) -> Calibration | None:
-    """The calibration of a run from its resolved config (run.json) and samples; None without a section."""
+                        level: float = LEVEL, seed: int = 0, run_path: Path | None = None) -> Calibration | None:
+    """The calibration of a run from its resolved config (run.json) and samples; None without a section.
+
+    :param run_path: the run directory, whose engine logs name the cause of a point that was not measured.
+    """
     raw = config.get("calibrate")
     if not raw:
         return None
@@ -397,8 +421,8 @@ def analyze_calibration(config: dict[str, Any], samples: Sequence[Sample],
         if not ref:
             why = _first_error(by_arm.get(off.arm, []), records.get(off.arm, [])) or "no samples"
             out.flags.append(f"{off.arm}: spec-off reference not measured: {why}")
-        measured = [_measure(p, by_arm.get(p.arm, []), ref, records.get(p.arm, []), n_boot, level, seed)
-                    for p in rest]
+        measured = [_measure(p, by_arm.get(p.arm, []), ref, records.get(p.arm, []), n_boot, level, seed,
+                             run_path / "arms" / p.arm if run_path is not None else None) for p in rest]
         out.points += measured
         for p in measured:
             out.flags += [f"{section.engine} {section.method} n_max {p.n_max} acceptance {_fmt(p.target_acceptance)}: "

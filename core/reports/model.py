@@ -318,7 +318,8 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), engines=engines, host=meta.get("host", {}),
         arms=arms, comparisons=comparisons, failures=failures,
         phases=compare_phases(samples, meta["phases"], seed=seed) if meta.get("phases") else [],
-        calibration=analyze_calibration(config, samples, records, n_boot=n_boot, level=level, seed=seed))
+        calibration=analyze_calibration(config, samples, records, n_boot=n_boot, level=level, seed=seed,
+                                        run_path=path))
     if drop_foreign_load:
         summary.dropped_foreign_load = len(data.samples) - len(samples)
     _rooflines(meta, samples, summary)

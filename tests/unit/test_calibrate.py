@@ -224,3 +224,25 @@ def test_a_point_the_engine_refused_is_flagged_with_its_error(tmp_path: Path) ->
     assert point.speedup is None and point.flags == ["not measured: Synthetic acceptance not supported with CPU "
                                                      "sampling"]
     assert any("Synthetic acceptance not supported" in f for f in c.flags)
+
+
+def test_a_point_whose_engine_died_on_a_request_names_the_cause_from_its_log(tmp_path: Path) -> None:
+    path = _write_calibration_run(tmp_path / "run")
+    run = RunDir(path, create=False)
+    arm = "cal-llamacpp-mtp-n1-a0.50"
+    kept = [x for x in run.stored_samples().samples if x.arm != arm]
+    died = Sample(arm=arm, engine="vllm", prompt="code_python", mode="greedy", rep=0, status="error",
+                  error="HTTP 500: EngineCore encountered an issue. See stack trace (above) for the root cause.")
+    (path / "samples.jsonl").write_text("".join(x.model_dump_json() + "\n" for x in [*kept, died]))
+    (path / "bakeoff.sqlite").unlink(missing_ok=True)
+    (path / "arms" / arm).mkdir(parents=True, exist_ok=True)
+    (path / "arms" / arm / "engine-pass0.log").write_text(
+        "INFO ready\n(EngineCore pid=7) RuntimeError: Worker failed with error 'Synthetic acceptance not "
+        "supported with CPU sampling', please check the stack trace above for the root cause\nEngineDeadError\n")
+    c = summarize_run(path).calibration
+    assert c is not None
+    (point,) = [p for p in c.points if p.n_max == 1 and p.target_acceptance == 0.5]
+    assert point.speedup is None and len(point.flags) == 1
+    assert point.flags[0].startswith("not measured: HTTP 500: EngineCore encountered an issue")
+    assert "engine log: RuntimeError: Worker failed with error 'Synthetic acceptance not supported with CPU " \
+           "sampling'" in point.flags[0]

@@ -1,0 +1,103 @@
+"""Forced-acceptance calibration on the real llama-server, with models bakeoff synthesizes itself.
+
+One `bakeoff run` of a file holding only a ``calibrate:`` section (MTP, n_max 1 and 2, acceptance 0.5 and
+1.0, plus spec-off): llama.cpp's own counts must show the forced acceptance, the calibration's speedup must
+agree with the one the engine's own timings give, tokens per verify step must follow from the acceptance,
+and a break-even acceptance with an interval must come out for both n_max. Then the HTML report is loaded
+in headless Chromium. Nothing here asserts that speculation is fast: these tiny models decode at
+whatever speed a shared 2-core box gives them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bakeoff.core.store import RunDir
+
+pytestmark = pytest.mark.integration
+
+CALIBRATION = {
+    "name": "calibrate-tiny",
+    "arms": [],
+    "calibrate": {"engine": "llamacpp", "method": "mtp", "n_max": [1, 2], "acceptance": [0.5, 1.0],
+                  "settings": {"ctx": 1024, "threads": 2}},
+    "workload": {"prompts": ["code_python"], "max_tokens": 48, "reps": 2, "warmup": 1, "gates": []},
+}
+
+
+@pytest.fixture(scope="module")
+def calibration_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions
+
+    try:
+        LlamaCppAdapter().find_binary(LlamaCppOptions())
+    except Exception as exc:  # EngineUnavailable
+        pytest.skip(f"llama-server is not installed ({exc}); run `bakeoff engines install llamacpp`")
+    exe = shutil.which("bakeoff")
+    assert exe, "the bakeoff console script is not installed (pip install -e .)"
+    tmp = tmp_path_factory.mktemp("calibrate")
+    (tmp / "cal.yaml").write_text(yaml.safe_dump(CALIBRATION, sort_keys=False))
+    proc = subprocess.run([exe, "run", str(tmp / "cal.yaml"), "--out", str(tmp / "runs")],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "break-even acceptance" in proc.stdout  # the terminal shows the calibration
+    return next(d for d in (tmp / "runs").iterdir() if d.is_dir())
+
+
+def test_forced_acceptance_matches_and_agrees_with_the_engine_timings(calibration_run: Path) -> None:
+    summary = json.loads((calibration_run / "report" / "summary.json").read_text())
+    cal = summary["calibration"]
+    points = {(p["n_max"], p["target_acceptance"]): p for p in cal["points"]}
+    assert set(points) == {(1, 0.5), (1, 1.0), (2, 0.5), (2, 1.0)}, cal
+    for (n_max, target), p in points.items():
+        assert p["samples"] == 2 and not p["flags"], p
+        # llama.cpp's own drafted/accepted counts show the acceptance the synthesized head was built for
+        if target == 1.0:
+            assert p["measured_acceptance"] == 1.0, p
+        else:
+            assert abs(p["measured_acceptance"] - p["expected_acceptance"]) <= 0.05, p
+            assert abs(p["expected_acceptance"] - target) <= 0.03, p
+        # the calibration's speedup (client-side true-token rates) agrees with the engine's own timings
+        assert p["speedup"] == pytest.approx(p["engine_speedup"], rel=0.02), p
+        assert p["ci_low"] <= p["speedup"] <= p["ci_high"], p
+        # p_min 0: every verify step drafts n_max tokens, so a step commits 1 + acceptance x n_max tokens
+        assert p["tokens_per_step"] == pytest.approx(1 + p["measured_acceptance"] * n_max, rel=0.02), p
+        assert p["verify_step_cost"] > 0, p
+    break_even = {b["n_max"]: b for b in cal["break_even"]}
+    assert set(break_even) == {1, 2}
+    for b in break_even.values():
+        assert b["acceptance"] is not None and b["ci_low"] is not None and b["ci_high"] is not None, b
+        assert b["source"] in ("measured crossing", "cost model"), b
+    records = RunDir(calibration_run).arm_records()
+    for arm in ("cal-llamacpp-mtp-n1-a0.50", "cal-llamacpp-mtp-n2-a1.00"):
+        assert "draft-mtp" in records[arm][0]["effective"]["spec_types"].split(","), records[arm][0]
+
+
+def test_the_calibration_report_renders_in_headless_chromium(calibration_run: Path, tmp_path: Path) -> None:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        pytest.skip("chromium is not installed; run `apt-get update && apt-get install -y chromium`")
+    page = calibration_run / "report" / "report.html"
+    argv = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom", page.as_uri()]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    plots = re.findall(r'<img class="plot" id="plot-([^"]+)"', dom)
+    assert {"calibration_heatmap", "calibration_curves"} <= set(plots), plots
+    loaded = re.search(r'<body[^>]*data-plots-loaded="(\d+)"', dom)
+    assert loaded is not None and int(loaded.group(1)) == len(plots), dom[:500]  # every plot decoded
+    grid = dom[dom.index('<table id="calibration-grid-llamacpp-mtp">'):]
+    grid = grid[:grid.index("</table>")]
+    assert re.findall(r'<tr data-arm="([^"]+)"', grid) == ["0.50", "1.00"]
+    assert len(re.findall(r"\d+\.\d\d×", grid)) == 4  # every cell of acceptance x n_max measured
+    be = dom[dom.index('<table id="calibration-break-even">'):]
+    assert len(re.findall(r"<tr data-arm=", be[:be.index("</table>")])) == 2
