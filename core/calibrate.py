@@ -74,6 +74,8 @@ class CalibrationPoint(BaseModel):
     ci_high: float | None = None
     engine_speedup: float | None = Field(None, description="The same paired ratio from the engine's own decode "
                                                            "tok/s (llama.cpp timings.predicted_per_second).")
+    timing_agreement: float | None = Field(None, description="Median over the point's requests of client decode "
+                                           "tok/s over the engine's own (1 = bakeoff's clock agrees with the engine's).")
     verify_step_cost: float | None = Field(None, description="Engine decode time per draft step over engine time "
                                                              "per spec-off token (1 = a verify step costs a plain "
                                                              "step); median of paired requests.")
@@ -265,29 +267,40 @@ def _key(s: Sample) -> tuple[object, ...]:
     return (s.prompt, s.mode, s.rep, s.pass_index, s.depth, s.concurrency, s.max_tokens)
 
 
-def _engine_time_per_token(s: Sample) -> float | None:
-    if s.status != "ok" or not s.server_decode_tps or s.server_decode_tps <= 0:
+def _tokens(s: Sample) -> int | None:
+    return s.server_completion_tokens or s.completion_tokens
+
+
+def _engine_decode_s(s: Sample) -> float | None:
+    """The engine's own decode time (llama.cpp: predicted_ms), from its token count and decode rate."""
+    n = _tokens(s)
+    if s.status != "ok" or not n or not s.server_decode_tps or s.server_decode_tps <= 0:
         return None
-    return 1.0 / s.server_decode_tps
+    return n / s.server_decode_tps
 
 
 def _steps(s: Sample) -> int | None:
-    """Verify steps of one request: the engine's draft count, else tokens minus accepted drafts."""
+    """Decode steps of one request after its first token (which prefill samples): the engine's draft count
+    under speculation, else tokens - 1 - accepted drafts."""
     if s.drafts:
         return s.drafts
-    n = s.server_completion_tokens or s.completion_tokens
-    if n and s.accepted is not None:
-        return max(n - s.accepted, 1)
+    n = _tokens(s)
+    if n and n > 1:
+        return max(n - 1 - (s.accepted or 0), 1)
     return None
 
 
 def _step_cost(s: Sample, ref: Sample) -> float | None:
-    """Engine decode time per verify step over the paired spec-off request's engine time per token."""
-    plain, steps = _engine_time_per_token(ref), _steps(s)
-    n = s.server_completion_tokens or s.completion_tokens
-    if plain is None or not steps or not n or not s.server_decode_tps:
+    """Engine decode time per verify step over the paired spec-off request's engine time per step."""
+    spec_t, ref_t, steps, ref_steps = _engine_decode_s(s), _engine_decode_s(ref), _steps(s), _steps(ref)
+    if spec_t is None or ref_t is None or not steps or not ref_steps:
         return None
-    return (n / s.server_decode_tps / steps) / plain
+    return (spec_t / steps) / (ref_t / ref_steps)
+
+
+def _tokens_per_step(s: Sample) -> float | None:
+    n, steps = _tokens(s), _steps(s)
+    return (n - 1) / steps if n and steps else None
 
 
 def _pairs(arm: Iterable[Sample], ref: Iterable[Sample]) -> list[tuple[Sample, Sample]]:
@@ -347,9 +360,11 @@ def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Seq
     engine = paired_ratio(ok, ref, n_boot=n_boot, level=level, seed=seed, key=f"cal-engine/{point.arm}",
                           value=lambda s: s.server_decode_tps)
     out.engine_speedup = engine.estimate if engine is not None else None
+    agree = [s.decode_tps / s.server_decode_tps for s in ok if s.decode_tps and s.server_decode_tps]
+    out.timing_agreement = statistics.median(agree) if agree else None
     costs = [c for s, r in _pairs(ok, ref) if (c := _step_cost(s, r)) is not None]
     out.verify_step_cost = statistics.median(costs) if costs else None
-    per_step = [n / st for s in ok if (n := s.server_completion_tokens or s.completion_tokens) and (st := _steps(s))]
+    per_step = [t for s in ok if (t := _tokens_per_step(s)) is not None]
     out.tokens_per_step = statistics.median(per_step) if per_step else None
     return out
 

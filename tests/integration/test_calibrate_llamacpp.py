@@ -28,7 +28,7 @@ CALIBRATION = {
     "arms": [],
     "calibrate": {"engine": "llamacpp", "method": "mtp", "n_max": [1, 2], "acceptance": [0.5, 1.0],
                   "settings": {"ctx": 1024, "threads": 2}},
-    "workload": {"prompts": ["code_python"], "max_tokens": 48, "reps": 2, "warmup": 1, "gates": []},
+    "workload": {"prompts": ["code_python"], "max_tokens": 64, "reps": 2, "warmup": 1, "gates": []},
 }
 
 
@@ -64,8 +64,11 @@ def test_forced_acceptance_matches_and_agrees_with_the_engine_timings(calibratio
         else:
             assert abs(p["measured_acceptance"] - p["expected_acceptance"]) <= 0.05, p
             assert abs(p["expected_acceptance"] - target) <= 0.03, p
-        # the calibration's speedup (client-side true-token rates) agrees with the engine's own timings
-        assert p["speedup"] == pytest.approx(p["engine_speedup"], rel=0.02), p
+        # bakeoff's decode rates (client clock, true token counts) agree with the engine's own timings, request
+        # by request; the speedup, a ratio of two such rates taken at different moments of a shared box, is
+        # checked against the engine's speedup more loosely
+        assert p["timing_agreement"] == pytest.approx(1.0, abs=0.02), p
+        assert p["speedup"] == pytest.approx(p["engine_speedup"], rel=0.05), p
         assert p["ci_low"] <= p["speedup"] <= p["ci_high"], p
         # p_min 0: every verify step drafts n_max tokens, so a step commits 1 + acceptance x n_max tokens
         assert p["tokens_per_step"] == pytest.approx(1 + p["measured_acceptance"] * n_max, rel=0.02), p

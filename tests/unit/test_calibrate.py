@@ -138,7 +138,7 @@ def _write_calibration_run(path: Path, noise: float = 0.01) -> Path:
                    "baseline": points[0].arm, "orders": [[p.arm for p in points]], "seed": 0,
                    "prompts": [{"name": "code_python", "kind": "x", "messages": []}], "host": {},
                    "arm_records": {p.arm: [{"status": "ok", "pass": 0}] for p in points}})
-    n = 120
+    n = 121
     for rep in range(4):
         load = math.exp(rng.normal(0, 0.05))  # the whole box slows down or speeds up for this rep
         for p in points:
@@ -148,9 +148,9 @@ def _write_calibration_run(path: Path, noise: float = 0.01) -> Path:
             s = Sample(arm=p.arm, engine="llamacpp", prompt="code_python", mode="greedy", rep=rep,
                        completion_tokens=n, server_completion_tokens=n, decode_tps=tps * 0.99, server_decode_tps=tps,
                        n_first=1, decode_s=(n - 1) / tps, usage_present=True)
-            if p.method != "off":
-                steps = round(n / per_step)
-                s.drafts, s.drafted, s.accepted = steps, steps * k, n - steps
+            if p.method != "off":  # the first token comes from prefill; each step commits 1 + accepted
+                steps = round((n - 1) / per_step)
+                s.drafts, s.drafted, s.accepted = steps, steps * k, n - 1 - steps
                 s.acceptance = s.accepted / s.drafted
             run.append(s)
     return path
@@ -167,6 +167,7 @@ def test_calibration_recovers_the_verify_cost_speedup_and_break_even(tmp_path: P
         assert p.speedup == pytest.approx(truth, rel=0.05)
         assert p.ci_low is not None and p.ci_high is not None and p.ci_low <= p.speedup <= p.ci_high
         assert p.engine_speedup == pytest.approx(p.speedup, rel=0.02)
+        assert p.timing_agreement == pytest.approx(0.99)
     be = {b.n_max: b for b in c.break_even}
     # truth: speedup = 1 at a = (COST - 1) / n_max; the grid is linear in a, so interpolation is exact
     assert be[1].acceptance == pytest.approx(0.6, abs=0.03) and be[1].source == "measured crossing"
