@@ -16,12 +16,13 @@ acceptance, where speedup crosses 1.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -75,12 +76,13 @@ class CalibrationPoint(BaseModel):
     engine_speedup: float | None = Field(None, description="The same paired ratio from the engine's own decode "
                                                            "tok/s (llama.cpp timings.predicted_per_second).")
     timing_agreement: float | None = Field(None, description="Median over the point's requests of client decode "
-                                           "tok/s over the engine's own (1 = bakeoff's clock agrees with the engine's).")
-    verify_step_cost: float | None = Field(None, description="Engine decode time per draft step over engine time "
-                                                             "per spec-off token (1 = a verify step costs a plain "
+                                           "tok/s over the engine's own (1: bakeoff's clock agrees with the engine).")
+    verify_step_cost: float | None = Field(None, description="Engine decode time per verify step over engine time "
+                                                             "per spec-off step (1 = a verify step costs a plain "
                                                              "step); median of paired requests.")
     tokens_per_step: float | None = Field(None, description="Tokens committed per verify step (engine counts).")
-    ideal_speedup: float | None = Field(None, description="1 + acceptance x n_max: a verify step costing one plain step.")
+    ideal_speedup: float | None = Field(None, description="1 + acceptance x n_max: a verify step costing one "
+                                                          "plain step.")
     samples: int = 0
     flags: list[str] = Field(default_factory=list)
 
@@ -171,7 +173,7 @@ def _dims(section: CalibrateSection) -> Any:
     dims = Dims()
     if isinstance(section.shape, dict):
         try:
-            dims = replace(dims, **section.shape)
+            dims = replace(dims, **cast(dict[str, Any], section.shape))
         except TypeError as exc:
             raise ConfigError(f"calibrate.shape: {exc}; keys: {', '.join(Dims.__dataclass_fields__)}") from None
     if section.method == "dflash":  # DFlash drafts at most block_size - 1 tokens
@@ -371,10 +373,10 @@ def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Seq
 
 def _crossing(xs: Sequence[float], ys: Sequence[float | None]) -> float | None:
     """Smallest x where the piecewise-linear curve through (xs, ys) reaches 1 from below."""
-    pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
+    pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
     if pts and pts[0][1] >= 1:
         return pts[0][0]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
         if y0 < 1 <= y1:
             return x0 + (1 - y0) * (x1 - x0) / (y1 - y0)
     return None

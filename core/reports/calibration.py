@@ -37,7 +37,8 @@ def calibration_rows(c: Calibration) -> tuple[list[str], list[list[str]]]:
     for p in c.points:
         rows.append([f"{p.engine} {p.method} n{p.n_max} a{p.target_acceptance:.2f}", _x(p.target_acceptance),
                      _x(p.expected_acceptance, "{:.3f}"), _x(p.measured_acceptance, "{:.3f}"), _speed(p),
-                     _x(p.engine_speedup, "{:.2f}×"), _x(p.timing_agreement, "{:.3f}"), _x(p.verify_step_cost), _x(p.tokens_per_step),
+                     _x(p.engine_speedup, "{:.2f}×"), _x(p.timing_agreement, "{:.3f}"), _x(p.verify_step_cost),
+                     _x(p.tokens_per_step),
                      _x(p.ideal_speedup, "{:.2f}×"), str(p.samples), "; ".join(p.flags)])
     return header, rows
 

@@ -26,9 +26,9 @@ def print_calibration(s: RunSummary, out: Console) -> None:
         table.add_column("acceptance")
         for n in ns:
             table.add_column(f"n_max {n}", justify="right")
-        for a, row in zip(accs, grid, strict=True):
+        for a, speedups in zip(accs, grid, strict=True):
             table.add_row(f"{a:.2f}", *("–" if v is None else f"[{'green' if v >= 1 else 'red'}]{v:.2f}×[/]"
-                                        for v in row))
+                                        for v in speedups))
         out.print(table)
     for title, (header, rows) in (("break-even acceptance", break_even_rows(c)),
                                   ("calibration points", calibration_rows(c))):
