@@ -372,10 +372,9 @@ def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Seq
 
 
 def _crossing(xs: Sequence[float], ys: Sequence[float | None]) -> float | None:
-    """Smallest x where the piecewise-linear curve through (xs, ys) reaches 1 from below."""
+    """Smallest x where the piecewise-linear curve through (xs, ys) rises through 1 (None: it starts above 1,
+    so the crossing lies below the calibrated range, or never reaches 1)."""
     pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
-    if pts and pts[0][1] >= 1:
-        return pts[0][0]
     for (x0, y0), (x1, y1) in itertools.pairwise(pts):
         if y0 < 1 <= y1:
             return x0 + (1 - y0) * (x1 - x0) / (y1 - y0)

@@ -47,7 +47,7 @@ def _be(b: BreakEven) -> str:
     if b.acceptance is None:
         return "–"
     ci = f" ({_x(b.ci_low)}–{_x(b.ci_high)})" if b.ci_low is not None or b.ci_high is not None else ""
-    never = " (never pays)" if b.acceptance > 1 else ""
+    never = " (never pays)" if b.acceptance > 1 else " (pays at any acceptance)" if b.acceptance < 0 else ""
     return f"{b.acceptance:.2f}{ci}{never}"
 
 

@@ -95,6 +95,10 @@ def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
         parts += ["<h2>Correctness</h2>", _table(*correct, "correctness")]
     if s.phases:
         parts += ["<h2>Phases</h2>", _table(*phase_rows(s.phases), "phases")]
+    if s.recommendations:
+        parts += ["<h2>Recommendation per prompt category</h2>", '<ul id="recommendations">'
+                  + "".join(f'<li data-category="{html.escape(r.category)}">{html.escape(r.line)}</li>'
+                            for r in s.recommendations) + "</ul>"]
     if s.calibration is not None:
         parts += _calibration_html(s)
     if (roof := roofline_table(s)) is not None:

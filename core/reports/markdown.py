@@ -48,6 +48,9 @@ def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
     if s.phases:
         parts += ["", "**Phases** (each knob against its neighbouring baselines, paired, 95 % CI)", "",
                   markdown_table(*phase_rows(s.phases))]
+    if s.recommendations:
+        parts += ["", "**Recommendation per prompt category** (paired vs the baseline, 95 % CI)", ""]
+        parts += [f"- {r.line}" for r in s.recommendations]
     if s.calibration is not None:
         parts += ["", *calibration_markdown(s)]
     if (roof := roofline_table(s)) is not None:

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..calibrate import Calibration, analyze_calibration
+from ..decision import Recommendation, recommend
 from ..fairness import equal_work, finish_counts
 from ..gates import score_gates, spec_identity
 from ..phases import PhaseResult, compare_phases
@@ -93,6 +94,8 @@ class RunSummary(BaseModel):
                                                                "foreign load (None: none were left out on purpose).")
     phases: list[PhaseResult] = Field(default_factory=list, description="Live-knob phase runs: each phase, and each "
                                       "knob against its neighbouring baselines (paired, bootstrap interval).")
+    recommendations: list[Recommendation] = Field(default_factory=list, description="Per prompt category: the "
+                                                  "setting to run (or off), its plateau and where speculation loses.")
     calibration: Calibration | None = Field(None, description="Forced-acceptance calibration (a calibrate: "
                                             "section): speedup per acceptance x n_max, break-even acceptance.")
 
@@ -325,4 +328,9 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     _rooflines(meta, samples, summary)
     _correctness(path, meta, samples, records, summary)
     summary.warnings = data.warnings + _warnings(meta, summary)
+    if baseline and not config.get("calibrate"):
+        kinds = {p["name"]: p.get("kind") or p["name"] for p in meta.get("prompts", [])}
+        specs = {arm: e.get("speculative", {}) for arm, e in engines.items()}
+        summary.recommendations = recommend(samples, baseline, summary.arms, summary.comparisons, kinds, specs,
+                                            n_boot=n_boot, level=level, seed=seed)
     return summary

@@ -76,6 +76,10 @@ def print_summary(s: RunSummary, out: Console) -> None:
         for row in table_rows[1]:
             extra.add_row(*row)
         out.print(extra)
+    if s.recommendations:
+        out.print("[bold]recommendation per prompt category[/bold] (paired vs the baseline, 95 % CI)")
+        for r in s.recommendations:
+            out.print(f"  {r.line}", highlight=False)
     print_calibration(s, out)
     if (roofline := roofline_note(s)) is not None:
         out.print(f"[dim]{roofline}[/dim]", highlight=False)

@@ -188,6 +188,11 @@ def test_break_even_beyond_the_grid_comes_from_the_verify_cost() -> None:
                             verify_step_cost=4.0) for a in (0.0, 1.0)]
     be = break_even(pts)
     assert be is not None and be.source == "cost model" and be.acceptance == pytest.approx(1.5)
+    # already faster at the lowest calibrated acceptance: the crossing lies below the grid, so the cost decides
+    cheap = [p.model_copy(update={"speedup": 1.2 + a, "ci_low": 1.1 + a, "ci_high": 1.3 + a,
+                                  "verify_step_cost": 0.8}) for p, a in zip(pts, (0.0, 1.0), strict=True)]
+    be = break_even(cheap)
+    assert be is not None and be.source == "cost model" and be.acceptance == pytest.approx(-0.1)
 
 
 def test_every_format_shows_the_calibration(tmp_path: Path) -> None:

@@ -1,0 +1,69 @@
+"""The decision map's recommendation line per prompt category, on a run whose truth is known."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from bakeoff.core.decision import setting_label
+from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
+from bakeoff.core.sample import Sample
+from bakeoff.core.store import RunDir
+
+# decode tok/s per arm and prompt category: draft n-max 2 and 3 tie on code, n-max 4 is behind, prose loses
+RATES = {"off": {"code": 100.0, "prose": 100.0}, "draft-n2": {"code": 140.0, "prose": 99.0},
+         "draft-n3": {"code": 141.0, "prose": 90.0}, "draft-n4": {"code": 120.0, "prose": 80.0}}
+PROMPTS = {"code_python": "code", "code_bash": "code", "prose": "prose"}
+
+
+def _write(path: Path) -> Path:
+    rng = np.random.default_rng(3)
+    run = RunDir(path)
+    arms = [{"name": a, "engine": "llamacpp", "model": "m.gguf",
+             "speculative": {"method": "none"} if a == "off" else {"method": "draft", "n_max": int(a[-1])}}
+            for a in RATES]
+    run.write_run({"tool": {"name": "bakeoff", "version": "0"},
+                   "config": {"name": "map", "arms": arms, "workload": {"reps": 6, "passes": 2, "max_tokens": 64}},
+                   "baseline": "off", "orders": [list(RATES)] * 2, "seed": 0, "host": {},
+                   "prompts": [{"name": p, "kind": k, "messages": []} for p, k in PROMPTS.items()],
+                   "arm_records": {a: [{"status": "ok", "pass": 0}] for a in RATES}})
+    for p in range(2):
+        for rep in range(6):
+            for prompt, kind in PROMPTS.items():
+                for arm, rates in RATES.items():
+                    tps = rates[kind] * math.exp(rng.normal(0, 0.01))
+                    run.append(Sample(arm=arm, engine="llamacpp", prompt=prompt, mode="greedy", rep=rep, pass_index=p,
+                                      decode_tps=tps, completion_tokens=64, n_first=1, decode_s=63 / tps,
+                                      usage_present=True))
+    return path
+
+
+def test_each_category_gets_its_best_setting_its_plateau_and_its_losses(tmp_path: Path) -> None:
+    s = summarize_run(_write(tmp_path / "run"), n_boot=500)
+    recs = {r.category: r for r in s.recommendations}
+    assert set(recs) == {"code", "prose"} and recs["code"].prompts == ["code_python", "code_bash"]
+    code = recs["code"]
+    assert code.arm == "draft-n3" and code.setting == "draft n-max 3" and code.ratio is not None
+    assert 1.38 < code.ratio.lo <= code.ratio.estimate <= code.ratio.hi < 1.44
+    assert code.plateau == ["draft-n2"] and code.losses == []  # 140 vs 141 is not separable; 120 is
+    assert code.line.startswith("code: draft n-max 3, 1.41× (") and "not separable from it: draft n-max 2" in code.line
+    prose = recs["prose"]
+    assert prose.arm is None and prose.setting == "off" and set(prose.losses) == {"draft-n3", "draft-n4"}
+    assert prose.line == "prose: off (no setting is faster than off); slower: draft n-max 3, draft n-max 4"
+    md = render_markdown(s)
+    assert "**Recommendation per prompt category**" in md and f"- {code.line}" in md
+    console = Console(record=True, width=250, file=io.StringIO())
+    print_summary(s, console)
+    assert prose.line in console.export_text()
+    page = render_html(s, {})
+    assert '<ul id="recommendations"><li data-category="code">code: draft n-max 3, 1.41×' in page
+
+
+def test_setting_labels() -> None:
+    assert setting_label({"method": "none"}) == "off" and setting_label(None) == "off"
+    assert setting_label({"method": "mtp", "n_max": 3, "p_min": 0.75}) == "mtp n-max 3 p-min 0.75"
+    assert setting_label({"method": "ngram", "variant": "simple"}) == "ngram simple"
