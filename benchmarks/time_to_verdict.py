@@ -8,9 +8,10 @@ Two steps, so that hundreds of trials cost one real run:
 2. ``replay RUN_DIR``: each trial draws whole passes from the pool (without replacement, as a run's
    passes are separate engine starts) and keeps the first R reps of each prompt, so a trial sees exactly
    the samples a run of that design would have stored, and costs the wall time those requests, engine
-   starts and warm-ups really took. The fixed design keeps 3 passes × 3 reps; the adaptive one starts
-   with two passes and asks bakeoff's own rule (:func:`bakeoff.core.stats.needs_more_passes`, imported,
-   not re-implemented) after every pass whether to add one. Every trial's paired ratio interval
+   starts and warm-ups really took. Fixed designs keep P passes × R reps (3 × 3 is the reference); the
+   adaptive ones start from one planned pass, as ``bakeoff run --until-ci`` does, and ask bakeoff's own
+   rule (:func:`bakeoff.core.stats.needs_more_passes`, imported, not re-implemented) after every pass
+   whether to add one. Every trial's paired ratio interval
    (:func:`bakeoff.core.stats.paired_ratio`, what the reports print) is checked against the truth: the
    pool's long-run paired ratio (all passes; trials resample the pool, so they centre on it, also for the
    identical pair, whose pool ratio is 1 only up to its launch noise). For the identical pair any verdict
@@ -24,7 +25,8 @@ bakeoff's bookkeeping), the last one to its last token.
 Usage::
 
     python benchmarks/time_to_verdict.py collect --model M.gguf --passes 40 --out runs/ttv
-    python benchmarks/time_to_verdict.py replay runs/ttv/<run> --trials 1000 [--json FILE]
+    python benchmarks/time_to_verdict.py replay runs/ttv/<run> [more pools] --trials 400 [--json FILE]
+    python benchmarks/time_to_verdict.py validate --model M.gguf --out runs/ttv-validate --turns 3
 """
 
 from __future__ import annotations
