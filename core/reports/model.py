@@ -290,13 +290,15 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
                    for c in compare_to_baseline([s for s in samples if s.arm in block], host_baseline, block,
                                                 prompts, n_boot=n_boot, level=level, seed=seed)]
     engines: dict[str, dict[str, Any]] = {}
-    for a in config.get("arms", []):
-        recs = records.get(a["name"], [])
+    by_name = {a["name"]: a for a in config.get("arms", [])}
+    stored = [(n, by_name[n.split("@")[0]]) for n in placement.get("arm_order", []) if n.split("@")[0] in by_name]
+    for name, a in stored or [(a["name"], a) for a in config.get("arms", [])]:  # Ray: one entry per stored arm
+        recs = records.get(name, [])
         version = next((r.get("version") for r in reversed(recs) if r.get("version")), None)
         binary = next((r.get("effective", {}).get("binary") for r in reversed(recs)
                        if (r.get("effective") or {}).get("binary")), None)
         model = a.get("model") or (redact_url(a["url"]) if a.get("url") else None)
-        engines[a["name"]] = {"engine": a.get("engine"), "version": version, "model": model,
+        engines[name] = {"engine": a.get("engine"), "version": version, "model": model,
                               **({"binary": binary} if binary else {}),
                               "speculative": {k: v for k, v in (a.get("speculative") or {}).items() if v is not None}}
     failures = [ArmFailure(arm=a, pass_index=int(r.get("pass", 0)), error=redact_text(str(r.get("error"))))
