@@ -24,16 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BakeoffError
+from .errors import DuplicateSampleError, StoreError
 from .sample import Sample
 from .sample_lines import parse_sample, read_json_lines
 
 __all__ = [
     "DB_NAME",
-    "DuplicateSampleError",
     "RunDB",
     "RunSummary",
-    "StoreError",
     "done_key",
     "point_of",
     "slots_of",
@@ -79,14 +77,6 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE INDEX IF NOT EXISTS samples_by_arm ON samples (run_id, arm, status);
 CREATE INDEX IF NOT EXISTS samples_by_uid ON samples (run_id, uid);
 """
-
-
-class StoreError(BakeoffError):
-    """The run's SQLite index cannot be read or written."""
-
-
-class DuplicateSampleError(StoreError):
-    """A sample for a measurement point that already has all its samples: storing it would count it twice."""
 
 
 Point = tuple[str, str, str, int, int, int | None, int | None]

@@ -5,10 +5,21 @@
     ├── EngineError
     │   ├── EngineStartupError      the engine did not come up; quotes the log line that says why
     │   ├── EngineUnavailable       the adapter or the engine binary cannot be loaded or found
+    │   │   └── UnknownEngineError  no engine of that name is registered
     │   ├── CapabilityNotSupported  the arm asks for something this engine cannot do
     │   └── PreflightError          refused before launch (e.g. MTP on a GGUF without NextN layers)
-    └── MeasurementError            a run could not be measured as defined (not a failed request:
-                                    a failed request is a sample with status "error")
+    ├── MeasurementError            a run could not be measured as defined (not a failed request:
+    │                               a failed request is a sample with status "error")
+    ├── RunDirError                 the run directory or one of its files cannot be created or written
+    ├── RunFileError                run.json is damaged and the index holds no copy of it
+    ├── RunRecordError              run.json holds something that is not a run record
+    │   └── NewerRunRecordError     ... written by a newer bakeoff (also a NewerSchemaError)
+    ├── NewerSchemaError            a record written by a newer bakeoff whose schema this one cannot read
+    ├── StoreError                  the run's SQLite index cannot be read or written
+    │   └── DuplicateSampleError    a sample for a point that already has all its samples
+    └── PromoteError                a promotion or revert that did not complete
+
+The command line maps each to an exit code in one place (``core/cli/exit_codes.py:exit_code_for``).
 """
 
 from __future__ import annotations
@@ -19,9 +30,18 @@ __all__ = [
     "EngineError",
     "EngineStartupError",
     "EngineUnavailable",
+    "UnknownEngineError",
     "CapabilityNotSupported",
     "PreflightError",
     "MeasurementError",
+    "RunDirError",
+    "RunFileError",
+    "RunRecordError",
+    "NewerRunRecordError",
+    "NewerSchemaError",
+    "StoreError",
+    "DuplicateSampleError",
+    "PromoteError",
 ]
 
 
@@ -57,6 +77,10 @@ class EngineUnavailable(EngineError):
     """The adapter failed to import, or the engine's binary/interpreter is not installed."""
 
 
+class UnknownEngineError(EngineUnavailable):
+    """No engine of that name is registered."""
+
+
 class CapabilityNotSupported(EngineError):
     """The arm needs a feature (speculative method, knob, split mode) this engine lacks."""
 
@@ -67,3 +91,35 @@ class PreflightError(EngineError):
 
 class MeasurementError(BakeoffError):
     """The measurement protocol cannot be carried out as defined."""
+
+
+class RunDirError(BakeoffError):
+    """The run directory or one of its files cannot be created or written; the message names the path."""
+
+
+class RunFileError(BakeoffError):
+    """run.json is damaged and the index holds no copy of it."""
+
+
+class NewerSchemaError(BakeoffError):
+    """A record was written by a newer bakeoff whose schema this one cannot read."""
+
+
+class RunRecordError(BakeoffError):
+    """run.json holds something that is not a run record; the message names the field."""
+
+
+class NewerRunRecordError(RunRecordError, NewerSchemaError):
+    """run.json was written by a newer bakeoff whose record this one cannot read."""
+
+
+class StoreError(BakeoffError):
+    """The run's SQLite index cannot be read or written."""
+
+
+class DuplicateSampleError(StoreError):
+    """A sample for a measurement point that already has all its samples: storing it would count it twice."""
+
+
+class PromoteError(BakeoffError):
+    """A promotion or revert that did not complete (the message says what is serving now)."""

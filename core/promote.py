@@ -28,7 +28,7 @@ import yaml
 from .adapter import EngineAdapter
 from .compose import ComposeEngine, build_project, compose_command
 from .config import Arm, BakeoffFile
-from .errors import BakeoffError, ConfigError, EngineError
+from .errors import ConfigError, EngineError, PromoteError
 from .launcher import Engine, free_port
 from .live import LIVE_UNDO, service_commands
 from .liveconfig import LiveService
@@ -44,11 +44,7 @@ from .watchdog import (
     wait_healthy,
 )
 
-__all__ = ["Candidate", "PromoteError", "prepare", "promote", "record_path", "revert", "state_dir"]
-
-
-class PromoteError(BakeoffError):
-    """A promotion or revert that did not complete (the message says what is serving now)."""
+__all__ = ["Candidate", "prepare", "promote", "record_path", "revert", "state_dir"]
 
 
 def state_dir() -> Path:
@@ -125,7 +121,7 @@ class Candidate:
                 raise EngineError(f"compose up for {self.arm.name!r} exited with {code} (log: {log})")
             return
         with log.open("ab") as out:
-            proc = subprocess.Popen(self.start_argv(), stdout=out, stderr=subprocess.STDOUT,  # noqa: S603
+            proc = subprocess.Popen(self.start_argv(), stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         self.pid = proc.pid
 

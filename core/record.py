@@ -16,18 +16,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .config import BakeoffFile
-from .errors import BakeoffError
-from .sample_lines import NewerSchemaError
+from .errors import NewerRunRecordError, RunRecordError
 
 __all__ = [
     "RUN_SCHEMA_VERSION",
     "ArmAttempt",
     "EngineRecord",
     "HostRecord",
-    "NewerRunRecordError",
     "PlacementRecord",
     "RunRecord",
-    "RunRecordError",
     "ToolInfo",
     "parse_run_record",
 ]
@@ -35,14 +32,6 @@ __all__ = [
 # 1: the untyped dict of bakeoff 0.1 (schema_version copied from the Sample schema, or absent).
 # 2: written through RunRecord; same keys, arm records under ``arm_records`` with ``pass``.
 RUN_SCHEMA_VERSION = 2
-
-
-class RunRecordError(BakeoffError):
-    """run.json holds something that is not a run record; the message names the field."""
-
-
-class NewerRunRecordError(RunRecordError, NewerSchemaError):
-    """run.json was written by a newer bakeoff whose record this one cannot read."""
 
 
 class _Open(BaseModel):

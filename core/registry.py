@@ -13,15 +13,11 @@ from importlib.metadata import entry_points
 from stevedore import driver
 
 from .adapter import EngineAdapter
-from .errors import EngineUnavailable
+from .errors import EngineUnavailable, UnknownEngineError
 
-__all__ = ["GROUP", "EngineInfo", "engine_names", "list_engines", "load_engine", "UnknownEngineError"]
+__all__ = ["GROUP", "EngineInfo", "engine_names", "list_engines", "load_engine"]
 
 GROUP = "bakeoff.engines"
-
-
-class UnknownEngineError(EngineUnavailable):
-    """No engine of that name is registered."""
 
 
 @dataclass
@@ -60,8 +56,8 @@ def _load(name: str) -> type[EngineAdapter]:
         failure.append(exc)
 
     try:
-        mgr = driver.DriverManager(GROUP, name, invoke_on_load=False,
-                                   on_load_failure_callback=on_fail)
+        mgr: driver.DriverManager[object] = driver.DriverManager(GROUP, name, invoke_on_load=False,
+                                                                 on_load_failure_callback=on_fail)
     except Exception as exc:  # stevedore raises NoMatches/RuntimeError subclasses here
         if failure:
             raise EngineUnavailable(f"engine {name!r} failed to load: {type(failure[0]).__name__}: "

@@ -17,10 +17,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from .config import BakeoffFile, format_validation_error, load_bakeoff
-from .errors import ConfigError
+from .errors import ConfigError, RunFileError
 from .protocol import Plan
 from .redact import masked_settings, redact_config
-from .store import RunDir, RunFileError
+from .store import RunDir
 
 __all__ = ["Resume", "load_resume"]
 

@@ -14,14 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BakeoffError
+from .errors import NewerSchemaError
 from .sample import SCHEMA_VERSION, Sample
 
-__all__ = ["Line", "LineScan", "NewerSchemaError", "parse_sample", "read_json_lines", "scan_lines"]
-
-
-class NewerSchemaError(BakeoffError):
-    """A record was written by a newer bakeoff whose schema this one cannot read."""
+__all__ = ["Line", "LineScan", "parse_sample", "read_json_lines", "scan_lines"]
 
 
 @dataclass

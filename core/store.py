@@ -15,6 +15,7 @@ resume read the same reconciled set. The directory is readable by its owner only
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -27,20 +28,18 @@ from typing import Any
 from .db import (
     ARM_RECORDS,
     DB_NAME,
-    DuplicateSampleError,
     RunDB,
-    StoreError,
     arm_records_of,
     done_key,
     point_of,
     slots_of,
     uid_of,
 )
-from .errors import BakeoffError
-from .redact import Redactor, redact_config
+from .errors import BakeoffError, DuplicateSampleError, NewerSchemaError, RunDirError, RunFileError, StoreError
 from .record import RUN_SCHEMA_VERSION, RunRecord, parse_run_record
+from .redact import Redactor, redact_config
 from .sample import Sample
-from .sample_lines import NewerSchemaError, parse_sample, read_json_lines, scan_lines
+from .sample_lines import parse_sample, read_json_lines, scan_lines
 
 _log = logging.getLogger(__name__)
 
@@ -48,22 +47,12 @@ __all__ = [
     "ARM_RECORDS",
     "SET_ASIDE",
     "RunDir",
-    "RunDirError",
-    "RunFileError",
     "StoredSamples",
     "new_run_dir",
     "read_samples",
 ]
 
 SET_ASIDE = "samples.set-aside.jsonl"  # lines taken out of samples.jsonl by a repair, kept byte for byte
-
-
-class RunDirError(BakeoffError):
-    """The run directory or one of its files cannot be created or written; the message names the path."""
-
-
-class RunFileError(BakeoffError):
-    """run.json is damaged and the index holds no copy of it."""
 
 
 def _fs_error(what: str, path: Path, exc: OSError) -> RunDirError:
@@ -344,10 +333,8 @@ class RunDir:
                     view = view[os.write(fd, view):]
                 os.fsync(fd)
             except OSError as exc:
-                try:
+                with contextlib.suppress(OSError):  # undo the partial line if the file lets us
                     os.ftruncate(fd, size)
-                except OSError:
-                    pass
                 raise _fs_error("cannot write", path, exc) from None
         finally:
             os.close(fd)
@@ -410,7 +397,8 @@ class RunDir:
         for other, n in scan.other_runs.items():
             out.warnings.append(f"{name}: {n} line(s) of another run ({other}) left out; this run is {self.run_id}")
         if duplicates:
-            out.warnings.append(f"{name}: {len(duplicates)} line(s) repeat a measurement point already stored; left out")
+            out.warnings.append(f"{name}: {len(duplicates)} line(s) repeat a measurement point already stored; "
+                                "left out")
         if scan.unknown_fields:
             out.warnings.append(f"{name}: fields this bakeoff does not know were ignored "
                                 f"({', '.join(sorted(scan.unknown_fields))}; written by a newer bakeoff)")

@@ -14,6 +14,7 @@ if not sys.stdout.isatty():
     os.environ["COLUMNS"] = os.environ.get("BAKEOFF_WIDTH", "200")
 
 from . import compare, demo, engines, gpu, promote, report, run, runs, schema, selftest
+from .boundary import guard_commands
 
 __all__ = ["app", "main"]
 
@@ -29,6 +30,13 @@ app.command("selftest")(selftest.selftest_command)
 app.command("promote")(promote.promote_command)
 app.command("gpu")(gpu.gpu_command)
 app.add_typer(engines.app, name="engines")
+
+# What still holds after Ctrl-C or a write failure, and the way on (the boundary's one line says it).
+_AFTER_STOP = {
+    "run": "engines stopped; samples stored so far are kept; `bakeoff run --resume RUN_DIR` finishes the run",
+    "demo": "engines stopped",
+}
+guard_commands(app, _AFTER_STOP)
 
 
 def main() -> None:

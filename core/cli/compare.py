@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import BakeoffError, ConfigError
+from ..errors import ConfigError
 from ..reports.compare import compare_runs, comparison_table, render_comparison_markdown
 
 __all__ = ["compare_command"]
@@ -38,13 +38,8 @@ def compare_command(
     """Compare each arm's decode rate between two runs (ratio B/A with a 95 % interval and a verdict)."""
     for d in (run_a, run_b):
         if not (d / "samples.jsonl").exists():
-            console.print(f"[red]error:[/red] {d} is not a bakeoff run directory (no samples.jsonl)")
-            raise typer.Exit(2)
-    try:
-        result = compare_runs(run_a, run_b, _mapping(pair), seed=seed)
-    except BakeoffError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+            raise ConfigError(f"{d} is not a bakeoff run directory (no samples.jsonl)")
+    result = compare_runs(run_a, run_b, _mapping(pair), seed=seed)
     if json_out:
         typer.echo(result.model_dump_json(indent=2))
         return

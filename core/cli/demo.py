@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from ..config import parse_bakeoff
-from ..errors import BakeoffError, EngineUnavailable
+from ..errors import EngineUnavailable
 from ..registry import load_engine
 from .run import execute
 
@@ -29,19 +29,12 @@ def demo_command(
     if print_config:
         typer.echo(text)
         return
-    try:
-        config = parse_bakeoff(text, "demo.yaml")
-        for engine in sorted({arm.engine for arm in config.arms}):
-            adapter = load_engine(engine)
-            try:
-                adapter.preflight(config.arms[0])
-            except EngineUnavailable:
-                console.print(f"{engine} is not installed yet; installing it (once, cached)")
-                adapter.install(lambda msg: console.print(f"[dim]{msg}[/dim]"))
-        execute(config, out)
-    except BakeoffError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted: engines stopped[/yellow]")
-        raise typer.Exit(130) from None
+    config = parse_bakeoff(text, "demo.yaml")
+    for engine in sorted({arm.engine for arm in config.arms}):
+        adapter = load_engine(engine)
+        try:
+            adapter.preflight(config.arms[0])
+        except EngineUnavailable:
+            console.print(f"{engine} is not installed yet; installing it (once, cached)")
+            adapter.install(lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    execute(config, out)

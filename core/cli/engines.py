@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import BakeoffError, ConfigError
+from ..errors import ConfigError
 from ..registry import list_engines, load_engine
 
 app = typer.Typer(invoke_without_command=True, help="List engines, or install one.")
@@ -49,16 +49,12 @@ def install_command(
                                        "nvcc and a GPU are present, else cpu)"),
 ) -> None:
     """Build or install an engine into bakeoff's cache (outside the repository)."""
-    try:
-        adapter = load_engine(name)
-        log = lambda msg: console.print(f"[dim]{msg}[/dim]", highlight=False)  # noqa: E731
-        if backend is not None:
-            if "backend" not in inspect.signature(adapter.install).parameters:
-                raise ConfigError(f"--backend: {name} has no build backends to choose from")
-            where = adapter.install(log, backend=backend)  # type: ignore[call-arg]
-        else:
-            where = adapter.install(log)
-    except BakeoffError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+    adapter = load_engine(name)
+    log = lambda msg: console.print(f"[dim]{msg}[/dim]", highlight=False)  # noqa: E731
+    if backend is not None:
+        if "backend" not in inspect.signature(adapter.install).parameters:
+            raise ConfigError(f"--backend: {name} has no build backends to choose from")
+        where = adapter.install(log, backend=backend)  # type: ignore[call-arg]
+    else:
+        where = adapter.install(log)
     console.print(f"{name}: installed at {where}")

@@ -1,4 +1,4 @@
-"""Exit codes of ``bakeoff run``: a script or CI job can tell a good run from a dead one without reading it.
+"""Exit codes of ``bakeoff``: a script or CI job can tell a good run from a dead one without reading it.
 
 0 only when every arm produced at least one valid sample (status ok with a decode rate: what the
 statistics use). The numbers are documented in ``bakeoff run --help`` and the README.
@@ -10,15 +10,16 @@ from collections.abc import Iterable
 from enum import IntEnum
 from typing import Any
 
+from ..errors import BakeoffError, RunDirError
 from ..sample import Sample
 
-__all__ = ["ExitCode", "EXIT_CODES_HELP", "run_outcome", "is_valid", "failed_arms"]
+__all__ = ["ExitCode", "EXIT_CODES_HELP", "exit_code_for", "run_outcome", "is_valid", "failed_arms"]
 
 
 class ExitCode(IntEnum):
     OK = 0
     CRASH = 1  # an unexpected error in bakeoff itself (a traceback): please report it
-    CONFIG = 2  # the run did not start: the file, an option, a preflight check or --out is wrong
+    CONFIG = 2  # a BakeoffError: the file, an option, a preflight check, --out or an engine is wrong (run: nothing ran)
     NOTHING_MEASURED = 3  # the run ended without one valid sample
     PARTIAL = 4  # some arm produced no valid sample, or failed before all its points were measured
     WRITE_FAILED = 5  # the run directory could not be written (disk full, read-only): stored samples are kept
@@ -31,6 +32,17 @@ EXIT_CODES_HELP = (
     "5 the run directory could not be written (stopped; --resume after fixing); "
     "130 interrupted (--resume finishes it); 1 a bakeoff bug."
 )
+
+
+def exit_code_for(exc: BaseException) -> ExitCode:
+    """The exit code of a command that ended with ``exc`` (the CLI boundary's one table)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED
+    if isinstance(exc, RunDirError):
+        return ExitCode.WRITE_FAILED
+    if isinstance(exc, BakeoffError):
+        return ExitCode.CONFIG
+    return ExitCode.CRASH
 
 
 def is_valid(sample: Sample) -> bool:

@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from ..errors import BakeoffError
 from ..promote import promote, revert
 
 __all__ = ["promote_command"]
@@ -32,14 +31,10 @@ def promote_command(
     """Write the arm's launch definition with the live port and model name, then switch the live service to it
     behind a health gate, rolling back on failure; --revert goes back."""
     say = lambda msg: console.print(msg, highlight=False, soft_wrap=True)  # noqa: E731
-    try:
-        if undo:
-            revert(port, say)
-            return
-        if run_dir is None or arm is None:
-            raise typer.BadParameter("give RUN_DIR and ARM (or --revert)")
-        promote(run_dir, arm, port=port, served_name=served_name, gate_requests=gate_requests,
-                gate_timeout_s=gate_timeout, dry_run=dry_run, say=say)
-    except BakeoffError as exc:
-        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
-        raise typer.Exit(1) from exc
+    if undo:
+        revert(port, say)
+        return
+    if run_dir is None or arm is None:
+        raise typer.BadParameter("give RUN_DIR and ARM (or --revert)")
+    promote(run_dir, arm, port=port, served_name=served_name, gate_requests=gate_requests,
+            gate_timeout_s=gate_timeout, dry_run=dry_run, say=say)

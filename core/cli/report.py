@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from ..errors import BakeoffError
+from ..errors import ConfigError
 from ..phases import print_phase_table
 from ..reports import print_summary, render_markdown, summarize_run, write_reports
 from ..stats import N_BOOT
@@ -46,17 +46,11 @@ def report_command(
     """Print a finished (or interrupted) run's tables with 95 % intervals and verdicts, and write its reports
     (markdown, JSON, PNG/SVG plots, one HTML file) into RUN_DIR/report."""
     if not (run_dir / "samples.jsonl").exists() and not (run_dir / "run.json").exists():
-        console.print(f"[red]error:[/red] {run_dir} is not a bakeoff run directory")
-        raise typer.Exit(2)
-    try:
-        if markdown or json_out:
-            summary = summarize_run(run_dir, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load)
-            typer.echo(summary.model_dump_json(indent=2) if json_out else render_markdown(summary))
-            if not no_files:
-                write_reports(run_dir, summary)
-            return
-        print_tables(run_dir, console, write=not no_files, n_boot=n_boot, seed=seed,
-                     drop_foreign_load=drop_foreign_load)
-    except BakeoffError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        raise ConfigError(f"{run_dir} is not a bakeoff run directory")
+    if markdown or json_out:
+        summary = summarize_run(run_dir, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load)
+        typer.echo(summary.model_dump_json(indent=2) if json_out else render_markdown(summary))
+        if not no_files:
+            write_reports(run_dir, summary)
+        return
+    print_tables(run_dir, console, write=not no_files, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load)

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..config import BakeoffFile, load_bakeoff
-from ..errors import BakeoffError, ConfigError
+from ..errors import BakeoffError, ConfigError, RunDirError
 from ..executor import Executor, LocalExecutor, executor_for
 from ..launcher import stop_leftover_engines
 from ..live import LiveRun, dry_run_lines
@@ -21,7 +21,7 @@ from ..protocol import ProtocolEvents, is_write_failure, plan_run, run_extra_pas
 from ..resume import Resume, load_resume
 from ..sample import Sample
 from ..stats import needs_more_passes
-from ..store import RunDir, RunDirError, new_run_dir
+from ..store import RunDir, new_run_dir
 from .exit_codes import EXIT_CODES_HELP, ExitCode, failed_arms, run_outcome
 from .report import print_tables
 
@@ -123,8 +123,10 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
     try:
         print_tables(run.path, console)
     except (BakeoffError, OSError, ValueError) as exc:  # the samples are stored; `bakeoff report` can retry
-        console.print(f"[red]error:[/red] the report could not be written ({type(exc).__name__}: {exc}); "
-                      f"the samples are in {run.path}")
+        # not the boundary's business: the run itself succeeded, so this is a warning and the exit code stands
+        console.print(f"[bold yellow]WARNING[/bold yellow] the report could not be written "
+                      f"({type(exc).__name__}: {escape(str(exc))}); the samples are in {run.path}; "
+                      "`bakeoff report RUN_DIR` retries", highlight=False, soft_wrap=True)
     console.print(f"run directory: [bold]{run.path}[/bold]")
     return run
 
@@ -206,24 +208,10 @@ def run_command(
                 return
             executor = executor_for(config, executor_kind, address)
             run = execute(config, out, _percent(until_ci), max_passes, executor=executor)
-    except RunDirError as exc:  # mid-run: disk full, read-only (a bad --out is a config error, above)
-        console.print(f"[red]error:[/red] {exc}; samples stored so far are kept; after fixing it, "
-                      "`bakeoff run --resume RUN_DIR` finishes the run", highlight=False, soft_wrap=True)
-        raise typer.Exit(ExitCode.WRITE_FAILED) from exc
-    except BakeoffError as exc:  # escaped: a message may hold [brackets] (bakeoff[ray], a YAML list)
-        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(ExitCode.CONFIG) from exc
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted: engines stopped; samples so far are in the run directory; "
-                      "`bakeoff run --resume RUN_DIR` finishes it[/yellow]")
-        raise typer.Exit(ExitCode.INTERRUPTED) from None
-    except OSError as exc:
+    except OSError as exc:  # a write that failed outside RunDir: the boundary reports it like one inside
         if not is_write_failure(exc):
             raise
-        console.print(f"[red]error:[/red] cannot write {exc.filename or 'the run directory'}: "
-                      f"{exc.strerror or exc}; samples stored so far are kept; after fixing it, "
-                      "`bakeoff run --resume RUN_DIR` finishes the run", highlight=False, soft_wrap=True)
-        raise typer.Exit(ExitCode.WRITE_FAILED) from None
+        raise RunDirError(f"cannot write {exc.filename or 'the run directory'}: {exc.strerror or exc}") from exc
     code = _exit_code(run, _measured_names(config, run))
     lost = getattr(executor, "failed_hosts", {})
     if lost and code is ExitCode.OK:  # every arm has samples, but a host's block stopped short

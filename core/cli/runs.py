@@ -15,8 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..db import RunDB, RunSummary, StoreError, arm_records_of, failed_arms
-from ..errors import BakeoffError
+from ..db import RunDB, RunSummary, arm_records_of, failed_arms
+from ..errors import BakeoffError, StoreError
 from ..store import RunDir, read_samples
 
 __all__ = ["runs_command", "list_runs"]

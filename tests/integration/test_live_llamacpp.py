@@ -21,8 +21,9 @@ import httpx
 import pytest
 import yaml
 
+from bakeoff.core.errors import PromoteError
 from bakeoff.core.launcher import free_port
-from bakeoff.core.promote import PromoteError, promote, revert
+from bakeoff.core.promote import promote, revert
 from bakeoff.core.watchdog import health_problem
 
 pytestmark = pytest.mark.integration

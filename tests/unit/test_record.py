@@ -9,14 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bakeoff.core.record import (
-    RUN_SCHEMA_VERSION,
-    NewerRunRecordError,
-    RunRecord,
-    RunRecordError,
-    parse_run_record,
-)
-from bakeoff.core.sample_lines import NewerSchemaError
+from bakeoff.core.errors import NewerRunRecordError, NewerSchemaError, RunRecordError
+from bakeoff.core.record import RUN_SCHEMA_VERSION, RunRecord, parse_run_record
 from bakeoff.core.store import RunDir
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "reports" / "llamacpp-run"

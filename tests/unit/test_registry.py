@@ -7,7 +7,7 @@ from importlib.metadata import EntryPoint
 import pytest
 
 from bakeoff.core import registry
-from bakeoff.core.errors import EngineUnavailable
+from bakeoff.core.errors import EngineUnavailable, UnknownEngineError
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 
 FAKE = {
@@ -45,7 +45,7 @@ def test_builtin_llamacpp_is_registered_through_the_entry_point_group() -> None:
 
 
 def test_unknown_engine_lists_available() -> None:
-    with pytest.raises(registry.UnknownEngineError, match=r"unknown engine 'nope'\. Available: .*llamacpp"):
+    with pytest.raises(UnknownEngineError, match=r"unknown engine 'nope'\. Available: .*llamacpp"):
         registry.load_engine("nope")
 
 

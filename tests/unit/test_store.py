@@ -18,12 +18,11 @@ from bakeoff.core import protocol
 from bakeoff.core.cli import app
 from bakeoff.core.config import ARM_NAME_MAX, parse_bakeoff
 from bakeoff.core.db import DB_NAME
-from bakeoff.core.errors import BakeoffError, ConfigError
+from bakeoff.core.errors import BakeoffError, ConfigError, NewerSchemaError, RunDirError
 from bakeoff.core.reports.model import summarize_run
 from bakeoff.core.resume import load_resume
 from bakeoff.core.sample import Sample
-from bakeoff.core.sample_lines import NewerSchemaError
-from bakeoff.core.store import SET_ASIDE, RunDir, RunDirError, read_samples
+from bakeoff.core.store import SET_ASIDE, RunDir, read_samples
 from bakeoff.engines.sim import SimAdapter
 
 CONFIG = """\

@@ -266,7 +266,7 @@ def test_an_out_path_that_is_a_file_is_a_config_error(tmp_path: Path, hostile_se
 
 def test_a_disk_that_fills_mid_run_exits_5_and_keeps_the_stored_samples(
         tmp_path: Path, hostile_server: HostileServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff.core.store import RunDirError
+    from bakeoff.core.errors import RunDirError
 
     real = RunDir.append
     calls = {"n": 0}

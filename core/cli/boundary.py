@@ -1,0 +1,78 @@
+"""The one error boundary of the ``bakeoff`` command line.
+
+Every command is wrapped once (``guard_commands`` in ``core/cli/__init__.py``): a :class:`BakeoffError` or a
+Ctrl-C becomes one line on stderr and the exit code :func:`exit_code_for` picks, never a traceback. Anything else
+is a bakeoff bug and keeps its traceback (exit 1). Commands themselves raise; they do not print errors.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..errors import BakeoffError, RunDirError
+from .exit_codes import ExitCode, exit_code_for
+
+__all__ = ["guard_commands", "guarded", "is_guarded", "stop_message"]
+
+# Errors and interruptions go to stderr, so a command's stdout (JSON, markdown) stays parseable.
+_stderr = Console(stderr=True)
+_guarded: set[Callable[..., Any]] = set()
+
+
+def stop_message(exc: BaseException, after_stop: str | None = None) -> str:
+    """The one line a user sees, as plain text (no markup).
+
+    :param after_stop: what still holds after an interruption or a write failure, and what to do next
+        (``bakeoff run``: the stored samples are kept and ``--resume`` finishes the run).
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted" + (f": {after_stop}" if after_stop else "")
+    text = " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever the message holds
+    if isinstance(exc, RunDirError) and after_stop:
+        return f"error: {text}; {after_stop}"
+    return f"error: {text}"
+
+
+def guarded(command: Callable[..., Any], after_stop: str | None = None) -> Callable[..., Any]:
+    """``command`` with the boundary around it; typer still reads its signature (``functools.wraps``)."""
+
+    @functools.wraps(command)
+    def boundary(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (BakeoffError, KeyboardInterrupt) as exc:
+            code = exit_code_for(exc)
+            line = escape(stop_message(exc, after_stop))
+            style = "yellow" if code is ExitCode.INTERRUPTED else "red"
+            _stderr.print(f"[{style}]{line}[/{style}]", highlight=False, soft_wrap=True)
+            raise typer.Exit(code) from None
+
+    _guarded.add(boundary)
+    return boundary
+
+
+def is_guarded(command: Callable[..., Any]) -> bool:
+    return command in _guarded
+
+
+def guard_commands(app: typer.Typer, after_stop: dict[str, str]) -> None:
+    """Wrap every command registered on ``app`` and its sub-apps, once.
+
+    :param after_stop: per command name, what :func:`stop_message` adds after an interruption.
+    """
+    for info in app.registered_commands:
+        if info.callback is not None and not is_guarded(info.callback):
+            name = info.name or info.callback.__name__
+            info.callback = guarded(info.callback, after_stop.get(name))
+    callback = app.registered_callback
+    if callback is not None and callback.callback is not None and not is_guarded(callback.callback):
+        callback.callback = guarded(callback.callback)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            guard_commands(group.typer_instance, after_stop)
