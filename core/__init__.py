@@ -19,12 +19,11 @@ from .adapter import (
     ServerStats,
     cli_flags,
     first_matching_line,
-    openai_model_id,
     method_key,
+    openai_model_id,
 )
 from .client import bounded_get
 from .config import Arm, BakeoffFile, Settings, Speculative, Workload
-from .readback import counter_delta, engine_count, engine_rate, engine_text, get_json, read_until
 from .errors import (
     BakeoffError,
     CapabilityNotSupported,
@@ -36,6 +35,7 @@ from .errors import (
     PreflightError,
 )
 from .models import cache_root, resolve_model
+from .readback import counter_delta, engine_count, engine_rate, engine_text, get_json, read_until
 from .sample import Sample
 from .sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
 

@@ -58,7 +58,7 @@ _UP: dict[str, list[str]] = {}  # project name -> compose command with -p/-f, fo
 # -- finding the CLI and the engine ----------------------------------------------------------
 def _succeeds(argv: list[str], timeout: float = 20.0) -> bool:
     try:
-        return subprocess.run(argv, capture_output=True, timeout=timeout, check=False).returncode == 0  # noqa: S603
+        return subprocess.run(argv, capture_output=True, timeout=timeout, check=False).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -222,7 +222,7 @@ def parse_ps(output: str) -> list[dict[str, Any]]:
 def down_all() -> None:
     """Bring down every project still up (interpreter exit, signal handlers)."""
     for project, base in list(_UP.items()):
-        subprocess.run([*base, "down", "--remove-orphans", "--timeout", "5"],  # noqa: S603
+        subprocess.run([*base, "down", "--remove-orphans", "--timeout", "5"],
                        capture_output=True, timeout=120, check=False)
         _UP.pop(project, None)
 
@@ -272,7 +272,7 @@ class ComposeEngine:
     # -- compose CLI -----------------------------------------------------------------------
     def _run(self, *args: str, timeout: float | None = 120.0) -> subprocess.CompletedProcess[str]:
         try:
-            return subprocess.run([*self._base, *args], capture_output=True, text=True,  # noqa: S603
+            return subprocess.run([*self._base, *args], capture_output=True, text=True,
                                   timeout=timeout, check=False, env={**os.environ, **self._env})
         except subprocess.TimeoutExpired as exc:
             raise EngineStartupError(f"compose {args[0]} for arm {self.arm.name!r} did not finish in "
@@ -307,7 +307,7 @@ class ComposeEngine:
         self._checked("start")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            self._logs = subprocess.Popen(  # noqa: S603 - argv list, never a shell
+            self._logs = subprocess.Popen(
                 [*self._base, "logs", "--follow", "--no-color", "--no-log-prefix", self.service],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 

@@ -68,7 +68,7 @@ def run_batch(http: httpx.Client, bodies: list[dict[str, Any]], timeout_s: float
         try:
             results[i] = (stream_chat(http, bodies[i], timeout_s, chunk_count) if chunk_count
                           else stream_chat(http, bodies[i], timeout_s))
-        except Exception as exc:  # noqa: BLE001 - the stream's sample keeps the cause, as the sequential path does
+        except Exception as exc:
             results[i] = StreamResult(t_send_ns=t_send, t_done_ns=time.perf_counter_ns(),
                                       error=f"stream failed: {type(exc).__name__}: {str(exc)[:300]}")
 

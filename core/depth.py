@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .adapter import EngineAdapter, Effective
+from .adapter import Effective, EngineAdapter
 from .config import Arm, BakeoffFile, Prompt
 from .errors import CapabilityNotSupported, ConfigError, MeasurementError
 from .sample import Sample

@@ -46,7 +46,7 @@ def _model_path(arm: Arm) -> Path | None:
         return None
     try:
         path = resolve_model(arm.model)
-    except Exception:  # noqa: BLE001 - preflight reports bad models; the roofline is only skipped
+    except Exception:
         return None
     if path.is_file() and path.suffix == ".gguf":
         return path

@@ -116,7 +116,7 @@ def _record_config(live: LiveService, commands: dict[str, list[str]], directory:
             continue
     if commands["record"]:
         try:
-            done = subprocess.run(commands["record"], capture_output=True, text=True, timeout=60,  # noqa: S603
+            done = subprocess.run(commands["record"], capture_output=True, text=True, timeout=60,
                                   check=False)
             record["record_command"] = {"argv": redact_argv(commands["record"]), "exit_code": done.returncode,
                                         "output": redact(done.stdout or done.stderr)[-20000:]}

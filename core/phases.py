@@ -62,7 +62,7 @@ def check_phases_config(config: Any) -> None:
 # -- probes ------------------------------------------------------------------------------------
 def _kernel_lines(check: KernelLogCheck, timeout_s: float) -> set[str]:
     try:
-        done = subprocess.run(check.command, capture_output=True, text=True, timeout=timeout_s,  # noqa: S603
+        done = subprocess.run(check.command, capture_output=True, text=True, timeout=timeout_s,
                               check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EngineError(f"phases.kernel_log: {shown(check.command)}: {exc}") from exc

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from .adapter import Capabilities, EngineAdapter, Effective, ServerStats
+from .adapter import Capabilities, Effective, EngineAdapter, ServerStats
 from .client import StreamResult
 from .concurrency import Batch, effective_slots, refused_levels, run_batch
 from .config import Arm, Prompt, Workload

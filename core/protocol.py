@@ -22,27 +22,27 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from .adapter import EngineAdapter, Effective, check_arm_capabilities
+from . import points as _points
+from .adapter import Effective, EngineAdapter, check_arm_capabilities
 from .attach import attach_base, probe_attached
 from .client import account, stream_chat
 from .compose import ComposeEngine, project_name
+from .concurrency import check_levels_before_launch
 from .config import Arm, BakeoffFile, Prompt, SamplingMode
+from .depth import check_depths_before_launch
 from .errors import BakeoffError, ConfigError, EngineError, EngineStartupError, MeasurementError
 from .fairness import OUTPUTS_FILE, finish_flags, output_line
 from .gates import run_gates
-from .hostinfo import FOREIGN_LOAD_FLOOR, CpuMeter, docker_container_ids, host_info
 from .hardware import attach_gpu_sample, hardware_record, offload_mismatch, visible_devices_env
-from .telemetry import GpuMonitor, open_monitor
+from .hostinfo import FOREIGN_LOAD_FLOOR, CpuMeter, docker_container_ids, host_info
 from .launcher import Engine, LogCursor, free_port, port_is_free
 from .prompts import resolve_prompts
 from .redact import Redactor, redact_argv, redact_config
 from .registry import load_engine
 from .sample import Sample
 from .store import RunDir
-from . import points as _points
-from .concurrency import check_levels_before_launch
-from .depth import check_depths_before_launch
 from .sweep import SharedEngine, effective_workload, order_for_sharing, refuse_ineffective_arms, server_key
+from .telemetry import GpuMonitor, open_monitor
 
 __all__ = ["PlannedArm", "Plan", "plan_run", "run_plan", "ProtocolEvents", "build_request"]
 
@@ -336,7 +336,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
         events.on_arm_failed(arm.name, str(exc))
     except BakeoffError:
         raise  # the run itself cannot go on (a config problem found mid-run, a run directory it cannot write)
-    except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen engine answer: this arm fails, the run goes on
+    except Exception as exc:
         if is_write_failure(exc):
             raise
         cause = f"{type(exc).__name__}: {exc}"[:500]

@@ -71,7 +71,7 @@ class GpuSample(BaseModel):
 def _try(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
-    except Exception:  # noqa: BLE001 - NVMLError_NotSupported and friends: a fact this card does not report
+    except Exception:
         return None
 
 
@@ -266,7 +266,7 @@ def _load_nvml() -> ModuleType | None:
         return None
     try:
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - NVMLError: no driver or no GPU, a CPU machine
+    except Exception:
         return None
     return pynvml  # type: ignore[no-any-return]
 
@@ -282,7 +282,7 @@ def open_monitor(indices: Iterable[int] | None = None, interval_s: float = DEFAU
         return None
     try:
         count = module.nvmlDeviceGetCount()
-    except Exception:  # noqa: BLE001 - any NVMLError: no usable GPU
+    except Exception:
         return None
     wanted = list(indices) if indices is not None else list(range(count))
     wanted = [i for i in wanted if 0 <= i < count]

@@ -128,7 +128,7 @@ def run_command(argv: list[str], timeout_s: float, log_path: Path, keep_running_
         log.write(f"$ {' '.join(redact_argv(argv))}\n".encode())
         log.flush()
         try:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,  # noqa: S603 - argv, no shell
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             log.write(f"[bakeoff] cannot run {argv[0]!r}: {exc}\n".encode())
@@ -218,7 +218,7 @@ class Guard:
                          run_dir=str(run_dir) if run_dir else None, pending=[], done=[], spare=[],
                          finished=False)
         with (self.dir / "watchdog.log").open("ab") as out:
-            self.watchdog = subprocess.Popen(  # noqa: S603
+            self.watchdog = subprocess.Popen(
                 [sys.executable, "-m", "bakeoff.core.watchdog", str(self.dir)], stdout=out,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         self.log("bakeoff", f"watchdog started (pid {self.watchdog.pid}), deadline in {deadline_s:g} s")
