@@ -125,7 +125,8 @@ class Capabilities(BaseModel):
 
     @model_validator(mode="after")
     def _consistent_methods(self) -> Capabilities:
-        plain, varied = set(), set()
+        plain: set[str] = set()
+        varied: set[str] = set()
         for key in self.speculative:
             method, _, variant = key.partition("/")
             if method not in SPEC_METHODS:
@@ -230,7 +231,7 @@ class EngineAdapter(ABC):
             raise ConfigError(format_validation_error(exc, f"arm {arm.name!r}", prefix=where)) from exc
 
     # -- before launch -----------------------------------------------------------------
-    def preflight(self, arm: Arm) -> None:
+    def preflight(self, arm: Arm) -> None:  # noqa: B027 - an optional hook: by default there is nothing to refuse
         """Refuse an arm that cannot work before spending a launch on it (raise PreflightError)."""
 
     @abstractmethod

@@ -115,7 +115,8 @@ def probe_attached(arm: Arm, http: httpx.Client, deadline_s: float = PROBE_DEADL
 
 
 def _pick_model(arm: Arm, base: str, ids: list[str]) -> str:
-    shown = ", ".join(ids[:_MODELS_SHOWN]) + (f" (+{len(ids) - _MODELS_SHOWN} more)" if len(ids) > _MODELS_SHOWN else "")
+    more = len(ids) - _MODELS_SHOWN
+    shown = ", ".join(ids[:_MODELS_SHOWN]) + (f" (+{more} more)" if more > 0 else "")
     where = display_url(base)
     if arm.model is not None:
         if arm.model in ids:

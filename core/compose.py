@@ -14,6 +14,7 @@ The compose CLI is, in this order: ``$BAKEOFF_COMPOSE`` (a command line), ``dock
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import importlib.util
 import json
@@ -167,7 +168,8 @@ def validate_service(service: Mapping[str, Any], port: int | None = None, where:
     elif not _pinned(image):
         problems.append(f"image {image!r} is not pinned to a version tag or digest")
     test = (service.get("healthcheck") or {}).get("test")
-    if not test or (isinstance(test, list) and test[:1] == ["NONE"]) or (service.get("healthcheck") or {}).get("disable"):
+    disabled = (service.get("healthcheck") or {}).get("disable")
+    if not test or (isinstance(test, list) and test[:1] == ["NONE"]) or disabled:
         problems.append("no healthcheck (boot time is measured to healthy)")
     if service.get("network_mode") == "host":
         problems.append("network_mode: host would bypass publishing on 127.0.0.1")
@@ -375,16 +377,15 @@ class ComposeEngine:
     def _startup_error(self, what: str, reason: str) -> EngineStartupError:
         logs = self._run("logs", "--no-color", "--no-log-prefix", self.service, timeout=60)
         text = logs.stdout if logs.returncode == 0 and logs.stdout.strip() else self.log_text()
-        return startup_error_from_log(self.adapter, text, f"{self.adapter.name} (compose project {self.project}) {what}",
+        return startup_error_from_log(self.adapter, text,
+                                      f"{self.adapter.name} (compose project {self.project}) {what}",
                                       self.log_path, reason)
 
     def stop(self) -> None:
         """Stop following logs and bring the project down (containers and network); safe to call twice."""
         if self._logs is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._logs.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             try:
                 self._logs.wait(timeout=10)
             except subprocess.TimeoutExpired:

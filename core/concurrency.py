@@ -132,7 +132,8 @@ def concurrency_rows(samples: Iterable[Sample], arm_order: list[str]) -> tuple[l
             aggregate = [sum(s.completion_tokens or 0 for s in b) / b[0].batch_wall_s
                          for b in batches.values()
                          if b[0].batch_wall_s and all(s.status == "ok" for s in b)]
-            rows.append([arm, str(level), fmt(median_or_none([s.decode_tps for s in ok if s.decode_tps is not None])),
-                         fmt(median_or_none(aggregate)), fmt(median_or_none([s.ttft_s for s in ok if s.ttft_s is not None]), 3),
+            decode = median_or_none([s.decode_tps for s in ok if s.decode_tps is not None])
+            ttft = median_or_none([s.ttft_s for s in ok if s.ttft_s is not None])
+            rows.append([arm, str(level), fmt(decode), fmt(median_or_none(aggregate)), fmt(ttft, 3),
                          str(len(batches)), str(len(g) - len(ok))])
     return header, rows

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import yaml
@@ -40,6 +40,9 @@ SpecMethod = Literal["none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngra
 ARM_NAME_MAX = 100
 _ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 MAX_YAML_VALUES = 200_000  # nodes a file may expand to through aliases: far above any real bakeoff
+
+
+GateName = Literal["arithmetic", "factual", "tool_call", "needle", "stream_equality"]
 
 
 class Strict(BaseModel):
@@ -219,8 +222,8 @@ class Workload(Strict):
                                                        "(chat template included, counted by the engine).")
     concurrency: list[int] | None = Field(None, description="Concurrency sweep: numbers of simultaneous streams.")
     needle: bool = Field(False, description="Depth sweep: hide a code in the filler; the answer must repeat it.")
-    gates: list[Literal["arithmetic", "factual", "tool_call", "needle", "stream_equality"]] = Field(
-        default_factory=lambda: ["arithmetic", "factual", "tool_call", "needle", "stream_equality"],
+    gates: list[GateName] = Field(
+        default_factory=lambda: list(get_args(GateName)),
         description="Quality probes sent once per arm after its timed requests (greedy, short); an arm failing "
                     "one is marked in every table and never reported faster. [] turns them off.")
 

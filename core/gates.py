@@ -70,6 +70,11 @@ class SpecCheck(BaseModel):
     divergences: list[Divergence] = Field(default_factory=list)
 
 
+def _first_difference(a: str, b: str) -> int:
+    """The first character position where ``a`` and ``b`` differ (the shorter length if one is a prefix)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
 def _chat(http: httpx.Client, body: dict[str, Any], timeout_s: float) -> str:
     """A non-streamed completion's text (content plus any reasoning), validated as an OpenAI ChatCompletion."""
     resp = http.post("/v1/chat/completions", json={**body, "stream": False}, timeout=timeout_s)
@@ -151,7 +156,7 @@ def _tool_call(http: httpx.Client, base: dict[str, Any], timeout_s: float) -> tu
         args = json.loads(raw)
     except ValueError as exc:
         return False, f"arguments are not JSON ({exc})", raw
-    why = check_schema(args, TOOL["function"]["parameters"])  # type: ignore[typeddict-item, arg-type]
+    why = check_schema(args, TOOL["function"]["parameters"])
     return why is None, why or "arguments valid JSON matching the schema", raw
 
 
@@ -165,8 +170,7 @@ def _stream_equality(http: httpx.Client, base: dict[str, Any], timeout_s: float,
     plain = _chat(http, body, timeout_s)
     if streamed.text == plain:
         return True, f"identical ({len(plain)} characters)", plain
-    pos = next((i for i, (x, y) in enumerate(zip(streamed.text, plain)) if x != y), min(len(plain),
-                                                                                         len(streamed.text)))
+    pos = _first_difference(streamed.text, plain)
     return False, (f"differ at character {pos}: stream {streamed.text[pos:pos + _CONTEXT_CHARS]!r} vs "
                    f"non-stream {plain[pos:pos + _CONTEXT_CHARS]!r}"), f"stream: {streamed.text}\n---\n{plain}"
 
@@ -265,8 +269,8 @@ def score_gates(records: dict[str, list[dict[str, Any]]], arms_cfg: dict[str, di
 
 
 def _is_greedy(mode: str, modes: dict[str, Any]) -> bool:
-    m = modes.get(mode)
-    return (m or {}).get("temperature", 1.0 if mode != "greedy" else 0.0) == 0.0
+    m = modes.get(mode) or {}
+    return bool(m.get("temperature", 1.0 if mode != "greedy" else 0.0) == 0.0)
 
 
 def spec_identity(run_path: Path, arms_cfg: dict[str, dict[str, Any]], baseline: str | None,
@@ -289,7 +293,7 @@ def spec_identity(run_path: Path, arms_cfg: dict[str, dict[str, Any]], baseline:
             if mine[k] == other:
                 check.identical += 1
                 continue
-            pos = next((i for i, (x, y) in enumerate(zip(mine[k], other)) if x != y), min(len(mine[k]), len(other)))
+            pos = _first_difference(mine[k], other)
             if len(check.divergences) < 5:
                 check.divergences.append(Divergence(point=f"{k[0]}/{k[1]} rep {k[2]} pass {k[3]}", position=pos,
                                                     reference=other[pos:pos + _CONTEXT_CHARS],

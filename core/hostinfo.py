@@ -6,6 +6,7 @@ sample records the average number of cores used by *foreign* processes while it 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -35,10 +36,8 @@ def host_info() -> dict[str, object]:
         "cpu_count": os.cpu_count(),
         "gpus": _gpus(),
     }
-    try:
+    with contextlib.suppress(ValueError, OSError):
         info["mem_total_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (ValueError, OSError):
-        pass
     return info
 
 

@@ -115,7 +115,8 @@ def stop_leftover_engines() -> list[str]:
         except (OSError, ValueError, KeyError, TypeError):
             path.unlink(missing_ok=True)
             continue
-        owner_alive = rec.get("bakeoff_start") is not None and _start_ticks(int(rec["bakeoff_pid"])) == rec["bakeoff_start"]
+        owner_alive = (rec.get("bakeoff_start") is not None
+                       and _start_ticks(int(rec["bakeoff_pid"])) == rec["bakeoff_start"])
         if owner_alive:
             continue  # another bakeoff is using it
         if rec.get("start") is not None and _start_ticks(pid) == rec["start"]:

@@ -226,7 +226,8 @@ def dry_run_lines(config: BakeoffFile) -> list[str]:
     stops = _stops_live(config)
     if live is not None:
         commands = service_commands(live)
-        out.append(f"GET {live.health}" + (f"  and {live.base_url}/v1/models lists {live.model!r}" if live.model else ""))
+        lists_model = f"  and {live.base_url}/v1/models lists {live.model!r}" if live.model else ""
+        out.append(f"GET {live.health}{lists_model}")
         if commands["record"]:
             out.append(f"record: {shown(commands['record'])}")
     if live is not None or config.phases is not None:

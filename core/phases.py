@@ -5,8 +5,8 @@ registered with the run's guard (core/watchdog.py) before the apply, so it runs 
 error, on Ctrl-C, and — when bakeoff is killed or hangs — by the watchdog. During every phase a probe
 thread checks the server's health and, when configured, the kernel log (NVIDIA Xid lines) at a fixed
 interval; a failed probe ends the run after the revert. Where NVML sees a GPU, each phase records its
-power, clocks and temperature (core/telemetry.py, read only). Samples carry their phase (``Sample.phase``, ``arm`` = the knob or
-``baseline``); :func:`compare_phases` pairs each knob phase with its neighbouring baselines.
+power, clocks and temperature (core/telemetry.py, read only). Samples carry their phase (``Sample.phase``,
+``arm`` = the knob or ``baseline``); :func:`compare_phases` pairs each knob phase with its neighbouring baselines.
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ class Point:
 
 def arm_points(workload: Workload, prompts: Sequence[Prompt], modes: Collection[str]) -> list[Point]:
     """Every point, depth outermost so one depth's requests run back to back."""
-    depths: list[int | None] = list(workload.depths or [None])
-    levels: list[int | None] = list(workload.concurrency or [None])
+    depths: list[int | None] = [*workload.depths] if workload.depths else [None]
+    levels: list[int | None] = [*workload.concurrency] if workload.concurrency else [None]
     return [Point(p, m, r, d, c) for d in depths for c in levels for p in prompts for m in modes
             for r in range(workload.reps)]
 
@@ -171,7 +171,7 @@ class PointRunner:
         batch: Batch = run_batch(self.http, bodies, self.workload.request_timeout_s, self.adapter.chunk_token_count)
         foreign = meter.stop()
         samples = []
-        for body, info, result in zip(bodies, infos, batch.results):
+        for body, info, result in zip(bodies, infos, batch.results, strict=True):
             stats = self.adapter.server_stats(self.http, result.final, None, "")
             sample = self.finish(make(result, stats, foreign, started_at), point, body, result, info)
             sample.batch_id, sample.batch_wall_s = batch.batch_id, batch.wall_s

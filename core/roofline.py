@@ -107,6 +107,8 @@ def _safetensors_header(path: Path) -> dict[str, Any]:
     with path.open("rb") as f:
         (size,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(size))
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: the safetensors header is not a JSON object")
     header.pop("__metadata__", None)
     return header
 

@@ -8,8 +8,8 @@ pip's own build of such an sdist compiles every tool and a Python binding; bakeo
 
 The cache directory is keyed by project version, backend and, for ``-march=native`` builds, the CPU's
 feature flags: a binary built for another CPU may die with SIGILL. The compiler's output goes to a log
-file next to the build; the terminal gets "step N of M" progress, and a failure quotes the log's last lines. A failed build keeps
-its work directory next to the cache entry, so the next attempt resumes where the compiler stopped.
+file next to the build; the terminal gets "step N of M" progress, and a failure quotes the log's last lines. A
+failed build keeps its work directory next to the cache entry, so the next attempt resumes where the compiler stopped.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def _run(argv: list[str], sink: TextIO, build_log: Path, log: Callable[[str], No
     tail: list[str] = []
     for line in proc.stdout:
         sink.write(line)
-        tail = (tail + [line.rstrip()])[-40:]
+        tail = [*tail, line.rstrip()][-40:]
         step = PROGRESS_RE.match(line)
         if step and time.monotonic() - last >= PROGRESS_EVERY_S:
             last = time.monotonic()

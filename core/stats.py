@@ -427,7 +427,8 @@ def describe_arm(name: str, samples: Sequence[Sample], prompts: Sequence[str] = 
     acc = [s.acceptance for s in with_drafts if s.acceptance is not None]
     stats.acceptance_range = (min(acc), max(acc)) if acc else None
     stats.server_median = median_or_none([s.server_decode_tps for s in ok if s.server_decode_tps is not None])
-    stats.event_count_median = median_or_none([s.event_count_decode_tps for s in ok if s.event_count_decode_tps is not None])
+    stats.event_count_median = median_or_none([s.event_count_decode_tps for s in ok
+                                               if s.event_count_decode_tps is not None])
     per_event = [s.max_tokens_per_event for s in ok if s.max_tokens_per_event is not None]
     stats.max_tokens_per_event = max(per_event) if per_event else None
     stats.ttft_median = median_or_none([s.ttft_s for s in ok if s.ttft_s is not None])

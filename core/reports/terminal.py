@@ -36,8 +36,8 @@ def print_calibration(s: RunSummary, out: Console) -> None:
         for col in header:
             table.add_column(col, justify="left" if col in ("engine", "method", "point", "from", "flags")
                              else "right")
-        for row in rows:
-            table.add_row(*row)
+        for cells in rows:
+            table.add_row(*cells)
         out.print(table)
     for f in c.flags:
         out.print(f"[bold yellow]calibration:[/bold yellow] {f}", highlight=False)
