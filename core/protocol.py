@@ -142,7 +142,7 @@ def _headers(arm: Arm) -> dict[str, str]:
 @contextmanager
 def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_s: float,
                 monitor: GpuMonitor | None = None, record: dict[str, Any] | None = None
-                ) -> Iterator[tuple[str, Engine | None]]:
+                ) -> Iterator[tuple[str, Engine | ComposeEngine | None]]:
     arm = planned.arm
     if monitor is not None and record is not None and not arm.attached:
         record["gpu_idle_power_w"] = monitor.idle_power_w()  # before this arm's engine loads anything
@@ -157,7 +157,7 @@ def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_
         if arm.launch == "compose":  # the adapter's compose service, up until healthy, always brought down
             with ComposeEngine(planned.adapter, arm, port, run.arm_dir(arm.name), log_path, boot_timeout_s,
                                project=project_name(run.run_id, arm.name)) as compose_engine:
-                yield compose_engine.base_url, compose_engine  # type: ignore[misc]
+                yield compose_engine.base_url, compose_engine
             return
         spec = planned.adapter.launch_spec(arm, port, run.arm_dir(arm.name))
         spec.env.update(visible_devices_env(arm))

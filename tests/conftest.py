@@ -14,9 +14,10 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
+import pluggy
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))  # hostile_server, importable from every tier
@@ -115,7 +116,8 @@ def _needs_real_engine(item: pytest.Item) -> bool:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item,
+                              call: pytest.CallInfo[None]) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     """Under CI=true a skipped real-engine test is a failure: a missing engine must not pass unnoticed."""
     outcome = yield
     report = outcome.get_result()

@@ -32,10 +32,10 @@ def plugin_source(name: str, tmp: Path, under: Path = ROOT / "plugins") -> str:
     return str(target)
 
 
-def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(COLUMNS="400", NO_COLOR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False, **kw)  # type: ignore[call-overload]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
 
 
 @pytest.fixture(scope="module")

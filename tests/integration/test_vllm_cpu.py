@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from bakeoff.core.client import stream_chat
-from bakeoff.core.config import Arm, Workload
+from bakeoff.core.config import Arm, Settings, Speculative, Workload
 from bakeoff.core.errors import EngineStartupError
 from bakeoff.core.launcher import Engine, free_port
 from bakeoff.core.metrics import scrape
@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "head-to-head-cpu.yaml"
 WORKLOAD = Workload(max_tokens=256, fixed_length=True)
 CODE = next(p for p in SUITES["default"] if p.name == "code_python")
-NGRAM = {"method": "ngram", "n_max": 4, "lookup_min": 2, "lookup_max": 4}
+NGRAM = Speculative(method="ngram", n_max=4, lookup_min=2, lookup_max=4)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def vllm_ready() -> None:
 
 def test_an_unknown_speculative_method_is_classified_from_the_log(vllm_ready: None, tmp_path: Path) -> None:
     adapter = VllmAdapter()
-    arm = Arm(name="bogus", engine="vllm", model="smollm2", settings={"enforce_eager": True},
+    arm = Arm(name="bogus", engine="vllm", model="smollm2", settings=Settings(enforce_eager=True),
               extra_args=["--speculative-config", '{"method":"bogus","num_speculative_tokens":2}'])
     adapter.preflight(arm)
     port = free_port()
@@ -103,7 +103,7 @@ class Served:
 def ngram_server(vllm_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     adapter = VllmAdapter()
     arm = Arm(name="vllm-ngram", engine="vllm", model="smollm2", speculative=NGRAM,
-              settings={"ctx": 2048, "parallel": 1, "enforce_eager": True})
+              settings=Settings(ctx=2048, parallel=1, enforce_eager=True))
     adapter.preflight(arm)  # converts SmolLM2 on first use
     port = free_port()
     work = tmp_path_factory.mktemp("vllm-ngram")

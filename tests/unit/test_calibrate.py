@@ -165,14 +165,15 @@ def test_calibration_recovers_the_verify_cost_speedup_and_break_even(tmp_path: P
         assert p.verify_step_cost == pytest.approx(COST, rel=0.05)
         truth = (1 + p.target_acceptance * p.n_max) / COST
         assert p.speedup == pytest.approx(truth, rel=0.05)
-        assert p.ci_low is not None and p.ci_high is not None and p.ci_low <= p.speedup <= p.ci_high
+        assert p.ci_low is not None and p.ci_high is not None and p.speedup is not None
+        assert p.ci_low <= p.speedup <= p.ci_high
         assert p.engine_speedup == pytest.approx(p.speedup, rel=0.02)
         assert p.timing_agreement == pytest.approx(0.99)
     be = {b.n_max: b for b in c.break_even}
     # truth: speedup = 1 at a = (COST - 1) / n_max; the grid is linear in a, so interpolation is exact
     assert be[1].acceptance == pytest.approx(0.6, abs=0.03) and be[1].source == "measured crossing"
     assert be[2].acceptance == pytest.approx(0.3, abs=0.03)
-    assert be[1].ci_low is not None and be[1].ci_high is not None
+    assert be[1].ci_low is not None and be[1].ci_high is not None and be[1].acceptance is not None
     assert be[1].ci_low <= be[1].acceptance <= be[1].ci_high
     data = json.loads(s.model_dump_json())["calibration"]
     assert set(data["points"][0]) >= {"engine", "method", "n_max", "target_acceptance", "measured_acceptance",

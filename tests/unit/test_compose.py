@@ -30,7 +30,7 @@ from bakeoff.core.compose import (
     project_name,
     validate_service,
 )
-from bakeoff.core.config import Arm
+from bakeoff.core.config import Arm, Settings
 from bakeoff.core.errors import (
     CapabilityNotSupported,
     ConfigError,
@@ -171,7 +171,7 @@ def llama_arm(tmp_path: Path, **kw: Any) -> Arm:
 
 
 def test_llamacpp_service_uses_the_native_flags_with_models_mounted_read_only(tmp_path: Path) -> None:
-    arm = llama_arm(tmp_path, settings={"ctx": 2048, "threads": 2}, extra_args=["--seed", "1"],
+    arm = llama_arm(tmp_path, settings=Settings(ctx=2048, threads=2), extra_args=["--seed", "1"],
                     speculative={"method": "draft", "draft_model": gguf(tmp_path, "d.gguf"), "n_max": 3})
     service = LlamaCppAdapter().compose_service(arm, 18080)
     cmd = service["command"]
@@ -187,7 +187,7 @@ def test_llamacpp_service_uses_the_native_flags_with_models_mounted_read_only(tm
 
 
 def test_llamacpp_service_on_gpus_takes_the_cuda_image_and_reserves_gpus(tmp_path: Path) -> None:
-    arm = llama_arm(tmp_path, settings={"gpu_layers": "all", "split": "layer"},
+    arm = llama_arm(tmp_path, settings=Settings(gpu_layers="all", split="layer"),
                     speculative={"method": "draft", "draft_model": str(tmp_path / "m.gguf")})
     service = LlamaCppAdapter().compose_service(arm, 18080)
     assert service["image"] == COMPOSE_IMAGE_CUDA
@@ -197,7 +197,7 @@ def test_llamacpp_service_on_gpus_takes_the_cuda_image_and_reserves_gpus(tmp_pat
 
 
 def test_generated_project_is_valid_compose(tmp_path: Path) -> None:
-    arm = llama_arm(tmp_path, settings={"gpu_layers": 99}, speculative={"method": "ngram", "n_max": 8})
+    arm = llama_arm(tmp_path, settings=Settings(gpu_layers=99), speculative={"method": "ngram", "n_max": 8})
     project = build_project(LlamaCppAdapter(), arm, 18080, "bakeoff-test-a", boot_timeout_s=90)
     service = project["services"]["llamacpp"]
     assert service["healthcheck"]["start_period"] == "90s" and service["healthcheck"]["start_interval"] == "1s"
@@ -235,7 +235,7 @@ def test_compose_arm_needs_no_native_binary_and_native_arm_still_checks(tmp_path
 
 
 def test_non_loopback_host_is_refused(tmp_path: Path) -> None:
-    arm = llama_arm(tmp_path, settings={"host": "0.0.0.0"})
+    arm = llama_arm(tmp_path, settings=Settings(host="0.0.0.0"))
     with pytest.raises(ConfigError, match=r"127\.0\.0\.1 only"):
         build_project(LlamaCppAdapter(), arm, 18080, "p")
 
@@ -388,7 +388,7 @@ def test_protocol_launches_compose_arms_through_compose(tmp_path: Path, fake_cli
 
     cli, state = fake_cli
     monkeypatch.setenv("BAKEOFF_COMPOSE", " ".join(cli))
-    arm = Arm(name="a", engine="fake", model="/m", launch="compose", settings={"port": 18099})
+    arm = Arm(name="a", engine="fake", model="/m", launch="compose", settings=Settings(port=18099))
     run = RunDir(tmp_path / "run1")
     with _engine_for(PlannedArm(arm, FakeAdapter(), 0), run, 0, 30.0) as (base, eng):
         assert base == "http://127.0.0.1:18099"

@@ -21,7 +21,7 @@ from bakeoff.core.concurrency import (
     refused_levels,
     run_batch,
 )
-from bakeoff.core.config import Arm, Prompt, Workload, parse_bakeoff
+from bakeoff.core.config import Arm, Prompt, Settings, Workload, parse_bakeoff
 from bakeoff.core.errors import ConfigError
 from bakeoff.core.points import Point, PointRunner, apply_fixed_length, arm_points, is_done, samples_expected
 from bakeoff.core.sample import Sample
@@ -73,7 +73,7 @@ def test_aggregate_is_tokens_over_wall_including_prefill() -> None:
 
 
 def test_slots_come_from_the_engine_first() -> None:
-    arm = Arm(name="a", engine="x", model="m", settings={"parallel": 8})
+    arm = Arm(name="a", engine="x", model="m", settings=Settings(parallel=8))
     assert effective_slots(Effective(values={"total_slots": 2}), arm) == 2
     assert effective_slots(Effective(values={"max_num_seqs": 256}), arm) == 256
     assert effective_slots(Effective(), arm) == 8

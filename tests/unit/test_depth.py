@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from bakeoff.core.adapter import Effective, EngineAdapter, LaunchSpec
-from bakeoff.core.config import Arm, Prompt, parse_bakeoff
+from bakeoff.core.config import Arm, Prompt, Settings, parse_bakeoff
 from bakeoff.core.depth import (
     DepthBuilder,
     check_depths_before_launch,
@@ -100,7 +101,7 @@ def test_filler_is_deterministic_per_salt() -> None:
 
 
 def test_context_refusals() -> None:
-    arm = Arm(name="a", engine="x", model="m", settings={"ctx": 4096})
+    arm = Arm(name="a", engine="x", model="m", settings=Settings(ctx=4096))
     assert effective_context(Effective(values={"n_ctx_per_slot": 2048}), arm) == 2048
     assert effective_context(Effective(values={"max_model_len": 8192}), arm) == 8192
     assert effective_context(Effective(), arm) == 4096
@@ -128,7 +129,7 @@ def test_before_launch_refusals_name_the_key() -> None:
         parse_bakeoff("arms: [{name: a, engine: x, model: m}]\nworkload: {depths: [0]}\n")
 
 
-def _llama(handler):  # type: ignore[no-untyped-def]
+def _llama(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.Client:
     return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://engine")
 
 

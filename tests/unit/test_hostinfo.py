@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -25,7 +27,7 @@ class FakeProc:
 
     def __init__(self, root: Path) -> None:
         self.root, self.busy = root, 0
-        self.procs: dict[int, list] = {}
+        self.procs: dict[int, list[Any]] = {}
         root.mkdir()
         self.write()
 
@@ -52,7 +54,7 @@ class FakeProc:
 @pytest.fixture
 def proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeProc:
     clock = iter([100.0, 101.0])  # start() and stop(): one second apart
-    monkeypatch.setattr(hostinfo.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
     fake = FakeProc(tmp_path / "proc")
     fake.add(4000, 4000, 10)  # the engine bakeoff launched, its own process group
     fake.add(5000, 5000, 10, f"0::/system.slice/docker-{CID}.scope")  # the engine inside a container

@@ -190,4 +190,4 @@ def test_capabilities_declare_nothing_core_never_reads() -> None:
 
     for stale in ({"tokenize_endpoint": "/tokenize"}, {"speculative_knobs": ("n_max",)}):
         with pytest.raises(ValidationError):
-            Capabilities(**stale)  # type: ignore[arg-type]
+            Capabilities.model_validate(stale)

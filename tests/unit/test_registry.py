@@ -7,6 +7,7 @@ from importlib.metadata import EntryPoint
 import pytest
 
 from bakeoff.core import registry
+from bakeoff.core.adapter import EngineAdapter
 from bakeoff.core.errors import EngineUnavailable, UnknownEngineError
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 
@@ -33,7 +34,7 @@ def _checked(load: object, name: str) -> type:
         cls = load(name)  # type: ignore[operator]
     except ImportError as exc:
         raise EngineUnavailable(f"engine {name!r} failed to load: {type(exc).__name__}: {exc}") from exc
-    if not (isinstance(cls, type) and issubclass(cls, registry.EngineAdapter)):
+    if not (isinstance(cls, type) and issubclass(cls, EngineAdapter)):
         raise EngineUnavailable(f"engine {name!r} entry point does not name an EngineAdapter subclass")
     return cls
 

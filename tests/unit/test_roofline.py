@@ -150,11 +150,11 @@ def test_host_copy_bandwidth_is_measured() -> None:
 
 def test_hardware_record_picks_host_or_gpu_bandwidth_per_arm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from bakeoff.core import hardware, telemetry
-    from bakeoff.core.config import Arm
+    from bakeoff.core.config import Arm, Settings
 
     path = synthesize(SynthSpec("target", dims=DIMS), toy_tokenizer(300), tmp_path)
     cpu_arm = Arm(name="cpu", engine="llamacpp", model=str(path))
-    gpu_arm = Arm(name="gpu", engine="llamacpp", model=str(path), settings={"gpu_layers": 99})
+    gpu_arm = Arm(name="gpu", engine="llamacpp", model=str(path), settings=Settings(gpu_layers=99))
     monkeypatch.setattr(telemetry, "_load_nvml", lambda: None)  # this machine: no GPU
     rec = hardware.hardware_record([cpu_arm, gpu_arm])
     assert rec["gpus"] == [] and set(rec["bandwidth"]) == {"host"}
@@ -164,7 +164,7 @@ def test_hardware_record_picks_host_or_gpu_bandwidth_per_arm(tmp_path: Path, mon
     monkeypatch.setattr(telemetry, "_load_nvml", lambda: fake_nvml())
     monkeypatch.setattr(hardware, "gpu_copy_bandwidth_gbs", lambda *a, **k: None)  # no torch/CuPy copy possible
     rec = hardware.hardware_record([gpu_arm, Arm(name="off", engine="llamacpp", model=str(path),
-                                                 settings={"gpu_layers": 0})])
+                                                 settings=Settings(gpu_layers=0))])
     assert rec["roofline_models"]["gpu"]["device"] == "gpu" and rec["roofline_models"]["off"]["device"] == "host"
     assert rec["bandwidth"]["gpu"] == {"theoretical_gbs": pytest.approx(4814.3, abs=0.1)}  # says which: NVML only
 
@@ -181,18 +181,18 @@ def test_engine_holding_too_little_gpu_memory_is_a_mismatch(monkeypatch: pytest.
     import os
 
     from bakeoff.core import hardware
-    from bakeoff.core.config import Arm
+    from bakeoff.core.config import Arm, Settings
     from bakeoff.core.telemetry import open_monitor
     monitor = open_monitor(nvml=fake_nvml())  # pid 4242 holds 6 GiB
     assert monitor is not None
-    arm = Arm(name="a", engine="llamacpp", model="m.gguf", settings={"gpu_layers": 99})
+    arm = Arm(name="a", engine="llamacpp", model="m.gguf", settings=Settings(gpu_layers=99))
     monkeypatch.setattr(hardware, "engine_pids", lambda pgid: {4242})
     held, problem = hardware.offload_mismatch(monitor, arm, os.getpid(), weights=6 * 2**30)
     assert held == 6 * 1024 and problem is None
     held, problem = hardware.offload_mismatch(monitor, arm, os.getpid(), weights=20 * 2**30)
     assert problem == ("settings.gpu_layers 99 asked, but the engine holds only 6144 MiB on the GPU for 20480 MiB "
                        "of weights on those layers")
-    partial = Arm(name="a", engine="llamacpp", model="m.gguf", settings={"gpu_layers": 10})
+    partial = Arm(name="a", engine="llamacpp", model="m.gguf", settings=Settings(gpu_layers=10))
     assert hardware.offload_mismatch(monitor, partial, os.getpid(), 20 * 2**30, layers=28)[1] is None  # as asked
     monkeypatch.setattr(hardware, "engine_pids", lambda pgid: {1})
     assert hardware.offload_mismatch(monitor, arm, os.getpid(), weights=6 * 2**30)[1] is not None  # holds nothing

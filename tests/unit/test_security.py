@@ -44,7 +44,7 @@ def test_engines_bind_loopback_unless_told_otherwise(tmp_path: Path) -> None:
     argv = LlamaCppAdapter().launch_spec(arm, 1234, tmp_path).argv
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     arm = Arm(name="x", engine="llamacpp", model=str(model), options={"binary": "/bin/true"},
-              settings={"host": "0.0.0.0"})
+              settings=Settings(host="0.0.0.0"))
     argv = LlamaCppAdapter().launch_spec(arm, 1234, tmp_path).argv
     assert argv[argv.index("--host") + 1] == "0.0.0.0"
 

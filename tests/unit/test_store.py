@@ -226,7 +226,11 @@ def test_arm_records_are_appended_and_run_json_is_written_only_at_the_end(monkey
     run.write_run(protocol.run_metadata(plan))
     writes: list[float] = []
     real_write = RunDir.write_run
-    monkeypatch.setattr(RunDir, "write_run", lambda self, data: (writes.append(1), real_write(self, data))[1])
+    def write_run(self: RunDir, data: dict[str, Any]) -> None:
+        writes.append(1)
+        real_write(self, data)
+
+    monkeypatch.setattr(RunDir, "write_run", write_run)
     protocol.run_plan(plan, run)
     assert len(writes) == 1  # main: one rewrite of the whole run.json (and its index copy) per arm
     assert len(run.records_path.read_text().splitlines()) == 40

@@ -11,7 +11,7 @@ import pytest
 
 from bakeoff.core import protocol
 from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
-from bakeoff.core.config import Arm, Workload, parse_bakeoff
+from bakeoff.core.config import Arm, RequestOverrides, Workload, parse_bakeoff
 from bakeoff.core.errors import CapabilityNotSupported, ConfigError
 from bakeoff.core.sample import Sample
 from bakeoff.core.sweep import (
@@ -117,7 +117,7 @@ sweep: {speculative.n_max: [2, 4], workload.max_tokens: [32, 64]}
 
 def test_effective_workload_applies_only_the_arms_overrides() -> None:
     w = Workload(max_tokens=512, reps=3)
-    arm = Arm(name="a", engine="x", model="m", workload={"max_tokens": 64})
+    arm = Arm(name="a", engine="x", model="m", workload=RequestOverrides(max_tokens=64))
     got = effective_workload(w, arm)
     assert (got.max_tokens, got.reps, got.fixed_length) == (64, 3, True)
     assert effective_workload(w, Arm(name="b", engine="x", model="m")) is w
@@ -233,7 +233,11 @@ def test_a_launch_error_is_raised_at_plan_time_before_any_arm_starts(monkeypatch
     text = ("name: s\narms:\n  - {name: good, engine: forgetful, model: m.gguf}\n"
             "  - {name: bad, engine: forgetful, model: bad.gguf}\nworkload: {prompts: [prose]}\n")
     started: list[str] = []
-    monkeypatch.setattr(protocol, "_run_arm", lambda *a, **k: started.append("arm") or {})
+    def run_arm(*args: object, **kwargs: object) -> dict[str, object]:
+        started.append("arm")
+        return {}
+
+    monkeypatch.setattr(protocol, "_run_arm", run_arm)
     with pytest.raises(ConfigError, match="cannot build this launch"):
         protocol.run_plan(protocol.plan_run(parse_bakeoff(text)), None)  # type: ignore[arg-type]
     assert started == []

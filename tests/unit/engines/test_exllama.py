@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -55,11 +57,13 @@ def arm(tmp_path: Path, tabby: Path, **kw: object) -> Arm:
     return Arm.model_validate(data)
 
 
-def config_of(a: Arm, port: int = 5123, workdir: Path = Path("/run/a")) -> dict:
+def config_of(a: Arm, port: int = 5123, workdir: Path = Path("/run/a")) -> dict[str, Any]:
     spec = ExllamaAdapter().launch_spec(a, port, workdir)
     text = spec.files["config.yml"]
     assert text.startswith("# written by bakeoff")
-    return yaml.safe_load(text)
+    config = yaml.safe_load(text)
+    assert isinstance(config, dict)
+    return config
 
 
 # -- launch -------------------------------------------------------------------------------------
@@ -152,14 +156,14 @@ def test_docker_argv_publishes_loopback_and_mounts_read_only(tmp_path: Path, tab
                                   {"method": "ngram", "lookup_max": 4},
                                   {"method": "eagle3", "draft_model": "x"},
                                   {"method": "suffix"}])
-def test_knobs_tabby_lacks_are_refused(tmp_path: Path, tabby: Path, spec: dict) -> None:
+def test_knobs_tabby_lacks_are_refused(tmp_path: Path, tabby: Path, spec: dict[str, Any]) -> None:
     with pytest.raises(CapabilityNotSupported):
         check_arm_capabilities(ExllamaAdapter(), arm(tmp_path, tabby, speculative=spec))
 
 
 @pytest.mark.parametrize("settings", [{"threads": 4}, {"gpu_layers": "all"}, {"flash_attn": "on"}, {"batch": 512},
                                       {"split": "row"}])
-def test_settings_tabby_lacks_are_refused(tmp_path: Path, tabby: Path, settings: dict) -> None:
+def test_settings_tabby_lacks_are_refused(tmp_path: Path, tabby: Path, settings: dict[str, Any]) -> None:
     with pytest.raises(CapabilityNotSupported):
         check_arm_capabilities(ExllamaAdapter(), arm(tmp_path, tabby, settings=settings))
 
@@ -178,7 +182,7 @@ def test_preflight_refusals(tmp_path: Path, tabby: Path) -> None:
     gguf.write_bytes(b"GGUF")
     plain = model_dir(tmp_path / "drafts" / "plain")
     dflash = model_dir(tmp_path / "drafts" / "dflash", ["DFlashDraftModel"])
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"model": str(gguf)}, "not a directory"),
         ({"speculative": {"method": "dflash", "draft_model": str(plain)}}, "not a DFlash model"),
         ({"speculative": {"method": "draft", "draft_model": str(dflash)}}, "use method 'dflash'"),
@@ -190,7 +194,7 @@ def test_preflight_refusals(tmp_path: Path, tabby: Path) -> None:
     for kw, message in cases:
         with pytest.raises(PreflightError, match=message):
             adapter.preflight(arm(tmp_path, tabby, **kw))
-    refused = [
+    refused: list[tuple[dict[str, Any], str]] = [
         ({"speculative": {"method": "draft"}}, "exllama method 'draft' needs speculative.draft_model"),
         ({"speculative": {"method": "ngram", "draft_model": str(plain)}}, "draft_model has no effect on exllama"),
         ({"speculative": {"method": "draft", "draft_model": str(plain), "lookup_min": 2}},
@@ -248,7 +252,7 @@ def test_unknown_startup_failure_is_left_to_core() -> None:
     assert ExllamaAdapter().classify_startup_failure("2026-11-29 INFO: Model successfully loaded.\n") is None
 
 
-def mock_server(routes: dict[str, httpx.Response | str]) -> httpx.Client:
+def mock_server(routes: Mapping[str, httpx.Response | str]) -> httpx.Client:
     def handle(request: httpx.Request) -> httpx.Response:
         answer = routes.get(request.url.path)
         if answer is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -37,7 +38,8 @@ def tiny_gguf(path: Path, arch: str = "llama", nextn: int | None = None) -> Path
 
 def arm(tmp_path: Path, **kw: object) -> Arm:
     model = tiny_gguf(tmp_path / "m.gguf")
-    data = {"name": "a", "engine": "llamacpp", "model": str(model), "options": {"binary": "/opt/llama-server"}}
+    data: dict[str, object] = {"name": "a", "engine": "llamacpp", "model": str(model),
+                               "options": {"binary": "/opt/llama-server"}}
     data.update(kw)
     return Arm.model_validate(data)
 
@@ -143,9 +145,9 @@ def test_classifies_real_startup_failures() -> None:
 MATCHED = FIX / "matched-draft-simple"  # one real request seen by timings, /metrics and the log (see README)
 
 
-def _final(sse: Path = MATCHED / "chat_stream.sse") -> dict:
-    payloads = [json.loads(line[6:]) for line in sse.read_text().splitlines()
-                if line.startswith("data: {")]
+def _final(sse: Path = MATCHED / "chat_stream.sse") -> dict[str, Any]:
+    payloads: list[dict[str, Any]] = [json.loads(line[6:]) for line in sse.read_text().splitlines()
+                                      if line.startswith("data: {")]
     return [p for p in payloads if "timings" in p][-1]
 
 
@@ -158,7 +160,7 @@ def _metrics_server(after: str | None) -> httpx.Client:
     return httpx.Client(transport=httpx.MockTransport(handle), base_url="http://x")
 
 
-def _stats(after: str | None = None, log_text: str | None = None, final: dict | None = None,
+def _stats(after: str | None = None, log_text: str | None = None, final: dict[str, Any] | None = None,
            before: object = "real", log: object = None) -> tuple[list[str], object]:
     a = LlamaCppAdapter()
     a.follow_log(log)  # type: ignore[arg-type]
@@ -223,7 +225,7 @@ def test_no_crosscheck_at_all_says_so() -> None:
     ({"predicted_n": 48, "predicted_per_second": "fast"}, "bad-engine-value: timings.predicted_per_second is 'fast'"),
     ({"predicted_n": 48, "draft_n_accepted": -3}, "bad-engine-value: timings.draft_n_accepted is -3"),
 ])
-def test_bad_timing_values_become_flagged_missing_figures(timings: dict, flag: str) -> None:
+def test_bad_timing_values_become_flagged_missing_figures(timings: dict[str, Any], flag: str) -> None:
     flags, stats = _stats(final={"timings": timings}, before=None, log_text="")
     assert any(f.startswith(flag) for f in flags), flags
     field = {"predicted_n": "completion_tokens", "draft_n": "drafted", "predicted_per_second": "decode_tps",
@@ -304,7 +306,7 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
     assert eff.mismatches == ["asked --spec-type ngram-mod, /slots says speculative.types none,draft-simple"]
     # A fresh slot shows no params: one 1-token request makes it show what the server speculates with.
     fresh = [{k: v for k, v in slots[0].items() if k in ("id", "n_ctx", "speculative", "is_processing")}]
-    probed: list[str] = []
+    probed: list[int] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/completion":
@@ -335,7 +337,8 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
     ({"/props": {"total_slots": 1}}, ["could not read /slots: Client error '404 Not Found'",
                                       "/slots does not say whether speculation is on"]),
 ])
-def test_garbage_props_and_slots_become_named_mismatches(tmp_path: Path, routes: dict, expected: list[str]) -> None:
+def test_garbage_props_and_slots_become_named_mismatches(tmp_path: Path, routes: dict[str, Any],
+                                                         expected: list[str]) -> None:
     eff = adapter.effective_settings(_routes(routes), arm(tmp_path, speculative={"method": "ngram"}))
     assert len(eff.mismatches) == len(expected)
     assert all(got.startswith(want) for got, want in zip(eff.mismatches, expected, strict=True)), eff.mismatches

@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bakeoff.core.config import Arm
+from bakeoff.core.config import Arm, Settings
 from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions, build
 
 
 @pytest.fixture(autouse=True)
-def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("BAKEOFF_LLAMA_SERVER", raising=False)
     build.cuda_architectures.cache_clear()
@@ -127,8 +128,8 @@ main: server is listening on http://127.0.0.1:8080
 
 
 def _arm(**settings: object) -> Arm:
-    return Arm(name="a", engine="llamacpp", model="m.gguf", settings=settings,
-               options={"binary": "/nonexistent/llama-server"})
+    return Arm.model_validate({"name": "a", "engine": "llamacpp", "model": "m.gguf", "settings": settings,
+                               "options": {"binary": "/nonexistent/llama-server"}})
 
 
 def test_gpu_layers_on_a_cpu_engine_is_a_mismatch() -> None:
@@ -155,7 +156,7 @@ def test_partial_offload_and_p2p_trap_are_mismatches() -> None:
 def test_cpu_only_build_is_a_mismatch_even_without_the_warning(tmp_path: Path) -> None:
     binary = _exe(tmp_path / "bin" / "llama-server")
     (tmp_path / "bin" / "libggml-cpu.so").write_text("")
-    arm = Arm(name="a", engine="llamacpp", model="m.gguf", settings={"gpu_layers": 99},
+    arm = Arm(name="a", engine="llamacpp", model="m.gguf", settings=Settings(gpu_layers=99),
               options={"binary": str(binary)})
     assert LlamaCppAdapter().log_mismatches(arm, "") == [
         "settings.gpu_layers 99 asked, but this llama-server is a CPU-only build"]
@@ -179,7 +180,8 @@ def test_split_modes_come_from_the_binarys_help(tmp_path: Path) -> None:
     old = _exe(tmp_path / "old" / "llama-server", "#!/bin/sh\necho '-sm,   --split-mode {none,layer,row}'\n")
     assert split_modes_of(old) == ("none", "layer", "row")
     assert split_modes_of(_exe(tmp_path / "mute" / "llama-server")) is None
-    arm = Arm(name="a", engine="llamacpp", model="smollm2", settings={"split": "tensor"}, options={"binary": str(old)})
+    arm = Arm(name="a", engine="llamacpp", model="smollm2", settings=Settings(split="tensor"),
+              options={"binary": str(old)})
     with pytest.raises(PreflightError, match=r"settings\.split 'tensor' is not a split mode .* none, layer, row"):
         LlamaCppAdapter().preflight(arm)
 

