@@ -185,7 +185,7 @@ def config_secrets(config: dict[str, Any], environ: dict[str, str] | None = None
             found.add(environ.get(str(arm["api_key_env"]), ""))
         found.update(_secret_key_values(arm.get("options") or {}))
         args = [str(a) for a in arm.get("extra_args") or []]
-        for flag, value in zip(args, [*args[1:], ""], strict=True):
+        for flag, value in zip(args, [*args[1:], ""], strict=False):  # [""] pairs with nothing when args is empty
             name, eq, inline = flag.partition("=")
             if _SECRET_FLAG.match(name):
                 found.add(inline if eq else value)
