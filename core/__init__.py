@@ -35,7 +35,7 @@ from .errors import (
     PreflightError,
 )
 from .models import cache_root, resolve_model
-from .readback import counter_delta, engine_count, engine_rate, engine_text, get_json, read_until
+from .readback import counter_delta, engine_count, engine_object, engine_rate, engine_text, get_json, read_until
 from .sample import Sample
 from .sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
 
@@ -83,6 +83,7 @@ __all__ = [
     "engine_count",
     "engine_rate",
     "engine_text",
+    "engine_object",
     "get_json",
     "read_until",
 ]

@@ -334,7 +334,7 @@ class EngineAdapter(ABC):
         raise CapabilityNotSupported(f"{self.name} cannot count prompt tokens with its own tokenizer, "
                                      "so it cannot run a depth sweep")
 
-    def chunk_token_count(self, payload: dict[str, Any]) -> int | None:
+    def chunk_token_count(self, payload: dict[str, Any]) -> object:
         """Cumulative generated tokens carried by one SSE payload, or None when it carries no count."""
         usage = payload.get("usage")
         return usage.get("completion_tokens") if isinstance(usage, dict) else None

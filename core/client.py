@@ -454,7 +454,7 @@ def _lag_s(rec: Recording) -> float | None:
     return max((back - t for t, back in zip(rec.arrived_ns, rec.ready_ns[1:])), default=0) / 1e9
 
 
-def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], int | None] = _usage_count,
+def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object] = _usage_count,
                  max_tokens: int | None = None, timeout_s: float | None = None) -> StreamResult:
     """Split a recording into timed events and validate every payload (off the timing path)."""
     result = StreamResult(t_send_ns=rec.t_send_ns, t_done_ns=rec.t_done_ns, error=rec.error, flags=list(rec.flags),
@@ -508,7 +508,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], int | N
             result.usage = payload["usage"]
             result.final = payload
         result.text += content
-        result.events.append(Event(t, read, content, count))
+        result.events.append(Event(t, read, content, count if isinstance(count, int) else None))  # checked above
     if rec.deadline_hit:
         last = max((e.t_ns for e in result.events), default=rec.t_send_ns)
         idle_s = (rec.t_done_ns - last) / 1e9
@@ -530,7 +530,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], int | N
 
 
 def stream_chat(http: httpx.Client, body: dict[str, Any], timeout_s: float,
-                chunk_count: Callable[[dict[str, Any]], int | None] = _usage_count) -> StreamResult:
+                chunk_count: Callable[[dict[str, Any]], object] = _usage_count) -> StreamResult:
     """POST a streaming chat completion, record its arrival times, then parse and validate it.
 
     Never raises for request or payload failures: errors (HTTP status, reset, deadline, malformed or

@@ -53,7 +53,7 @@ class Batch:
 
 
 def run_batch(http: httpx.Client, bodies: list[dict[str, Any]], timeout_s: float,
-              chunk_count: Callable[[dict[str, Any]], int | None] | None = None) -> Batch:
+              chunk_count: Callable[[dict[str, Any]], object] | None = None) -> Batch:
     """Send every body at once, each on its own thread (and pooled connection); wait for all.
 
     Streams are released together by a barrier, so the batch measures N requests in flight, not N

@@ -19,8 +19,7 @@ from typing import Any
 import ray
 
 from .block import APPENDED, Message, run_block
-from .db import DuplicateSampleError
-from .errors import ConfigError
+from .errors import ConfigError, DuplicateSampleError
 from .placement import Block, blocks_of, placement_record
 from .protocol import Plan, ProtocolEvents
 from .sample import Sample
@@ -138,7 +137,7 @@ class RayExecutor:
 def _block_on_node(payload: dict[str, Any]) -> Iterator[Message]:
     """The Ray task: which node this is, then the block's own messages (core/block.py)."""
     context = ray.get_runtime_context()
-    node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    node_ip = ray.util.get_node_ip_address()
     yield ("host", {"ray_node_id": context.get_node_id(), "node_ip": node_ip})
     yield from run_block(payload)
 

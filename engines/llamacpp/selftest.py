@@ -60,10 +60,11 @@ def selftest_cases(adapter: LlamaCppAdapter, log: Callable[[str], None] = lambda
     target = pairs["dflash"][0]
     settings = Settings(ctx=1024)
 
-    def case(label: str, model: Path, expect: bool = True, min_acceptance: float | None = MIN_ACCEPTANCE,
-             prompt: Prompt | None = None, arm_settings: Settings = settings, **spec: object) -> SelftestCase:
+    def case(label: str, model: Path, spec: Speculative | None = None, expect: bool = True,
+             min_acceptance: float | None = MIN_ACCEPTANCE, prompt: Prompt | None = None,
+             arm_settings: Settings = settings) -> SelftestCase:
         arm = Arm(name=f"selftest-{label}", engine="llamacpp", model=str(model), settings=arm_settings,
-                  speculative=Speculative(**spec))  # type: ignore[arg-type]
+                  speculative=spec or Speculative())
         return SelftestCase(label, arm, _flags(adapter, arm), expect_speculation=expect,
                             min_acceptance=min_acceptance if expect else None, prompt=prompt)
 
@@ -74,23 +75,25 @@ def selftest_cases(adapter: LlamaCppAdapter, log: Callable[[str], None] = lambda
             cpu_settings = Settings(ctx=1024, threads=2, batch=256, ubatch=128, kv_type="f16", flash_attn="auto")
             cases.append(case("none", target, expect=False, arm_settings=cpu_settings))
         elif method == "mtp":
-            cases.append(case("mtp", mtp, method="mtp", n_max=2))
+            cases.append(case("mtp", mtp, Speculative(method="mtp", n_max=2)))
         elif method == "dflash":
             for kind in ("dflash", "dflash2"):
                 tgt, draft = pairs[kind]
-                cases.append(case(kind, tgt, method="dflash", draft_model=str(draft), n_max=3))
+                cases.append(case(kind, tgt, Speculative(method="dflash", draft_model=str(draft), n_max=3)))
         elif method in ("dspark", "eagle3"):
             tgt, draft = pairs[method]
-            cases.append(case(method, tgt, method=method, draft_model=str(draft), n_max=3))
+            spec = Speculative.model_validate({"method": method, "draft_model": str(draft), "n_max": 3})
+            cases.append(case(method, tgt, spec))
         elif method == "draft":  # the target as its own draft: greedy drafts are always right
             # n_min and p_min too, so every --spec-draft-* flag bakeoff emits is accepted by this build
-            cases.append(case("draft", target, method="draft", draft_model=str(target), n_max=3, n_min=1,
-                              p_min=0.05))
+            cases.append(case("draft", target, Speculative(method="draft", draft_model=str(target), n_max=3, n_min=1,
+                                                           p_min=0.05)))
         elif method == "ngram":
             for variant in NGRAM_VARIANTS:
-                cases.append(case(f"ngram-{variant}", target, min_acceptance=None, method="ngram", variant=variant,
-                                  prompt=REPEAT_PROMPT if variant == "cache" else None,
-                                  **NGRAM_KNOBS.get(variant, {})))
+                spec = Speculative.model_validate({"method": "ngram", "variant": variant,
+                                                   **NGRAM_KNOBS.get(variant, {})})
+                cases.append(case(f"ngram-{variant}", target, spec, min_acceptance=None,
+                                  prompt=REPEAT_PROMPT if variant == "cache" else None))
         else:
             missing.append(method)
     return cases, missing
@@ -98,7 +101,7 @@ def selftest_cases(adapter: LlamaCppAdapter, log: Callable[[str], None] = lambda
 
 def run_selftest(adapter: LlamaCppAdapter, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
     """Synthesize the models, run every case, and add a failing row for any method without a case."""
-    adapter.find_binary(adapter.Options())  # type: ignore[arg-type]  # EngineUnavailable before synthesizing
+    adapter.find_binary(adapter.Options())  # EngineUnavailable before synthesizing
     cases, missing = selftest_cases(adapter, log)
     rows = run_cases(cases, workdir, log)
     for method in missing:

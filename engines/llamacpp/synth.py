@@ -285,7 +285,7 @@ def _torch_normal(shape: tuple[int, ...], scale: float, gen: Any) -> np.ndarray:
     import torch
 
     t = torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32)
-    return (t * scale).to(torch.float16).cpu().numpy()
+    return np.asarray((t * scale).to(torch.float16).cpu().numpy())  # torch is untyped here (GPU-only dependency)
 
 
 def _attention(t: _Tensors, p: str, d: Dims, post_norm: str) -> None:

@@ -151,7 +151,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         return  # one line per chat request is logged by do_POST instead; headers are never logged
 
     def _json(self, status: int, payload: dict[str, Any]) -> None:
@@ -172,7 +172,7 @@ class _Handler(BaseHTTPRequestHandler):
                                    "code": 401}})
         return False
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:
         if self.path == "/health":
             if time.monotonic() < self.server.ready_at:
                 self._json(503, {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}})
@@ -185,7 +185,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": {"message": f"no route {self.path}", "code": 404}})
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         if self.path != "/v1/chat/completions":

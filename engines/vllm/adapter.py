@@ -50,8 +50,8 @@ from bakeoff.core.adapter import cli_flags as _flags
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import ConfigError, EngineUnavailable, MeasurementError, PreflightError
 from bakeoff.core.metrics import MetricKey, delta, scrape
-from bakeoff.core.readback import counter_delta, engine_count, engine_rate, engine_text, get_json
 from bakeoff.core.models import BUILTIN_MODELS
+from bakeoff.core.readback import counter_delta, engine_count, engine_object, engine_rate, engine_text, get_json
 
 __all__ = ["VllmAdapter", "VllmOptions", "VLLM_METHODS", "speculative_config", "acceptance_from_metrics"]
 
@@ -72,7 +72,8 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 SPEC = "vllm:spec_decode_num_"
-M_DRAFTS, M_DRAFT_TOKENS, M_ACCEPTED = f"{SPEC}drafts_total", f"{SPEC}draft_tokens_total", f"{SPEC}accepted_tokens_total"
+M_DRAFTS, M_DRAFT_TOKENS = f"{SPEC}drafts_total", f"{SPEC}draft_tokens_total"
+M_ACCEPTED = f"{SPEC}accepted_tokens_total"
 M_PER_POS = f"{SPEC}accepted_tokens_per_pos_total"
 M_GENERATED, M_PROMPT = "vllm:generation_tokens_total", "vllm:prompt_tokens_total"
 
@@ -196,8 +197,8 @@ class VllmAdapter(EngineAdapter):
             "ngram": MethodKnobs(knobs=("n_max", "lookup_min", "lookup_max"), required=("n_max",)),
             "suffix": MethodKnobs(knobs=("n_max",)),
         },
-        settings=("ctx", "parallel", "tensor_parallel", "pipeline_parallel", "gpu_memory_utilization", "dtype", "kv_type",
-                  "enforce_eager"),
+        settings=("ctx", "parallel", "tensor_parallel", "pipeline_parallel", "gpu_memory_utilization", "dtype",
+                  "kv_type", "enforce_eager"),
         kv_types=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
         token_counts="usage_per_chunk",
         acceptance_source="/metrics counter deltas (vllm:spec_decode_*), cross-checked with per-request metrics",
@@ -257,7 +258,7 @@ class VllmAdapter(EngineAdapter):
         Built-in GGUF models resolve to their safetensors conversion; with ``convert_with`` a missing
         conversion is made, otherwise it is an error.
         """
-        from .install import converted_dir, convert_gguf, is_converted
+        from .install import convert_gguf, converted_dir, is_converted
 
         if model in BUILTIN_MODELS:
             target = converted_dir(Path(BUILTIN_MODELS[model][2]))
@@ -309,11 +310,11 @@ class VllmAdapter(EngineAdapter):
             from .install import venv_python
 
             python = venv_python(options.venv_version)  # only to convert a built-in model for the image
-        if arm.launch == "native":
-            if spec.method == "suffix" and python is not None and \
-                    _has_module(python, "arctic_inference") is False:
-                raise PreflightError(f"arm {arm.name!r}: suffix decoding needs arctic-inference in {python.parent.parent}"
-                                     f" (`{python.parent / 'pip'} install arctic-inference`, builds in ~100 s)")
+        if (arm.launch == "native" and spec.method == "suffix" and python is not None
+                and _has_module(python, "arctic_inference") is False):
+            raise PreflightError(f"arm {arm.name!r}: suffix decoding needs arctic-inference in "
+                                 f"{python.parent.parent} (`{python.parent / 'pip'} install arctic-inference`, "
+                                 "builds in ~100 s)")
         self.model_ref(arm.model, convert_with=python)
         if spec.draft_model:
             self.model_ref(spec.draft_model, convert_with=python)
@@ -475,7 +476,7 @@ class VllmAdapter(EngineAdapter):
         stats = ServerStats()
         flags = stats.flags
         final = final or {}
-        usage = final.get("usage") if isinstance(final.get("usage"), dict) else {}
+        usage = engine_object(final.get("usage"))
         n = engine_count(usage.get("completion_tokens"), "usage.completion_tokens", flags)
         prompt = engine_count(usage.get("prompt_tokens"), "usage.prompt_tokens", flags)
         after = self._settled_scrape(http, before, n) if before is not None else None
@@ -484,7 +485,7 @@ class VllmAdapter(EngineAdapter):
         if before is None or after is None:
             flags.append("metrics-unavailable")
 
-        per_request = final.get("metrics") if isinstance(final.get("metrics"), dict) else {}
+        per_request = engine_object(final.get("metrics"))
         gen_ms = engine_rate(per_request.get("generation_time_ms"), "metrics.generation_time_ms", flags)
         ttft_ms = engine_rate(per_request.get("time_to_first_token_ms"), "metrics.time_to_first_token_ms", flags)
         if n and n > 1 and gen_ms:

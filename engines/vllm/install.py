@@ -29,7 +29,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-
 from bakeoff.core.models import cache_root
 
 __all__ = [

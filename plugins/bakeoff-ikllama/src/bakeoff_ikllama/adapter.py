@@ -343,7 +343,7 @@ class IkLlamaAdapter(EngineAdapter):
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise MeasurementError(f"ik_llama.cpp could not count prompt tokens: {exc}") from exc
 
-    def chunk_token_count(self, payload: dict[str, Any]) -> int | None:
+    def chunk_token_count(self, payload: dict[str, Any]) -> object:
         timings = payload.get("timings")
         if isinstance(timings, dict) and "predicted_n" in timings:
             return int(timings["predicted_n"])

@@ -48,4 +48,5 @@ def ik_llama_server_build(version: str = DEFAULT_VERSION, backend: str = "cpu") 
                       source="ik_llama_cpp_python-*/vendor/ik_llama.cpp", target="llama-server",
                       cache_name="ik-llama-server", backend=backend,
                       cmake_flags=(*COMMON_FLAGS, *BACKEND_FLAGS[backend]),
-                      extra_files=(("common/cmake/build-info-gen-cpp.cmake", BUILD_INFO_SCRIPT.format(version=version)),))
+                      extra_files=(("common/cmake/build-info-gen-cpp.cmake",
+                                    BUILD_INFO_SCRIPT.format(version=version)),))

@@ -45,6 +45,7 @@ from bakeoff.core import (
     ServerStats,
     Workload,
     engine_count,
+    engine_object,
     engine_rate,
     engine_text,
 )
@@ -166,7 +167,7 @@ def estimate_from_log(lines: list[dict[str, float | None]], completion_tokens: i
     stats.extra["log_accept_len"] = round(mean_len, 4)
     rates = [line["accept_rate"] for line in lines if line["accept_rate"] is not None]
     if rates:
-        stats.extra["log_accept_rate"] = round(sum(rates) / len(rates), 4)  # type: ignore[arg-type]
+        stats.extra["log_accept_rate"] = round(sum(rates) / len(rates), 4)
     stats.flags.append(f"acceptance-estimated: from {len(lengths)} SGLang decode log line(s), not exact counts")
     if completion_tokens and completion_tokens > 1:
         drafts = max(1, round((completion_tokens - 1) / mean_len))
@@ -391,7 +392,7 @@ class SglangAdapter(EngineAdapter):
             return parse_meta_info(meta, self._draft_tokens)
         lines = parse_decode_lines(log_text)
         if lines:
-            usage = final.get("usage") if isinstance(final.get("usage"), dict) else {}
+            usage = engine_object(final.get("usage"))
             flags: list[str] = []
             stats = estimate_from_log(lines, engine_count(usage.get("completion_tokens"), "usage.completion_tokens",
                                                           flags), self._draft_tokens)
