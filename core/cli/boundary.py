@@ -33,7 +33,8 @@ def stop_message(exc: BaseException, after_stop: str | None = None) -> str:
     """
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted" + (f": {after_stop}" if after_stop else "")
-    text = " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever the message holds
+    # one line, whatever the message holds: a validation error's lines (one per field) become "; "-separated
+    text = "; ".join(" ".join(line.split()) for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
     if isinstance(exc, RunDirError) and after_stop:
         return f"error: {text}; {after_stop}"
     return f"error: {text}"

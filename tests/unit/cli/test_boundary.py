@@ -56,8 +56,9 @@ def test_exit_codes_come_from_one_table(exc: BaseException, code: ExitCode) -> N
 
 
 def test_the_message_is_one_line_and_keeps_brackets() -> None:
-    exc = ConfigError("settings.split 'tensor' is not a split mode\n  [none, layer, row]")
-    assert stop_message(exc) == "error: settings.split 'tensor' is not a split mode [none, layer, row]"
+    exc = ConfigError("b.yaml:3: arms[0].settings.thread: unknown key\n  b.yaml:5: workload.reps: must be  >= 1")
+    assert stop_message(exc) == ("error: b.yaml:3: arms[0].settings.thread: unknown key; "
+                                 "b.yaml:5: workload.reps: must be >= 1")
     assert stop_message(KeyboardInterrupt(), "engines stopped") == "interrupted: engines stopped"
     assert stop_message(RunDirError("disk full"), "resume it") == "error: disk full; resume it"
 
