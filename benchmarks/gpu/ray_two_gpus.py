@@ -58,7 +58,7 @@ def main() -> int:
         proc = subprocess.run([sys.executable, "-P", "-c", "from bakeoff.core.cli import main; main()", "run",
                                str(file), "--executor", "ray", "--address", cluster.address, "--out", str(out)])
     finally:
-        cluster.shutdown()  # type: ignore[no-untyped-call]
+        cluster.shutdown()
     [run] = sorted(out.iterdir())[-1:]
     record = json.loads((run / "run.json").read_text())
     hosts = record.get("hosts", {})
