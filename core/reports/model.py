@@ -31,6 +31,8 @@ from ..stats import (
     describe_arms,
     median_or_none,
     stateful_warning,
+    unpaired_ratio,
+    verdict,
 )
 from ..store import RunDir
 
@@ -98,6 +100,9 @@ class RunSummary(BaseModel):
                                                   "setting to run (or off), its plateau and where speculation loses.")
     calibration: Calibration | None = Field(None, description="Forced-acceptance calibration (a calibrate: "
                                             "section): speedup per acceptance x n_max, break-even acceptance.")
+    hardware: list[Comparison] = Field(default_factory=list, description="Ray: an arm run on several hosts, each "
+                                       "copy against its copy on the first host (unpaired: hosts compared as "
+                                       "hardware, never as an arm effect).")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -260,6 +265,22 @@ def _blocks(placement: dict[str, Any], baseline: str | None, arm_order: list[str
             for host, b in (placement.get("baselines") or {}).items() if b]
 
 
+def _hardware(placement: dict[str, Any], samples: list[Sample], *, n_boot: int, level: float,
+              seed: int) -> list[Comparison]:
+    """Each copy of an arm run on several hosts against its copy on the first host: the same work on other
+    hardware, unpaired (different machines cannot be paired request by request)."""
+    out = []
+    for arm, copies in (placement.get("copies") or {}).items():
+        names = list(copies.values())
+        for other in names[1:]:
+            ratio = unpaired_ratio([s for s in samples if s.arm == other], [s for s in samples if s.arm == names[0]],
+                                   n_boot=n_boot, level=level, seed=seed, key=f"hardware/{arm}/{other}")
+            if ratio is not None:
+                out.append(Comparison(arm=other, reference=names[0], ratio=ratio, verdict=verdict(ratio),
+                                      paired=False, notes=[f"hardware: {arm} on two hosts"]))
+    return out
+
+
 def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int | None = None,
                   drop_foreign_load: bool = False) -> RunSummary:
     """Compute every statistic of a run directory once.
@@ -325,6 +346,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         phases=compare_phases(samples, meta["phases"], seed=seed) if meta.get("phases") else [],
         calibration=analyze_calibration(config, samples, records, n_boot=n_boot, level=level, seed=seed,
                                         run_path=path))
+    summary.hardware = _hardware(placement, samples, n_boot=n_boot, level=level, seed=seed)
     if drop_foreign_load:
         summary.dropped_foreign_load = len(data.samples) - len(samples)
     _rooflines(meta, samples, summary)

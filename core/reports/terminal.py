@@ -7,7 +7,16 @@ from rich.table import Table
 
 from .calibration import break_even_rows, calibration_rows, heatmap_grids
 from .model import RunSummary
-from .tables import audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note, roofline_table
+from .tables import (
+    audit_table,
+    community_table,
+    correctness_table,
+    fmt_interval,
+    footnotes,
+    gpu_table,
+    roofline_note,
+    roofline_table,
+)
 
 __all__ = ["print_calibration", "print_summary"]
 
@@ -57,6 +66,9 @@ def print_summary(s: RunSummary, out: Console) -> None:
     out.print(table)
     for note in footnotes(s):
         out.print(f"[dim]{note}[/dim]", highlight=False)
+    for c in s.hardware:  # Ray: the same arm on two hosts is a hardware difference, not an arm effect
+        out.print(f"hosts as hardware: {c.arm} / {c.reference} = {fmt_interval(c.ratio, 3)}× ({c.verdict}, "
+                  "unpaired)", highlight=False)
     header, rows = audit_table(s)
     audit = Table(title="token accounting and timing (medians)")
     for col in header:
