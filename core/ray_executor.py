@@ -9,6 +9,7 @@ unfinished points, which ``--resume`` measures again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -75,7 +76,8 @@ class RayExecutor:
                         t.join(timeout=0.5)  # short waits: Ctrl-C reaches this thread
             except BaseException:
                 for _, stream in streams:  # the task stops its engine (process group) on the way out
-                    ray.cancel(stream)
+                    with contextlib.suppress(Exception):  # an already finished or lost task
+                        ray.cancel(stream)
                 for t in threads:
                     t.join(timeout=60)
                 raise
