@@ -17,6 +17,7 @@ as losses.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -35,8 +36,8 @@ import h11
 import httpcore
 import httpx
 
-__all__ = ["TokenCounts", "SETUP_TIMEOUT_S", "Event", "Recording", "StreamResult", "record_stream", "parse_stream", "stream_chat",
-           "account", "bounded_get", "BURST_FLAG", "NO_RATE_FLAG"]
+__all__ = ["TokenCounts", "SETUP_TIMEOUT_S", "Event", "Recording", "StreamResult", "record_stream", "parse_stream",
+           "stream_chat", "account", "bounded_get", "BURST_FLAG", "NO_RATE_FLAG"]
 
 TokenCounts = Literal["usage_per_chunk", "engine_per_chunk", "one_per_event", "final_usage_only"]
 """What an engine says about the tokens in each SSE chunk:
@@ -120,10 +121,8 @@ class _Watchdog:
 
     def _fire(self, sock: socket.socket) -> None:
         self.fired = True
-        try:
+        with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked read; close() alone would not
-        except OSError:
-            pass
 
     def cancel(self) -> None:
         if self._timer is not None:
@@ -451,7 +450,8 @@ def _lag_s(rec: Recording) -> float | None:
     a GIL held by another thread, a pause): bytes arriving meanwhile would be stamped late."""
     if len(rec.ready_ns) < 2 or not rec.arrived_ns:
         return None
-    return max((back - t for t, back in zip(rec.arrived_ns, rec.ready_ns[1:])), default=0) / 1e9
+    # each read's arrival against the reader's return for the next one: the last arrival has no next read
+    return max((back - t for t, back in zip(rec.arrived_ns, rec.ready_ns[1:], strict=False)), default=0) / 1e9
 
 
 def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object] = _usage_count,
@@ -520,7 +520,8 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
             result.flags.append("deadline-exceeded")
     elif result.error is None and data_events == 0:
         result.flags.append("no-events")
-        result.error = f"HTTP 200 without a single SSE data event; the server sent: {buf[:300].decode('utf-8', 'replace')!r}"
+        sent = buf[:300].decode("utf-8", "replace")
+        result.error = f"HTTP 200 without a single SSE data event; the server sent: {sent!r}"
     elif result.error is None and result.usage is not None:
         why = _impossible_usage(result.usage, sum(1 for e in result.events if e.content), max_tokens)
         if why:

@@ -60,7 +60,8 @@ class Speculative(Strict):
     draft_model: str | None = Field(None, description="Path of the draft model (GGUF file or model directory).")
     variant: str | None = Field(None, description="The engine's own sub-type, e.g. llama.cpp ngram 'mod', 'simple', "
                                                   "'map-k', 'map-k4v', 'cache'.")
-    lookup_min: int | None = Field(None, ge=1, description="n-gram: shortest match to look up (vLLM prompt_lookup_min).")
+    lookup_min: int | None = Field(None, ge=1,
+                                   description="n-gram: shortest match to look up (vLLM prompt_lookup_min).")
     lookup_max: int | None = Field(None, ge=1, description="n-gram: longest match to look up (vLLM prompt_lookup_max).")
 
     @property
@@ -75,12 +76,15 @@ class Speculative(Strict):
 class Settings(Strict):
     """Engine-neutral launch settings; an adapter refuses any it cannot map (see its capabilities)."""
 
-    ctx: int | None = Field(None, ge=1, description="Context length per request (llama.cpp -c per slot, vLLM --max-model-len).")
-    parallel: int | None = Field(None, ge=1, description="Concurrent sequences/slots (llama.cpp -np, vLLM --max-num-seqs).")
+    ctx: int | None = Field(None, ge=1,
+                            description="Context length per request (llama.cpp -c per slot, vLLM --max-model-len).")
+    parallel: int | None = Field(None, ge=1,
+                                 description="Concurrent sequences/slots (llama.cpp -np, vLLM --max-num-seqs).")
     threads: int | None = Field(None, ge=1, description="CPU threads for generation (llama.cpp -t).")
     gpu_layers: int | Literal["auto", "all"] | None = Field(None, description="Layers on the GPU (llama.cpp -ngl).")
     split: Literal["none", "layer", "row", "tensor"] | None = Field(None, description="Multi-GPU split mode.")
-    tensor_split: list[float] | None = Field(None, description="Share of the model per GPU (llama.cpp -ts, TabbyAPI gpu_split).")
+    tensor_split: list[float] | None = Field(None, description="Share of the model per GPU (llama.cpp -ts, "
+                                                               "TabbyAPI gpu_split).")
     tensor_parallel: int | None = Field(None, ge=1, description="Tensor-parallel size (vLLM -tp).")
     pipeline_parallel: int | None = Field(None, ge=1, description="Pipeline-parallel size (vLLM -pp).")
     gpus: list[int] | None = Field(None, min_length=1, description="GPU indices the engine may use: bakeoff sets "
@@ -118,7 +122,8 @@ class Arm(Strict):
     name: str = Field(description="Unique arm name, used in tables and file names.")
     engine: str = Field(description="Engine entry-point name (see `bakeoff engines`).")
     model: str | None = Field(None, description="Model path, or a built-in name such as 'smollm2'.")
-    url: str | None = Field(None, description="Attach mode: base URL of an already-running server; nothing is launched.")
+    url: str | None = Field(None,
+                            description="Attach mode: base URL of an already-running server; nothing is launched.")
     api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key "
                                                       "(the key itself is never written anywhere).")
     launch: Literal["native", "docker", "compose"] = Field("native", description="How the engine is started.")
@@ -126,7 +131,8 @@ class Arm(Strict):
     settings: Settings = Field(default_factory=Settings)
     extra_args: list[str] = Field(default_factory=list, description="Extra engine flags, passed verbatim and recorded.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the engine process.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Engine-specific options, validated by the adapter.")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="Engine-specific options, validated by the adapter.")
     workload: RequestOverrides = Field(default_factory=RequestOverrides,
                                        description="Request-level workload values for this arm only.")
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description=SWEEP_DESCRIPTION)
@@ -205,7 +211,8 @@ class Workload(Strict):
     suite: str | list[Prompt] = Field("default", description="Built-in suite name or a list of prompts.")
     prompts: list[str] | None = Field(None, description="Run only these prompts of the suite, by name.")
     max_tokens: int = Field(512, ge=1, le=10_000_000, description="Output tokens per request.")
-    fixed_length: bool = Field(True, description="Force exactly max_tokens (ignore_eos / min_tokens, the engine's way).")
+    fixed_length: bool = Field(True,
+                               description="Force exactly max_tokens (ignore_eos / min_tokens, the engine's way).")
     modes: list[str] = Field(default_factory=lambda: ["greedy"], description="Sampling modes to run: names from "
                                                                              "'sampling' or built-ins greedy/sampled.")
     sampling: dict[str, SamplingMode] = Field(default_factory=dict, description="Extra or overridden sampling modes.")
@@ -213,7 +220,8 @@ class Workload(Strict):
     passes: int = Field(1, ge=1, le=10_000, description="Interleaved passes over all arms.")
     warmup: int = Field(1, ge=0, le=10_000, description="Untimed requests after each engine start.")
     thinking: bool = Field(False, description="Let reasoning models think (off by default, via chat_template_kwargs).")
-    request_timeout_s: float = Field(300.0, gt=0, le=86_400, description="Per-request limit; a stalled stream becomes an error sample.")
+    request_timeout_s: float = Field(300.0, gt=0, le=86_400,
+                                     description="Per-request limit; a stalled stream becomes an error sample.")
     boot_timeout_s: float = Field(600.0, gt=0, le=86_400, description="Limit for an engine to become ready.")
     seed: int = Field(0, description="Seed for the order of arms in each pass (recorded).")
     gpu_sample_interval_s: float = Field(0.1, gt=0, le=5, description="GPU telemetry: seconds between NVML readings "
@@ -393,7 +401,8 @@ def _yaml_line(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None
 def _boolean_hint(node: yaml.Node | None, value: Any) -> str:
     """YAML 1.1 reads unquoted on/off/yes/no/true/false as booleans: say so where text was expected."""
     if isinstance(value, bool) and isinstance(node, yaml.ScalarNode) and node.style is None:
-        return f"; YAML reads the unquoted {node.value!r} as the boolean {str(value).lower()}: quote it (\"{node.value}\")"
+        return (f"; YAML reads the unquoted {node.value!r} as the boolean {str(value).lower()}: "
+                f"quote it (\"{node.value}\")")
     return ""
 
 
@@ -409,7 +418,8 @@ def format_validation_error(exc: ValidationError, source: str, root: yaml.Node |
     """One line per problem: ``file:line: arms[0].settings.ctxx: unknown key``."""
     lines = []
     for err in exc.errors():
-        loc = prefix + tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-after", "union"))))
+        loc = prefix + tuple(p for p in err["loc"]
+                             if not (isinstance(p, str) and p.startswith(("function-after", "union"))))
         node, line = _yaml_node(root, loc)
         where = f"{source}:{line}" if line else source
         msg = "unknown key (not a field here; check the spelling)" if err["type"] == "extra_forbidden" else err["msg"]

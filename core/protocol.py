@@ -15,7 +15,7 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,10 +167,8 @@ def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_
         with Engine(planned.adapter, spec, base, log_path, boot_timeout_s, port_taken=port_taken) as engine:
             yield base, engine
     finally:  # the engine wrote its log itself: mask any secret of this run it printed
-        try:
+        with suppress(OSError):
             run.redactor.file(log_path)
-        except OSError:
-            pass
 
 
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
@@ -286,10 +284,12 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                 for point in todo:
                     prompt, mode_name, rep = point.prompt, point.mode, point.rep
                     if point.concurrency is not None:  # N streams at once: one sample per stream
+                        # run_batch calls both right away, inside this iteration: the loop variables are current
                         samples = points.run_batch(point, lambda: build_request(
-                            planned, w, prompt, plan.modes[mode_name], eff.model_id), lambda res, st, fg, t0: _make_sample(
-                            planned, res, st, run.run_id, prompt.name, mode_name, rep, pass_index, fg, t0,
-                            meter.foreign_limit()), meter)
+                            planned, w, prompt, plan.modes[mode_name], eff.model_id),  # noqa: B023
+                            lambda res, st, fg, t0: _make_sample(
+                                planned, res, st, run.run_id, prompt.name, mode_name, rep,  # noqa: B023
+                                pass_index, fg, t0, meter.foreign_limit()), meter)
                     else:
                         body = build_request(planned, w, prompt, plan.modes[mode_name], eff.model_id)
                         depth_info = points.prepare(body, point)

@@ -143,7 +143,7 @@ def expand_sweeps(config: BakeoffFile, source: str = "<config>", root: yaml.Node
             continue
         keys = list(matrix)
         for combo in itertools.product(*(matrix[k][1] for k in keys)):
-            point = dict(zip(keys, combo))
+            point = dict(zip(keys, combo, strict=True))
             data = arm.model_dump(exclude_unset=True, exclude={"sweep"})
             for key, value in point.items():
                 _set(data, matrix[key][0], value)
