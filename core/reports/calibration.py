@@ -46,7 +46,10 @@ def calibration_rows(c: Calibration) -> tuple[list[str], list[list[str]]]:
 def _be(b: BreakEven) -> str:
     if b.acceptance is None:
         return "–"
-    ci = f" ({_x(b.ci_low)}–{_x(b.ci_high)})" if b.ci_low is not None or b.ci_high is not None else ""
+    # a bound curve that never crosses 1 inside the grid leaves that side of the interval open
+    lo = "below grid" if b.ci_low is None else f"{b.ci_low:.2f}"
+    hi = "above grid" if b.ci_high is None else f"{b.ci_high:.2f}"
+    ci = f" ({lo}–{hi})" if b.ci_low is not None or b.ci_high is not None else ""
     never = " (never pays)" if b.acceptance > 1 else " (pays at any acceptance)" if b.acceptance < 0 else ""
     return f"{b.acceptance:.2f}{ci}{never}"
 
