@@ -24,12 +24,9 @@ from .adapter import Effective
 from .client import StreamResult, stream_chat
 from .config import Arm, BakeoffFile
 from .errors import ConfigError
-from .sample import Sample
-from .stats import median_or_none
-from .textfmt import fmt
 
 __all__ = ["Batch", "run_batch", "effective_slots", "refused_levels", "check_levels_before_launch",
-           "concurrency_rows", "SLOT_KEYS"]
+           "SLOT_KEYS"]
 
 # Effective.values keys under which adapters report how many sequences run at once, best first.
 SLOT_KEYS = ("total_slots", "max_num_seqs", "slots")
@@ -110,30 +107,3 @@ def check_levels_before_launch(config: BakeoffFile) -> None:
         if arm.settings.parallel is not None and max(levels) > arm.settings.parallel:
             raise ConfigError(f"workload.concurrency: arm {arm.name!r} asks for {max(levels)} streams but "
                               f"settings.parallel is {arm.settings.parallel}")
-
-
-def concurrency_rows(samples: Iterable[Sample], arm_order: list[str]) -> tuple[list[str], list[list[str]]]:
-    """arm | streams | per-stream decode (median) | aggregate tok/s (median over batches) | TTFT | batches."""
-    groups: dict[tuple[str, int], list[Sample]] = {}
-    for s in samples:
-        if s.concurrency is not None:
-            groups.setdefault((s.arm, s.concurrency), []).append(s)
-    arms = [a for a in arm_order if any(k[0] == a for k in groups)]
-    arms += sorted({k[0] for k in groups} - set(arms))
-    header = ["arm", "streams", "per-stream decode tok/s", "aggregate tok/s", "TTFT s", "batches", "errors"]
-    rows = []
-    for arm in arms:
-        for level in sorted(n for a, n in groups if a == arm):
-            g = groups[(arm, level)]
-            ok = [s for s in g if s.status == "ok"]
-            batches: dict[str, list[Sample]] = {}
-            for s in g:
-                batches.setdefault(s.batch_id or "", []).append(s)
-            aggregate = [sum(s.completion_tokens or 0 for s in b) / b[0].batch_wall_s
-                         for b in batches.values()
-                         if b[0].batch_wall_s and all(s.status == "ok" for s in b)]
-            decode = median_or_none([s.decode_tps for s in ok if s.decode_tps is not None])
-            ttft = median_or_none([s.ttft_s for s in ok if s.ttft_s is not None])
-            rows.append([arm, str(level), fmt(decode), fmt(median_or_none(aggregate)), fmt(ttft, 3),
-                         str(len(batches)), str(len(g) - len(ok))])
-    return header, rows

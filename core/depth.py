@@ -22,12 +22,9 @@ from dataclasses import dataclass, field
 from .adapter import Effective, EngineAdapter
 from .config import Arm, BakeoffFile, Prompt
 from .errors import CapabilityNotSupported, ConfigError, MeasurementError
-from .sample import Sample
-from .stats import median_or_none
-from .textfmt import fmt
 
 __all__ = ["DepthInfo", "DepthBuilder", "filler_words", "effective_context", "refused_depths",
-           "check_depths_before_launch", "depth_rows", "needle_found", "CONTEXT_KEYS"]
+           "check_depths_before_launch", "needle_found", "CONTEXT_KEYS"]
 
 # Effective.values keys under which adapters report the context one request may use, best first.
 CONTEXT_KEYS = ("context_tokens", "n_ctx_per_slot", "max_model_len", "n_ctx")
@@ -205,33 +202,3 @@ def check_depths_before_launch(config: BakeoffFile, adapters: dict[str, EngineAd
         if bad:
             raise ConfigError(f"workload.depths: arm {arm.name!r}: " + "; ".join(bad.values()) +
                               " (settings.ctx); raise settings.ctx or drop the depth")
-
-
-
-
-def depth_rows(samples: Iterable[Sample], arm_order: list[str]) -> tuple[list[str], list[list[str]]]:
-    """The community depth table: arm | depth | TTFT | prefill tok/s | decode tok/s (medians)."""
-    groups: dict[tuple[str, int], list[Sample]] = {}
-    for s in samples:
-        if s.depth is not None and s.status == "ok":
-            groups.setdefault((s.arm, s.depth), []).append(s)
-    arms = [a for a in arm_order if any(k[0] == a for k in groups)]
-    arms += sorted({k[0] for k in groups} - set(arms))
-    header = ["arm", "depth", "TTFT s", "prefill tok/s", "decode tok/s", "n", "prompt tokens"]
-    needle = any(s.needle_found is not None for g in groups.values() for s in g)
-    if needle:
-        header.append("needle")
-    rows = []
-    for arm in arms:
-        for depth in sorted(d for a, d in groups if a == arm):
-            g = groups[(arm, depth)]
-            counts = sorted({s.prompt_tokens for s in g if s.prompt_tokens is not None})
-            row = [arm, str(depth), fmt(median_or_none([s.ttft_s for s in g if s.ttft_s is not None]), 3),
-                   fmt(median_or_none([s.prefill_tps for s in g if s.prefill_tps is not None])),
-                   fmt(median_or_none([s.decode_tps for s in g if s.decode_tps is not None])), str(len(g)),
-                   ",".join(str(c) for c in counts) or "–"]
-            if needle:
-                found = [s.needle_found for s in g if s.needle_found is not None]
-                row.append(f"{sum(found)}/{len(found)}")
-            rows.append(row)
-    return header, rows

@@ -27,8 +27,8 @@ import yaml
 
 from .adapter import EngineAdapter
 from .compose import ComposeEngine, build_project, compose_command
-from .config import Arm, BakeoffFile
-from .errors import ConfigError, EngineError, PromoteError
+from .config import Arm
+from .errors import ConfigError, EngineError, PromoteError, RunRecordError
 from .launcher import Engine, free_port
 from .live import LIVE_UNDO, service_commands
 from .liveconfig import LiveService
@@ -199,10 +199,12 @@ def prepare(run_dir: Path, arm_name: str, port: int | None, served_name: str | N
 
     :raises ConfigError: no live: section, unknown or attached arm, no port or served name.
     """
-    meta = RunDir(run_dir).read_run() if (run_dir / "run.json").exists() else {}
-    if "config" not in meta:
+    try:
+        config = RunDir.open(run_dir).read_record().config
+    except RunRecordError as exc:
+        raise ConfigError(str(exc)) from None
+    if config is None:
         raise ConfigError(f"{run_dir}: not a bakeoff run directory (no run.json with its config)")
-    config = BakeoffFile.model_validate(meta["config"])
     if config.live is None:
         raise ConfigError(f"{run_dir}: its bakeoff file has no live: section; promote only switches a service "
                           "named there")

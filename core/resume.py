@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 
-from .config import BakeoffFile, format_validation_error, load_bakeoff
-from .errors import ConfigError, RunFileError
+from .config import BakeoffFile, load_bakeoff
+from .errors import ConfigError, RunFileError, RunRecordError
 from .protocol import Plan
+from .record import RunRecord
 from .redact import masked_settings, redact_config
 from .store import RunDir
 
@@ -32,7 +32,7 @@ class Resume:
     run: RunDir
     config: BakeoffFile
     done: set[tuple[Any, ...]]
-    meta: dict[str, Any]
+    record: RunRecord
     warnings: list[str] = field(default_factory=list)  # what reading and repairing the run found
 
     def apply(self, plan: Plan) -> None:
@@ -40,14 +40,14 @@ class Resume:
 
         :raises ConfigError: the recorded orders name arms the plan does not have.
         """
-        orders = self.meta.get("orders")
+        orders = self.record.orders
         if orders:
             names = {a.arm.name for a in plan.arms}
             if any(set(order) != names for order in orders):
                 raise ConfigError(f"{self.run.path}: the pass orders in run.json do not match its arms; "
                                   f"this run directory cannot be resumed")
             plan.orders = [list(order) for order in orders]
-        self.run.update_run(resumed_at=[*self.meta.get("resumed_at", []), time.time()], finished_at=None)
+        self.run.update_record(resumed_at=[*self.record.resumed_at, time.time()], finished_at=None)
 
 
 def load_resume(run_dir: Path, file: Path | None = None) -> Resume:
@@ -61,16 +61,12 @@ def load_resume(run_dir: Path, file: Path | None = None) -> Resume:
         raise ConfigError(f"--resume {run_dir}: not a bakeoff run directory (no run.json)")
     run = RunDir(run_dir, create=False)
     try:
-        meta = run.read_run()  # a damaged run.json is read from the index's copy (and rewritten on resume)
-    except RunFileError as exc:
+        record = run.read_record()  # a damaged run.json is read from the index's copy (and rewritten on resume)
+    except (RunFileError, RunRecordError) as exc:
         raise ConfigError(f"--resume {run_dir}: {exc}") from None
-    stored = meta.get("config")
-    if not isinstance(stored, dict):
+    if record.config is None:
         raise ConfigError(f"--resume {run_dir}: run.json records no configuration")
-    try:
-        config = BakeoffFile.model_validate(stored)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, f"{run_json} (config)", prefix=("config",))) from exc
+    config = record.config
     recorded = redact_config(config.model_dump(mode="json"))
     if file is not None:
         given = load_bakeoff(file)
@@ -82,4 +78,4 @@ def load_resume(run_dir: Path, file: Path | None = None) -> Resume:
         raise ConfigError(f"--resume {run_dir}: run.json does not record secret values ({', '.join(masked)}); "
                           f"give the bakeoff file as well: bakeoff run FILE --resume {run_dir}")
     done = run.done_keys()
-    return Resume(run=run, config=config, done=done, meta=meta, warnings=list(run.warnings))
+    return Resume(run=run, config=config, done=done, record=record, warnings=list(run.warnings))

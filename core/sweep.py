@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import PurePath
@@ -28,10 +27,9 @@ from pydantic import BaseModel, ValidationError
 from .adapter import EngineAdapter, launch_fingerprint, method_key
 from .config import Arm, BakeoffFile, RequestOverrides, Workload, _yaml_line
 from .errors import ConfigError
-from .sample import Sample
 
 __all__ = ["expand_sweeps", "sweep_keys_of", "arm_name_for", "effective_workload", "server_key",
-           "order_for_sharing", "SharedEngine", "REQUEST_LEVEL", "sweep_rows", "print_point_tables",
+           "order_for_sharing", "SharedEngine", "REQUEST_LEVEL",
            "refuse_ineffective_arms"]
 
 # Arm keys a sweep may not touch: they are the sweep's own bookkeeping.
@@ -277,87 +275,3 @@ def _engine_alive(value: Any) -> bool:
     """``(base_url, Engine | None)`` from the protocol: attached servers count as alive."""
     engine = value[1] if isinstance(value, tuple) and len(value) > 1 else None
     return engine is None or bool(getattr(engine, "alive", True))
-
-
-def _leaf(key: str) -> str:
-    return key.split(".")[-1]
-
-
-def sweep_rows(samples: Sequence[Sample], meta: dict[str, Any]) -> tuple[str, list[str], list[list[str]]] | None:
-    """The community sweep table (the n-max table when n_max varies): one row per arm with its swept
-    values, median decode tok/s, acceptance, mean accepted length and speed against the baseline.
-
-    None when the run is not a sweep (no arm has ``swept`` and n_max is the same everywhere). Depth and
-    concurrency samples are left out when plain ones exist (their rates answer another question).
-    """
-    arms = meta.get("config", {}).get("arms", [])
-    n_max = {a["name"]: (a.get("speculative") or {}).get("n_max") for a in arms}
-    swept_keys: list[str] = []
-    for a in arms:
-        swept_keys += [k for k in a.get("swept") or {} if k not in swept_keys]
-    varies = len({v for v in n_max.values() if v is not None}) > 1  # two set n_max values make an n-max table
-    if not swept_keys and not varies:
-        return None
-    plain = [s for s in samples if s.depth is None and s.concurrency is None]
-    use = [s for s in (plain or samples) if s.status == "ok" and s.decode_tps is not None]
-    by_arm: dict[str, list[Sample]] = {}
-    for s in use:
-        by_arm.setdefault(s.arm, []).append(s)
-    medians = {a: statistics.median([s.decode_tps or 0.0 for s in g]) for a, g in by_arm.items()}
-    base = medians.get(meta.get("baseline") or (arms[0]["name"] if arms else ""))
-    columns = [k for k in swept_keys]
-    if varies and not any(_leaf(k) == "n_max" for k in columns):
-        columns.insert(0, "speculative.n_max")
-    title = "n-max sweep" if any(_leaf(k) == "n_max" for k in columns) else "sweep"
-    header = ["arm", *(_leaf(k) for k in columns), "median decode tok/s", "acceptance", "mean acc. len",
-              "vs baseline", "n"]
-    rows = []
-    for a in arms:
-        name, group = a["name"], by_arm.get(a["name"], [])
-        values = []
-        for k in columns:
-            v = (a.get("swept") or {}).get(k, n_max.get(name) if _leaf(k) == "n_max" else None)
-            values.append("–" if v is None else str(v))
-        drafted = sum(s.drafted or 0 for s in group)
-        accepted = sum(s.accepted or 0 for s in group)
-        drafts = sum(s.drafts or 0 for s in group)
-        acc = f"{accepted / drafted:.1%}" if drafted else ("0 drafted" if any(s.drafted is not None for s in group)
-                                                           else "–")
-        mean_len = f"{1 + accepted / drafts:.2f}" if drafts else "–"
-        med = medians.get(name)
-        vs = f"{med / base:.2f}×" if med is not None and base else "–"
-        rows.append([name, *values, "–" if med is None else f"{med:.1f}", acc, mean_len, vs, str(len(group))])
-    return title, header, rows
-
-
-def print_point_tables(run_path: Any, out: Any) -> None:
-    """Print the sweep (n-max), depth and concurrency tables a run has, with rich, after the main table."""
-    from pathlib import Path
-
-    from rich.table import Table
-
-    from .concurrency import concurrency_rows
-    from .depth import depth_rows
-    from .reports.model import read_run_data
-
-    data = read_run_data(Path(run_path))
-    meta, samples = data.meta, data.samples
-    order = [a["name"] for a in meta.get("config", {}).get("arms", [])]
-    tables: list[tuple[str, list[str], list[list[str]]]] = []
-    sweep = sweep_rows(samples, meta)
-    if sweep:
-        tables.append(sweep)
-    if any(s.depth is not None for s in samples):
-        tables.append(("depth sweep (medians; depth = usage.prompt_tokens target)", *depth_rows(samples, order)))
-    if any(s.concurrency is not None for s in samples):
-        tables.append(("concurrency sweep (aggregate = all tokens / batch wall time, prefill included)",
-                       *concurrency_rows(samples, order)))
-    for title, header, rows in tables:
-        if not rows:
-            continue
-        table = Table(title=title)
-        for col in header:
-            table.add_column(col, justify="left" if col == "arm" else "right")
-        for row in rows:
-            table.add_row(*row)
-        out.print(table)

@@ -11,7 +11,6 @@ from ..errors import ConfigError
 from ..phases import print_phase_table
 from ..reports import print_summary, render_markdown, summarize_run, write_reports
 from ..stats import N_BOOT
-from ..sweep import print_point_tables
 
 __all__ = ["print_tables", "report_command"]
 
@@ -22,8 +21,7 @@ def print_tables(run_path: Path, out: Console, *, write: bool = True, n_boot: in
                  seed: int | None = None, drop_foreign_load: bool = False) -> None:
     """Print the run's tables (called by ``bakeoff run`` after a run) and write its report files."""
     summary = summarize_run(run_path, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load)
-    print_summary(summary, out)
-    print_point_tables(run_path, out)  # n-max / depth / concurrency sweep tables, when the run has them
+    print_summary(summary, out)  # with the n-max / depth / concurrency sections, when the run has them
     print_phase_table(run_path, out, write=write)  # live-knob phases, when the run has them
     if write:
         files = write_reports(run_path, summary)

@@ -14,7 +14,8 @@ import json
 from ..phases import phase_rows
 from .calibration import break_even_rows, calibration_rows, heatmap_grids
 from .model import RunSummary
-from .tables import audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note, roofline_table
+from .tables import (audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note,
+                     roofline_table, sections)
 
 __all__ = ["render_html"]
 
@@ -88,6 +89,10 @@ def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
              f"{esc(str(s.host.get('cpu_model') or s.host.get('platform') or '?'))}</p>",
              "<h2>Decode rate (tok/s)</h2>", _table(*community_table(s), "community")]
     parts.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in footnotes(s)) + "</ul>")
+    for section in sections(s):
+        parts += [f"<h2>{esc(section.title)}</h2>", _table(section.header, section.rows, section.id)]
+        if section.note:
+            parts.append(f'<ul class="notes"><li>{esc(section.note)}</li></ul>')
     parts += [f'<div class="warn">⚠ {esc(w)}</div>' for w in s.warnings]
     parts += [f'<div class="fail">arm {esc(f.arm)} failed in pass {f.pass_index + 1}: {esc(f.error)}</div>'
               for f in s.failures]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..phases import phase_rows
 from .calibration import break_even_rows, calibration_rows, heatmap_grids
 from .model import RunSummary
-from .tables import audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note, roofline_table
+from .tables import (audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note,
+                     roofline_table, sections)
 
 __all__ = ["render_markdown", "markdown_table"]
 
@@ -42,6 +43,9 @@ def calibration_markdown(s: RunSummary) -> list[str]:
 def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
     parts = [f"## {s.name}", "", markdown_table(*community_table(s)), ""]
     parts += [f"- {note}" for note in footnotes(s)]
+    for section in sections(s):
+        parts += ["", f"**{section.title}**" + (f" ({section.note})" if section.note else ""), "",
+                  markdown_table(section.header, section.rows)]
     if (correct := correctness_table(s)) is not None:
         parts += ["", "**Correctness** (quality gates, greedy outputs vs baseline, equal work)", "",
                   markdown_table(*correct)]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ..calibrate import Calibration, analyze_calibration
 from ..decision import Recommendation, recommend
@@ -34,7 +34,9 @@ from ..stats import (
     unpaired_ratio,
     verdict,
 )
+from ..record import ArmAttempt, PlacementRecord, RunRecord
 from ..store import RunDir
+from .points import PointTable, concurrency_table, depth_table, sweep_table
 
 __all__ = [
     "FOREIGN_LOAD_FLAG",
@@ -48,7 +50,8 @@ __all__ = [
     "summarize_run",
 ]
 
-REPORT_SCHEMA_VERSION = 1
+# 2: the sweep, depth and concurrency sections (medians with intervals, paired ratios against the baseline).
+REPORT_SCHEMA_VERSION = 2
 
 
 class Bootstrap(BaseModel):
@@ -103,6 +106,10 @@ class RunSummary(BaseModel):
     hardware: list[Comparison] = Field(default_factory=list, description="Ray: an arm run on several hosts, each "
                                        "copy against its copy on the first host (unpaired: hosts compared as "
                                        "hardware, never as an arm effect).")
+    # Sections of swept points (core/reports/points.py); None when the run has no such sweep.
+    sweep: PointTable | None = Field(None, description="The n-max (or any config) sweep: one row per arm.")
+    depth: PointTable | None = Field(None, description="The depth sweep: one row per arm and depth.")
+    concurrency: PointTable | None = Field(None, description="The concurrency sweep: one row per arm and level.")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -119,10 +126,28 @@ class RunData:
     """Everything a report reads from a run directory, and what reading it found (damage, repairs)."""
 
     run_id: str
-    meta: dict[str, Any]
+    record: RunRecord
     samples: list[Sample]
     records: dict[str, list[dict[str, Any]]]
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """run.json as JSON, for the readers not yet moved to :class:`RunRecord` (gates, fairness)."""
+        return self.record.to_json()
+
+    def attempts(self, arm: str) -> list[ArmAttempt]:
+        """The arm's starts, typed; one that does not read is left out and said in the warnings."""
+        out = []
+        for i, raw in enumerate(self.records.get(arm, [])):
+            try:
+                out.append(ArmAttempt.model_validate(raw))
+            except ValidationError as exc:
+                where = ".".join(str(p) for p in exc.errors()[0]["loc"])
+                warning = f"arm {arm}: record {i + 1} left out ({where}: {exc.errors()[0]['msg']})"
+                if warning not in self.warnings:
+                    self.warnings.append(warning)
+        return out
 
 
 def read_run_data(path: Path) -> RunData:
@@ -131,35 +156,33 @@ def read_run_data(path: Path) -> RunData:
 
     :raises NewerSchemaError: the run was written by a newer bakeoff.
     """
-    run = RunDir(path, create=False)
-    meta = run.read_run(strict=False)
+    run = RunDir.open(path)
+    record = run.read_record(strict=False)
     stored = run.stored_samples()
-    records = run.arm_records(meta)
-    return RunData(run.run_id, meta, stored.samples, records, [*run.warnings, *stored.warnings])
+    records = run.arm_records(record.to_json())
+    return RunData(run.run_id, record, stored.samples, records, [*run.warnings, *stored.warnings])
 
 
 def _without_foreign_load(samples: list[Sample]) -> list[Sample]:
     return [s for s in samples if not any(f.startswith(FOREIGN_LOAD_FLAG) for f in s.flags)]
 
 
-def load_run(path: Path, *, drop_foreign_load: bool = False) -> tuple[dict[str, Any], list[Sample]]:
+def load_run(path: Path, *, drop_foreign_load: bool = False) -> tuple[RunRecord, list[Sample]]:
     """run.json (possibly empty for a crashed run) and the samples of a run directory.
 
     :param drop_foreign_load: leave out samples flagged as taken while other processes used the CPU.
     """
     data = read_run_data(path)
-    return data.meta, _without_foreign_load(data.samples) if drop_foreign_load else data.samples
+    return data.record, _without_foreign_load(data.samples) if drop_foreign_load else data.samples
 
 
-def _warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
+def _warnings(record: RunRecord, data: RunData, summary: RunSummary) -> list[str]:
     out = []
-    config = meta.get("config", {})
-    reps = config.get("workload", {}).get("reps", 1)
-    for arm in config.get("arms", []):
-        spec = arm.get("speculative", {}) or {}
-        caps = meta.get("engines", {}).get(arm.get("name"), {}).get("capabilities", {})
-        msg = stateful_warning(arm.get("name", "?"), spec.get("method", "none"), spec.get("variant"),
-                               caps.get("stateful_speculators", []), reps)
+    config = record.config
+    for arm in config.arms if config else []:
+        engine = record.engines.get(arm.name)
+        msg = stateful_warning(arm.name, arm.speculative.method, arm.speculative.variant,
+                               engine.stateful_speculators if engine else [], config.workload.reps if config else 1)
         if msg:
             out.append(msg)
     if summary.passes == 1 and summary.comparisons:
@@ -170,7 +193,7 @@ def _warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
                    f"(--drop-foreign-load)")
     for arm, problems in summary.mismatches.items():
         out += [f"{arm}: MISMATCH: {p}" for p in problems]
-    out += _gpu_warnings(meta, summary)
+    out += _gpu_warnings(data, summary)
     for a in summary.arms:
         if a.no_rate:
             reasons = ", ".join(f"{why} ×{n}" for why, n in sorted(a.no_rate.items()))
@@ -199,15 +222,14 @@ def _warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
     return out
 
 
-def _gpu_warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
+def _gpu_warnings(data: RunData, summary: RunSummary) -> list[str]:
     """Throttling during requests, and GPU limits (power, clocks) that differ between compared arms."""
     out = []
     for a in summary.arms:
         if a.gpu and a.gpu.throttled:
             out.append(f"{a.arm}: {a.gpu.throttled} request(s) ran while the GPU slowed down "
                        f"({', '.join(a.gpu.throttle_reasons)}): power or thermal limits, not the engine")
-    states = {arm: r.get("gpu_state") for arm, recs in meta.get("arm_records", {}).items() for r in recs
-              if r.get("gpu_state")}
+    states = {arm: a.gpu_state for arm in data.records for a in data.attempts(arm) if a.gpu_state}
     if len({repr(v) for v in states.values()}) > 1:
         detail = "; ".join(f"{arm}: {state}" for arm, state in states.items())
         out.append(f"GPU power limit or clock limits differ between arms, so speed differences may be the card's "
@@ -215,10 +237,10 @@ def _gpu_warnings(meta: dict[str, Any], summary: RunSummary) -> list[str]:
     return out
 
 
-def _rooflines(meta: dict[str, Any], samples: list[Sample], summary: RunSummary) -> None:
+def _rooflines(record: RunRecord, samples: list[Sample], summary: RunSummary) -> None:
     """Each arm's roofline from run.json's model bytes and bandwidth, at the arm's median prompt depth."""
-    models = meta.get("roofline_models", {})
-    bandwidth = meta.get("bandwidth", {})
+    models = record.roofline_models
+    bandwidth = record.bandwidth
     for a in summary.arms:
         model = models.get(a.arm)
         if not model or not bandwidth.get(model.get("device")):
@@ -234,19 +256,24 @@ def _rooflines(meta: dict[str, Any], samples: list[Sample], summary: RunSummary)
                                   per_pass)
 
 
-def _correctness(path: Path, meta: dict[str, Any], samples: list[Sample], records: dict[str, list[dict[str, Any]]],
-                 summary: RunSummary) -> None:
+def _correctness(path: Path, data: RunData, samples: list[Sample], summary: RunSummary) -> None:
     """Finish reasons, quality gates and spec correctness per arm; the equal-work guard per compared pair."""
-    config = meta.get("config", {})
-    workload = config.get("workload", {})
+    record, meta, records = data.record, data.meta, data.records
+    config = meta.get("config") or {}  # gates and fairness still read the recorded config as JSON
     arms_cfg = {a["name"]: a for a in config.get("arms", []) if a.get("name")}
     gates = score_gates(records, arms_cfg, summary.baseline)
-    modes = {**{"greedy": {"temperature": 0.0}}, **(workload.get("sampling") or {})}
+    workload = record.config.workload if record.config else None
+    modes = {"greedy": {"temperature": 0.0}}
+    if workload is not None:
+        modes.update({name: m.model_dump(mode="json") for name, m in workload.sampling.items()})
     spec = spec_identity(path, arms_cfg, summary.baseline, modes)
+    by_name = {a.name: a for a in record.config.arms} if record.config else {}
     for a in summary.arms:
-        fixed = (arms_cfg.get(a.arm, {}).get("workload") or {}).get("fixed_length")
-        fixed = bool(workload.get("fixed_length", True)) if fixed is None else bool(fixed)
-        a.finish = finish_counts([s for s in samples if s.arm == a.arm], fixed).model_dump()
+        arm = by_name.get(a.arm)
+        fixed = arm.workload.fixed_length if arm is not None else None
+        if fixed is None:
+            fixed = workload.fixed_length if workload is not None else True
+        a.finish = finish_counts([s for s in samples if s.arm == a.arm], bool(fixed)).model_dump()
         a.gates = {name: g.model_dump() for name, g in gates.get(a.arm, {}).items()}
         if (check := spec.get(a.arm)) is not None:
             a.spec_check = check.model_dump()
@@ -256,21 +283,38 @@ def _correctness(path: Path, meta: dict[str, Any], samples: list[Sample], record
         c.comparable = guard[(c.arm, c.reference)].model_dump()
 
 
-def _blocks(placement: dict[str, Any], baseline: str | None, arm_order: list[str]) -> list[tuple[str, list[str]]]:
+def _blocks(placement: PlacementRecord | None, baseline: str | None,
+            arm_order: list[str]) -> list[tuple[str, list[str]]]:
     """(baseline, arms) of each group compared within itself: each host's block on Ray, else the whole run."""
-    if not placement:
+    if placement is None or not (placement.blocks or placement.baselines):
         return [(baseline, arm_order)] if baseline else []
-    blocks = placement.get("blocks") or {}
-    return [(b, [a for a in arm_order if a in blocks.get(host, [])])
-            for host, b in (placement.get("baselines") or {}).items() if b]
+    return [(b, [a for a in arm_order if a in placement.blocks.get(host, [])])
+            for host, b in placement.baselines.items() if b]
 
 
-def _hardware(placement: dict[str, Any], samples: list[Sample], *, n_boot: int, level: float,
+def _engines(record: RunRecord, data: RunData) -> dict[str, dict[str, Any]]:
+    """Per arm: engine, version and binary the engine reported, model (URL credentials masked), speculative knobs."""
+    out: dict[str, dict[str, Any]] = {}
+    by_name = {a.name: a for a in record.config.arms} if record.config else {}
+    placed = record.placement.arm_order if record.placement else []  # Ray: one entry per stored arm (arm@host)
+    stored = [(n, by_name[n.split("@")[0]]) for n in placed if n.split("@")[0] in by_name]
+    for name, arm in stored or list(by_name.items()):
+        attempts = list(reversed(data.attempts(name)))
+        version = next((a.version for a in attempts if a.version), None)
+        binary = next((a.effective["binary"] for a in attempts if a.effective.get("binary")), None)
+        out[name] = {"engine": arm.engine, "version": version,
+                         "model": arm.model or (redact_url(arm.url) if arm.url else None),
+                         **({"binary": binary} if binary else {}),
+                         "speculative": arm.speculative.model_dump(mode="json", exclude_none=True)}
+    return out
+
+
+def _hardware(placement: PlacementRecord | None, samples: list[Sample], *, n_boot: int, level: float,
               seed: int) -> list[Comparison]:
     """Each copy of an arm run on several hosts against its copy on the first host: the same work on other
     hardware, unpaired (different machines cannot be paired request by request)."""
     out = []
-    for arm, copies in (placement.get("copies") or {}).items():
+    for arm, copies in (placement.copies if placement else {}).items():
         names = list(copies.values())
         for other in names[1:]:
             ratio = unpaired_ratio([s for s in samples if s.arm == other], [s for s in samples if s.arm == names[0]],
@@ -283,78 +327,69 @@ def _hardware(placement: dict[str, Any], samples: list[Sample], *, n_boot: int, 
 
 def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int | None = None,
                   drop_foreign_load: bool = False) -> RunSummary:
-    """Compute every statistic of a run directory once.
+    """Compute every statistic of a run directory once; nothing in the directory is written.
 
     :param seed: bootstrap seed; defaults to the run's recorded seed, so a report is reproducible.
     :param drop_foreign_load: leave out samples taken under foreign load (their number is recorded).
     """
     data = read_run_data(path)
-    meta = data.meta
+    record = data.record
     samples = _without_foreign_load(data.samples) if drop_foreign_load else data.samples
-    config = meta.get("config", {})
-    workload = config.get("workload", {})
-    seed = int(meta.get("seed", 0) or 0) if seed is None else seed
-    arm_order = [a["name"] for a in config.get("arms", [])]
-    prompts = [p["name"] for p in meta.get("prompts", [])]
+    config = record.config
+    seed = int(record.seed or 0) if seed is None else seed
+    arm_order = record.arm_names
+    prompts = [str(p.get("name")) for p in record.prompts]
     prompts += sorted({s.prompt for s in samples} - set(prompts))
-    records = data.records
-    boot_s = {a: [r["boot_s"] for r in recs if r.get("boot_s")] for a, recs in records.items()}
-    baseline = meta.get("baseline") or (arm_order[0] if arm_order else None)
-    arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, n_boot=n_boot, level=level, seed=seed)
+    boot_s = {arm: [a.boot_s for a in data.attempts(arm) if a.boot_s] for arm in data.records}
+    baseline = record.baseline or (arm_order[0] if arm_order else None)
+    boot = {"n_boot": n_boot, "level": level, "seed": seed}
+    arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, **boot)
     if baseline is None and arms:
         baseline = arms[0].arm
-    placement = meta.get("placement") or {}
-    if placement:  # Ray: arms are stored per host; each is compared with the baseline of its own host
-        arm_order = list(placement.get("arm_order") or arm_order)
-        arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, n_boot=n_boot, level=level, seed=seed)
+    placement = record.placement
+    if placement is not None and placement.arm_order:  # Ray: arms are stored per host; each is compared with the baseline of its own host
+        arm_order = list(placement.arm_order or arm_order)
+        arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, **boot)
     comparisons = [c for host_baseline, block in _blocks(placement, baseline, arm_order)
                    for c in compare_to_baseline([s for s in samples if s.arm in block], host_baseline, block,
-                                                prompts, n_boot=n_boot, level=level, seed=seed)]
-    engines: dict[str, dict[str, Any]] = {}
-    by_name = {a["name"]: a for a in config.get("arms", [])}
-    stored = [(n, by_name[n.split("@")[0]]) for n in placement.get("arm_order", []) if n.split("@")[0] in by_name]
-    for name, a in stored or [(a["name"], a) for a in config.get("arms", [])]:  # Ray: one entry per stored arm
-        recs = records.get(name, [])
-        version = next((r.get("version") for r in reversed(recs) if r.get("version")), None)
-        binary = next((r.get("effective", {}).get("binary") for r in reversed(recs)
-                       if (r.get("effective") or {}).get("binary")), None)
-        model = a.get("model") or (redact_url(a["url"]) if a.get("url") else None)
-        engines[name] = {"engine": a.get("engine"), "version": version, "model": model,
-                              **({"binary": binary} if binary else {}),
-                              "speculative": {k: v for k, v in (a.get("speculative") or {}).items() if v is not None}}
-    failures = [ArmFailure(arm=a, pass_index=int(r.get("pass", 0)), error=redact_text(str(r.get("error"))))
-                for a, recs in records.items() for r in recs if r.get("status") == "failed"]
-    orders = meta.get("orders", [])
+                                                prompts, **boot)]
+    failures = [ArmFailure(arm=arm, pass_index=a.pass_index, error=redact_text(str(a.error)))
+                for arm in data.records for a in data.attempts(arm) if a.failed]
     for a in arms:
         if a.gpu is not None:
-            a.gpu.idle_power_w = median_or_none([r["gpu_idle_power_w"] for r in records.get(a.arm, [])
-                                                 if r.get("gpu_idle_power_w") is not None])
-    mismatches = {arm: list(dict.fromkeys(redact_text(m) for r in recs for m in r.get("mismatches", [])))
-                  for arm, recs in records.items()}
+            a.gpu.idle_power_w = median_or_none([x.gpu_idle_power_w for x in data.attempts(a.arm)
+                                                 if x.gpu_idle_power_w is not None])
+    mismatches = {arm: list(dict.fromkeys(redact_text(m) for a in data.attempts(arm) for m in a.mismatches))
+                  for arm in data.records}
+    workload = config.workload if config else None
     summary = RunSummary(
-        gpus=meta.get("gpus", []), bandwidth=meta.get("bandwidth", {}),
+        gpus=record.gpus, bandwidth=record.bandwidth,
         mismatches={arm: m for arm, m in mismatches.items() if m},
         energy_comparisons=[c for host_baseline, block in _blocks(placement, baseline, arm_order)
                             for c in compare_energy([s for s in samples if s.arm in block], host_baseline, block,
-                                                    n_boot=n_boot, level=level, seed=seed)],
-        tool=meta.get("tool", {}), run_id=data.run_id, name=config.get("name", path.name), baseline=baseline,
-        prompts=prompts, modes=list(workload.get("modes", [])) or sorted({s.mode for s in samples}),
-        max_tokens=workload.get("max_tokens"), reps=workload.get("reps"),
-        passes=len(orders) or len({s.pass_index for s in samples}), orders=orders,
-        bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), engines=engines, host=meta.get("host", {}),
+                                                    **boot)],
+        tool=record.tool.model_dump(exclude_none=True) if "tool" in record.model_fields_set else {},
+        run_id=data.run_id, name=record.name or path.name, baseline=baseline,
+        prompts=prompts, modes=list(workload.modes) if workload and workload.modes else sorted({s.mode for s in samples}),
+        max_tokens=workload.max_tokens if workload else None, reps=workload.reps if workload else None,
+        passes=len(record.orders) or len({s.pass_index for s in samples}), orders=record.orders,
+        bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), engines=_engines(record, data), host=record.host,
         arms=arms, comparisons=comparisons, failures=failures,
-        phases=compare_phases(samples, meta["phases"], seed=seed) if meta.get("phases") else [],
-        calibration=analyze_calibration(config, samples, records, n_boot=n_boot, level=level, seed=seed,
-                                        run_path=path))
-    summary.hardware = _hardware(placement, samples, n_boot=n_boot, level=level, seed=seed)
+        phases=compare_phases(samples, record.phases, seed=seed) if record.phases else [],
+        sweep=sweep_table(samples, config.arms, baseline, **boot) if config else None,
+        depth=depth_table(samples, arm_order, baseline, **boot),
+        concurrency=concurrency_table(samples, arm_order, baseline, **boot),
+        calibration=analyze_calibration(config.model_dump(mode="json") if config else {}, samples, data.records,
+                                        **boot, run_path=path))
+    summary.hardware = _hardware(placement, samples, **boot)
     if drop_foreign_load:
         summary.dropped_foreign_load = len(data.samples) - len(samples)
-    _rooflines(meta, samples, summary)
-    _correctness(path, meta, samples, records, summary)
-    summary.warnings = data.warnings + _warnings(meta, summary)
-    if baseline and not config.get("calibrate"):
-        kinds = {p["name"]: p.get("kind") or p["name"] for p in meta.get("prompts", [])}
-        specs = {arm: e.get("speculative", {}) for arm, e in engines.items()}
+    _rooflines(record, samples, summary)
+    _correctness(path, data, samples, summary)
+    summary.warnings = data.warnings + _warnings(record, data, summary)
+    if baseline and not (config and config.calibrate):
+        kinds = {str(p["name"]): str(p.get("kind") or p["name"]) for p in record.prompts}
+        specs = {arm: e.get("speculative", {}) for arm, e in summary.engines.items()}
         summary.recommendations = recommend(samples, baseline, summary.arms, summary.comparisons, kinds, specs,
-                                            n_boot=n_boot, level=level, seed=seed)
+                                            **boot)
     return summary

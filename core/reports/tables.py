@@ -7,11 +7,14 @@ the paired ratio to the baseline with its interval and verdict.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..stats import ArmStats, Comparison, Interval
 from ..textfmt import DASH, fmt
 from .model import RunSummary
+from .points import PointRow, PointTable
 
 __all__ = ["fmt", "fmt_interval", "fmt_ratio", "fmt_acceptance", "community_table", "audit_table", "footnotes",
            "gpu_table", "roofline_table", "hardware_lines", "fmt_verdict", "correctness_table"]
@@ -197,3 +200,87 @@ def roofline_note(s: RunSummary) -> str | None:
 
 
 __all__ += ["roofline_note"]
+
+
+# -- sections of swept points (core/reports/points.py) ---------------------------------------------
+def _point_value(v: object) -> str:
+    return DASH if v is None else str(v)
+
+
+def _vs(row: PointRow) -> str:
+    return "baseline" if row.is_baseline else fmt_ratio(row.vs_baseline)
+
+
+def _acceptance_cells(row: PointRow) -> list[str]:
+    acc = row.acceptance
+    if acc is None:
+        return [DASH, DASH]
+    rate = f"{acc.rate:.1%} ({acc.accepted}/{acc.drafted})" if acc.rate is not None else "0 drafted"
+    return [rate, fmt(acc.mean_accepted_len, 2)]
+
+
+def point_rows(t: PointTable) -> tuple[list[str], list[list[str]]]:
+    """One sweep section as a table: the point's columns, the median with its interval, vs baseline."""
+    keys = [k.split(".")[-1] for k in t.keys]
+    if t.kind == "sweep":
+        header = ["arm", *keys, "median decode tok/s", "Acceptance", "mean acc. len", "vs baseline", "n"]
+        rows = [[r.arm, *(_point_value(r.point.get(k)) for k in t.keys), fmt_interval(r.decode),
+                 *_acceptance_cells(r), _vs(r), str(r.n)] for r in t.rows]
+    elif t.kind == "depth":
+        needle = any(r.needle for r in t.rows)
+        header = ["arm", "depth", "median decode tok/s", "vs baseline", "TTFT s", "prefill tok/s", "n",
+                  "prompt tokens", *(["needle"] if needle else [])]
+        rows = [[r.arm, _point_value(r.point.get("depth")), fmt_interval(r.decode), _vs(r), fmt(r.ttft_s, 3),
+                 fmt(r.prefill_tps), str(r.n), ",".join(str(c) for c in r.prompt_tokens) or DASH,
+                 *([f"{r.needle[0]}/{r.needle[1]}" if r.needle else DASH] if needle else [])] for r in t.rows]
+    else:
+        header = ["arm", "streams", "per-stream decode tok/s", "aggregate tok/s", "vs baseline", "TTFT s",
+                  "batches", "errors"]
+        rows = [[r.arm, _point_value(r.point.get("streams")), fmt_interval(r.decode), fmt_interval(r.aggregate),
+                 _vs(r), fmt(r.ttft_s, 3), str(r.batches or 0), str(r.errors)] for r in t.rows]
+    return header, rows
+
+
+_POINT_NOTES = {
+    "sweep": "median decode tok/s with its {level} interval; vs baseline: paired per-request ratio against the "
+             "baseline arm, with its interval and verdict (depth and concurrency requests left out)",
+    "depth": "depth = target prompt tokens (usage.prompt_tokens, chat template included); medians with {level} "
+             "intervals; vs baseline: paired against the baseline arm at the same depth",
+    "concurrency": "per-stream decode: median over streams with its {level} interval, paired against the baseline "
+                   "arm at the same number of streams; aggregate: median over batches of all tokens / batch wall "
+                   "time (prefill included)",
+}
+
+
+@dataclass
+class Section:
+    """A titled table a report shows after the main table; every format renders the same list."""
+
+    id: str
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    note: str | None = None
+
+
+def _point_sections(s: RunSummary) -> list[Section]:
+    out = []
+    for table in (s.sweep, s.depth, s.concurrency):
+        if table is None or not table.rows:
+            continue
+        header, rows = point_rows(table)
+        out.append(Section(table.kind, table.title, header, rows,
+                           _POINT_NOTES[table.kind].format(level=f"{s.bootstrap.level:.0%}")))
+    return out
+
+
+# Builders of the sections after the main table, in report order. A new section (its rows built into
+# RunSummary) adds one function here and appears in the terminal, report.md and report.html.
+SECTION_BUILDERS: list[Callable[[RunSummary], list[Section]]] = [_point_sections]
+
+
+def sections(s: RunSummary) -> list[Section]:
+    return [section for build in SECTION_BUILDERS for section in build(s)]
+
+
+__all__ += ["Section", "SECTION_BUILDERS", "point_rows", "sections"]

@@ -16,6 +16,7 @@ from .tables import (
     gpu_table,
     roofline_note,
     roofline_table,
+    sections,
 )
 
 __all__ = ["print_calibration", "print_summary"]
@@ -66,6 +67,15 @@ def print_summary(s: RunSummary, out: Console) -> None:
     out.print(table)
     for note in footnotes(s):
         out.print(f"[dim]{note}[/dim]", highlight=False)
+    for section in sections(s):
+        extra = Table(title=section.title)
+        for col in section.header:
+            extra.add_column(col, justify="left" if col in ("arm", "vs baseline", "Acceptance") else "right")
+        for row in section.rows:
+            extra.add_row(*row)
+        out.print(extra)
+        if section.note:
+            out.print(f"[dim]{section.note}[/dim]", highlight=False)
     for c in s.hardware:  # Ray: the same arm on two hosts is a hardware difference, not an arm effect
         out.print(f"hosts as hardware: {c.arm} / {c.reference} = {fmt_interval(c.ratio, 3)}× ({c.verdict}, "
                   "unpaired)", highlight=False)

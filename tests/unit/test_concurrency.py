@@ -16,7 +16,6 @@ from bakeoff.core.client import StreamResult, account
 from bakeoff.core.concurrency import (
     Batch,
     check_levels_before_launch,
-    concurrency_rows,
     effective_slots,
     refused_levels,
     run_batch,
@@ -89,18 +88,6 @@ def test_levels_above_settings_parallel_are_refused_before_launch() -> None:
         check_levels_before_launch(cfg)
     with pytest.raises(ConfigError, match=r"workload\.concurrency"):
         parse_bakeoff("arms: [{name: a, engine: x, model: m}]\nworkload: {concurrency: []}\n")
-
-
-def test_concurrency_rows() -> None:
-    def s(level: int, batch: str, wall: float, tps: float, n: int = 64, status: str = "ok") -> Sample:
-        return Sample(arm="a", engine="e", prompt="p", mode="greedy", rep=0, concurrency=level, batch_id=batch,
-                      batch_wall_s=wall, decode_tps=tps, completion_tokens=n, ttft_s=0.1, status=status)  # type: ignore[arg-type]
-
-    header, rows = concurrency_rows([s(1, "x", 2.0, 40), s(2, "y", 2.0, 30), s(2, "y", 2.0, 34),
-                                     s(2, "z", 4.0, 20, status="error")], ["a"])
-    assert header[:4] == ["arm", "streams", "per-stream decode tok/s", "aggregate tok/s"]
-    assert rows[0] == ["a", "1", "40.0", "32.0", "0.100", "1", "0"]
-    assert rows[1] == ["a", "2", "32.0", "64.0", "0.100", "2", "1"]  # the failed batch gives no aggregate
 
 
 def test_points_and_resume_keys() -> None:

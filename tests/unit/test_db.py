@@ -119,7 +119,8 @@ def test_an_unusable_index_never_costs_a_sample(tmp_path: Path) -> None:
 
 def test_run_dir_and_index_are_owner_only(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "r")
-    run.write_run({"config": {"name": "t"}, "started_at": 1.0})
+    run.write_run({"config": {"name": "t", "arms": [{"name": "a", "engine": "sim", "model": "m"}]},
+                   "started_at": 1.0})
     run.append(_sample(run))
     assert stat.S_IMODE(run.path.stat().st_mode) == 0o700
     assert stat.S_IMODE((run.path / DB_NAME).stat().st_mode) == 0o600
@@ -127,7 +128,8 @@ def test_run_dir_and_index_are_owner_only(tmp_path: Path) -> None:
 
 def test_write_run_is_mirrored_in_the_runs_table(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "r")
-    run.write_run({"config": {"name": "t", "arms": [{"name": "a"}]}, "started_at": 5.0, "tool": {"version": "9"}})
+    run.write_run({"config": {"name": "t", "arms": [{"name": "a", "engine": "sim", "model": "m"}]}, "started_at": 5.0,
+                   "tool": {"version": "9"}})
     run.update_run(finished_at=7.0, arm_records={"a": [{"status": "failed", "pass": 0}]})
     summary = run.db.summary(run.run_id, run.path)
     assert (summary.name, summary.started_at, summary.finished_at) == ("t", 5.0, 7.0)
@@ -198,7 +200,8 @@ def test_resume_refuses_orders_that_do_not_match_the_arms(tmp_path: Path) -> Non
 def test_runs_lists_indexed_and_legacy_runs_with_their_state(tmp_path: Path) -> None:
     base = tmp_path / "runs"
     done = RunDir(base / "20250101-000000-done")
-    done.write_run({"config": {"name": "done", "arms": [{"name": "a"}]}, "started_at": 1.0, "finished_at": 2.0})
+    done.write_run({"config": {"name": "done", "arms": [{"name": "a", "engine": "sim", "model": "m"}]},
+                    "started_at": 1.0, "finished_at": 2.0})
     done.append(_sample(done))
     legacy = base / "20250102-000000-old"  # written before the index existed: jsonl only
     legacy.mkdir(parents=True)

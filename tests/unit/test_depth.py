@@ -15,14 +15,12 @@ from bakeoff.core.config import Arm, Prompt, Settings, parse_bakeoff
 from bakeoff.core.depth import (
     DepthBuilder,
     check_depths_before_launch,
-    depth_rows,
     effective_context,
     filler_words,
     needle_found,
     refused_depths,
 )
 from bakeoff.core.errors import CapabilityNotSupported, ConfigError, MeasurementError
-from bakeoff.core.sample import Sample
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "llamacpp"
@@ -170,15 +168,3 @@ def test_llamacpp_falls_back_to_apply_template_then_tokenize_with_specials() -> 
 def test_llamacpp_tokenizer_failure_is_a_measurement_error() -> None:
     with pytest.raises(MeasurementError, match="could not count prompt tokens"):
         LlamaCppAdapter().count_prompt_tokens(_llama(lambda r: httpx.Response(500, text="boom")), [])
-
-
-def test_depth_table_rows() -> None:
-    def s(depth: int, ttft: float, prefill: float, tps: float, found: bool | None = None) -> Sample:
-        return Sample(arm="a", engine="e", prompt="q", mode="greedy", rep=0, depth=depth, ttft_s=ttft,
-                      prefill_tps=prefill, decode_tps=tps, prompt_tokens=depth, needle_found=found)
-
-    header, rows = depth_rows([s(2048, 2.0, 1000, 40, True), s(512, 0.5, 1020, 50, False), s(512, 0.7, 980, 52, True),
-                               Sample(arm="a", engine="e", prompt="q", mode="greedy", rep=0, decode_tps=99)], ["a"])
-    assert header == ["arm", "depth", "TTFT s", "prefill tok/s", "decode tok/s", "n", "prompt tokens", "needle"]
-    assert rows == [["a", "512", "0.600", "1000.0", "51.0", "2", "512", "1/2"],
-                    ["a", "2048", "2.000", "1000.0", "40.0", "1", "2048", "1/1"]]

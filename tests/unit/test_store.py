@@ -19,6 +19,7 @@ from bakeoff.core.cli import app
 from bakeoff.core.config import ARM_NAME_MAX, parse_bakeoff
 from bakeoff.core.db import DB_NAME
 from bakeoff.core.errors import BakeoffError, ConfigError, NewerSchemaError, RunDirError
+from bakeoff.core.record import RunRecord
 from bakeoff.core.reports.model import summarize_run
 from bakeoff.core.resume import load_resume
 from bakeoff.core.sample import Sample
@@ -225,12 +226,13 @@ def test_arm_records_are_appended_and_run_json_is_written_only_at_the_end(monkey
     run = RunDir(tmp_path / "r")
     run.write_run(protocol.run_metadata(plan))
     writes: list[float] = []
-    real_write = RunDir.write_run
-    def write_run(self: RunDir, data: dict[str, Any]) -> None:
-        writes.append(1)
-        real_write(self, data)
+    real_write = RunDir.write_record  # the one way run.json is written
 
-    monkeypatch.setattr(RunDir, "write_run", write_run)
+    def write_record(self: RunDir, record: RunRecord) -> None:
+        writes.append(1)
+        real_write(self, record)
+
+    monkeypatch.setattr(RunDir, "write_record", write_record)
     protocol.run_plan(plan, run)
     assert len(writes) == 1  # main: one rewrite of the whole run.json (and its index copy) per arm
     assert len(run.records_path.read_text().splitlines()) == 40

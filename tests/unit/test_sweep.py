@@ -13,7 +13,6 @@ from bakeoff.core import protocol
 from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
 from bakeoff.core.config import Arm, RequestOverrides, Workload, parse_bakeoff
 from bakeoff.core.errors import CapabilityNotSupported, ConfigError
-from bakeoff.core.sample import Sample
 from bakeoff.core.sweep import (
     SharedEngine,
     arm_name_for,
@@ -21,7 +20,6 @@ from bakeoff.core.sweep import (
     expand_sweeps,
     order_for_sharing,
     server_key,
-    sweep_rows,
 )
 
 ARM_SWEEP = """\
@@ -156,34 +154,6 @@ def test_shared_engine_reuses_one_start_per_key_and_always_stops() -> None:
     assert log == ["start one", "stop one", "start two", "stop two", "start three", "stop three"]
     shared.close()  # nothing held: a no-op
     assert log[-1] == "stop three"
-
-
-def _s(arm: str, tps: float, drafted: int | None = None, accepted: int | None = None,
-       drafts: int | None = None, depth: int | None = None) -> Sample:
-    return Sample(arm=arm, engine="llamacpp", prompt="p", mode="greedy", rep=0, decode_tps=tps,
-                  drafted=drafted, accepted=accepted, drafts=drafts, depth=depth)
-
-
-def test_nmax_table_rows_have_acceptance_mean_length_and_speed_vs_baseline() -> None:
-    meta = {"baseline": "off", "config": {"arms": [
-        {"name": "off", "speculative": {"method": "none"}},
-        {"name": "d-n_max1", "speculative": {"n_max": 1}, "swept": {"speculative.n_max": 1}},
-        {"name": "d-n_max4", "speculative": {"n_max": 4}, "swept": {"speculative.n_max": 4}}]}}
-    samples = [_s("off", 40), _s("off", 60), _s("d-n_max1", 60, 30, 27, 30), _s("d-n_max1", 80, 30, 27, 30),
-               _s("d-n_max4", 100, 100, 50, 25), _s("d-n_max4", 1.0, depth=4096)]
-    got = sweep_rows(samples, meta)
-    assert got is not None
-    title, header, rows = got
-    assert title == "n-max sweep"
-    assert header[:2] == ["arm", "n_max"]
-    assert rows[0] == ["off", "–", "50.0", "–", "–", "1.00×", "2"]
-    assert rows[1] == ["d-n_max1", "1", "70.0", "90.0%", "1.90", "1.40×", "2"]
-    assert rows[2] == ["d-n_max4", "4", "100.0", "50.0%", "3.00", "2.00×", "1"]  # the depth sample is left out
-
-
-def test_no_sweep_table_for_a_plain_run() -> None:
-    meta = {"config": {"arms": [{"name": "a", "speculative": {}}, {"name": "b", "speculative": {}}]}}
-    assert sweep_rows([_s("a", 1.0), _s("b", 2.0)], meta) is None
 
 
 # -- arms that would launch the same thing ------------------------------------------------------

@@ -89,6 +89,6 @@ def test_write_reports_into_the_run_directory(make_run: Maker) -> None:
     assert names == ["decode_by_prompt.png", "decode_by_prompt.svg", "decode_vs_acceptance.png",
                      "decode_vs_acceptance.svg", "report.html", "report.md", "summary.json"]
     data = json.loads(files.json.read_text())
-    assert data["schema_version"] == 1 and [c["verdict"] for c in data["comparisons"]] == ["not separable", "faster"]
+    assert data["schema_version"] == 2 and [c["verdict"] for c in data["comparisons"]] == ["not separable", "faster"]
     header = community_table(summarize_run(path))[0]
     assert files.markdown.read_text().splitlines()[2] == "| " + " | ".join(header) + " |"
