@@ -107,3 +107,16 @@ def test_an_empty_directory_reads_as_an_empty_record_and_opening_creates_nothing
     missing = tmp_path / "not-there"
     assert RunDir.open(missing).read_record() == RunRecord()
     assert not missing.exists()
+
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED_RUNS = sorted(p.parent for root in ("docs", "tests/fixtures") for p in (REPO / root).rglob("run.json"))
+
+
+@pytest.mark.parametrize("run", COMMITTED_RUNS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_committed_run_directory_reads_as_a_typed_record(run: Path) -> None:
+    rd = RunDir.open(run)
+    record = rd.read_record()
+    assert record.config is not None and record.arm_names and not rd.warnings
+    assert set(record.arm_records) <= set(record.arm_names)
+    assert all(a.status for attempts in record.arm_records.values() for a in attempts)
