@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from .config import BakeoffFile, load_bakeoff
 from .errors import ConfigError, RunFileError, RunRecordError
 from .protocol import Plan

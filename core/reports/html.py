@@ -14,8 +14,16 @@ import json
 from ..phases import phase_rows
 from .calibration import break_even_rows, calibration_rows, heatmap_grids
 from .model import RunSummary
-from .tables import (audit_table, community_table, correctness_table, footnotes, gpu_table, roofline_note,
-                     roofline_table, sections)
+from .tables import (
+    audit_table,
+    community_table,
+    correctness_table,
+    footnotes,
+    gpu_table,
+    roofline_note,
+    roofline_table,
+    sections,
+)
 
 __all__ = ["render_html"]
 

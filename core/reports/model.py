@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -17,6 +17,7 @@ from ..decision import Recommendation, recommend
 from ..fairness import equal_work, finish_counts
 from ..gates import score_gates, spec_identity
 from ..phases import PhaseResult, compare_phases
+from ..record import ArmAttempt, PlacementRecord, RunRecord
 from ..redact import redact_text, redact_url
 from ..roofline import ModelBytes, roofline_for
 from ..sample import Sample
@@ -34,7 +35,6 @@ from ..stats import (
     unpaired_ratio,
     verdict,
 )
-from ..record import ArmAttempt, PlacementRecord, RunRecord
 from ..store import RunDir
 from .points import PointTable, concurrency_table, depth_table, sweep_table
 
@@ -121,6 +121,14 @@ class RunSummary(BaseModel):
 FOREIGN_LOAD_FLAG = "foreign-load"
 
 
+class Boot(TypedDict):
+    """The bootstrap settings every statistic of one summary is computed with."""
+
+    n_boot: int
+    level: float
+    seed: int
+
+
 @dataclass
 class RunData:
     """Everything a report reads from a run directory, and what reading it found (damage, repairs)."""
@@ -191,8 +199,8 @@ def _warnings(record: RunRecord, data: RunData, summary: RunSummary) -> list[str
     if summary.dropped_foreign_load:
         out.append(f"{summary.dropped_foreign_load} sample(s) taken under foreign CPU load were left out "
                    f"(--drop-foreign-load)")
-    for arm, problems in summary.mismatches.items():
-        out += [f"{arm}: MISMATCH: {p}" for p in problems]
+    for name, problems in summary.mismatches.items():
+        out += [f"{name}: MISMATCH: {p}" for p in problems]
     out += _gpu_warnings(data, summary)
     for a in summary.arms:
         if a.no_rate:
@@ -243,7 +251,8 @@ def _rooflines(record: RunRecord, samples: list[Sample], summary: RunSummary) ->
     bandwidth = record.bandwidth
     for a in summary.arms:
         model = models.get(a.arm)
-        if not model or not bandwidth.get(model.get("device")):
+        device = model.get("device") if model else None
+        if not model or not isinstance(device, str) or not bandwidth.get(device):
             continue
         ok = [s for s in samples if s.arm == a.arm and s.status == "ok"]
         prompt = median_or_none([float(s.prompt_tokens) for s in ok if s.prompt_tokens is not None])
@@ -252,7 +261,7 @@ def _rooflines(record: RunRecord, samples: list[Sample], summary: RunSummary) ->
         drafts = sum(s.drafts or 0 for s in ok)
         per_pass = 1 + sum(s.accepted or 0 for s in ok) / drafts if drafts else None
         facts = ModelBytes.model_validate({k: model[k] for k in ("weights", "kv_per_position", "file_bytes", "notes")})
-        a.roofline = roofline_for(facts, bandwidth[model["device"]], a.median.estimate if a.median else None, depth,
+        a.roofline = roofline_for(facts, bandwidth[device], a.median.estimate if a.median else None, depth,
                                   per_pass)
 
 
@@ -342,7 +351,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     prompts += sorted({s.prompt for s in samples} - set(prompts))
     boot_s = {arm: [a.boot_s for a in data.attempts(arm) if a.boot_s] for arm in data.records}
     baseline = record.baseline or (arm_order[0] if arm_order else None)
-    boot = {"n_boot": n_boot, "level": level, "seed": seed}
+    boot = Boot(n_boot=n_boot, level=level, seed=seed)
     arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, **boot)
     if baseline is None and arms:
         baseline = arms[0].arm
@@ -370,7 +379,8 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
                                                     **boot)],
         tool=record.tool.model_dump(exclude_none=True) if "tool" in record.model_fields_set else {},
         run_id=data.run_id, name=record.name or path.name, baseline=baseline,
-        prompts=prompts, modes=list(workload.modes) if workload and workload.modes else sorted({s.mode for s in samples}),
+        prompts=prompts,
+        modes=list(workload.modes) if workload and workload.modes else sorted({s.mode for s in samples}),
         max_tokens=workload.max_tokens if workload else None, reps=workload.reps if workload else None,
         passes=len(record.orders) or len({s.pass_index for s in samples}), orders=record.orders,
         bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), engines=_engines(record, data), host=record.host,

@@ -8,13 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from bakeoff.core.cli import app
 from bakeoff.core.config import Arm
 from bakeoff.core.reports import render_html, render_markdown, summarize_run, write_reports
 from bakeoff.core.reports.points import concurrency_table, depth_table, sweep_table
 from bakeoff.core.reports.tables import point_rows
 from bakeoff.core.sample import Sample
-from typer.testing import CliRunner
 
 Maker = Callable[..., Path]
 
