@@ -356,7 +356,8 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     if baseline is None and arms:
         baseline = arms[0].arm
     placement = record.placement
-    if placement is not None and placement.arm_order:  # Ray: arms are stored per host; each is compared with the baseline of its own host
+    # Ray: arms are stored per host; each is compared with the baseline of its own host
+    if placement is not None and placement.arm_order:
         arm_order = list(placement.arm_order or arm_order)
         arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, **boot)
     comparisons = [c for host_baseline, block in _blocks(placement, baseline, arm_order)
