@@ -32,7 +32,6 @@ from .errors import ConfigError, EngineError, PromoteError, RunRecordError
 from .launcher import Engine, free_port
 from .live import LIVE_UNDO, service_commands
 from .liveconfig import LiveService
-from .record import RunRecordError
 from .redact import REDACTED, masked_settings
 from .registry import load_engine
 from .store import RunDir

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
-from bakeoff.core.config import Arm
+from bakeoff.core.config import Arm, Speculative
 from bakeoff.core.reports import render_html, render_markdown, summarize_run, write_reports
 from bakeoff.core.reports.points import concurrency_table, depth_table, sweep_table
 from bakeoff.core.reports.tables import point_rows
@@ -27,12 +27,12 @@ def _sample(arm: str, tps: float, rep: int, *, drafted: int | None = None, accep
 
 
 def _arms() -> list[Arm]:
-    draft = {"method": "draft", "draft_model": "d.gguf"}
+    def draft(n_max: int) -> Speculative:
+        return Speculative(method="draft", draft_model="d.gguf", n_max=n_max)
+
     return [Arm(name="off", engine="llamacpp", model="m"),
-            Arm(name="d-n_max1", engine="llamacpp", model="m", speculative={**draft, "n_max": 1},
-                swept={"speculative.n_max": 1}),
-            Arm(name="d-n_max4", engine="llamacpp", model="m", speculative={**draft, "n_max": 4},
-                swept={"speculative.n_max": 4})]
+            Arm(name="d-n_max1", engine="llamacpp", model="m", speculative=draft(1), swept={"speculative.n_max": 1}),
+            Arm(name="d-n_max4", engine="llamacpp", model="m", speculative=draft(4), swept={"speculative.n_max": 4})]
 
 
 def test_nmax_rows_carry_median_intervals_acceptance_and_paired_verdicts() -> None:
