@@ -36,8 +36,9 @@ from typing import Any
 
 import httpx
 
-from bakeoff.core.client import account, stream_chat
+from bakeoff.core.client import stream_chat
 from bakeoff.core.hostinfo import CpuMeter
+from bakeoff.core.measure import account
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import RunDir
 

@@ -6,6 +6,8 @@ Core never imports an engine module and never names an engine. The public API fo
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 from .adapter import (
     KNOBS,
     Capabilities,
@@ -39,7 +41,7 @@ from .readback import counter_delta, engine_count, engine_object, engine_rate, e
 from .sample import Sample
 from .sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
 
-__version__ = "0.1.0"
+__version__ = version("bakeoff")  # one source: pyproject.toml
 
 __all__ = [
     "__version__",

@@ -24,10 +24,9 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .client import SETUP_TIMEOUT_S, TokenCounts, bounded_get
-from .config import SPEC_METHODS, Arm, Speculative, Workload, format_validation_error
+from .config import SPEC_METHODS, Arm, Prompt, Speculative, Workload, format_validation_error
 from .errors import CapabilityNotSupported, ConfigError, EngineStartupError
 from .readback import LogReader
-from .selftest import SelftestRow
 
 __all__ = [
     "Capabilities",
@@ -47,6 +46,8 @@ __all__ = [
     "openai_model_id",
     "FailureRule",
     "GPU_LOG_TRAPS",
+    "SelftestCase",
+    "SelftestRow",
 ]
 
 
@@ -201,6 +202,52 @@ class NoOptions(BaseModel):
     """An engine with no engine-specific options."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class SelftestCase:
+    """One method to check.
+
+    :param label: the row name (``dflash2``, ``ngram-map-k``).
+    :param arm: the arm to run; its name becomes the run directory's arm name.
+    :param flags: the engine flags the adapter emits for it, for the table.
+    :param expect_speculation: speculation must be really on (True) or off (False).
+    :param need_drafts: with speculation on, at least one token must have been drafted.
+    :param min_acceptance: lowest acceptable accepted/drafted (None: not checked).
+    :param prompt: the prompt to send instead of the default one.
+    """
+
+    label: str
+    arm: Arm
+    flags: str = ""
+    expect_speculation: bool = True
+    need_drafts: bool = True
+    min_acceptance: float | None = None
+    prompt: Prompt | None = None
+
+
+@dataclass
+class SelftestRow:
+    """One self-test case's outcome: what the engine did, and every problem found (none: it passed)."""
+
+    label: str
+    flags: str
+    started: bool = False
+    speculative: bool | None = None  # what the engine reports (llama.cpp: /slots "speculative")
+    drafted: int | None = None
+    accepted: int | None = None
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+    version: str | None = None
+    run_dir: Path | None = None
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted and self.accepted is not None else None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
 
 
 class EngineAdapter(ABC):

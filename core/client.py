@@ -1,4 +1,4 @@
-"""Streaming chat client: record now, parse later, then turn the stream into a Sample's accounting.
+"""Streaming chat client: record now, parse later; core/measure.py turns the stream into a Sample's numbers.
 
 While the response streams, the only work per network read is one clock reading and one list append:
 ``(perf_counter_ns(), bytes)``, with the garbage collector paused. The request is built by httpx (base
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import json
 import re
 import socket
@@ -37,7 +36,7 @@ import httpcore
 import httpx
 
 __all__ = ["TokenCounts", "SETUP_TIMEOUT_S", "Event", "Recording", "StreamResult", "record_stream", "parse_stream",
-           "stream_chat", "account", "bounded_get", "BURST_FLAG", "NO_RATE_FLAG"]
+           "stream_chat", "bounded_get"]
 
 TokenCounts = Literal["usage_per_chunk", "engine_per_chunk", "one_per_event", "final_usage_only"]
 """What an engine says about the tokens in each SSE chunk:
@@ -49,12 +48,6 @@ TokenCounts = Literal["usage_per_chunk", "engine_per_chunk", "one_per_event", "f
 """
 
 MAX_COUNT = 2 ** 53  # a larger "token count" is not a count (and would overflow SQLite's INTEGER)
-BURST_FLAG = "burst-delivery"
-NO_RATE_FLAG = "no-rate"
-BURST_WINDOW_SHARE = 0.1  # burst-delivery: a decode window under this share of send-to-last-token
-HARNESS_LAG_FLAG = "harness-lag"
-HARNESS_LAG_SHARE = 0.01  # a reader away for 1 % of the decode window could have moved the rate by as much
-HARNESS_LAG_FLOOR_S = 50e-6  # below this a pause is lost in the network stack's own jitter
 SETUP_TIMEOUT_S = 10.0
 
 
@@ -542,118 +535,3 @@ def stream_chat(http: httpx.Client, body: dict[str, Any], timeout_s: float,
     """
     rec = record_stream(http, body, timeout_s)
     return parse_stream(rec, chunk_count, body.get("max_tokens"), timeout_s)
-
-
-def _burst_share(per_event: list[tuple[int, int, int]]) -> tuple[int, int]:
-    """(token events after the first in the one read that carried most of them, all token events after the first).
-
-    Events, not tokens: an engine may pack many tokens into one event (vLLM), and a speculative engine writes
-    an accepted draft's events back to back, so a few events per read are normal; a buffering or
-    compressing proxy hands over most of the stream's events in one read.
-    """
-    by_read: dict[int, int] = {}
-    for _, read, _ in per_event[1:]:
-        by_read[read] = by_read.get(read, 0) + 1
-    return max(by_read.values(), default=0), len(per_event) - 1
-
-
-def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
-    """The accounting of one stream, as Sample fields.
-
-    An event is token-bearing when the cumulative count it reports rose (engines declaring per-chunk
-    counts, when the stream really carries them) or, otherwise, when it carried output text. N always
-    comes from the final usage. A sample without a decode rate carries a ``no-rate: why`` flag.
-    """
-    out: dict[str, Any] = {"flags": list(result.flags), "events": len(result.events), "reads": result.reads,
-                           "client_cpu_s": result.client_cpu_s, "client_lag_s": result.client_lag_s}
-    usage = result.usage or {}
-    n = usage.get("completion_tokens")
-    out["usage_present"] = n is not None
-    out["completion_tokens"] = n
-    out["prompt_tokens"] = usage.get("prompt_tokens")
-    out["cached_tokens"] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    out["finish_reason"] = result.finish_reason
-    out["output_sha256"] = hashlib.sha256(result.text.encode()).hexdigest()
-    out["output_chars"] = len(result.text)
-    out["e2e_s"] = (result.t_done_ns - result.t_send_ns) / 1e9 if result.t_done_ns else None
-
-    text_events = [e for e in result.events if e.content]
-    per_chunk = token_counts in ("usage_per_chunk", "engine_per_chunk")
-    counted = [e for e in result.events if e.count is not None]
-    have_counts = per_chunk and bool(counted) and all(e.count is not None for e in text_events)
-    if per_chunk and not have_counts and text_events:
-        missing = sum(e.count is None for e in text_events)
-        out["flags"].append(f"chunk-counts-missing: {missing} of {len(text_events)} text events carry no "
-                            f"token count; tokens per event estimated")
-    per_event: list[tuple[int, int, int]] = []  # (t_ns, read, tokens in event)
-    if have_counts:
-        prev = 0
-        for e in counted:
-            assert e.count is not None
-            if e.count > prev:
-                per_event.append((e.t_ns, e.read, e.count - prev))
-            prev = max(prev, e.count)
-    else:
-        per_event = [(e.t_ns, e.read, 1) for e in text_events]
-        # A natural stop: usage counts the end-of-generation token, which is streamed with no text on
-        # the finish event. Count it there, so the decode window ends where the server's does.
-        if (token_counts == "one_per_event" and result.finish_reason == "stop" and n == len(per_event) + 1
-                and result.finish_t_ns is not None):
-            finish_read = next((e.read for e in result.events if e.t_ns == result.finish_t_ns), -1)
-            per_event.append((result.finish_t_ns, finish_read, 1))
-    out["token_events"] = len(per_event)
-    if not per_event:
-        if result.error is None:
-            out["flags"] += ["no-output-tokens", f"{NO_RATE_FLAG}: no output tokens"]
-        return out
-
-    counts = [c for _, _, c in per_event]
-    if have_counts:
-        n_first, source = counts[0], "usage"
-        out["max_tokens_per_event"] = max(counts)
-    elif token_counts == "one_per_event":
-        n_first, source = 1, "one-per-event"
-        out["max_tokens_per_event"] = 1
-    else:
-        # No per-chunk count: the first event's share of the output text is the best estimate of its tokens
-        # (M5: N / events is biased when one event carries most of the text).
-        share = len(text_events[0].content) / max(1, len(result.text))
-        n_first, source = max(1, round((n if n and n > 0 else len(per_event)) * share)), "estimated"
-        out["flags"].append("n_first-estimated")
-    out["n_first"], out["n_first_source"] = n_first, source
-    if n is not None:
-        out["mean_tokens_per_event"] = n / len(per_event)
-        if (token_counts == "one_per_event" or have_counts) and sum(counts) != n and result.error is None:
-            out["flags"].append(f"token-events-mismatch: events carry {sum(counts)} tokens, usage says {n}")
-    else:
-        out["flags"].append("usage-missing")
-
-    t_first, t_last = per_event[0][0], per_event[-1][0]
-    out["ttft_s"] = (t_first - result.t_send_ns) / 1e9
-    decode_s = (t_last - t_first) / 1e9
-    out["decode_s"] = decode_s
-    if decode_s > 0:
-        if n is not None:
-            out["decode_tps"] = (n - n_first) / decode_s
-        out["event_count_decode_tps"] = (len(per_event) - 1) / decode_s
-    if len(per_event) >= 4:
-        # Buffered delivery inflates a rate only by shrinking the decode window; a speculative engine may also
-        # write most events in one burst (a long accepted draft), but its window stays as long as generation.
-        together, decode_events = _burst_share(per_event)
-        if together * 2 > decode_events and decode_s < BURST_WINDOW_SHARE * (t_last - result.t_send_ns) / 1e9:
-            out["flags"].append(f"{BURST_FLAG}: {together} of {decode_events} token events after the first arrived in "
-                                f"one network read (a buffering proxy or server); no speed is read from it")
-    lag = result.client_lag_s
-    if lag is not None and decode_s > 0 and lag > max(HARNESS_LAG_SHARE * decode_s, HARNESS_LAG_FLOOR_S):
-        out["flags"].append(f"{HARNESS_LAG_FLAG}: the client was away from the socket for {lag * 1e3:.2f} ms, "
-                            f"{lag / decode_s:.1%} of the decode window (its own work, another thread or the OS)")
-    if out.get("decode_tps") is None and result.error is None:
-        why = ("usage missing" if n is None else "one token event, no decode window" if len(per_event) == 1
-               else "all token events arrived at once")
-        out["flags"].append(f"{NO_RATE_FLAG}: {why}")
-    uncached = out["prompt_tokens"]
-    if uncached is not None and out["cached_tokens"]:
-        uncached -= out["cached_tokens"]
-    if uncached and uncached > 0 and out["ttft_s"]:
-        out["prefill_tps"] = uncached / out["ttft_s"]
-    return out

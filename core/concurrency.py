@@ -22,11 +22,9 @@ import httpx
 
 from .adapter import Effective
 from .client import StreamResult, stream_chat
-from .config import Arm, BakeoffFile
-from .errors import ConfigError
+from .config import Arm
 
-__all__ = ["Batch", "run_batch", "effective_slots", "refused_levels", "check_levels_before_launch",
-           "SLOT_KEYS"]
+__all__ = ["Batch", "run_batch", "effective_slots", "refused_levels", "SLOT_KEYS"]
 
 # Effective.values keys under which adapters report how many sequences run at once, best first.
 SLOT_KEYS = ("total_slots", "max_num_seqs", "slots")
@@ -95,15 +93,3 @@ def refused_levels(levels: Iterable[int], slots: int | None) -> dict[int, str]:
             for n in levels if n > slots}
 
 
-def check_levels_before_launch(config: BakeoffFile) -> None:
-    """Refuse, before anything starts, levels an arm's own ``settings.parallel`` rules out.
-
-    :raises ConfigError: naming ``workload.concurrency`` and the arm.
-    """
-    levels = config.workload.concurrency
-    if not levels:
-        return
-    for arm in config.arms:
-        if arm.settings.parallel is not None and max(levels) > arm.settings.parallel:
-            raise ConfigError(f"workload.concurrency: arm {arm.name!r} asks for {max(levels)} streams but "
-                              f"settings.parallel is {arm.settings.parallel}")

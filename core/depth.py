@@ -19,12 +19,12 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .adapter import Effective, EngineAdapter
-from .config import Arm, BakeoffFile, Prompt
-from .errors import CapabilityNotSupported, ConfigError, MeasurementError
+from .adapter import Effective
+from .config import Arm, Prompt
+from .errors import MeasurementError
 
-__all__ = ["DepthInfo", "DepthBuilder", "filler_words", "effective_context", "refused_depths",
-           "check_depths_before_launch", "needle_found", "CONTEXT_KEYS"]
+__all__ = ["DepthInfo", "DepthBuilder", "filler_words", "effective_context", "refused_depths", "needle_found",
+           "CONTEXT_KEYS"]
 
 # Effective.values keys under which adapters report the context one request may use, best first.
 CONTEXT_KEYS = ("context_tokens", "n_ctx_per_slot", "max_model_len", "n_ctx")
@@ -183,22 +183,3 @@ def refused_depths(depths: Iterable[int], max_tokens: int, context: int | None) 
             for d in depths if d + max_tokens > context}
 
 
-def check_depths_before_launch(config: BakeoffFile, adapters: dict[str, EngineAdapter]) -> None:
-    """Refuse, before anything starts, depths no arm could run.
-
-    :raises CapabilityNotSupported: an arm's engine cannot count tokens with its own tokenizer.
-    :raises ConfigError: a depth does not fit the context the arm asks for (``settings.ctx``).
-    """
-    w = config.workload
-    if not w.depths:
-        return
-    for arm in config.arms:
-        adapter = adapters[arm.name]
-        if type(adapter).count_prompt_tokens is EngineAdapter.count_prompt_tokens:
-            raise CapabilityNotSupported(f"arm {arm.name!r}: workload.depths needs the engine's own tokenizer; "
-                                         f"{adapter.name} cannot count prompt tokens")
-        max_tokens = arm.workload.max_tokens or w.max_tokens
-        bad = refused_depths(w.depths, max_tokens, arm.settings.ctx)
-        if bad:
-            raise ConfigError(f"workload.depths: arm {arm.name!r}: " + "; ".join(bad.values()) +
-                              " (settings.ctx); raise settings.ctx or drop the depth")

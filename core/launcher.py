@@ -5,6 +5,9 @@ down: an engine must never outlive the run that started it. Where no handler can
 killer) two more guards hold: on Linux the engine gets SIGTERM when bakeoff dies (``PR_SET_PDEATHSIG``),
 and each engine is recorded (pid, start time, the bakeoff that owns it) in a running-engines directory
 and in its arm directory, so the next ``bakeoff run`` stops an engine whose bakeoff is gone.
+
+:class:`SharedEngine` keeps one engine up across consecutive arms that the plan says run on the same
+server (core/plan.py ``server_key``): warm-up is owed only to a fresh start.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import Any, TypeVar
 
 import httpx
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -29,13 +34,14 @@ from .adapter import EngineAdapter, LaunchSpec, first_matching_line
 from .errors import EngineStartupError, EngineUnavailable
 
 __all__ = ["free_port", "port_is_free", "Engine", "stop_all", "LogCursor", "startup_error_from_log",
-           "running_dir", "stop_leftover_engines", "NOT_INHERITED"]
+           "running_dir", "stop_leftover_engines", "NOT_INHERITED", "SharedEngine"]
 
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
 # Never passed on to an engine: one started from a Ray task must not join bakeoff's cluster (vLLM would take
 # Ray as its distributed backend instead of its own multiprocessing one).
 NOT_INHERITED = ("RAY_ADDRESS",)
 _ARM_DIRS: dict[int, Path] = {}  # pid -> the directory holding its engine.pid record
+T = TypeVar("T")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -306,3 +312,47 @@ class Engine:
     def stop(self) -> None:
         if self.proc is not None:
             _kill_group(self.proc)
+
+
+class SharedEngine:
+    """Keeps one engine up across consecutive arms with the same server key.
+
+    ``use(key, open_engine)`` yields ``(value, fresh)``: the context value of ``open_engine()`` and
+    whether it was started for this arm (warm-up is owed only then). A different key, an engine that
+    died, an exception inside the block, or :meth:`close` stops the held engine.
+    """
+
+    def __init__(self, alive: Callable[[Any], bool] | None = None) -> None:
+        self._stack: ExitStack | None = None
+        self._key: str | None = None
+        self._value: Any = None
+        self._alive = alive or _engine_alive
+
+    @contextmanager
+    def use(self, key: str, open_engine: Callable[[], AbstractContextManager[T]]) -> Iterator[tuple[T, bool]]:
+        fresh = self._stack is None or self._key != key or not self._alive(self._value)
+        if fresh:
+            self.close()
+            stack = ExitStack()
+            try:
+                value = stack.enter_context(open_engine())
+            except BaseException:
+                stack.close()
+                raise
+            self._stack, self._key, self._value = stack, key, value
+        try:
+            yield self._value, fresh
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        stack, self._stack, self._key, self._value = self._stack, None, None, None
+        if stack is not None:
+            stack.close()
+
+
+def _engine_alive(value: Any) -> bool:
+    """``(base_url, Engine | None)`` from the protocol: attached servers count as alive."""
+    engine = value[1] if isinstance(value, tuple) and len(value) > 1 else None
+    return engine is None or bool(getattr(engine, "alive", True))

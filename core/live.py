@@ -23,6 +23,7 @@ import httpx
 from .config import BakeoffFile
 from .errors import ConfigError, EngineError
 from .liveconfig import LiveService
+from .plan import plan_run
 from .redact import redact_argv, redact_text
 from .store import RunDir
 from .watchdog import Guard, health_problem, run_command, shown
@@ -217,7 +218,6 @@ def dry_run_lines(config: BakeoffFile) -> list[str]:
     import tempfile
 
     from .launcher import free_port
-    from .protocol import plan_run  # late: planning loads adapters
 
     check_live_config(config)
     plan = plan_run(config)

@@ -30,6 +30,8 @@ from pydantic import BaseModel
 from .client import stream_chat
 from .errors import ConfigError, EngineError, MeasurementError
 from .liveconfig import BASELINE, KernelLogCheck, Phases
+from .measure import build_request, make_sample
+from .protocol import engine_for
 from .sample import Sample
 from .stats import Interval, Verdict, bootstrap_ci, verdict
 from .store import RunDir
@@ -150,12 +152,6 @@ def _knob(guard: Guard, phases: Phases, setting: str, phase: str, log: Path, rec
 
 def run_phases(plan: Any, run: RunDir, events: Any, guard: Guard) -> list[dict[str, Any]]:
     """Run every phase against the server arm; returns the phase records also written to run.json ``phases``."""
-    from .protocol import (  # late: protocol imports much of core
-        _engine_for,
-        _make_sample,
-        build_request,
-    )
-
     config = plan.config
     phases: Phases = config.phases
     planned = plan.arms[0]
@@ -167,7 +163,7 @@ def run_phases(plan: Any, run: RunDir, events: Any, guard: Guard) -> list[dict[s
     log = guard.log_path
     known = _kernel_lines(phases.kernel_log, phases.command_timeout_s) if phases.kernel_log else set()
     events.on_arm_start(arm.name, 0)
-    with _engine_for(planned, run, 0, w.boot_timeout_s) as (base, engine):
+    with engine_for(planned, run, 0, w.boot_timeout_s) as (base, engine):
         health = live.health if live is not None and base.startswith(live.base_url) else f"{base}/health"
         with httpx.Client(base_url=base) as http:
             eff = planned.adapter.effective_settings(http, arm)
@@ -177,21 +173,20 @@ def run_phases(plan: Any, run: RunDir, events: Any, guard: Guard) -> list[dict[s
             events.on_arm_ready(arm.name, eff, engine.boot_s if engine else None)
             cycle = [(p, m) for p in plan.prompts for m in plan.modes]
             for i in range(w.warmup):
-                warm = build_request(planned, w, cycle[i % len(cycle)][0], plan.modes[cycle[i % len(cycle)][1]],
-                                     eff.model_id)
+                warm = build_request(arm, planned.adapter, w, cycle[i % len(cycle)][0],
+                                     plan.modes[cycle[i % len(cycle)][1]], eff.model_id)
                 warm["max_tokens"] = min(w.max_tokens, 32)
                 stream_chat(http, warm, w.request_timeout_s)
             for index, (phase, setting) in enumerate(phases.phase_names):
                 p = _Phase(index, phase, setting, {"phase": phase, "setting": setting})
                 records.append(p.record)
                 if setting == BASELINE:
-                    _measure(p, phases, planned, w, plan, http, eff, run, events, health, known, probes_path,
-                             (build_request, _make_sample))
+                    _measure(p, phases, planned, w, plan, http, eff, run, events, health, known, probes_path)
                 else:
                     try:
                         with _knob(guard, phases, setting, phase, log, p.record):
                             _measure(p, phases, planned, w, plan, http, eff, run, events, health, known,
-                                     probes_path, (build_request, _make_sample))
+                                     probes_path)
                     finally:
                         run.update_run(phases=records)
                 run.update_run(phases=records)
@@ -199,9 +194,8 @@ def run_phases(plan: Any, run: RunDir, events: Any, guard: Guard) -> list[dict[s
 
 
 def _measure(p: _Phase, phases: Phases, planned: Any, w: Any, plan: Any, http: httpx.Client, eff: Any,
-             run: RunDir, events: Any, health: str, known: set[str], probes_path: Path, helpers: Any) -> None:
+             run: RunDir, events: Any, health: str, known: set[str], probes_path: Path) -> None:
     """Requests until the phase's duration ends (at least one round), with the probe thread running."""
-    build_request, make_sample = helpers
     prober = Prober(p.phase, health, phases.probe_interval_s, phases.kernel_log, known, probes_path)
     gpu = open_monitor(interval_s=1.0)  # None without NVML, a driver or a GPU
     p.record["started_at"] = time.time()
@@ -214,13 +208,13 @@ def _measure(p: _Phase, phases: Phases, planned: Any, w: Any, plan: Any, http: h
         n = 0
         while n < len(cycle) or time.monotonic() < end:
             prompt, mode = cycle[n % len(cycle)]
-            body = build_request(planned, w, prompt, plan.modes[mode], eff.model_id)
+            body = build_request(planned.arm, planned.adapter, w, prompt, plan.modes[mode], eff.model_id)
             before = planned.adapter.before_request(http)
             started = time.time()
             result = stream_chat(http, body, w.request_timeout_s, planned.adapter.chunk_token_count)
             stats = planned.adapter.server_stats(http, result.final, before, "")
-            sample: Sample = make_sample(planned, result, stats, run.run_id, prompt.name, mode, n // len(cycle),
-                                         p.index, None, started)
+            sample: Sample = make_sample(planned.arm, planned.adapter, result, stats, run.run_id, prompt.name, mode,
+                                         n // len(cycle), p.index, None, started)
             sample.arm, sample.phase, sample.max_tokens = p.setting, p.phase, w.max_tokens
             run.append(sample)
             events.on_sample(sample)
@@ -309,30 +303,3 @@ def phase_rows(results: list[PhaseResult]) -> tuple[list[str], list[list[str]]]:
             row += [f"{r.gpu[k]:.0f}" if r.gpu and r.gpu.get(k) is not None else "-" for k in GPU_FIELDS]
         rows.append(row)
     return header, rows
-
-
-def print_phase_table(run_path: Path, out: Any, *, write: bool = True) -> None:
-    """Print the phase table of a phase run (nothing for other runs) and write ``report/phases.md``."""
-    from rich.table import Table
-
-    from .reports.markdown import markdown_table
-    from .store import read_samples
-
-    meta = RunDir(run_path).read_run() if (run_path / "run.json").exists() else {}
-    records = meta.get("phases")
-    if not records:
-        return
-    header, rows = phase_rows(compare_phases(read_samples(run_path), records, seed=int(meta.get("seed") or 0)))
-    table = Table(*header, title="phases: each knob against its neighbouring baselines (paired, 95 % CI)")
-    for row in rows:
-        table.add_row(*row)
-    out.print(table)
-    if write:
-        (run_path / "report").mkdir(exist_ok=True)
-        (run_path / "report" / "phases.md").write_text(
-            "## Phases\n\nEach knob phase against the baseline phases either side of it, paired on prompt, mode "
-            "and round; ratios are medians of paired ratios with bootstrap 95 % intervals.\n\n"
-            + markdown_table(header, rows) + "\n")
-
-
-__all__ += ["print_phase_table"]

@@ -17,11 +17,13 @@ from typing import Any
 
 import httpx
 
-from .adapter import Capabilities, Effective, EngineAdapter, ServerStats
+from .adapter import Capabilities, Effective, EngineAdapter
 from .client import StreamResult
 from .concurrency import Batch, effective_slots, refused_levels, run_batch
-from .config import Arm, Prompt, Workload
+from .config import Arm, Prompt, SamplingMode, Workload
 from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
+from .hostinfo import CpuMeter
+from .measure import build_request, make_sample
 from .sample import Sample
 
 __all__ = ["Point", "arm_points", "is_done", "samples_expected", "apply_fixed_length", "PointRunner"]
@@ -153,17 +155,17 @@ class PointRunner:
             sample.flags.append(f"fixed-length-missed: {sample.completion_tokens} of {sample.max_tokens} tokens")
         return sample
 
-    def run_batch(self, point: Point, build: Callable[[], dict[str, Any]],
-                  make: Callable[[StreamResult, ServerStats, float | None, float], Sample],
-                  meter: Any) -> list[Sample]:
+    def run_batch(self, point: Point, mode: SamplingMode, model_id: str | None, meter: CpuMeter, run_id: str,
+                  pass_index: int) -> list[Sample]:
         """``point.concurrency`` streams at once; one Sample per stream, all sharing the batch's id and wall.
 
-        Server stats come from each response only (``/metrics`` deltas and log lines would mix streams).
+        Each stream's request and Sample are built as a single request's are (core/measure.py). Server stats
+        come from each response only (``/metrics`` deltas and log lines would mix streams).
         """
         n = point.concurrency or 1
         bodies, infos = [], []
         for _ in range(n):
-            body = build()
+            body = build_request(self.arm, self.adapter, self.workload, point.prompt, mode, model_id)
             infos.append(self.prepare(body, point))
             bodies.append(body)
         started_at = time.time()
@@ -173,9 +175,10 @@ class PointRunner:
         samples = []
         for body, info, result in zip(bodies, infos, batch.results, strict=True):
             stats = self.adapter.server_stats(self.http, result.final, None, "")
-            sample = self.finish(make(result, stats, foreign, started_at), point, body, result, info)
+            sample = make_sample(self.arm, self.adapter, result, stats, run_id, point.prompt.name, point.mode,
+                                 point.rep, pass_index, foreign, started_at, meter.foreign_limit(),
+                                 settings_mismatch=bool(self.eff.mismatches))
+            sample = self.finish(sample, point, body, result, info)
             sample.batch_id, sample.batch_wall_s = batch.batch_id, batch.wall_s
-            if self.eff.mismatches:
-                sample.flags.append("settings-mismatch")
             samples.append(sample)
         return samples

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import random
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -23,50 +22,28 @@ import httpx
 from pydantic import SecretStr
 
 from . import points as _points
-from .adapter import Effective, EngineAdapter, check_arm_capabilities
+from .adapter import Effective
 from .attach import attach_base, probe_attached
-from .client import account, stream_chat
+from .client import stream_chat
 from .compose import ComposeEngine, project_name
-from .concurrency import check_levels_before_launch
-from .config import Arm, BakeoffFile, Prompt, SamplingMode
-from .depth import check_depths_before_launch
-from .errors import BakeoffError, ConfigError, EngineError, EngineStartupError, MeasurementError
+from .config import Arm
+from .errors import BakeoffError, EngineError, EngineStartupError, MeasurementError
 from .fairness import OUTPUTS_FILE, finish_flags, output_line
 from .gates import run_gates
-from .hardware import attach_gpu_sample, hardware_record, offload_mismatch, visible_devices_env
-from .hostinfo import FOREIGN_LOAD_FLOOR, CpuMeter, docker_container_ids, host_info
-from .launcher import Engine, LogCursor, free_port, port_is_free
-from .prompts import resolve_prompts
-from .redact import Redactor, redact_argv, redact_config
-from .registry import load_engine
+from .hardware import attach_gpu_sample, offload_mismatch, visible_devices_env
+from .hostinfo import CpuMeter, docker_container_ids
+from .launcher import Engine, LogCursor, SharedEngine, free_port, port_is_free
+from .measure import build_request, make_sample
+from .plan import Plan, PlannedArm, add_pass, effective_workload, plan_run, plan_warnings, run_metadata, server_key
+from .redact import Redactor, redact_argv
 from .sample import Sample
 from .store import RunDir
-from .sweep import SharedEngine, effective_workload, order_for_sharing, refuse_ineffective_arms, server_key
 from .telemetry import GpuMonitor, open_monitor
 
-__all__ = ["PlannedArm", "Plan", "plan_run", "run_plan", "ProtocolEvents", "build_request"]
-
-
-@dataclass
-class PlannedArm:
-    arm: Arm
-    adapter: EngineAdapter
-    index: int
-
-
-@dataclass
-class Plan:
-    config: BakeoffFile
-    arms: list[PlannedArm]
-    prompts: list[Prompt]
-    modes: dict[str, SamplingMode]
-    orders: list[list[str]]  # arm names per pass
-
-    @property
-    def requests_total(self) -> int:
-        w = self.config.workload
-        return w.passes * sum(_points.samples_expected(effective_workload(w, a.arm), len(self.prompts), len(w.modes))
-                              for a in self.arms)
+# The run loop is run_plan. The planning names stay importable from here for callers written before
+# core/plan.py existed; new code imports them from core/plan.py.
+__all__ = ["run_plan", "run_extra_pass", "ProtocolEvents", "is_write_failure", "engine_for", "PlannedArm", "Plan", "plan_run",
+           "add_pass", "plan_warnings", "run_metadata"]
 
 
 @dataclass
@@ -80,56 +57,6 @@ class ProtocolEvents:
     on_warning: Callable[[str], None] = lambda msg: None
 
 
-def plan_run(config: BakeoffFile) -> Plan:
-    """Load adapters, validate engine options and capabilities, and preflight every arm.
-
-    Nothing is launched: a config or preflight problem in any arm stops the run before it starts.
-    """
-    arms = []
-    for i, arm in enumerate(config.arms):
-        adapter = load_engine(arm.engine)
-        adapter.options(arm, i)
-        check_arm_capabilities(adapter, arm)
-        arms.append(PlannedArm(arm, adapter, i))
-    for planned in arms:
-        if planned.arm.api_key_env and not os.environ.get(planned.arm.api_key_env):
-            raise ConfigError(f"arm {planned.arm.name!r}: api_key_env names ${planned.arm.api_key_env}, "
-                              f"which is not set")
-        if not planned.arm.attached:
-            planned.adapter.preflight(planned.arm)
-    refuse_ineffective_arms([(a.arm, a.adapter) for a in arms], config.workload)
-    w = config.workload
-    rng = random.Random(w.seed)
-    names = [a.arm.name for a in arms]
-    orders = []
-    for p in range(w.passes):
-        order = list(names)
-        if p > 0 or w.passes > 1:
-            rng.shuffle(order)
-        orders.append(order)
-    modes = {m: w.sampling_modes()[m] for m in w.modes}
-    check_depths_before_launch(config, {a.arm.name: a.adapter for a in arms})
-    check_levels_before_launch(config)
-    return Plan(config, arms, resolve_prompts(w), modes, order_for_sharing(orders, config.arms))
-
-
-def build_request(planned: PlannedArm, workload: Any, prompt: Prompt, mode: SamplingMode,
-                  model_id: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": model_id or planned.arm.name,
-        "messages": prompt.messages,
-        "max_tokens": workload.max_tokens,
-        "stream": True,
-        "stream_options": planned.adapter.stream_options(),
-        "temperature": mode.temperature,
-    }
-    for key in ("top_p", "top_k", "seed"):
-        if getattr(mode, key) is not None:
-            body[key] = getattr(mode, key)
-    body.update(planned.adapter.request_fields(planned.arm, workload))
-    return body
-
-
 def _headers(arm: Arm) -> dict[str, str]:
     """The Authorization header from the variable named by ``api_key_env``; the key is written nowhere."""
     if arm.api_key_env:
@@ -140,7 +67,7 @@ def _headers(arm: Arm) -> dict[str, str]:
 
 
 @contextmanager
-def _engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_s: float,
+def engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_s: float,
                 monitor: GpuMonitor | None = None, record: dict[str, Any] | None = None
                 ) -> Iterator[tuple[str, Engine | ComposeEngine | None]]:
     arm = planned.arm
@@ -181,37 +108,6 @@ def is_write_failure(exc: BaseException) -> bool:
                                          or (exc.errno in _PATH_ERRNOS and exc.filename is not None))
 
 
-def _make_sample(planned: PlannedArm, result: Any, stats: Any, run_id: str, prompt: str, mode: str,
-                 rep: int, pass_index: int, foreign: float | None, started_at: float,
-                 foreign_limit: float = FOREIGN_LOAD_FLOOR) -> Sample:
-    caps = planned.adapter.capabilities
-    fields = account(result, caps.token_counts)
-    flags: list[str] = fields.pop("flags") + list(stats.flags)
-    sample = Sample(run_id=run_id, arm=planned.arm.name, engine=planned.adapter.name, prompt=prompt, mode=mode,
-                    rep=rep, pass_index=pass_index, started_at=started_at, **fields)
-    sample.status = "error" if result.error else "ok"
-    sample.error = result.error
-    sample.server_completion_tokens = stats.completion_tokens
-    sample.server_decode_tps = stats.decode_tps
-    sample.server_prefill_tps = stats.prefill_tps
-    if stats.completion_tokens is not None and sample.completion_tokens is not None \
-            and stats.completion_tokens != sample.completion_tokens:
-        flags.append(f"server-count-mismatch: server {stats.completion_tokens}, usage {sample.completion_tokens}")
-    if planned.arm.speculative.enabled or stats.drafted:
-        sample.drafted, sample.accepted, sample.drafts = stats.drafted, stats.accepted, stats.drafts
-        sample.acceptance_source = stats.source
-        if stats.drafted:
-            sample.acceptance = (stats.accepted or 0) / stats.drafted
-        if stats.drafts:
-            sample.mean_accepted_len = 1 + (stats.accepted or 0) / stats.drafts
-        sample.accepted_per_position = stats.extra.get("accepted_per_position")
-    sample.foreign_cpu_cores = foreign
-    if foreign is not None and foreign > foreign_limit:  # judged against the cores the engine left free
-        flags.append(f"foreign-load: {foreign:.2f} cores used by other processes (limit {foreign_limit:.2f})")
-    sample.flags = flags
-    return sample
-
-
 def _keep_output(run: RunDir, sample: Sample, text: str) -> None:
     """A greedy output's text in ``arms/<arm>/outputs.jsonl`` (samples keep only its hash)."""
     try:
@@ -249,7 +145,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
     if monitor is not None:
         record["gpu_state"] = monitor.settings_state()
     try:
-        with shared.use(server_key(arm), lambda: _engine_for(planned, run, pass_index, w.boot_timeout_s, monitor,
+        with shared.use(server_key(arm), lambda: engine_for(planned, run, pass_index, w.boot_timeout_s, monitor,
                                                               record)) as ((base, engine), fresh):
             record["boot_s"] = engine.boot_s if engine and fresh else None
             with httpx.Client(base_url=base, headers=_headers(arm)) as http:
@@ -270,11 +166,11 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                 for msg in eff.mismatches:
                     events.on_warning(f"{arm.name}: {msg}")
                 events.on_arm_ready(arm.name, eff, record["boot_s"])
-                points = _points.PointRunner(planned.adapter, arm, w, http, eff, events.on_warning)
-                todo = points.accept(todo)
-                record.update(refused=points.refused, shared_engine=not fresh)
+                runner = _points.PointRunner(planned.adapter, arm, w, http, eff, events.on_warning)
+                todo = runner.accept(todo)
+                record.update(refused=runner.refused, shared_engine=not fresh)
                 for i in range(w.warmup if fresh else 0):  # untimed: first-request allocations and caches
-                    warm = build_request(planned, w, plan.prompts[i % len(plan.prompts)],
+                    warm = build_request(arm, planned.adapter, w, plan.prompts[i % len(plan.prompts)],
                                          next(iter(plan.modes.values())), eff.model_id)
                     warm["max_tokens"] = min(w.max_tokens, 32)
                     stream_chat(http, warm, w.request_timeout_s)
@@ -284,15 +180,11 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                 for point in todo:
                     prompt, mode_name, rep = point.prompt, point.mode, point.rep
                     if point.concurrency is not None:  # N streams at once: one sample per stream
-                        # run_batch calls both right away, inside this iteration: the loop variables are current
-                        samples = points.run_batch(point, lambda: build_request(
-                            planned, w, prompt, plan.modes[mode_name], eff.model_id),  # noqa: B023
-                            lambda res, st, fg, t0: _make_sample(
-                                planned, res, st, run.run_id, prompt.name, mode_name, rep,  # noqa: B023
-                                pass_index, fg, t0, meter.foreign_limit()), meter)
+                        samples = runner.run_batch(point, plan.modes[mode_name], eff.model_id, meter, run.run_id,
+                                                   pass_index)
                     else:
-                        body = build_request(planned, w, prompt, plan.modes[mode_name], eff.model_id)
-                        depth_info = points.prepare(body, point)
+                        body = build_request(arm, planned.adapter, w, prompt, plan.modes[mode_name], eff.model_id)
+                        depth_info = runner.prepare(body, point)
                         before = planned.adapter.before_request(http)
                         log.read_new()
                         started_at = time.time()
@@ -303,15 +195,14 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                         gpu = monitor.stop() if monitor is not None else None
                         foreign = meter.stop()
                         stats = planned.adapter.server_stats(http, result.final, before, log.read_new())
-                        sample = _make_sample(planned, result, stats, run.run_id, prompt.name, mode_name, rep,
-                                              pass_index, foreign, started_at, meter.foreign_limit())
-                        if eff.mismatches:
-                            sample.flags.append("settings-mismatch")
+                        sample = make_sample(arm, planned.adapter, result, stats, run.run_id, prompt.name, mode_name,
+                                             rep, pass_index, foreign, started_at, meter.foreign_limit(),
+                                             settings_mismatch=bool(eff.mismatches))
                         if gpu is not None:
                             attach_gpu_sample(sample, gpu)
                             vram = gpu.vram_used_mib or 0.0
                             record["gpu_vram_peak_mib"] = max(record.get("gpu_vram_peak_mib") or 0.0, vram)
-                        samples = [points.finish(sample, point, body, result, depth_info)]
+                        samples = [runner.finish(sample, point, body, result, depth_info)]
                         if plan.modes[mode_name].temperature == 0.0:  # greedy: kept for spec correctness
                             _keep_output(run, samples[0], result.text)
                     for sample in samples:
@@ -381,22 +272,6 @@ def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
     return arm_records
 
 
-def add_pass(plan: Plan) -> int:
-    """Adaptive passes: append one more pass to the plan and return its index.
-
-    Its order is the one a plan made with that many passes would have drawn from the recorded seed, so an
-    adaptive run is reproducible; the caller records ``plan.orders`` in run.json and runs it with
-    ``run_plan(..., start_pass=index)``.
-    """
-    rng = random.Random(plan.config.workload.seed)
-    names = [a.arm.name for a in plan.arms]
-    for _ in range(len(plan.orders) + 1):
-        order = list(names)
-        rng.shuffle(order)
-    plan.orders.append(order_for_sharing([order], plan.config.arms)[0])
-    return len(plan.orders) - 1
-
-
 def run_extra_pass(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
                    done: set[tuple[str, str, str, int, int]] | None = None) -> int:
     """Run one more pass (every arm, relaunched, in a fresh order) and record it in run.json ``orders``."""
@@ -405,40 +280,3 @@ def run_extra_pass(plan: Plan, run: RunDir, events: ProtocolEvents | None = None
     run_plan(plan, run, events, done, start_pass=index)
     return index
 
-
-def plan_warnings(plan: Plan) -> list[str]:
-    """Design caveats known before the first request (a stateful speculator serving several reps)."""
-    from .stats import stateful_warning
-
-    out = []
-    for a in plan.arms:
-        spec = a.arm.speculative
-        msg = stateful_warning(a.arm.name, spec.method, spec.variant, a.adapter.capabilities.stateful_speculators,
-                               effective_workload(plan.config.workload, a.arm).reps)
-        if msg:
-            out.append(msg)
-    return out
-
-
-def run_metadata(plan: Plan) -> dict[str, Any]:
-    """What run.json records before the first request: resolved config (env values, URL credentials and
-    key-flag values masked), order, seed, host, capabilities."""
-    from . import __version__
-
-    return {
-        "tool": {"name": "bakeoff", "version": __version__},
-        "config": redact_config(plan.config.model_dump(mode="json")),
-        "baseline": plan.config.baseline_arm,
-        "orders": plan.orders,
-        "seed": plan.config.workload.seed,
-        "prompts": [p.model_dump() for p in plan.prompts],
-        "engines": {a.arm.name: {"engine": a.adapter.name,
-                                 "capabilities": a.adapter.capabilities.model_dump(mode="json")}
-                    for a in plan.arms},
-        "host": host_info(),
-        **hardware_record([a.arm for a in plan.arms]),
-        "started_at": time.time(),
-    }
-
-
-__all__ += ["run_metadata", "add_pass", "run_extra_pass", "plan_warnings", "is_write_failure"]

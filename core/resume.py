@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import BakeoffFile, load_bakeoff
+from .config import BakeoffFile
 from .errors import ConfigError, RunFileError, RunRecordError
-from .protocol import Plan
+from .loader import load_bakeoff
+from .plan import Plan
 from .record import RunRecord
 from .redact import masked_settings, redact_config
 from .store import RunDir

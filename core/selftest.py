@@ -12,61 +12,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import Arm, BakeoffFile, Prompt, Workload
+from .adapter import SelftestCase, SelftestRow
+from .config import BakeoffFile, Prompt, Workload
 from .errors import BakeoffError
+from .plan import plan_run, run_metadata
+from .protocol import run_plan
+from .store import RunDir, new_run_dir, read_samples
 
+# SelftestCase and SelftestRow live beside the adapter hook that returns them (core/adapter.py); re-exported.
 __all__ = ["SelftestCase", "SelftestRow", "run_case", "run_cases", "selftest_workload"]
 
 SELFTEST_PROMPT = Prompt(name="selftest", kind="code", messages=[
     {"role": "user", "content": "Count from one to twenty, one number per line."}])
-
-
-@dataclass
-class SelftestCase:
-    """One method to check.
-
-    :param label: the row name (``dflash2``, ``ngram-map-k``).
-    :param arm: the arm to run; its name becomes the run directory's arm name.
-    :param flags: the engine flags the adapter emits for it, for the table.
-    :param expect_speculation: speculation must be really on (True) or off (False).
-    :param need_drafts: with speculation on, at least one token must have been drafted.
-    :param min_acceptance: lowest acceptable accepted/drafted (None: not checked).
-    :param prompt: the prompt to send instead of the default one.
-    """
-
-    label: str
-    arm: Arm
-    flags: str = ""
-    expect_speculation: bool = True
-    need_drafts: bool = True
-    min_acceptance: float | None = None
-    prompt: Prompt | None = None
-
-
-@dataclass
-class SelftestRow:
-    label: str
-    flags: str
-    started: bool = False
-    speculative: bool | None = None  # what the engine reports (llama.cpp: /slots "speculative")
-    drafted: int | None = None
-    accepted: int | None = None
-    seconds: float = 0.0
-    problems: list[str] = field(default_factory=list)
-    version: str | None = None
-    run_dir: Path | None = None
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted and self.accepted is not None else None
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
 
 
 def selftest_workload(max_tokens: int = 48, prompt: Prompt = SELFTEST_PROMPT) -> Workload:
@@ -88,8 +48,6 @@ def _engine_log_problems(adapter: Any, arm_dir: Path) -> list[str]:
 
 def run_case(case: SelftestCase, workdir: Path, workload: Workload | None = None) -> SelftestRow:
     """Plan and run one case through the protocol and judge it."""
-    from .protocol import plan_run, run_metadata, run_plan  # heavy; this module is imported by adapters
-    from .store import RunDir, new_run_dir, read_samples
     row = SelftestRow(case.label, case.flags)
     t0 = time.perf_counter()
     if workload is None:

@@ -51,7 +51,6 @@ __all__ = [
     "needs_more_passes",
     "ratio_half_widths",
     "MIN_ADAPTIVE_PASSES",
-    "stateful_warning",
     "rng_for",
     "EXCLUDING_FLAGS",
     "no_rate_reason",
@@ -507,24 +506,6 @@ def median_half_widths(samples: Iterable[Sample], *, n_boot: int = N_BOOT, level
                           n_boot=n_boot, level=level, seed=seed, key=f"median/{name}")
         out[name] = ci.half_width_rel if ci else float("inf")
     return out
-
-
-def stateful_warning(arm: str, method: str, variant: str | None, stateful: Sequence[str], reps: int) -> str | None:
-    """A warning when an arm's speculator keeps state across requests and one engine start serves reps > 1.
-
-    ``stateful`` is the adapter's ``capabilities.stateful_speculators``: method names (``suffix``) or
-    ``method-variant`` (``ngram-mod``). An unset variant matches when any variant of the method is
-    stateful, since the engine's default may be one of them.
-    """
-    if method == "none" or reps <= 1:
-        return None
-    if method in stateful or (variant and f"{method}-{variant}" in stateful) or (
-            not variant and any(s.startswith(f"{method}-") for s in stateful)):
-        kind = f"{method}-{variant}" if variant else method
-        return (f"{arm}: the {kind} speculator keeps state across requests, so its {reps} reps per engine start are "
-                f"not independent (later reps can reuse earlier outputs); compare passes, or use reps: 1 with "
-                f"more passes")
-    return None
 
 
 MIN_ADAPTIVE_PASSES = 3  # two passes give the pass-level bootstrap only three distinct draws: too few to trust

@@ -5,10 +5,7 @@ its own arm is error-prone, so an arm (or the whole file) may carry ``sweep: {do
 every combination becomes a named arm that remembers its point in ``swept``. Expansion happens when the
 file is parsed, so everything downstream (plan, run.json, reports) sees plain arms.
 
-Arms that differ only in request-level values (``workload.max_tokens``, ``fixed_length``, ``thinking``)
-describe the same server: :func:`server_key` says so, :func:`order_for_sharing` puts them next to each
-other in every pass, and :class:`SharedEngine` keeps that one engine up across them. Everything else
-(n_max, split, KV type, model) changes the launch and relaunches.
+Which expanded arms can share one engine start is the plan's business (core/plan.py ``server_key``).
 """
 
 from __future__ import annotations
@@ -16,29 +13,22 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import PurePath
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .adapter import EngineAdapter, launch_fingerprint, method_key
-from .config import Arm, BakeoffFile, RequestOverrides, Workload, _yaml_line
+from .config import Arm, BakeoffFile, yaml_line
 from .errors import ConfigError
 
-__all__ = ["expand_sweeps", "sweep_keys_of", "arm_name_for", "effective_workload", "server_key",
-           "order_for_sharing", "SharedEngine", "REQUEST_LEVEL",
-           "refuse_ineffective_arms"]
+__all__ = ["expand_sweeps", "sweep_keys_of", "arm_name_for"]
 
 # Arm keys a sweep may not touch: they are the sweep's own bookkeeping.
 _NOT_SWEEPABLE = {"name", "sweep", "swept"}
 # Arm sections whose inner keys are free-form (validated by the engine adapter or passed through).
 _FREE_FORM = {"options", "env"}
-REQUEST_LEVEL = tuple(f"workload.{k}" for k in RequestOverrides.model_fields)
 
-T = TypeVar("T")
 
 
 def _check_key(key: str) -> list[str]:
@@ -99,7 +89,7 @@ def _set(data: dict[str, Any], parts: list[str], value: Any) -> None:
 
 
 def _where(source: str, root: yaml.Node | None, loc: tuple[int | str, ...]) -> str:
-    line = _yaml_line(root, loc) if root is not None else None
+    line = yaml_line(root, loc) if root is not None else None
     return f"{source}:{line}" if line else source
 
 
@@ -167,111 +157,3 @@ def expand_sweeps(config: BakeoffFile, source: str = "<config>", root: yaml.Node
         raise ConfigError(f"{source}: after sweep expansion: {problems}") from None
 
 
-def effective_workload(workload: Workload, arm: Arm) -> Workload:
-    """The workload with this arm's request-level overrides applied (``arms[i].workload``)."""
-    changes = {k: v for k, v in arm.workload.model_dump().items() if v is not None}
-    return workload.model_copy(update=changes) if changes else workload
-
-
-def server_key(arm: Arm) -> str:
-    """Equal for arms that run on the same server: they differ only in name and request-level values."""
-    launch = arm.model_dump(mode="json", exclude={"name", "workload", "sweep", "swept"})
-    return json.dumps(launch, sort_keys=True, default=str)
-
-
-def order_for_sharing(orders: Sequence[Sequence[str]], arms: Sequence[Arm]) -> list[list[str]]:
-    """Each pass's order, regrouped so arms sharing a server run back to back (groups keep the order
-    in which the shuffle first reached them, arms keep their shuffled order within a group)."""
-    keys = {a.name: server_key(a) for a in arms}
-    out = []
-    for order in orders:
-        groups: dict[str, list[str]] = {}
-        for name in order:
-            groups.setdefault(keys.get(name, name), []).append(name)
-        out.append([name for group in groups.values() for name in group])
-    return out
-
-
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict) and data:
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(_flat(value, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): data}
-
-
-def _differences(a: Arm, b: Arm) -> dict[str, tuple[Any, Any]]:
-    """Dotted keys whose values differ between two arms (name and sweep bookkeeping aside)."""
-    skip = {"name", "sweep", "swept"}
-    fa, fb = _flat(a.model_dump(mode="json", exclude=skip)), _flat(b.model_dump(mode="json", exclude=skip))
-    return {k: (fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)}
-
-
-def refuse_ineffective_arms(arms: Sequence[tuple[Arm, EngineAdapter]], workload: Workload) -> None:
-    """Refuse launched arms that differ in the file but would launch the same command and send the same
-    requests: whatever tells them apart has no effect, and the report would present noise as its effect.
-
-    Identical arms (twins that measure run-to-run noise) are allowed. Building every arm's launch here
-    also moves any error an adapter raises while building it to before the first engine starts.
-
-    :raises ConfigError: naming the keys that differ, the engine and the method, and both arms.
-    """
-    seen: dict[str, Arm] = {}
-    for arm, adapter in arms:
-        if arm.attached:
-            continue
-        fingerprint = launch_fingerprint(adapter, arm, effective_workload(workload, arm))
-        first = seen.setdefault(fingerprint, arm)
-        differ = _differences(first, arm) if first is not arm else {}
-        if differ:
-            keys = ", ".join(f"{k} ({v[0]!r} vs {v[1]!r})" for k, v in differ.items())
-            where = method_key(adapter.capabilities, arm.speculative) or arm.speculative.method
-            raise ConfigError(
-                f"{', '.join(differ)} has no effect on {adapter.name} {where.replace('/', '-')}: arms "
-                f"{first.name!r} and {arm.name!r} differ in {keys} but would launch the same command and send "
-                f"the same requests")
-
-
-class SharedEngine:
-    """Keeps one engine up across consecutive arms with the same server key.
-
-    ``use(key, open_engine)`` yields ``(value, fresh)``: the context value of ``open_engine()`` and
-    whether it was started for this arm (warm-up is owed only then). A different key, an engine that
-    died, an exception inside the block, or :meth:`close` stops the held engine.
-    """
-
-    def __init__(self, alive: Callable[[Any], bool] | None = None) -> None:
-        self._stack: ExitStack | None = None
-        self._key: str | None = None
-        self._value: Any = None
-        self._alive = alive or _engine_alive
-
-    @contextmanager
-    def use(self, key: str, open_engine: Callable[[], AbstractContextManager[T]]) -> Iterator[tuple[T, bool]]:
-        fresh = self._stack is None or self._key != key or not self._alive(self._value)
-        if fresh:
-            self.close()
-            stack = ExitStack()
-            try:
-                value = stack.enter_context(open_engine())
-            except BaseException:
-                stack.close()
-                raise
-            self._stack, self._key, self._value = stack, key, value
-        try:
-            yield self._value, fresh
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        stack, self._stack, self._key, self._value = self._stack, None, None, None
-        if stack is not None:
-            stack.close()
-
-
-def _engine_alive(value: Any) -> bool:
-    """``(base_url, Engine | None)`` from the protocol: attached servers count as alive."""
-    engine = value[1] if isinstance(value, tuple) and len(value) > 1 else None
-    return engine is None or bool(getattr(engine, "alive", True))

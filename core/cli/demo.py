@@ -12,8 +12,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from ..config import parse_bakeoff
 from ..errors import EngineUnavailable
+from ..loader import parse_bakeoff
 from ..registry import load_engine
 from .run import execute
 

@@ -6,13 +6,16 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from ..errors import ConfigError
-from ..phases import print_phase_table
+from ..phases import compare_phases, phase_rows
 from ..reports import print_summary, render_markdown, summarize_run, write_reports
+from ..reports.markdown import markdown_table
 from ..stats import N_BOOT
+from ..store import RunDir, read_samples
 
-__all__ = ["print_tables", "report_command"]
+__all__ = ["print_tables", "print_phase_table", "report_command"]
 
 console = Console()
 
@@ -52,3 +55,22 @@ def report_command(
             write_reports(run_dir, summary)
         return
     print_tables(run_dir, console, write=not no_files, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load)
+
+
+def print_phase_table(run_path: Path, out: Console, *, write: bool = True) -> None:
+    """Print the phase table of a phase run (nothing for other runs) and write ``report/phases.md``."""
+    meta = RunDir(run_path).read_run() if (run_path / "run.json").exists() else {}
+    records = meta.get("phases")
+    if not records:
+        return
+    header, rows = phase_rows(compare_phases(read_samples(run_path), records, seed=int(meta.get("seed") or 0)))
+    table = Table(*header, title="phases: each knob against its neighbouring baselines (paired, 95 % CI)")
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
+    if write:
+        (run_path / "report").mkdir(exist_ok=True)
+        (run_path / "report" / "phases.md").write_text(
+            "## Phases\n\nEach knob phase against the baseline phases either side of it, paired on prompt, mode "
+            "and round; ratios are medians of paired ratios with bootstrap 95 % intervals.\n\n"
+            + markdown_table(header, rows) + "\n")

@@ -11,13 +11,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..config import BakeoffFile, load_bakeoff
+from ..config import BakeoffFile
 from ..errors import BakeoffError, ConfigError, RunDirError
 from ..executor import Executor, LocalExecutor, executor_for
 from ..launcher import stop_leftover_engines
 from ..live import LiveRun, dry_run_lines
+from ..loader import load_bakeoff
 from ..phases import check_phases_config, run_phases
-from ..protocol import ProtocolEvents, is_write_failure, plan_run, run_extra_pass, run_metadata
+from ..plan import plan_run, run_metadata
+from ..protocol import ProtocolEvents, is_write_failure, run_extra_pass
 from ..resume import Resume, load_resume
 from ..sample import Sample
 from ..stats import needs_more_passes

@@ -17,6 +17,7 @@ from ..decision import Recommendation, recommend
 from ..fairness import equal_work, finish_counts
 from ..gates import score_gates, spec_identity
 from ..phases import PhaseResult, compare_phases
+from ..plan import stateful_warning
 from ..record import ArmAttempt, PlacementRecord, RunRecord
 from ..redact import redact_text, redact_url
 from ..roofline import ModelBytes, roofline_for
@@ -31,7 +32,6 @@ from ..stats import (
     compare_to_baseline,
     describe_arms,
     median_or_none,
-    stateful_warning,
     unpaired_ratio,
     verdict,
 )

@@ -26,7 +26,7 @@ import psutil
 import pytest
 from rich.console import Console
 
-from bakeoff.core.config import parse_bakeoff
+from bakeoff.core.loader import parse_bakeoff
 from bakeoff.core.protocol import ProtocolEvents, plan_run, run_metadata, run_plan
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import RunDir, read_samples

@@ -124,7 +124,7 @@ def test_live_llama_server_is_stopped_for_the_arms_restored_healthy_and_promote_
 def test_a_failing_health_gate_rolls_back_to_the_live_llama_server(
         live: LiveLlama, smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The candidate passes its private gate (one request) and dies on its second request on the live port."""
-    from bakeoff.core.config import parse_bakeoff
+    from bakeoff.core.loader import parse_bakeoff
     from bakeoff.core.store import RunDir
 
     monkeypatch.setenv("BAKEOFF_STATE_DIR", str(tmp_path / "state"))

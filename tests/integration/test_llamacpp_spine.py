@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core.config import parse_bakeoff
 from bakeoff.core.errors import PreflightError
+from bakeoff.core.loader import parse_bakeoff
 from bakeoff.core.protocol import plan_run, run_plan
 from bakeoff.core.store import RunDir, read_samples
 

@@ -22,9 +22,10 @@ from bakeoff.core.client import stream_chat
 from bakeoff.core.config import Arm, Settings, Speculative, Workload
 from bakeoff.core.errors import EngineStartupError
 from bakeoff.core.launcher import Engine, free_port
+from bakeoff.core.measure import build_request, make_sample
 from bakeoff.core.metrics import scrape
+from bakeoff.core.plan import PlannedArm
 from bakeoff.core.prompts import SUITES
-from bakeoff.core.protocol import PlannedArm, _make_sample, build_request
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import read_samples
 from bakeoff.engines.vllm import VllmAdapter, acceptance_from_metrics
@@ -111,18 +112,18 @@ def ngram_server(vllm_ready: None, tmp_path_factory: pytest.TempPathFactory) -> 
     with Engine(adapter, spec, f"http://127.0.0.1:{port}", work / "engine.log") as engine, \
             httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
         planned = PlannedArm(arm, adapter, 0)
-        warm = build_request(planned, WORKLOAD, CODE, WORKLOAD.sampling_modes()["greedy"], "smollm2")
+        warm = build_request(arm, adapter, WORKLOAD, CODE, WORKLOAD.sampling_modes()["greedy"], "smollm2")
         stream_chat(http, {**warm, "max_tokens": 16}, 120)  # untimed, as the protocol's warm-up
         yield Served(adapter, planned, http, engine)
 
 
 def measure(served: Served, rep: int) -> tuple[Sample, dict[str, int]]:
     """One request the way the protocol makes it; returns the sample and the final usage."""
-    body = build_request(served.planned, WORKLOAD, CODE, WORKLOAD.sampling_modes()["greedy"], "smollm2")
+    body = build_request(served.planned.arm, served.adapter, WORKLOAD, CODE, WORKLOAD.sampling_modes()["greedy"], "smollm2")
     before = served.adapter.before_request(served.http)
     result = stream_chat(served.http, body, 300)
     stats = served.adapter.server_stats(served.http, result.final, before, "")
-    sample = _make_sample(served.planned, result, stats, "test", CODE.name, "greedy", rep, 0, None, 0.0)
+    sample = make_sample(served.planned.arm, served.adapter, result, stats, "test", CODE.name, "greedy", rep, 0, None, 0.0)
     assert stats.extra["per_request_metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] == stats.accepted
     return sample, result.usage or {}
 

@@ -20,8 +20,9 @@ from bakeoff.core.calibrate import (
     plan_points,
     vllm_acceptance_rates,
 )
-from bakeoff.core.config import CalibrateSection, parse_bakeoff
+from bakeoff.core.config import CalibrateSection
 from bakeoff.core.errors import ConfigError
+from bakeoff.core.loader import parse_bakeoff
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
 from bakeoff.core.reports.plots import CALIBRATION_PLOTS, render_plots
 from bakeoff.core.sample import Sample

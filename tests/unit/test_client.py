@@ -15,7 +15,8 @@ import pytest
 from sse_fakes import SSE_HEAD, chunk, ev, normal_events, paced_client, serve
 
 from bakeoff.core.adapter import openai_model_id
-from bakeoff.core.client import Event, StreamResult, account, bounded_get, stream_chat
+from bakeoff.core.client import Event, StreamResult, bounded_get, stream_chat
+from bakeoff.core.measure import account
 from bakeoff.engines.exllama import ExllamaAdapter
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.vllm import VllmAdapter

@@ -383,14 +383,14 @@ def test_a_container_that_dies_mid_run_fails_the_arm(tmp_path: Path, fake_cli: t
 
 def test_protocol_launches_compose_arms_through_compose(tmp_path: Path, fake_cli: tuple[list[str], Path],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff.core.protocol import PlannedArm, _engine_for
+    from bakeoff.core.protocol import PlannedArm, engine_for
     from bakeoff.core.store import RunDir
 
     cli, state = fake_cli
     monkeypatch.setenv("BAKEOFF_COMPOSE", " ".join(cli))
     arm = Arm(name="a", engine="fake", model="/m", launch="compose", settings=Settings(port=18099))
     run = RunDir(tmp_path / "run1")
-    with _engine_for(PlannedArm(arm, FakeAdapter(), 0), run, 0, 30.0) as (base, eng):
+    with engine_for(PlannedArm(arm, FakeAdapter(), 0), run, 0, 30.0) as (base, eng):
         assert base == "http://127.0.0.1:18099"
         assert isinstance(eng, ComposeEngine) and eng.boot_s is not None
     assert (run.arm_dir("a") / "compose.yaml").is_file()

@@ -11,17 +11,19 @@ import httpx
 import pytest
 from sse_fakes import split_events
 
-from bakeoff.core.adapter import Capabilities, Effective, EngineAdapter, LaunchSpec, ServerStats
-from bakeoff.core.client import StreamResult, account
+from bakeoff.core.adapter import Capabilities, Effective, EngineAdapter, LaunchSpec
+from bakeoff.core.client import StreamResult
 from bakeoff.core.concurrency import (
     Batch,
-    check_levels_before_launch,
     effective_slots,
     refused_levels,
     run_batch,
 )
-from bakeoff.core.config import Arm, Prompt, Settings, Workload, parse_bakeoff
+from bakeoff.core.config import Arm, Prompt, Settings, Workload
 from bakeoff.core.errors import ConfigError
+from bakeoff.core.loader import parse_bakeoff
+from bakeoff.core.measure import account
+from bakeoff.core.plan import check_levels_before_launch
 from bakeoff.core.points import Point, PointRunner, apply_fixed_length, arm_points, is_done, samples_expected
 from bakeoff.core.sample import Sample
 
@@ -172,13 +174,11 @@ def test_runner_batch_writes_one_sample_per_stream_with_salted_prompts() -> None
         def stop(self) -> float:
             return 0.0
 
-    def make(res: StreamResult, stats: ServerStats, foreign: float | None, t0: float) -> Sample:
-        fields = account(res, "one_per_event")
-        return Sample(arm="arm", engine="fake", prompt="a", mode="greedy", rep=0, status="ok",
-                      completion_tokens=fields["completion_tokens"], started_at=t0)
+        def foreign_limit(self) -> float:
+            return 0.25
 
-    samples = runner.run_batch(Point(PROMPTS[0], "greedy", 0, None, 3),
-                               lambda: {"max_tokens": 15, "messages": PROMPTS[0].messages}, make, Meter())
+    greedy = runner.workload.sampling_modes()["greedy"]
+    samples = runner.run_batch(Point(PROMPTS[0], "greedy", 0, None, 3), greedy, "m", Meter(), "run", 0)  # type: ignore[arg-type]
     assert engine.most == 3 and len(samples) == 3
     assert len({s.batch_id for s in samples}) == 1 and samples[0].batch_wall_s
     assert all(s.concurrency == 3 and not s.flags for s in samples)  # 15 of 15 tokens: fixed work held

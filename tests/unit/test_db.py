@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
 from bakeoff.core.cli.runs import list_runs
-from bakeoff.core.config import parse_bakeoff
 from bakeoff.core.db import DB_NAME, RunDB, failed_arms
 from bakeoff.core.errors import ConfigError, DuplicateSampleError
+from bakeoff.core.loader import parse_bakeoff
 from bakeoff.core.protocol import Plan, PlannedArm
 from bakeoff.core.resume import load_resume
 from bakeoff.core.sample import Sample

@@ -11,16 +11,17 @@ import httpx
 import pytest
 
 from bakeoff.core.adapter import Effective, EngineAdapter, LaunchSpec
-from bakeoff.core.config import Arm, Prompt, Settings, parse_bakeoff
+from bakeoff.core.config import Arm, Prompt, Settings
 from bakeoff.core.depth import (
     DepthBuilder,
-    check_depths_before_launch,
     effective_context,
     filler_words,
     needle_found,
     refused_depths,
 )
 from bakeoff.core.errors import CapabilityNotSupported, ConfigError, MeasurementError
+from bakeoff.core.loader import parse_bakeoff
+from bakeoff.core.plan import check_depths_before_launch
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "llamacpp"

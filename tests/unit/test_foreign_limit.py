@@ -25,18 +25,18 @@ def test_one_foreign_core_on_a_16_core_host_is_not_flagged_but_is_on_a_full_2_co
         monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from bakeoff.core import protocol
+    from bakeoff.core import measure
     from bakeoff.core.client import StreamResult
 
-    planned = SimpleNamespace(arm=SimpleNamespace(name="a", speculative=SimpleNamespace(enabled=False)),
-                              adapter=SimpleNamespace(name="sim", capabilities=SimpleNamespace(token_counts=None)))
-    monkeypatch.setattr(protocol, "account", lambda result, counts: {"flags": []})
+    arm = SimpleNamespace(name="a", speculative=SimpleNamespace(enabled=False))
+    adapter = SimpleNamespace(name="sim", capabilities=SimpleNamespace(token_counts=None))
+    monkeypatch.setattr(measure, "account", lambda result, counts: {"flags": []})
     stats = SimpleNamespace(flags=[], completion_tokens=None, decode_tps=None, prefill_tps=None, drafted=None)
     meter = CpuMeter(set())
     for cores, flagged in ((16, False), (2, True)):
         monkeypatch.setattr(hostinfo, "usable_cores", lambda cores=cores: cores)
         meter.own_cores = 2.0
-        sample = protocol._make_sample(planned, StreamResult(t_send_ns=0), stats, "r", "p", "greedy", 0, 0,  # type: ignore[arg-type]
-                                       1.0, 0.0, meter.foreign_limit())
+        sample = measure.make_sample(arm, adapter, StreamResult(t_send_ns=0), stats, "r", "p", "greedy",  # type: ignore[arg-type]
+                                     0, 0, 1.0, 0.0, meter.foreign_limit())
         assert any(f.startswith("foreign-load") for f in sample.flags) is flagged, cores
         assert sample.foreign_cpu_cores == 1.0

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff.core.config import parse_bakeoff
 from bakeoff.core.errors import ConfigError
 from bakeoff.core.launcher import free_port
 from bakeoff.core.live import check_live_config, redact
+from bakeoff.core.loader import parse_bakeoff
 from bakeoff.core.phases import compare_phases
 from bakeoff.core.sample import Sample
 from bakeoff.core.watchdog import health_problem
@@ -335,7 +335,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("live-
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_live_examples_are_valid_and_keep_the_guard_rails(example: Path) -> None:
-    from bakeoff.core.config import load_bakeoff
+    from bakeoff.core.loader import load_bakeoff
     from bakeoff.core.phases import check_phases_config
 
     config = load_bakeoff(example)

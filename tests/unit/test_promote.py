@@ -16,9 +16,9 @@ import yaml
 from test_compose import compose_cli, compose_config
 from test_live import LiveSim, live  # noqa: F401 - the fixture
 
-from bakeoff.core.config import parse_bakeoff
 from bakeoff.core.errors import PromoteError
 from bakeoff.core.live import service_commands
+from bakeoff.core.loader import parse_bakeoff
 from bakeoff.core.promote import prepare, promote, record_path, revert
 from bakeoff.core.store import RunDir
 from bakeoff.core.watchdog import health_problem

@@ -7,9 +7,11 @@ from typing import Any, ClassVar
 
 import pytest
 
+from bakeoff.core import plan as plan_module
 from bakeoff.core import protocol
 from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
-from bakeoff.core.config import Arm, parse_bakeoff
+from bakeoff.core.config import Arm
+from bakeoff.core.loader import parse_bakeoff
 from bakeoff.core.store import RunDir
 
 
@@ -30,7 +32,7 @@ def _config(passes: int, reps: int = 1) -> str:
 
 @pytest.fixture(autouse=True)
 def fake_engines(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(protocol, "load_engine", lambda name: StatefulFake())
+    monkeypatch.setattr(plan_module, "load_engine", lambda name: StatefulFake())
 
 
 def test_added_pass_has_the_order_a_longer_plan_would_have() -> None:

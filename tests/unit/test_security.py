@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from bakeoff.core.config import Arm, Settings, parse_bakeoff
+from bakeoff.core.config import Arm, Settings
 from bakeoff.core.errors import ConfigError, EngineStartupError
+from bakeoff.core.loader import parse_bakeoff
 from bakeoff.core.protocol import _headers, plan_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,7 +268,7 @@ def test_an_unexpected_error_that_quotes_a_secret_is_masked_in_its_traceback_fil
     def raising(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"bug while handling the key {API_KEY}")
 
-    monkeypatch.setattr(protocol, "_make_sample", raising)
+    monkeypatch.setattr(protocol, "make_sample", raising)
     bakeoff = tmp_path / "b.yaml"
     bakeoff.write_text(f"arms: [{{name: gw, engine: openai, url: '{hostile_server.url('ok')}', "
                        f"api_key_env: BAKEOFF_T_PLANTED_KEY}}]\n"

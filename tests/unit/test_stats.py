@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bakeoff.core.plan import stateful_warning
 from bakeoff.core.sample import Sample
 from bakeoff.core.stats import (
     Interval,
@@ -20,7 +21,6 @@ from bakeoff.core.stats import (
     needs_more_passes,
     paired_ratio,
     ratio_half_widths,
-    stateful_warning,
     unpaired_ratio,
     verdict,
 )

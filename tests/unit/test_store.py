@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 
 from bakeoff.core import protocol
 from bakeoff.core.cli import app
-from bakeoff.core.config import ARM_NAME_MAX, parse_bakeoff
+from bakeoff.core.config import ARM_NAME_MAX
 from bakeoff.core.db import DB_NAME
 from bakeoff.core.errors import BakeoffError, ConfigError, NewerSchemaError, RunDirError
+from bakeoff.core.loader import parse_bakeoff
 from bakeoff.core.record import RunRecord
 from bakeoff.core.reports.model import summarize_run
 from bakeoff.core.resume import load_resume

@@ -9,18 +9,15 @@ from typing import Any, ClassVar
 
 import pytest
 
+from bakeoff.core import plan as plan_module
 from bakeoff.core import protocol
 from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
-from bakeoff.core.config import Arm, RequestOverrides, Workload, parse_bakeoff
+from bakeoff.core.config import Arm, RequestOverrides, Workload
 from bakeoff.core.errors import CapabilityNotSupported, ConfigError
-from bakeoff.core.sweep import (
-    SharedEngine,
-    arm_name_for,
-    effective_workload,
-    expand_sweeps,
-    order_for_sharing,
-    server_key,
-)
+from bakeoff.core.launcher import SharedEngine
+from bakeoff.core.loader import parse_bakeoff
+from bakeoff.core.plan import effective_workload, order_for_sharing, server_key
+from bakeoff.core.sweep import arm_name_for, expand_sweeps
 
 ARM_SWEEP = """\
 name: s
@@ -172,7 +169,7 @@ class _IgnoresNMin(EngineAdapter):
 
 
 def _forgetful_plan(monkeypatch: pytest.MonkeyPatch, sweep: str, twins: bool = False) -> Any:
-    monkeypatch.setattr(protocol, "load_engine", lambda name: _IgnoresNMin())
+    monkeypatch.setattr(plan_module, "load_engine", lambda name: _IgnoresNMin())
     twin = "  - {name: twin, engine: forgetful, model: m.gguf}\n" if twins else ""
     text = (f"name: s\narms:\n  - {{name: plain, engine: forgetful, model: m.gguf}}\n{twin}"
             f"  - name: ng\n    engine: forgetful\n    model: m.gguf\n    speculative: {{method: ngram}}\n"
@@ -199,7 +196,7 @@ def test_a_launch_error_is_raised_at_plan_time_before_any_arm_starts(monkeypatch
                 raise ConfigError("cannot build this launch")
             return super().launch_spec(arm, port, workdir)
 
-    monkeypatch.setattr(protocol, "load_engine", lambda name: Broken())
+    monkeypatch.setattr(plan_module, "load_engine", lambda name: Broken())
     text = ("name: s\narms:\n  - {name: good, engine: forgetful, model: m.gguf}\n"
             "  - {name: bad, engine: forgetful, model: bad.gguf}\nworkload: {prompts: [prose]}\n")
     started: list[str] = []

@@ -94,7 +94,7 @@ def test_a_run_records_gpus_and_telemetry_on_every_sample(monkeypatch: pytest.Mo
     """Through the protocol with a real (sim) engine process and a fake NVML: run.json gets the GPUs and each
     arm's idle power and limits; every timed request gets energy and tokens per joule."""
     from bakeoff.core import protocol
-    from bakeoff.core.config import parse_bakeoff
+    from bakeoff.core.loader import parse_bakeoff
     from bakeoff.core.reports import summarize_run
     from bakeoff.core.store import RunDir
 

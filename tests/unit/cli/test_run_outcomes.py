@@ -99,16 +99,16 @@ def test_an_unexpected_error_in_one_arm_fails_that_arm_with_its_cause_and_resume
                                  f"{{name: broken, engine: openai, url: '{hostile_server.url('ok')}'}}",
                                  f"{{name: last, engine: openai, url: '{hostile_server.url('ok')}'}}"],
                       "{prompts: [prose], max_tokens: 8, reps: 3, warmup: 0, seed: 1}")
-    real = protocol._make_sample
+    real = protocol.make_sample
 
-    def second_request_of_broken_raises(planned: Any, result: Any, stats: Any, run_id: str, prompt: str,
-                                        mode: str, rep: int, *rest: Any) -> Any:
-        if planned.arm.name == "broken" and rep == 1:  # what an unforeseen engine answer does to pydantic
+    def second_request_of_broken_raises(arm: Any, adapter: Any, result: Any, stats: Any, run_id: str, prompt: str,
+                                        mode: str, rep: int, *rest: Any, **kw: Any) -> Any:
+        if arm.name == "broken" and rep == 1:  # what an unforeseen engine answer does to pydantic
             from bakeoff.core.sample import Sample
             Sample.model_validate({"finish_reason": 7})
-        return real(planned, result, stats, run_id, prompt, mode, rep, *rest)
+        return real(arm, adapter, result, stats, run_id, prompt, mode, rep, *rest, **kw)
 
-    monkeypatch.setattr(protocol, "_make_sample", second_request_of_broken_raises)
+    monkeypatch.setattr(protocol, "make_sample", second_request_of_broken_raises)
     code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
     assert code == ExitCode.PARTIAL, out
     run = only_run(tmp_path / "runs")
@@ -124,7 +124,7 @@ def test_an_unexpected_error_in_one_arm_fails_that_arm_with_its_cause_and_resume
     assert sorted(s.rep for s in stored if s.arm == "last") == [0, 1, 2]  # the run went on to the next arm
     assert meta["finished_at"] is not None
 
-    monkeypatch.setattr(protocol, "_make_sample", real)
+    monkeypatch.setattr(protocol, "make_sample", real)
     code, out = run_cli("--resume", str(run))
     assert code == ExitCode.OK, out
     keys = [(s.arm, s.rep) for s in read_samples(run)]

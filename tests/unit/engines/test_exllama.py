@@ -20,9 +20,10 @@ import yaml
 from sse_fakes import split_events
 
 from bakeoff.core.adapter import check_arm_capabilities
-from bakeoff.core.client import account, stream_chat
+from bakeoff.core.client import stream_chat
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import CapabilityNotSupported, EngineUnavailable, PreflightError
+from bakeoff.core.measure import account
 from bakeoff.engines.exllama import ExllamaAdapter, cache_mode, parse_metrics_lines
 
 FIX = Path(__file__).parent.parent.parent / "fixtures" / "exllama"

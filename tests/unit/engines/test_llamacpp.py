@@ -347,7 +347,8 @@ def test_garbage_props_and_slots_become_named_mismatches(tmp_path: Path, routes:
 def test_multi_token_events_are_counted_from_per_chunk_timings() -> None:
     """Real capture: emoji tokens end inside a UTF-8 character, so llama.cpp streams 3 tokens in one event.
     timings_per_token's cumulative predicted_n counts them exactly; the one-token-per-event assumption would not."""
-    from bakeoff.core.client import account, stream_chat
+    from bakeoff.core.client import stream_chat
+    from bakeoff.core.measure import account
 
     body = (FIX / "chat_stream_timings_per_token_utf8.sse").read_bytes()
     sse = {"content-type": "text/event-stream"}

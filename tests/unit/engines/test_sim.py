@@ -10,9 +10,10 @@ import httpx
 import pytest
 from sse_fakes import split_events
 
-from bakeoff.core.client import account, stream_chat
+from bakeoff.core.client import stream_chat
 from bakeoff.core.config import Arm
 from bakeoff.core.errors import ConfigError
+from bakeoff.core.measure import account
 from bakeoff.engines.sim import SERVER, SimAdapter, SimOptions
 from bakeoff.engines.sim.server import DEFAULTS, stream_actions
 

@@ -16,8 +16,8 @@ import pytest
 from sse_fakes import split_events
 
 from bakeoff.core.adapter import check_arm_capabilities
-from bakeoff.core.client import account, stream_chat
-from bakeoff.core.config import Arm, Workload, load_bakeoff
+from bakeoff.core.client import stream_chat
+from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import (
     CapabilityNotSupported,
     ConfigError,
@@ -25,6 +25,8 @@ from bakeoff.core.errors import (
     MeasurementError,
     PreflightError,
 )
+from bakeoff.core.loader import load_bakeoff
+from bakeoff.core.measure import account
 from bakeoff.core.metrics import parse_metrics
 from bakeoff.core.models import cache_root
 from bakeoff.engines.vllm import install as vllm_install

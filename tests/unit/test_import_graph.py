@@ -1,0 +1,183 @@
+"""The layers of ``bakeoff.core``, read from the source: no import circle, no import up a layer.
+
+Every import statement of every module is read with ``ast`` (those inside functions and under
+``TYPE_CHECKING`` too: a late import is still a dependency), so a layer cannot be broken quietly by
+moving an import into a function. docs/architecture.md describes the same layers in words.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import bakeoff.core
+
+CORE = Path(bakeoff.core.__file__).parent
+PACKAGE = "bakeoff.core"
+
+# Bottom to top. A module may import modules of its own layer (without a circle) and of layers below it.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("errors", "textfmt", "redact", "liveconfig", "pypi", "hostinfo", "telemetry", "roofline",
+                    "sample", "sample_lines")),
+    ("bakeoff file", ("config", "sweep", "prompts")),
+    ("records", ("record", "db", "store", "stats")),
+    ("engine contract", ("client", "metrics", "readback", "adapter", "registry", "models", "sdist_build")),
+    ("measurement", ("measure", "depth", "concurrency", "points", "launcher", "compose", "attach", "hardware",
+                     "fairness", "gates", "watchdog")),
+    ("plan", ("loader", "calibrate", "plan")),
+    ("run", ("protocol", "phases", "selftest", "resume", "live", "promote")),
+    ("reports", ("reports", "reports.*")),
+    ("face and CLI", ("", "cli", "cli.*")),  # "" is bakeoff.core itself: its __init__ re-exports the public API
+]
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted name relative to bakeoff.core ("" for the package itself) -> file."""
+    out = {}
+    for path in sorted(CORE.rglob("*.py")):
+        parts = list(path.relative_to(CORE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module an ImportFrom reads from."""
+    if not node.level:
+        return node.module or ""
+    base = f"{PACKAGE}.{module}".rstrip(".").split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str, path: Path) -> Iterator[str]:
+    """Every absolute module name this module imports (``from x import y`` yields x.y when y is a module)."""
+    known = _modules()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(module, path.name == "__init__.py", node)
+            sub = [f"{source}.{a.name}" for a in node.names
+                   if f"{source}.{a.name}".removeprefix(f"{PACKAGE}.") in known]
+            if len(sub) < len(node.names) or not sub:  # some names come from ``source`` itself
+                yield source
+            yield from sub
+
+
+def _core_graph() -> dict[str, set[str]]:
+    """bakeoff.core module -> the bakeoff.core modules it imports (relative names, "" = the package)."""
+    known = _modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in known.items():
+        deps = set()
+        for target in _imports(module, path):
+            if target == PACKAGE:
+                deps.add("")
+            elif target.startswith(f"{PACKAGE}."):
+                name = target.removeprefix(f"{PACKAGE}.")
+                while name and name not in known:  # bakeoff.core.adapter.Capabilities -> adapter
+                    name = name.rpartition(".")[0]
+                deps.add(name)
+        deps.discard(module)
+        graph[module] = deps
+    return graph
+
+
+def _layer_of(module: str) -> int:
+    for index, (_, members) in enumerate(LAYERS):
+        for member in members:
+            if module == member or (member.endswith(".*") and module.startswith(member[:-1])):
+                return index
+    raise KeyError(module)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _shown(module: str) -> str:
+    return f"{PACKAGE}.{module}".rstrip(".")
+
+
+def test_every_core_module_is_placed_in_one_layer() -> None:
+    unplaced = []
+    for module in _modules():
+        try:
+            _layer_of(module)
+        except KeyError:
+            unplaced.append(_shown(module))
+    assert not unplaced, f"add these modules to LAYERS (and docs/architecture.md): {unplaced}"
+
+
+def test_core_modules_import_each_other_without_a_circle() -> None:
+    cycles = [[_shown(m) for m in c] for c in _cycles(_core_graph())]
+    assert not cycles, f"import circles in bakeoff.core: {cycles}"
+
+
+def test_no_core_module_imports_a_layer_above_its_own() -> None:
+    upward = []
+    for module, deps in _core_graph().items():
+        for dep in deps:
+            if _layer_of(dep) > _layer_of(module):
+                upward.append(f"{_shown(module)} ({LAYERS[_layer_of(module)][0]}) imports {_shown(dep)} "
+                              f"({LAYERS[_layer_of(dep)][0]})")
+    assert not upward, "imports that run up a layer:\n" + "\n".join(sorted(upward))
+
+
+# Core modules that still import an engine module, each with why; the list may only shrink.
+KNOWN_ENGINE_IMPORTS = {
+    "calibrate": "issue 15: calibration arms are built from engines/llamacpp_synth.py's model synthesizer; "
+                 "belongs behind an adapter hook",
+}
+
+
+def test_core_never_imports_an_engine_or_a_plugin() -> None:
+    found = {module: target for module, path in _modules().items() for target in _imports(module, path)
+             if target.startswith(("bakeoff.engines", "bakeoff_")) or target == "bakeoff"}
+    new = {_shown(m): t for m, t in found.items() if m not in KNOWN_ENGINE_IMPORTS}
+    assert not new, f"core imports an engine or plugin module: {new}"
+    assert set(found) == set(KNOWN_ENGINE_IMPORTS), "a known engine import is gone: drop it from KNOWN_ENGINE_IMPORTS"
+
+
+def test_the_graph_reader_sees_late_and_relative_imports() -> None:
+    """The reader itself: a function-level import and ``from . import x`` are edges, or the tests above prove nothing."""
+    graph = _core_graph()
+    assert "measure" in graph["protocol"] and "points" in graph["protocol"]  # from .measure / from . import points
+    assert "compose" in graph["live"]  # imported inside a function
+    assert "cli.run" in graph["cli"] and "config" in graph[""]  # a package's own modules, and its __init__
