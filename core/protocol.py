@@ -42,8 +42,8 @@ from .telemetry import GpuMonitor, open_monitor
 
 # The run loop is run_plan. The planning names stay importable from here for callers written before
 # core/plan.py existed; new code imports them from core/plan.py.
-__all__ = ["run_plan", "run_extra_pass", "ProtocolEvents", "is_write_failure", "engine_for", "PlannedArm", "Plan", "plan_run",
-           "add_pass", "plan_warnings", "run_metadata"]
+__all__ = ["run_plan", "run_extra_pass", "ProtocolEvents", "is_write_failure", "engine_for",
+           "PlannedArm", "Plan", "plan_run", "add_pass", "plan_warnings", "run_metadata"]
 
 
 @dataclass

@@ -119,11 +119,13 @@ def ngram_server(vllm_ready: None, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def measure(served: Served, rep: int) -> tuple[Sample, dict[str, int]]:
     """One request the way the protocol makes it; returns the sample and the final usage."""
-    body = build_request(served.planned.arm, served.adapter, WORKLOAD, CODE, WORKLOAD.sampling_modes()["greedy"], "smollm2")
+    greedy = WORKLOAD.sampling_modes()["greedy"]
+    body = build_request(served.planned.arm, served.adapter, WORKLOAD, CODE, greedy, "smollm2")
     before = served.adapter.before_request(served.http)
     result = stream_chat(served.http, body, 300)
     stats = served.adapter.server_stats(served.http, result.final, before, "")
-    sample = make_sample(served.planned.arm, served.adapter, result, stats, "test", CODE.name, "greedy", rep, 0, None, 0.0)
+    sample = make_sample(served.planned.arm, served.adapter, result, stats, "test", CODE.name, "greedy", rep, 0,
+                         None, 0.0)
     assert stats.extra["per_request_metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] == stats.accepted
     return sample, result.usage or {}
 

@@ -176,7 +176,7 @@ def test_core_never_imports_an_engine_or_a_plugin() -> None:
 
 
 def test_the_graph_reader_sees_late_and_relative_imports() -> None:
-    """The reader itself: a function-level import and ``from . import x`` are edges, or the tests above prove nothing."""
+    """The reader itself: function-level imports and ``from . import x`` are edges (else the tests prove nothing)."""
     graph = _core_graph()
     assert "measure" in graph["protocol"] and "points" in graph["protocol"]  # from .measure / from . import points
     assert "compose" in graph["live"]  # imported inside a function
