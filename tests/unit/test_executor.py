@@ -16,10 +16,10 @@ import pytest
 
 from bakeoff.core.adapter import LaunchSpec
 from bakeoff.core.block import run_block
-from bakeoff.core.config import parse_bakeoff
 from bakeoff.core.errors import ConfigError
 from bakeoff.core.executor import LocalExecutor, executor_for
 from bakeoff.core.launcher import Engine
+from bakeoff.core.loader import parse_bakeoff
 from bakeoff.core.placement import blocks_of
 from bakeoff.core.sample import Sample
 from bakeoff.engines.sim import SimAdapter

@@ -19,14 +19,14 @@ PACKAGE = "bakeoff.core"
 # Bottom to top. A module may import modules of its own layer (without a circle) and of layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("errors", "textfmt", "redact", "liveconfig", "pypi", "hostinfo", "telemetry", "roofline",
-                    "sample", "sample_lines")),
+                    "sample", "sample_lines", "placement")),
     ("bakeoff file", ("config", "sweep", "prompts")),
-    ("records", ("record", "db", "store", "stats")),
+    ("records", ("record", "db", "store", "stats", "decision")),
     ("engine contract", ("client", "metrics", "readback", "adapter", "registry", "models", "sdist_build")),
     ("measurement", ("measure", "depth", "concurrency", "points", "launcher", "compose", "attach", "hardware",
                      "fairness", "gates", "watchdog")),
     ("plan", ("loader", "calibrate", "plan")),
-    ("run", ("protocol", "phases", "selftest", "resume", "live", "promote")),
+    ("run", ("protocol", "executor", "block", "ray_executor", "phases", "selftest", "resume", "live", "promote")),
     ("reports", ("reports", "reports.*")),
     ("face and CLI", ("", "cli", "cli.*")),  # "" is bakeoff.core itself: its __init__ re-exports the public API
 ]
