@@ -29,7 +29,16 @@ __all__ = ["DepthInfo", "DepthBuilder", "filler_words", "effective_context", "re
 # Effective.values keys under which adapters report the context one request may use, best first.
 CONTEXT_KEYS = ("context_tokens", "n_ctx_per_slot", "max_model_len", "n_ctx")
 
-_WORDS = ["river", "harbour", "lantern", "orchard", "meadow", "window", "village", "kettle", "ledger", "compass", "garden", "signal", "market", "bridge", "engine", "copper", "timber", "shelter", "morning", "evening", "winter", "summer", "autumn", "spring", "island", "valley", "ferry", "baker", "teacher", "miller", "painter", "sailor", "farmer", "keeper", "clerk", "weaver", "carpenter", "doctor", "student", "walks", "carries", "builds", "paints", "counts", "mends", "watches", "follows", "gathers", "opens", "closes", "sorts", "repairs", "quietly", "slowly", "early", "later", "often", "rarely", "gently", "carefully", "together", "again", "nearly", "almost", "old", "new", "small", "quiet", "narrow", "bright", "heavy", "simple", "distant", "careful", "patient", "crowded", "empty", "warm", "stone", "paper", "glass", "salt", "bread", "rope", "wool", "iron", "clay", "honey", "letter", "story", "record", "table", "chair", "road", "the", "a", "of", "and", "to", "in", "on", "with", "near", "under", "over", "across", "beside", "before", "after", "during", "while", "because"]
+_WORDS = (
+    "river harbour lantern orchard meadow window village kettle ledger compass garden signal market "
+    "bridge engine copper timber shelter morning evening winter summer autumn spring island valley "
+    "ferry baker teacher miller painter sailor farmer keeper clerk weaver carpenter doctor student "
+    "walks carries builds paints counts mends watches follows gathers opens closes sorts repairs "
+    "quietly slowly early later often rarely gently carefully together again nearly almost "
+    "old new small quiet narrow bright heavy simple distant careful patient crowded empty warm "
+    "stone paper glass salt bread rope wool iron clay honey letter story record table chair road "
+    "the a of and to in on with near under over across beside before after during while because"
+).split()
 _PAD_PIECES = (" and", " so", " a", " the", " it", ".", " yes", " ok")
 _MAX_COUNTS = 60  # tokenizer calls allowed for one prompt before giving up
 
