@@ -15,7 +15,7 @@ import pytest
 from hostile_server import HostileServer
 from typer.testing import CliRunner
 
-from bakeoff.core import protocol
+from bakeoff.core import measure, protocol
 from bakeoff.core.cli import app
 from bakeoff.core.cli.exit_codes import ExitCode
 from bakeoff.core.store import RunDir, read_samples
@@ -99,7 +99,7 @@ def test_an_unexpected_error_in_one_arm_fails_that_arm_with_its_cause_and_resume
                                  f"{{name: broken, engine: openai, url: '{hostile_server.url('ok')}'}}",
                                  f"{{name: last, engine: openai, url: '{hostile_server.url('ok')}'}}"],
                       "{prompts: [prose], max_tokens: 8, reps: 3, warmup: 0, seed: 1}")
-    real = protocol.make_sample
+    real = measure.make_sample  # what protocol calls
 
     def second_request_of_broken_raises(arm: Any, adapter: Any, result: Any, stats: Any, run_id: str, prompt: str,
                                         mode: str, rep: int, *rest: Any, **kw: Any) -> Any:
