@@ -84,7 +84,9 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
     done = resume.done if resume else set()
     console.print(f"run directory: [bold]{run.path}[/bold]")
     live = LiveRun(config, run, console.print)  # live: and phases: (docs/live.md); a no-op without them
-    previous = {sig: signal.signal(sig, _signal_as_interrupt) for sig in _STOP_SIGNALS}
+    # A signal the caller ignores stays ignored: `nohup bakeoff run` must survive a closed terminal.
+    previous = {sig: signal.signal(sig, _signal_as_interrupt) for sig in _STOP_SIGNALS
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         live.open()
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -289,13 +289,23 @@ def _bakeoff() -> list[str]:
     return [exe] if exe else [sys.executable, "-c", "from bakeoff.core.cli import main; main()"]
 
 
-def _run_until_samples(cfg: Path, out: Path, engine_name: bytes, n: int = 2,
-                       wait_s: float = 60) -> tuple[subprocess.Popen[str], Path, int]:
+def _as_from_a_terminal(ignored: tuple[int, ...] = ()) -> Callable[[], None]:
+    """The stop signals as an interactive shell hands them to a foreground command, whatever this test inherited
+    (a background job starts with SIGINT ignored, a nohup'd one with SIGHUP ignored); ``ignored`` stay ignored."""
+    def setup() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+    return setup
+
+
+def _run_until_samples(cfg: Path, out: Path, engine_name: bytes, n: int = 2, wait_s: float = 60,
+                       ignored: tuple[int, ...] = ()) -> tuple[subprocess.Popen[str], Path, int]:
     """Start ``bakeoff run`` and wait until ``n`` samples are stored; returns it, samples.jsonl and the engine's
     pgid."""
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.Popen([*_bakeoff(), "run", str(cfg), "--out", str(out)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_as_from_a_terminal(ignored))
     try:
         deadline = time.monotonic() + wait_s
         jsonl: Path | None = None
@@ -367,6 +377,22 @@ def test_interrupt_stops_the_engine_group_keeps_samples_and_resume_completes(tmp
     again = subprocess.run([*_bakeoff(), "run", "--resume", str(run_dir)], env=env, capture_output=True,
                            text=True, timeout=120)
     assert again.returncode == 0 and jsonl.read_text() == after  # resuming a complete run adds nothing
+
+
+def test_a_nohup_run_survives_the_hangup_it_was_told_to_ignore(tmp_path: Path) -> None:
+    """`nohup bakeoff run` starts with SIGHUP ignored: a closed terminal must not end it."""
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(INTERRUPTED)
+    proc, jsonl, _ = _run_until_samples(cfg, tmp_path / "runs", b"sim/server.py", ignored=(signal.SIGHUP,))
+    try:
+        proc.send_signal(signal.SIGHUP)
+        output = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, output
+    assert len(read_samples(jsonl.parent)) == 10
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGUSR1], ids=["SIGKILL", "SIGUSR1"])

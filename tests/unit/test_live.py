@@ -88,7 +88,13 @@ WORKLOAD = {"prompts": ["code_python"], "max_tokens": 8, "reps": 1, "warmup": 0}
 def bakeoff(*args: str, tmp: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "BAKEOFF_WATCHDOG_GRACE_S": "1"}
     return subprocess.Popen([BAKEOFF, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=tmp, env=env, start_new_session=True)
+                            cwd=tmp, env=env, start_new_session=True, preexec_fn=_ctrl_c_not_ignored)
+
+
+def _ctrl_c_not_ignored() -> None:
+    # A background job (`cmd &` without job control, as CI scripts run) starts with SIGINT ignored, and Python then
+    # never raises KeyboardInterrupt; these tests send SIGINT as a terminal's Ctrl-C would reach a foreground run.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_dir(tmp: Path) -> Path:
