@@ -118,7 +118,7 @@ def _prefix(section: CalibrateSection) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _mtp_grid(n_max: int) -> tuple[tuple[float, float], ...]:
-    from ..engines.llamacpp.synth import expected_mtp_acceptance
+    from bakeoff.engines.llamacpp.synth import expected_mtp_acceptance
 
     return tuple((p / GRID, expected_mtp_acceptance(p / GRID, n_max, drafts=600)) for p in range(GRID + 1))
 
@@ -129,7 +129,7 @@ def mtp_file_acceptance(target: float, n_max: int) -> tuple[float, float]:
     relation is not the identity (nor monotone): it is searched on a grid."""
     if n_max == 1 or target in (0.0, 1.0):
         return target, target
-    from ..engines.llamacpp.synth import expected_mtp_acceptance
+    from bakeoff.engines.llamacpp.synth import expected_mtp_acceptance
 
     p, _ = min(_mtp_grid(n_max), key=lambda pe: (abs(pe[1] - target), pe[0]))
     return p, expected_mtp_acceptance(p, n_max)
@@ -168,7 +168,7 @@ def plan_points(section: CalibrateSection) -> list[CalPoint]:
 
 
 def _dims(section: CalibrateSection) -> Any:
-    from ..engines.llamacpp.synth import Dims
+    from bakeoff.engines.llamacpp.synth import Dims
 
     dims = Dims()
     if isinstance(section.shape, dict):
@@ -185,7 +185,7 @@ Synthesizer = Callable[[Any], Path]
 
 
 def _llamacpp_arm(section: CalibrateSection, point: CalPoint, synth: Synthesizer) -> dict[str, Any]:
-    from ..engines.llamacpp.synth import SynthSpec
+    from bakeoff.engines.llamacpp.synth import SynthSpec
 
     dims = _dims(section)
     base: dict[str, Any] = {"name": point.arm, "engine": "llamacpp",
@@ -226,7 +226,7 @@ def _vllm_arm(section: CalibrateSection, point: CalPoint) -> dict[str, Any]:
 def calibration_arms(section: CalibrateSection, synth: Synthesizer | None = None) -> list[Arm]:
     """The arms of one section; llama.cpp models are synthesized (cached) on the way."""
     if synth is None:
-        from ..engines.llamacpp.synth import synthesize
+        from bakeoff.engines.llamacpp.synth import synthesize
 
         synth = synthesize
     arms = []
