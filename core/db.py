@@ -3,7 +3,8 @@
 ``samples.jsonl`` stays the record (one line per request, fsynced); the database indexes the same
 samples by their measurement point so that a resumed run can skip what is stored and can never store
 a point twice. One file per run directory (``bakeoff.sqlite``, owner-only), in WAL mode so a reader
-(``bakeoff runs`` while a run is going) never blocks the writer.
+(``bakeoff runs`` while a run is going) never blocks the writer. Readers open it read-only and leave the
+run directory exactly as they found it (see :meth:`RunDB._read`).
 
 Write order for one sample: a transaction checks the point and inserts the row, the JSON line is
 appended and fsynced, then the transaction commits. A crash between the last two leaves a line the
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import DuplicateSampleError, StoreError
 from .sample import Sample
@@ -80,6 +81,7 @@ CREATE INDEX IF NOT EXISTS samples_by_uid ON samples (run_id, uid);
 
 
 Point = tuple[str, str, str, int, int, int | None, int | None]
+T = TypeVar("T")
 
 
 def point_of(sample: Sample) -> Point:
@@ -131,6 +133,7 @@ class RunDB:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A connection for writing: creates the file and the schema when they are missing."""
         if not self.path.exists():
             # Created owner-only; SQLite gives the -wal and -shm files the same mode.
             os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
@@ -145,6 +148,45 @@ class RunDB:
                 conn.executescript(_SCHEMA)
                 conn.execute(f"PRAGMA user_version={DB_SCHEMA_VERSION}")
             yield conn
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {exc}") from exc
+        finally:
+            conn.close()
+
+    def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``query`` on a read-only connection that writes nothing into the run directory.
+
+        In WAL mode even a read-only connection creates -wal and -shm files beside the database (and
+        leaves them) when it may. A database no writer has open has no -wal file: its last writer
+        checkpointed and removed it, so the file is complete and is read as immutable, which touches
+        nothing. If a writer opened it meanwhile (a -wal file appeared, or the file changed), the read
+        is done again through the WAL, like any reader of a running run.
+
+        :raises StoreError: no database, or it cannot be read.
+        """
+        if not self.path.exists():
+            raise StoreError(f"{self.path} does not exist")
+        wal = self.path.with_name(self.path.name + "-wal")
+        if not wal.exists():
+            before = _file_state(self.path)
+            try:
+                result = self._query(query, immutable=True)
+            except StoreError:
+                if wal.exists() or _file_state(self.path) != before:
+                    return self._query(query, immutable=False)
+                raise
+            if not wal.exists() and _file_state(self.path) == before:
+                return result
+        return self._query(query, immutable=False)
+
+    def _query(self, query: Callable[[sqlite3.Connection], T], *, immutable: bool) -> T:
+        uri = self.path.resolve().as_uri() + "?mode=ro" + ("&immutable=1" if immutable else "")
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=30)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {self.path}: {exc}") from exc
+        try:
+            return query(conn)
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: {exc}") from exc
         finally:
@@ -212,7 +254,7 @@ class RunDB:
         lines. Unreadable lines (torn by a crash) and other runs' lines are skipped. Returns how many rows
         were added.
         """
-        with self._connect() as conn:
+        with self._connect() as conn:  # the writer's connection: it creates the schema of a new index
             indexed = Counter(row[0] for row in conn.execute("SELECT uid FROM samples WHERE run_id=?", (run_id,)))
         missing: list[tuple[str, Sample]] = []
         for line in lines:
@@ -253,11 +295,11 @@ class RunDB:
                 raise
         return added
 
-    # -- reading ---------------------------------------------------------------------------
+    # -- reading (nothing is written: see _read) -----------------------------------------------
     def points(self, run_id: str) -> list[Point]:
         """The point of every stored sample (one entry per sample)."""
-        with self._connect() as conn:
-            rows = conn.execute("SELECT point FROM samples WHERE run_id=? ORDER BY id", (run_id,)).fetchall()
+        rows = self._read(lambda conn: conn.execute(
+            "SELECT point FROM samples WHERE run_id=? ORDER BY id", (run_id,)).fetchall())
         return [tuple(json.loads(r[0])) for r in rows]
 
     def samples(self, run_id: str) -> list[Sample]:
@@ -265,22 +307,20 @@ class RunDB:
 
     def rows(self, run_id: str) -> list[tuple[str, str, str]]:
         """(uid, point, data) of every stored sample of the run, in the order they were stored."""
-        with self._connect() as conn:
-            rows = conn.execute("SELECT uid, point, data FROM samples WHERE run_id=? ORDER BY id",
-                                (run_id,)).fetchall()
+        rows = self._read(lambda conn: conn.execute(
+            "SELECT uid, point, data FROM samples WHERE run_id=? ORDER BY id", (run_id,)).fetchall())
         return [(str(u), str(p), str(d)) for u, p, d in rows]
 
     def run_ids(self) -> list[str]:
         """Every run id the index holds (one, unless samples of another run were indexed here)."""
-        with self._connect() as conn:
+        def query(conn: sqlite3.Connection) -> set[str]:
             ids = {r[0] for r in conn.execute("SELECT run_id FROM runs")}
-            ids |= {r[0] for r in conn.execute("SELECT DISTINCT run_id FROM samples")}
-        return sorted(i for i in ids if i)
+            return ids | {r[0] for r in conn.execute("SELECT DISTINCT run_id FROM samples")}
+        return sorted(i for i in self._read(query) if i)
 
     def run_meta(self, run_id: str) -> dict[str, Any] | None:
         """The copy of run.json kept in the index (the run's own, or the only one there)."""
-        with self._connect() as conn:
-            rows = conn.execute("SELECT run_id, meta FROM runs").fetchall()
+        rows = self._read(lambda conn: conn.execute("SELECT run_id, meta FROM runs").fetchall())
         chosen = [m for r, m in rows if r == run_id] or ([rows[0][1]] if len(rows) == 1 else [])
         if not chosen:
             return None
@@ -292,12 +332,14 @@ class RunDB:
 
     def summary(self, run_id: str, path: Path) -> RunSummary:
         """Counts for ``bakeoff runs``."""
-        with self._connect() as conn:
+        def query(conn: sqlite3.Connection) -> tuple[Any, Any]:
             run = conn.execute("SELECT name, started_at, finished_at, meta FROM runs WHERE run_id=?",
                                (run_id,)).fetchone()
             counts = conn.execute(
                 "SELECT count(*), coalesce(sum(status='error'), 0), coalesce(sum(flags != '[]'), 0) "
                 "FROM samples WHERE run_id=?", (run_id,)).fetchone()
+            return run, counts
+        run, counts = self._read(query)
         out = RunSummary(run_id=run_id, path=path, samples=counts[0], errors=counts[1], flagged=counts[2])
         if run is not None:
             out.name, out.started_at, out.finished_at = run[0], run[1], run[2]
@@ -305,6 +347,15 @@ class RunDB:
             out.arms = [a.get("name", "?") for a in (meta.get("config") or {}).get("arms", [])]
             out.failed_arms = failed_arms({"arm_records": arm_records_of(path, meta)})
         return out
+
+
+def _file_state(path: Path) -> tuple[int, int, int] | None:
+    """What changes when a writer checkpoints into the file or replaces it (None: it is gone)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def arm_records_of(run_dir: Path, meta: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

@@ -1,7 +1,7 @@
 """Reports from a run directory: terminal table, community markdown, versioned JSON, plots, one HTML file.
 
 :func:`write_reports` computes the run summary once (core/stats.py) and writes every format under
-``RUN_DIR/report/``; each format only renders the summary.
+``RUN_DIR/report/`` (or a directory the caller names); each format only renders the summary.
 """
 
 from __future__ import annotations
@@ -16,8 +16,14 @@ from .model import REPORT_SCHEMA_VERSION, RunSummary, load_run, summarize_run
 from .plots import render_plots, write_plots
 from .terminal import print_summary
 
-__all__ = ["REPORT_SCHEMA_VERSION", "RunSummary", "ReportFiles", "summarize_run", "write_reports", "print_summary",
-           "render_markdown", "render_html"]
+__all__ = ["REPORT_SCHEMA_VERSION", "RunSummary", "ReportFiles", "summarize_run", "write_reports", "report_dir",
+           "print_summary", "render_markdown", "render_html"]
+
+
+def report_dir(run_path: Path, out: Path | None = None) -> Path:
+    """Where a run's report files go: ``out`` when given (a run directory may be read-only), else
+    ``run_path/report``."""
+    return out if out is not None else run_path / "report"
 
 
 @dataclass
@@ -30,15 +36,17 @@ class ReportFiles:
     plot_failures: list[str] = field(default_factory=list)
 
 
-def write_reports(run_path: Path, summary: RunSummary | None = None, *, plots: bool = True) -> ReportFiles:
-    """Write report.md, summary.json, report.html and the plots into ``run_path/report``.
+def write_reports(run_path: Path, summary: RunSummary | None = None, *, plots: bool = True,
+                  out: Path | None = None) -> ReportFiles:
+    """Write report.md, summary.json, report.html and the plots into ``out`` (default ``run_path/report``);
+    the run directory itself is only read.
 
     :raises MeasurementError: the directory cannot be written.
     """
     summary = summary or summarize_run(run_path)
-    out = run_path / "report"
+    out = report_dir(run_path, out)
     try:
-        out.mkdir(exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
         samples = load_run(run_path, drop_foreign_load=summary.dropped_foreign_load is not None)[1]
         failures: list[str] = []
         rendered = render_plots(summary, samples, failures) if plots else {}

@@ -231,3 +231,16 @@ def test_db_reads_an_existing_index_without_a_run_dir_object(tmp_path: Path) -> 
     run = RunDir(tmp_path / "r")
     run.append(_sample(run))
     assert RunDB(run.path).points(run.run_id) == [("a", "prose", "greedy", 0, 0, None, None)]
+
+
+def test_a_reader_sees_what_a_writer_with_the_index_open_committed(tmp_path: Path) -> None:
+    # A finished index is read as an immutable file; while a writer holds it open (a run going on), the
+    # newest samples live in the -wal file only, and the reader must read through it.
+    run = RunDir(tmp_path / "r")
+    run.append(_sample(run, rep=0))
+    with run.db._connect():  # the writer keeps the index open, so the next commit is not checkpointed
+        run.append(_sample(run, rep=1))
+        assert (run.path / f"{DB_NAME}-wal").exists()
+        assert len(run.db.rows(run.run_id)) == 2
+    assert not (run.path / f"{DB_NAME}-wal").exists()  # the last writer checkpointed and removed it
+    assert len(run.db.rows(run.run_id)) == 2
