@@ -14,6 +14,9 @@ were within 1 %, and bakeoff's CPU per 1,000 tokens and in cores while streaming
 wall time, the source excluded). ``--outlier N`` then sends N requests at one rate and lists the worst
 ones with their position, so a periodic stall (every k-th request) shows.
 
+``--peers guidellm,aiperf --peer-venv DIR`` adds GuideLLM's and AIPerf's own per-request figures on the same
+streams and their CPU (benchmarks/peers.py), each tool from its own environment under DIR.
+
 Usage: ``python benchmarks/harness.py [--rates 100,167,...] [--per-event 1,5] [--outlier 200]``.
 Run on a quiet machine and quote the load average printed with the table.
 """
@@ -41,6 +44,9 @@ from bakeoff.core.hostinfo import CpuMeter
 from bakeoff.core.measure import account
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import RunDir
+
+sys.path.append(str(Path(__file__).resolve().parent))  # benchmarks/peers.py beside it, also under ``python -P``
+from peers import LABELS, PEERS, PeerPoint, run_point
 
 
 class GcWatch:
@@ -84,6 +90,18 @@ class Row:
     flagged: int = 0
     gc_in_stream: int = 0
     gc_max_ms: float = 0.0
+    peers: dict[str, PeerPoint] = field(default_factory=dict)
+
+
+@dataclass
+class PeerRun:
+    """Which peers to run, from where, and where they write."""
+
+    tools: list[str]
+    env_root: Path
+    truth_file: Path
+    work: Path
+    timeout_s: float
 
 
 def _truth_rate(truth: dict[str, Any]) -> float:
@@ -155,7 +173,8 @@ def _requests_for(rate: int) -> int:
     return 5 if rate < 1000 else 20
 
 
-def sweep(port: int, rates: list[int], per_events: list[int], run_dir: Path) -> list[Row]:
+def sweep(port: int, rates: list[int], per_events: list[int], run_dir: Path,
+          peer_run: PeerRun | None = None) -> list[Row]:
     path = BakeoffPath(f"http://127.0.0.1:{port}", run_dir)
     rows = []
     for per_event in per_events:
@@ -173,8 +192,13 @@ def sweep(port: int, rates: list[int], per_events: list[int], run_dir: Path) -> 
                 row.flagged += any(not f.startswith("foreign-load") for f in flags)
                 row.gc_in_stream += len(path.last_gc)
                 row.gc_max_ms = max([row.gc_max_ms] + [d / 1e6 for _, d, _ in path.last_gc])
+            for tool in peer_run.tools if peer_run else []:
+                assert peer_run is not None
+                row.peers[tool] = run_point(tool, peer_run.env_root, port, rate, per_event, _requests_for(rate),
+                                            N_TOKENS, peer_run.truth_file, peer_run.work, peer_run.timeout_s)
             rows.append(row)
-            print(f"  {rate} tok/s × {per_event}/event done", flush=True)
+            print(f"  {rate} tok/s × {per_event}/event done: {row_line(row, peer_run.tools if peer_run else [])}",
+                  flush=True)  # each row as it is measured: a run cut short keeps what it had
     return rows
 
 
@@ -227,17 +251,51 @@ def _pct(x: float) -> str:
     return "n/a" if x != x else f"{x:+.2%}"
 
 
-def print_table(rows: list[Row]) -> None:
-    print("\n| tok/s | tok/event | requests | raw client median / worst | bakeoff median / worst | bakeoff within 1 % "
-          "| flagged | bakeoff CPU ms per 1k tok | bakeoff cores while streaming | GC runs inside streams |")
-    print("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|")
+def _worst(errors: list[float]) -> float:
+    return max(errors, key=lambda e: abs(e) if e == e else float("inf")) if errors else float("nan")
+
+
+def _peer_cells(p: PeerPoint | None) -> str:
+    """median / worst, within 1 %, CPU ms per 1k tokens and cores over the streaming window, whole-run CPU s."""
+    if p is None or not p.errors:
+        why = "not run" if p is None else p.note.replace("|", "/")
+        return f" {why} | | | | |"
+    within = sum(abs(e) <= 0.01 for e in p.errors if e == e)
+    cpu_k = f"{p.window_cpu_s / p.tokens * 1e6:.1f}" if p.tokens else "n/a"
+    cores = f"{p.window_cpu_s / p.window_s:.3f}" if p.window_s > 0 else "n/a"
+    return (f" {_pct(_median(p.errors))} / {_pct(_worst(p.errors))} | {within}/{len(p.errors)} | {cpu_k} | {cores} "
+            f"| {p.total_cpu_s:.1f} |")
+
+
+def row_line(r: Row, peers: list[str]) -> str:
+    within = sum(abs(e) <= 0.01 for e in r.errors if e == e)
+    line = (f"| {r.rate} | {r.per_event} | {len(r.errors)} | {_pct(_median(r.raw_errors))} / "
+            f"{_pct(_worst(r.raw_errors))} | {_pct(_median(r.errors))} / {_pct(_worst(r.errors))} | "
+            f"{within}/{len(r.errors)} | {r.flagged} | {r.cpu_s / r.tokens * 1e6:.1f} | {r.cpu_s / r.wall_s:.3f} "
+            f"| {r.gc_in_stream} |")
+    return line + "".join(_peer_cells(r.peers.get(tool)) for tool in peers)
+
+
+def print_table(rows: list[Row], peers: list[str] | None = None) -> None:
+    """The table; with ``peers``, each tool's columns after bakeoff's (its median / worst, within 1 %, CPU ms
+    per 1k tokens and cores over the streaming window, and the whole invocation's CPU seconds)."""
+    peers = peers or []
+    head = ("| tok/s | tok/event | requests | raw client median / worst | bakeoff median / worst | bakeoff within 1 % "
+            "| flagged | bakeoff CPU ms per 1k tok | bakeoff cores while streaming | GC runs inside streams |")
+    rule = "|---:|---:|---:|---|---|---:|---:|---:|---:|---:|"
+    for tool in peers:
+        name = LABELS[tool]
+        head += (f" {name} median / worst | {name} within 1 % | {name} CPU ms per 1k tok | {name} cores while "
+                 f"streaming | {name} CPU s, whole run |")
+        rule += "---|---:|---:|---:|---:|"
+    print("\n" + head + "\n" + rule)
     for r in rows:
-        worst_raw = max(r.raw_errors, key=lambda e: abs(e) if e == e else float("inf"))
-        worst = max(r.errors, key=lambda e: abs(e) if e == e else float("inf"))
-        within = sum(abs(e) <= 0.01 for e in r.errors if e == e)
-        print(f"| {r.rate} | {r.per_event} | {len(r.errors)} | {_pct(_median(r.raw_errors))} / "
-              f"{_pct(worst_raw)} | {_pct(_median(r.errors))} / {_pct(worst)} | {within}/{len(r.errors)} "
-              f"| {r.flagged} | {r.cpu_s / r.tokens * 1e6:.1f} | {r.cpu_s / r.wall_s:.3f} | {r.gc_in_stream} |")
+        print(row_line(r, peers))
+    absent = {t: p.note for r in rows for t, p in r.peers.items() if not p.errors and p.note}
+    if not peers:
+        print("\nGuideLLM, AIPerf: not run (give --peers guidellm,aiperf --peer-venv DIR)")
+    for tool, note in absent.items():
+        print(f"\n{LABELS[tool]}: no figures at some points; e.g. {note}")
 
 
 def main() -> None:
@@ -247,9 +305,19 @@ def main() -> None:
     ap.add_argument("--outlier", type=int, default=200, help="requests in the periodic-outlier check (0: skip)")
     ap.add_argument("--outlier-rate", type=int, default=20000)
     ap.add_argument("--cli", type=int, default=0, help="also send this many requests through `bakeoff run` itself")
+    ap.add_argument("--peers", default="", help="comma-separated peers to run on the same streams: guidellm,aiperf")
+    ap.add_argument("--peer-venv", type=Path, default=None,
+                    help="folder holding guidellm/ and aiperf/: a venv each, or a pip --target folder each")
+    ap.add_argument("--peer-timeout", type=float, default=240.0, help="seconds one tool may take at one point")
     ap.add_argument("--gc", choices=("paused", "on"), default="paused",
                     help="on: leave the garbage collector running during streams (the behaviour before the fix)")
     args = ap.parse_args()
+    tools = [t for t in args.peers.split(",") if t]
+    unknown = [t for t in tools if t not in PEERS]
+    if unknown:
+        ap.error(f"--peers: unknown tool(s) {', '.join(unknown)} (known: {', '.join(PEERS)})")
+    if tools and args.peer_venv is None:
+        ap.error("--peers needs --peer-venv DIR (DIR/guidellm and DIR/aiperf: each tool's own environment)")
     if args.gc == "on":
         import contextlib
 
@@ -266,9 +334,13 @@ def main() -> None:
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores); "
               f"python {sys.version.split()[0]}; gc thresholds {gc.get_threshold()}", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
+            peer_run = (PeerRun(tools, args.peer_venv, truth_file, scratch / "peers", args.peer_timeout)
+                        if tools else None)
             rows = sweep(port, [int(x) for x in args.rates.split(",")], [int(x) for x in args.per_event.split(",")],
-                         Path(tmp) / "sweep")
-            print_table(rows)
+                         Path(tmp) / "sweep", peer_run)
+            print_table(rows, tools)
+            if tools:
+                print(f"\npeers' own result files and consoles: {scratch / 'peers'}")
             if args.outlier:
                 got, with_gc = outliers(port, args.outlier_rate, 1, args.outlier, Path(tmp) / "outlier")
                 errs = [e for _, e in got if e == e]
