@@ -62,7 +62,7 @@ BASE, TWIN, OTHER = "base", "twin", "other"
 
 
 def collect_config(model: str, passes: int, reps: int, max_tokens: int, threads: tuple[int, int],
-                   prompts: list[str]) -> str:
+                   prompts: list[str], warmup: int = 1) -> str:
     """The pool's bakeoff file: base and twin identical (the twin's env only makes it a separate start)."""
     t_base, t_other = threads
     settings = f"{{ctx: 1024, parallel: 1, threads: {t_base}}}"
@@ -72,7 +72,7 @@ arms:
   - {{name: {BASE}, engine: llamacpp, model: "{model}", settings: {settings}}}
   - {{name: {TWIN}, engine: llamacpp, model: "{model}", settings: {settings}, env: {{BAKEOFF_TWIN: "1"}}}}
   - {{name: {OTHER}, engine: llamacpp, model: "{model}", settings: {{ctx: 1024, parallel: 1, threads: {t_other}}}}}
-workload: {{prompts: {json.dumps(prompts)}, max_tokens: {max_tokens}, reps: {reps}, passes: {passes}, warmup: 1,
+workload: {{prompts: {json.dumps(prompts)}, max_tokens: {max_tokens}, reps: {reps}, passes: {passes}, warmup: {warmup},
             modes: [greedy], request_timeout_s: 60}}
 """
 
@@ -112,7 +112,7 @@ def collect(args: argparse.Namespace) -> None:
     model = _model(args)
     config = out / "pool.yaml"
     config.write_text(collect_config(model, args.passes, args.reps, args.max_tokens,
-                                     (args.threads_base, args.threads_other), args.prompts.split(",")))
+                                     (args.threads_base, args.threads_other), args.prompts.split(","), args.warmup))
     cmd = bakeoff_command()
     argv = [*cmd, "run", str(config), "--out", str(out)]
     print("collecting the pool:", " ".join(argv), flush=True)
@@ -173,12 +173,13 @@ def validate(args: argparse.Namespace) -> None:
         rows.append({"turn": turn, "design": "fixed 3 passes × 3 reps", "wall_s": wall, "run": str(run),
                      **_intervals(samples)})
         print(json.dumps(rows[-1]), flush=True)
-        wall, run = _run(adaptive, out / "runs", ["--until-ci", f"{target:.4f}", "--max-passes", "10"],
-                         end - time.monotonic())
+        rule = ["--until-ci", f"{target:.4f}", "--max-passes", "10"] + (["--stop-on-verdict"] * args.stop_on_verdict)
+        wall, run = _run(adaptive, out / "runs", rule, end - time.monotonic())
         if run is None:
             break
         samples = RunDir.open(run).samples()
-        rows.append({"turn": turn, "design": f"--until-ci {target:.2%} (reps 1)", "wall_s": wall, "run": str(run),
+        design = f"--until-ci {target:.2%}" + (" --stop-on-verdict" if args.stop_on_verdict else "") + " (reps 1)"
+        rows.append({"turn": turn, "design": design, "wall_s": wall, "run": str(run),
                      **_intervals(samples)})
         print(json.dumps(rows[-1]), flush=True)
     (out / "validate.json").write_text(json.dumps(rows, indent=2))
@@ -192,6 +193,27 @@ def _intervals(samples: list[Sample]) -> dict[str, Any]:
         if ci is not None:
             got[arm] = {"estimate": ci.estimate, "lo": ci.lo, "hi": ci.hi, "verdict": verdict(ci)}
     return got
+
+
+def warmup_effect(path: Path) -> str:
+    """One line: the pool's warm-up setting, its median engine-change cost, and the first timed request of each
+    arm-pass against the later requests of the same prompt in that pass (log ratio: 0 = no cold-start effect)."""
+    pool = load_pool(path)
+    config = RunDir.open(path).read_run().get("config") or {}
+    warm = (config.get("workload") or {}).get("warmup", "?")
+    firsts = []
+    for p in pool.passes:
+        for ap in p.values():
+            first, rest = ap.samples[0], [s for s in ap.samples[1:] if s.prompt == ap.samples[0].prompt]
+            if rest and first.decode_tps and all(s.decode_tps for s in rest):
+                firsts.append(math.log(first.decode_tps / statistics.median(s.decode_tps or 1.0 for s in rest)))
+    overhead = statistics.median(ap.overhead_s for p in pool.passes for ap in p.values())
+    if not firsts:
+        return f"{path}: warm-up {warm}: no arm-pass with a first and a later request of one prompt"
+    q = np.quantile(firsts, [0.25, 0.5, 0.75])
+    return (f"{path}: warm-up {warm}, {len(pool.passes)} passes: engine change {overhead:.2f} s (median); first timed "
+            f"request vs the rest of its prompt: {math.expm1(q[1]):+.1%} (quartiles {math.expm1(q[0]):+.1%}, "
+            f"{math.expm1(q[2]):+.1%}; n {len(firsts)})")
 
 
 @dataclass
@@ -274,6 +296,7 @@ class Design:
     target: float | None = None  # --until-ci target (None: fixed)
     max_passes: int = 10
     baseline: str | None = BASE  # what the rule is told: with the baseline it reads the ratio, without each median
+    stop_on_verdict: bool = False  # --stop-on-verdict: also stop once every verdict is clear (alpha spending)
 
 
 @dataclass
@@ -293,7 +316,8 @@ def _trial(pool: Pool, design: Design, arm: str, rng: np.random.Generator, seed:
         a, b = _relabel([p[arm] for p in drawn[:n]], design.reps), _relabel([p[BASE] for p in drawn[:n]], design.reps)
         if design.target is None or n >= len(drawn):
             break
-        more, _ = needs_more_passes(a + b, n, design.target, design.max_passes, baseline=design.baseline, seed=seed)
+        more, _ = needs_more_passes(a + b, n, design.target, design.max_passes, baseline=design.baseline, seed=seed,
+                                    stop_on_verdict=design.stop_on_verdict)
         if not more:
             break
         n += 1
@@ -333,10 +357,10 @@ def zlib_key(text: str) -> int:
 
 
 def designs_for(targets: list[float], adaptive_reps: list[int], medians: bool = False,
-                fixed: tuple[tuple[int, int], ...] = ((3, 3),)) -> list[Design]:
+                fixed: tuple[tuple[int, int], ...] = ((3, 3),), verdict_stop: bool = False) -> list[Design]:
     """Fixed designs (passes, reps; 3 × 3 first: the reference), and --until-ci at each target and reps (from
     one planned pass, as a user would run it; the rule adds the rest). ``medians``: also the rule reading
-    each arm's median, as it did before it read the ratio."""
+    each arm's median, as it did before it read the ratio; ``verdict_stop``: also with --stop-on-verdict."""
     out = [Design(f"fixed {p} passes × {r} reps", reps=r, passes=p) for p, r in fixed]
     for r in adaptive_reps:
         for t in targets:
@@ -344,6 +368,9 @@ def designs_for(targets: list[float], adaptive_reps: list[int], medians: bool = 
             if medians:
                 out.append(Design(f"--until-ci {t:.0%}, reps {r}, arm medians", reps=r, passes=1, target=t,
                                   baseline=None))
+            if verdict_stop:
+                out.append(Design(f"--until-ci {t:.0%} --stop-on-verdict, reps {r}", reps=r, passes=1, target=t,
+                                  stop_on_verdict=True))
     return out
 
 
@@ -380,7 +407,11 @@ def main() -> None:
         p.add_argument("--deadline-s", type=float, default=None if p is c else 600.0, help="stop after this long")
     c.add_argument("--passes", type=int, default=40)
     c.add_argument("--reps", type=int, default=3)
+    c.add_argument("--warmup", type=int, default=1, help="untimed requests after each engine start (0: none)")
     v.add_argument("--turns", type=int, default=3)
+    v.add_argument("--stop-on-verdict", action="store_true", help="the --until-ci runs also stop on a clear verdict")
+    w = sub.add_parser("warmup", help="what a warm-up buys: the first timed request against the rest, and its cost")
+    w.add_argument("run_dirs", type=Path, nargs="+", help="pool run directories (collected with and without)")
     m = sub.add_parser("model", help="write the random-weight model and print its path")
     m.add_argument("shape", choices=sorted(SHAPES))
     m.add_argument("--tokenizer", type=Path, required=True)
@@ -393,6 +424,7 @@ def main() -> None:
     r.add_argument("--json", type=Path)
     r.add_argument("--fixed", default="3x3", help="fixed designs, PASSESxREPS, the first is the reference")
     r.add_argument("--medians", action="store_true", help="also the rule reading each arm's median")
+    r.add_argument("--stop-on-verdict", action="store_true", help="also the rule with --stop-on-verdict")
     r.add_argument("--min-pool", type=int, default=10, help="fewest complete passes a pool may have")
     args = ap.parse_args()
     if args.cmd == "model":
@@ -400,6 +432,10 @@ def main() -> None:
         return
     if args.cmd in ("collect", "validate"):
         (collect if args.cmd == "collect" else validate)(args)
+        return
+    if args.cmd == "warmup":
+        for d in args.run_dirs:
+            print(warmup_effect(d))
         return
     pools = [load_pool(d) for d in args.run_dirs]
     pool = Pool([p for x in pools for p in x.passes], pools[0].reps, pools[0].prompts,
@@ -410,7 +446,7 @@ def main() -> None:
     results = replay(pool, designs_for([float(x) for x in args.targets.split(",")],
                                        [int(x) for x in args.adaptive_reps.split(",")], args.medians,
                                        tuple((int(f.split("x")[0]), int(f.split("x")[1]))
-                                             for f in args.fixed.split(","))),
+                                             for f in args.fixed.split(",")), args.stop_on_verdict),
                      args.trials, args.seed)
     print_table(pool, results)
     print(f"\n({args.trials} trials per row, {time.perf_counter() - t0:.0f} s)")

@@ -51,6 +51,9 @@ __all__ = [
     "needs_more_passes",
     "ratio_half_widths",
     "MIN_ADAPTIVE_PASSES",
+    "VERDICT_ALPHA",
+    "verdict_stop_level",
+    "clear_verdicts",
     "rng_for",
     "EXCLUDING_FLAGS",
     "no_rate_reason",
@@ -525,14 +528,51 @@ def ratio_half_widths(samples: Iterable[Sample], baseline: str, *, n_boot: int =
     return out
 
 
+VERDICT_ALPHA = 0.05  # what --stop-on-verdict may spend, over all its looks, on stopping with a clear verdict
+
+
+def verdict_stop_level(passes_done: int, max_passes: int, alpha: float = VERDICT_ALPHA) -> float:
+    """The interval level an early verdict must clear after ``passes_done`` passes (alpha spending).
+
+    ``alpha`` is spent in proportion to the passes run (spent(k) = alpha * k / max_passes): the first look,
+    at :data:`MIN_ADAPTIVE_PASSES`, gets the share of the passes before it, every later pass one share.
+    Each look's interval is read at 1 minus its share, so the chance that an identical pair stops early with
+    a false verdict is at most ``alpha`` over all looks together (Bonferroni: it holds whatever the looks'
+    correlation), instead of growing with every look as rereading a 95 % interval after each pass would.
+    """
+    k = max(MIN_ADAPTIVE_PASSES, min(passes_done, max_passes))
+    spent_before = 0.0 if k == MIN_ADAPTIVE_PASSES else alpha * (k - 1) / max_passes
+    return 1.0 - (alpha * k / max_passes - spent_before)
+
+
+def clear_verdicts(samples: Iterable[Sample], baseline: str, level: float, *, n_boot: int = N_BOOT,
+                   seed: int = 0) -> dict[str, Verdict]:
+    """Every other arm's verdict against ``baseline`` read from its paired ratio interval at ``level``."""
+    groups = _by_arm(samples, ())
+    ref = groups.get(baseline, [])
+    out: dict[str, Verdict] = {}
+    for name, group in groups.items():
+        if name != baseline:
+            ci = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed,
+                              key=f"verdict-stop/{name}/{baseline}")
+            out[f"{name}/{baseline}"] = verdict(ci) if ci else "not separable"
+    return out
+
+
 def needs_more_passes(samples: Iterable[Sample], passes_done: int, target: float, max_passes: int, *,
-                      baseline: str | None = None, n_boot: int = N_BOOT, seed: int = 0) -> tuple[bool, str]:
+                      baseline: str | None = None, n_boot: int = N_BOOT, seed: int = 0,
+                      stop_on_verdict: bool = False, alpha: float = VERDICT_ALPHA) -> tuple[bool, str]:
     """The ``--until-ci`` rule: another pass while some interval's relative half-width exceeds ``target``.
 
     With a ``baseline`` and other arms, the intervals are the paired ratios against it, which the verdicts
     read; an arm's median mixes prompts of different speeds, so its interval can stay wide long after the
     ratio is tight. Without (one arm), each arm's median. Stops at ``max_passes``; never stops before
-    :data:`MIN_ADAPTIVE_PASSES`. Returns the decision and a line saying why.
+    :data:`MIN_ADAPTIVE_PASSES`.
+
+    ``stop_on_verdict`` (``--stop-on-verdict``) also lets an arm be done before its width is reached when
+    its ratio interval at :func:`verdict_stop_level` excludes 1 (a clear "faster" or "slower"): a group-
+    sequential early stop whose looks share ``alpha``, so peeking after every pass does not multiply false
+    verdicts. The run stops when every arm is done either way. Returns the decision and a line saying why.
     """
     samples = list(samples)
     arms = {s.arm for s in samples}
@@ -546,6 +586,14 @@ def needs_more_passes(samples: Iterable[Sample], passes_done: int, target: float
         return False, status + f"; stopping at --max-passes {max_passes}"
     if passes_done < MIN_ADAPTIVE_PASSES:
         return True, status + f"; at least {MIN_ADAPTIVE_PASSES} passes are needed"
-    if worst[1] > target:
-        return True, status + "; adding a pass"
-    return False, status + "; target reached"
+    wide = {name for name, w in widths.items() if w > target}
+    if not wide:
+        return False, status + "; target reached"
+    if stop_on_verdict and ratios and baseline is not None:
+        level = verdict_stop_level(passes_done, max_passes, alpha)
+        clear = {name: v for name, v in clear_verdicts(samples, baseline, level, n_boot=n_boot, seed=seed).items()
+                 if name in wide and v != "not separable"}
+        if set(clear) == wide:
+            said = ", ".join(f"{name} {v}" for name, v in sorted(clear.items()))
+            return False, status + f"; clear verdict at the {level:.1%} level ({said}): stopping early"
+    return True, status + "; adding a pass"

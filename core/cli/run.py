@@ -67,9 +67,12 @@ def _new_run(out: Path, config: BakeoffFile, meta: dict[str, object]) -> RunDir:
 
 
 def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
-            resume: Resume | None = None, executor: Executor | None = None) -> RunDir:
+            resume: Resume | None = None, executor: Executor | None = None,
+            stop_on_verdict: bool = False) -> RunDir:
     """Plan, run and report one bakeoff (or finish ``resume``'s); engines are stopped on every way out."""
     executor = executor or LocalExecutor()
+    if stop_on_verdict and until_ci is None:
+        raise ConfigError("--stop-on-verdict ends the passes --until-ci adds: give --until-ci too (e.g. 20%)")
     if until_ci is not None and executor.name != "local":
         raise ConfigError("--until-ci adds passes on this machine; it cannot be combined with --executor ray")
     check_phases_config(config)
@@ -113,7 +116,8 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
                 executor.run(plan, run, events, done)
             while until_ci is not None and config.phases is None:  # adaptive passes: --until-ci
                 more, why = needs_more_passes(run.samples(), len(plan.orders), until_ci, max_passes,
-                                              baseline=config.baseline_arm, seed=config.workload.seed)
+                                              baseline=config.baseline_arm, seed=config.workload.seed,
+                                              stop_on_verdict=stop_on_verdict)
                 progress.console.print(why, highlight=False)
                 if not more:
                     break
@@ -184,6 +188,9 @@ def run_command(
     until_ci: str | None = typer.Option(None, "--until-ci", help="Add passes until every arm's 95 % CI half-width "
                                         "(its ratio to the baseline; one arm: its median) is at most this, e.g. 3%"),
     max_passes: int = typer.Option(10, "--max-passes", min=1, help="Most passes with --until-ci"),
+    stop_on_verdict: bool = typer.Option(False, "--stop-on-verdict", help="With --until-ci: also stop once every "
+                                         "arm's verdict is clear (its ratio interval, at a level that spends 5 % "
+                                         "over all passes, excludes 1), even if still wider than the target"),
     resume: Path | None = typer.Option(None, "--resume", help="Finish an interrupted run in RUN_DIR with the "
                                        "configuration recorded there, skipping samples already stored"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print every command the run would run (live service, "
@@ -201,7 +208,8 @@ def run_command(
                 console.print(f"[bold yellow]WARNING[/bold yellow] {msg}", highlight=False)
             config = resumed.config
             executor = executor_for(config, executor_kind, address)
-            run = execute(config, out, _percent(until_ci), max_passes, resume=resumed, executor=executor)
+            run = execute(config, out, _percent(until_ci), max_passes, resume=resumed, executor=executor,
+                          stop_on_verdict=stop_on_verdict)
         else:
             if file is None:
                 raise ConfigError("give a bakeoff FILE, or --resume RUN_DIR")
@@ -211,7 +219,8 @@ def run_command(
                     typer.echo(line)
                 return
             executor = executor_for(config, executor_kind, address)
-            run = execute(config, out, _percent(until_ci), max_passes, executor=executor)
+            run = execute(config, out, _percent(until_ci), max_passes, executor=executor,
+                          stop_on_verdict=stop_on_verdict)
     except OSError as exc:  # a write that failed outside RunDir: the boundary reports it like one inside
         if not is_write_failure(exc):
             raise

@@ -21,7 +21,7 @@ def _module() -> ModuleType:
     return module
 
 
-def _pool_run(tmp_path: Path, passes: int) -> Path:
+def _pool_run(tmp_path: Path, passes: int, jitter: float = 0.0) -> Path:
     """Each arm-pass: 2 prompts × 3 reps sent 1 s apart, each 0.5 s long; 2 s between arms (engine restart);
     other is 1.5× base, twin equals base; one more pass lacks an arm (a run stopped by its deadline)."""
     run = RunDir(tmp_path / "pool")
@@ -35,6 +35,7 @@ def _pool_run(tmp_path: Path, passes: int) -> Path:
             for prompt in ("a", "b"):
                 for rep in range(3):
                     rate = (150.0 if arm == "other" else 100.0) * (1 + 0.01 * p)
+                    rate *= 1 + jitter * ((7 * p + 3 * rep + len(prompt) + ord(arm[0])) % 5 - 2)  # request noise
                     run.append(Sample(arm=arm, engine="fake", prompt=prompt, mode="greedy", rep=rep, pass_index=p,
                                       started_at=clock, ttft_s=0.1, decode_s=0.4, decode_tps=rate))
                     clock += 1.0
@@ -65,3 +66,18 @@ def test_replay_costs_a_fixed_design_exactly_and_stops_the_adaptive_one_by_the_r
     rule = out["other/--until-ci 5%, reps 1"]  # ratios 1.5 in every pass: tight at once, so the rule's minimum
     assert rule["median_passes"] == 3 and abs(rule["median_wall_s"] - 3 * 2 * (2.0 + 2 * 1.0)) < 1e-6
     assert out["twin/fixed 3 × 3"]["verdicts"] == {"not separable": 5}
+
+
+def test_replay_asks_the_rule_with_stop_on_verdict(tmp_path: Path) -> None:
+    ttv = _module()
+    pool = ttv.load_pool(_pool_run(tmp_path, passes=5, jitter=0.05))
+    plain = ttv.Design("--until-ci 0.1%, reps 1", reps=1, passes=1, target=0.001)
+    early = ttv.Design("--until-ci 0.1% --stop-on-verdict, reps 1", reps=1, passes=1, target=0.001,
+                       stop_on_verdict=True)
+    out = ttv.replay(pool, [plain, early], trials=3)
+    # ±10 % request noise: ±0.1 % is out of reach: only the clear 1.5x verdict ends it at 3
+    assert out["other/--until-ci 0.1%, reps 1"]["median_passes"] == 5
+    assert out["other/--until-ci 0.1% --stop-on-verdict, reps 1"]["median_passes"] == 3
+    assert out["twin/--until-ci 0.1% --stop-on-verdict, reps 1"]["median_passes"] == 5  # never clear: runs on
+    names = [d.name for d in ttv.designs_for([0.2], [1], verdict_stop=True)]
+    assert names == ["fixed 3 passes × 3 reps", "--until-ci 20%, reps 1", "--until-ci 20% --stop-on-verdict, reps 1"]
