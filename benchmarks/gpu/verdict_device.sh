@@ -31,7 +31,7 @@ POOL_A_CORES=${POOL_A_CORES:-0-3}
 POOL_B_CORES=${POOL_B_CORES:-4-7}
 POOL_C_CORES=${POOL_C_CORES:-8-11}
 VALID_CORES=${VALID_CORES:-12-15}
-TRIALS=${TRIALS:-400}
+TRIALS=${TRIALS:-200}  # 400 a row: replay results.tgz on another machine
 if [ -n "${SMALL:-}" ]; then  # a rehearsal
   SHAPE=${SHAPE:-small} MAX_TOKENS=${MAX_TOKENS:-16} TURNS=${TURNS:-1} TRIALS=${TRIALS_SMALL:-20}
 fi
@@ -92,7 +92,7 @@ pack  # the samples first: whatever follows may be cut by the deadline
 $PY -P $TTV warmup "$WORK"/pool-a/*/ "$WORK"/pool-b/*/ "$WORK"/pool-c/*/ 2>&1 | tee "$OUT/warmup.txt"
 say "replay, $TRIALS trials a row"
 timeout "$(( $(left) - 5 ))" $PY -P $TTV replay "$WORK"/pool-a/*/ "$WORK"/pool-b/*/ --trials "$TRIALS" \
-  --fixed 3x3,3x1 --targets 0.15,0.2,0.25 --adaptive-reps 1 --stop-on-verdict --min-pool 6 \
+  --fixed 3x3,3x1 --targets 0.2,0.25 --adaptive-reps 1 --stop-on-verdict --min-pool 6 \
   --json "$OUT/replay.json" 2>&1 | tee "$OUT/replay.txt"
 timeout "$(( $(left) - 5 ))" $PY -P $TTV replay "$WORK"/pool-c/*/ --trials "$TRIALS" --fixed 3x3,3x1 \
   --targets 0.2 --adaptive-reps 1 --stop-on-verdict --min-pool 6 2>&1 | tee "$OUT/replay-no-warmup.txt"
