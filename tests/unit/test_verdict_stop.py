@@ -8,11 +8,15 @@ each pass, as ``bakeoff run --until-ci`` asks it; the target is out of reach, so
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
 
+from bakeoff.core import plan as plan_module
+from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
 from bakeoff.core.cli.run import execute
+from bakeoff.core.config import Arm
 from bakeoff.core.errors import ConfigError
 from bakeoff.core.loader import parse_bakeoff
 from bakeoff.core.sample import Sample
@@ -93,3 +97,37 @@ def test_stop_on_verdict_without_until_ci_is_refused_before_anything_runs(tmp_pa
     with pytest.raises(ConfigError, match=r"--stop-on-verdict .* give --until-ci"):
         execute(config, tmp_path / "runs", None, stop_on_verdict=True)
     assert not (tmp_path / "runs").exists()
+
+
+def test_bakeoff_run_hands_the_option_to_the_rule_after_each_pass(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    from bakeoff.core.cli import run as run_cli
+
+    asked: list[dict[str, object]] = []
+
+    class NoEngines:  # an executor that runs nothing: only the adaptive loop is under test
+        name = "local"
+
+        def run(self, *args: object) -> None:
+            pass
+
+    def rule(samples: object, passes: int, target: float, max_passes: int, **kw: object) -> tuple[bool, str]:
+        asked.append({"passes": passes, "target": target, **kw})
+        return False, "stop"
+
+    monkeypatch.setattr(run_cli, "needs_more_passes", rule)
+    monkeypatch.setattr(run_cli, "print_tables", lambda *a: None)
+    monkeypatch.setattr(plan_module, "load_engine", lambda name: FakeEngine())
+    config = parse_bakeoff("name: t\nbaseline: a\narms:\n  - {name: a, engine: fake, model: a.gguf}\n"
+                           "  - {name: b, engine: fake, model: b.gguf}\nworkload: {prompts: [prose]}\n")
+    execute(config, tmp_path / "runs", 0.2, executor=NoEngines(), stop_on_verdict=True)  # type: ignore[arg-type]
+    assert asked == [{"passes": 1, "target": 0.2, "baseline": "a", "seed": config.workload.seed,
+                      "stop_on_verdict": True}]
+
+
+class FakeEngine(EngineAdapter):
+    name: ClassVar[str] = "fake"
+    capabilities: ClassVar[Capabilities] = Capabilities(speculative={"none": MethodKnobs()})
+
+    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+        return LaunchSpec(argv=["true", str(arm.model)])
