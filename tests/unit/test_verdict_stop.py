@@ -120,7 +120,7 @@ def test_bakeoff_run_hands_the_option_to_the_rule_after_each_pass(monkeypatch: p
     monkeypatch.setattr(plan_module, "load_engine", lambda name: FakeEngine())
     config = parse_bakeoff("name: t\nbaseline: a\narms:\n  - {name: a, engine: fake, model: a.gguf}\n"
                            "  - {name: b, engine: fake, model: b.gguf}\nworkload: {prompts: [prose]}\n")
-    execute(config, tmp_path / "runs", 0.2, executor=NoEngines(), stop_on_verdict=True)  # type: ignore[arg-type]
+    execute(config, tmp_path / "runs", 0.2, executor=NoEngines(), stop_on_verdict=True)
     assert asked == [{"passes": 1, "target": 0.2, "baseline": "a", "seed": config.workload.seed,
                       "stop_on_verdict": True}]
 
