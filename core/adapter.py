@@ -193,6 +193,14 @@ class ServerStats(BaseModel):
     drafted: int | None = Field(None, description="Draft tokens proposed; 0 when speculation proposed none.")
     accepted: int | None = Field(None, description="Draft tokens accepted.")
     drafts: int | None = Field(None, description="Draft steps (for mean accepted length).")
+    accepted_per_position: list[int] | None = Field(
+        None, description="Accepted draft tokens by draft position (first first), the engine's own counters.")
+    accepted_histogram: list[int] | None = Field(
+        None, description="The engine's own count of draft steps that accepted 0, 1, 2, ... tokens.")
+    unavailable: dict[str, str] = Field(
+        default_factory=dict, description="Acceptance field (core/acceptance.py names) -> why this engine or "
+                                          "this request cannot give it.")
+    derived: dict[str, str] = Field(default_factory=dict, description="Acceptance field computed, not read -> how.")
     source: str | None = Field(None, description="Where the draft counts came from.")
     flags: list[str] = Field(default_factory=list, description="Disagreements the adapter found (e.g. log vs JSON).")
     extra: dict[str, Any] = Field(default_factory=dict)

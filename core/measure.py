@@ -8,7 +8,8 @@ This is DESIGN.md's "Measurement definitions" in code, in one place (see docs/ar
   it): token-bearing events, ``n_first``, the decode window, decode and prefill rates, TTFT, and the flags
   that say a rate cannot be read (burst delivery, a client away from the socket, no decode window);
 - :func:`make_sample`: that accounting plus the server's own counts and acceptance (rate =
-  accepted/drafted, mean accepted length = 1 + accepted/drafts) and the foreign-load flag, as a Sample.
+  accepted/drafted, mean accepted length = 1 + accepted/drafts, per-position rates and the histogram of
+  accepted drafts per step: core/acceptance.py) and the foreign-load flag, as a Sample.
 
 Tokens are counted from what the engine reports (usage, or its own per-chunk counts), never from events:
 vLLM packs every accepted draft token into one event, so event counts read speculative gains as losses.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from .acceptance import ACCEPTANCE_FIELDS, acceptance_detail
 from .adapter import EngineAdapter, ServerStats
 from .client import StreamResult, TokenCounts
 from .config import Arm, Prompt, SamplingMode, Workload
@@ -192,13 +194,14 @@ def make_sample(arm: Arm, adapter: EngineAdapter, result: StreamResult, stats: S
             and stats.completion_tokens != sample.completion_tokens:
         flags.append(f"server-count-mismatch: server {stats.completion_tokens}, usage {sample.completion_tokens}")
     if arm.speculative.enabled or stats.drafted:
-        sample.drafted, sample.accepted, sample.drafts = stats.drafted, stats.accepted, stats.drafts
+        detail = acceptance_detail(stats.drafted, stats.accepted, stats.drafts, stats.accepted_per_position,
+                                   stats.accepted_histogram, stats.unavailable, stats.derived)
+        for name in ACCEPTANCE_FIELDS:
+            setattr(sample, name, getattr(detail, name))
+        sample.acceptance_unavailable = detail.acceptance_unavailable
+        sample.acceptance_derived = detail.acceptance_derived
         sample.acceptance_source = stats.source
-        if stats.drafted:
-            sample.acceptance = (stats.accepted or 0) / stats.drafted
-        if stats.drafts:
-            sample.mean_accepted_len = 1 + (stats.accepted or 0) / stats.drafts
-        sample.accepted_per_position = stats.extra.get("accepted_per_position")
+        flags += [f for f in detail.flags if f not in flags]
     sample.foreign_cpu_cores = foreign
     if foreign is not None and foreign > foreign_limit:  # judged against the cores the engine left free
         flags.append(f"foreign-load: {foreign:.2f} cores used by other processes (limit {foreign_limit:.2f})")

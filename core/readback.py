@@ -18,8 +18,8 @@ import httpx
 from .client import SETUP_TIMEOUT_S, bounded_get
 from .metrics import MetricKey, delta
 
-__all__ = ["engine_count", "engine_rate", "engine_text", "engine_object", "get_json", "counter_delta", "LogReader",
-           "read_until", "LATE_LOG_WAIT_S"]
+__all__ = ["engine_count", "engine_rate", "engine_text", "engine_object", "get_json", "counter_delta",
+           "position_deltas", "LogReader", "read_until", "LATE_LOG_WAIT_S"]
 
 MAX_COUNT = 2 ** 53  # beyond this a "count" is garbage (and would not fit SQLite's INTEGER)
 LATE_LOG_WAIT_S = 1.0  # how long to poll an engine log for a per-request line written after the stream ended
@@ -74,6 +74,30 @@ def counter_delta(before: dict[MetricKey, float] | None, after: dict[MetricKey, 
         flags.append(f"bad-engine-value: /metrics {where} changed by {value:g} over one request")
         return None
     return int(value)
+
+
+def position_deltas(before: dict[MetricKey, float] | None, after: dict[MetricKey, float] | None, name: str,
+                    flags: list[str]) -> list[int] | None:
+    """A per-position counter's increases (``name{position="0"}``, ``"1"``, …), first position first.
+
+    None when a scrape or the counter is missing, a ``position`` label is not a number, the positions
+    leave a gap, or one delta is not a count (each such value is flagged, never guessed).
+    """
+    if before is None or after is None:
+        return None
+    labels = {dict(lbls).get("position") for (sample, lbls) in after if sample == name}
+    bad = sorted(str(p) for p in labels if p is None or not p.isdigit())
+    if bad:
+        flags.append(f"bad-engine-value: /metrics {name} has position label(s) {', '.join(map(repr, bad))}")
+        return None
+    positions = sorted(int(p) for p in labels if p is not None)
+    if not positions:
+        return None
+    if positions != list(range(len(positions))):
+        flags.append(f"bad-engine-value: /metrics {name} positions {positions[:8]} are not 0..{len(positions) - 1}")
+        return None
+    deltas = [counter_delta(before, after, name, flags, position=str(p)) for p in positions]
+    return None if None in deltas else [int(d or 0) for d in deltas]
 
 
 def get_json(http: httpx.Client, path: str, kind: type, problems: list[str],

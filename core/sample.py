@@ -67,6 +67,15 @@ class Sample(BaseModel):
     mean_accepted_len: float | None = Field(None, description="1 + accepted / drafts.")
     accepted_per_position: list[int] | None = Field(
         None, description="Accepted draft tokens by position in the draft (0 first), where the engine counts them.")
+    acceptance_per_position: list[float] | None = Field(
+        None, description="Position i (0 first): accepted_per_position[i] / drafts, the fraction of draft steps "
+                          "whose (i+1)-th draft token was accepted.")
+    accepted_histogram: list[int] | None = Field(
+        None, description="Draft steps that accepted 0, 1, 2, ... draft tokens (index = tokens accepted).")
+    acceptance_unavailable: dict[str, str] = Field(
+        default_factory=dict, description="Acceptance field left None while speculating -> why (core/acceptance.py).")
+    acceptance_derived: dict[str, str] = Field(
+        default_factory=dict, description="Acceptance field computed rather than read from the engine -> how.")
     acceptance_source: str | None = None
 
     # output

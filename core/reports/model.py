@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel, Field, ValidationError
 
+from ..acceptance import ArmAcceptance, run_acceptance
 from ..calibrate import Calibration, analyze_calibration
 from ..decision import Recommendation, recommend
 from ..fairness import equal_work, finish_counts
@@ -101,6 +102,10 @@ class RunSummary(BaseModel):
                                       "knob against its neighbouring baselines (paired, bootstrap interval).")
     recommendations: list[Recommendation] = Field(default_factory=list, description="Per prompt category: the "
                                                   "setting to run (or off), its plateau and where speculation loses.")
+    acceptance: list[ArmAcceptance] = Field(default_factory=list, description="Per speculative arm: drafted, "
+                                            "accepted, draft steps, mean accepted length, per-position rates and "
+                                            "the histogram of accepted drafts per step, pooled over its requests; "
+                                            "what the engine does not expose is None with its reason.")
     calibration: Calibration | None = Field(None, description="Forced-acceptance calibration (a calibrate: "
                                             "section): speedup per acceptance x n_max, break-even acceptance.")
     hardware: list[Comparison] = Field(default_factory=list, description="Ray: an arm run on several hosts, each "
@@ -390,6 +395,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         sweep=sweep_table(samples, config.arms, baseline, **boot) if config else None,
         depth=depth_table(samples, arm_order, baseline, **boot),
         concurrency=concurrency_table(samples, arm_order, baseline, **boot),
+        acceptance=run_acceptance(samples, arm_order),
         calibration=analyze_calibration(config.model_dump(mode="json") if config else {}, samples, data.records,
                                         **boot, run_path=path))
     summary.hardware = _hardware(placement, samples, **boot)

@@ -20,12 +20,13 @@ from ..sample import Sample
 from .calibration import calibration_curves_figure, calibration_heatmap_figure
 from .model import RunSummary
 
-__all__ = ["PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "decode_figure", "acceptance_figure", "gpu_figure",
-           "render_plots", "write_plots"]
+__all__ = ["PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "ACCEPTANCE_PLOTS", "decode_figure", "acceptance_figure",
+           "gpu_figure", "histogram_figure", "positions_figure", "render_plots", "write_plots"]
 
 PLOTS = ("decode_by_prompt", "decode_vs_acceptance")  # every run
 GPU_PLOTS = ("gpu_power_clock_temp",)  # runs with GPU telemetry
 CALIBRATION_PLOTS = ("calibration_heatmap", "calibration_curves")  # runs with a calibrate: section
+ACCEPTANCE_PLOTS = ("acceptance_histogram", "acceptance_per_position")  # arms whose engine counts draft steps
 # text.parse_math off: run, arm and prompt names are user text, and a '$' in one is not TeX (D16)
 _RC: dict[str, Any] = {"svg.hashsalt": "bakeoff", "svg.fonttype": "path", "font.size": 9, "text.parse_math": False}
 
@@ -99,6 +100,61 @@ def acceptance_figure(s: RunSummary, samples: Sequence[Sample] = ()) -> Figure:
     return fig
 
 
+def _last_used(values: Sequence[float]) -> int:
+    """Bins up to the last non-empty one (ngram-mod counts 64 positions; most stay empty)."""
+    return max((i for i, v in enumerate(values) if v > 0), default=0) + 1
+
+
+def histogram_figure(s: RunSummary) -> Figure | None:
+    """One panel per speculative arm: the share of draft steps that accepted 0, 1, 2, … drafts."""
+    arms = [(a, color) for a, color in zip(s.acceptance, _colors(len(s.acceptance)), strict=True)
+            if a.histogram_shares]
+    if not arms:
+        return None
+    cols = min(3, len(arms))
+    rows = -(-len(arms) // cols)
+    fig = Figure(figsize=(3.2 * cols + 0.6, 2.8 * rows + 0.5), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, (a, color) in zip(axes.flat, arms, strict=False):
+        shares = a.histogram_shares or []
+        n = _last_used(shares)
+        ax.bar(range(n), shares[:n], 0.8, color=color)
+        ax.set_xticks(range(n))
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{a.arm}: {sum(a.accepted_histogram or [])} steps, mean len {a.mean_accepted_len or 0:.2f}",
+                     fontsize=8)
+        ax.set_xlabel("drafts accepted in the step", fontsize=8)
+        ax.set_ylabel("share of draft steps", fontsize=8)
+        ax.grid(axis="y", lw=0.3)
+    for ax in list(axes.flat)[len(arms):]:
+        ax.set_visible(False)
+    fig.suptitle("accepted drafts per step (histogram over draft steps)")
+    return fig
+
+
+def positions_figure(s: RunSummary) -> Figure | None:
+    """Per speculative arm: the fraction of draft steps whose i-th draft token was accepted, by position."""
+    arms = [(a, color) for a, color in zip(s.acceptance, _colors(len(s.acceptance)), strict=True)
+            if a.acceptance_per_position]
+    if not arms:
+        return None
+    fig = Figure(figsize=(6.4, 4.0), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for a, color in arms:
+        rates = a.acceptance_per_position or []
+        n = _last_used(rates)
+        ax.plot(range(1, n + 1), rates[:n], "o-", color=color, ms=4, label=a.arm)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("share of draft steps accepting it")
+    ax.set_title("acceptance by draft position")
+    _legend(ax, fontsize=8, loc="best")
+    ax.grid(lw=0.3)
+    return fig
+
+
 def gpu_figure(s: RunSummary, samples: Sequence[Sample]) -> Figure | None:
     """Power, SM clock and temperature of every request over the run's time, one colour per arm; None
     when no sample carries GPU telemetry."""
@@ -140,6 +196,8 @@ def render_plots(s: RunSummary, samples: Sequence[Sample] = (),
     makers: tuple[tuple[str, Callable[[], Figure | None]], ...] = (
         ("decode_by_prompt", lambda: decode_figure(s)),
         ("decode_vs_acceptance", lambda: acceptance_figure(s, samples)),
+        ("acceptance_histogram", lambda: histogram_figure(s)),
+        ("acceptance_per_position", lambda: positions_figure(s)),
         ("gpu_power_clock_temp", lambda: gpu_figure(s, samples)),
         ("calibration_heatmap", lambda: calibration_heatmap_figure(s.calibration) if s.calibration else None),
         ("calibration_curves", lambda: calibration_curves_figure(s.calibration) if s.calibration else None))

@@ -274,13 +274,68 @@ def _point_sections(s: RunSummary) -> list[Section]:
     return out
 
 
+# -- acceptance per speculative arm (core/acceptance.py) -------------------------------------------
+POSITIONS_SHOWN = 8  # per-position rates beyond this are in summary.json and the plot
+
+
+def _positions_cell(rates: list[float] | None) -> str:
+    if rates is None:
+        return DASH
+    last = max((i for i, r in enumerate(rates) if r > 0), default=0)
+    shown = " ".join(f"{r:.2f}" for r in rates[:min(last + 1, POSITIONS_SHOWN)])
+    return shown + (" …" if last + 1 > POSITIONS_SHOWN else "")
+
+
+def _histogram_cell(hist: list[int] | None) -> str:
+    """``0:4 1:14 2:2 3:3 4:26``: steps by accepted drafts, empty bins left out."""
+    if hist is None:
+        return DASH
+    return " ".join(f"{k}:{n}" for k, n in enumerate(hist) if n) or "no steps"
+
+
+def acceptance_rows(s: RunSummary) -> tuple[list[str], list[list[str]]] | None:
+    """Per speculative arm: pooled acceptance, mean accepted length, per-position rates, step histogram."""
+    if not s.acceptance:
+        return None
+    header = ["arm", "requests", "Acceptance", "draft steps", "mean acc. len", "per position (1, 2, …)",
+              "steps by accepted drafts", "source"]
+    rows = []
+    for a in s.acceptance:
+        rate = f"{a.acceptance:.1%} ({a.accepted}/{a.drafted})" if a.acceptance is not None else "0 drafted"
+        rows.append([a.arm, str(a.requests), rate, DASH if a.drafts is None else str(a.drafts),
+                     fmt(a.mean_accepted_len, 2), _positions_cell(a.acceptance_per_position),
+                     _histogram_cell(a.accepted_histogram), ", ".join(a.sources) or DASH])
+    return header, rows
+
+
+def acceptance_notes(s: RunSummary) -> list[str]:
+    """What each engine does not expose (and why), and which figures are computed rather than read."""
+    out = []
+    for a in s.acceptance:
+        out += [f"{a.arm}: {name} not available: {why}" for name, why in a.unavailable.items()]
+        out += [f"{a.arm}: {name} {why}" for name, why in a.derived.items()]
+    return out
+
+
+def _acceptance_sections(s: RunSummary) -> list[Section]:
+    table = acceptance_rows(s)
+    if table is None:
+        return []
+    note = ("pooled over each arm's requests: Σ accepted / Σ drafted; mean accepted length 1 + Σ accepted / "
+            "Σ draft steps; per position i: steps whose i-th draft token was accepted / steps; histogram: "
+            "draft steps that accepted k drafts, as k:steps")
+    notes = acceptance_notes(s)
+    return [Section("acceptance", "Acceptance per speculative arm", *table,
+                    note + (". " + "; ".join(notes) if notes else ""))]
+
+
 # Builders of the sections after the main table, in report order. A new section (its rows built into
 # RunSummary) adds one function here and appears in the terminal, report.md and report.html.
-SECTION_BUILDERS: list[Callable[[RunSummary], list[Section]]] = [_point_sections]
+SECTION_BUILDERS: list[Callable[[RunSummary], list[Section]]] = [_point_sections, _acceptance_sections]
 
 
 def sections(s: RunSummary) -> list[Section]:
     return [section for build in SECTION_BUILDERS for section in build(s)]
 
 
-__all__ += ["Section", "SECTION_BUILDERS", "point_rows", "sections"]
+__all__ += ["Section", "SECTION_BUILDERS", "point_rows", "sections", "acceptance_rows", "acceptance_notes"]

@@ -490,6 +490,11 @@ class ExllamaAdapter(EngineAdapter):
         if m.drafted is not None:
             stats.drafted, stats.accepted = m.drafted, m.accepted
             stats.source = "log: Draft: A / D tokens accepted"
+            # the line is all TabbyAPI says about drafting: no step count, no positions (drafted tokens per
+            # step vary, e.g. 220 and 221 over 251 tokens on the H200, so steps are not drafted / n_max)
+            why = "TabbyAPI logs only the request's accepted / drafted totals, not its draft steps"
+            stats.unavailable.update(drafts=why, mean_accepted_len=why, accepted_per_position=why,
+                                     acceptance_per_position=why, accepted_histogram=why)
         else:
             stats.extra["draft_in_log"] = False  # TabbyAPI logs Draft: only when drafting is configured
         return stats

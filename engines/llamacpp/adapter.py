@@ -10,6 +10,11 @@ Facts this adapter is built on (llama.cpp b11434, see shared/engines/LLAMACPP-CP
 - One token per SSE event, even under speculation; ``timings.draft_n``/``draft_n_accepted`` exist only
   when drafts were made (absent means "drafted nothing"), and each request logs
   ``draft acceptance = R (  A accepted /   G generated), mean len = L``.
+- Draft steps and accepted tokens per draft position are only in ``/metrics`` (counters added when a
+  request ends: ``spec_decode_num_drafts_total``, ``spec_decode_num_accepted_tokens_per_pos_total``), so
+  they are per request only one request at a time. Per-step lines (``accepted N/M draft tokens``) need
+  ``-lv 4`` or ``LLAMA_TRACE``, which log every step; bakeoff does not need them: the histogram of
+  accepted drafts follows exactly from the per-position counters (core/acceptance.py).
 - ``predicted_per_second = (predicted_n - 1) / predicted_ms``: the same window as bakeoff's decode rate.
 """
 
@@ -44,7 +49,15 @@ from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import EngineUnavailable, PreflightError
 from bakeoff.core.metrics import scrape
 from bakeoff.core.models import resolve_model
-from bakeoff.core.readback import counter_delta, engine_count, engine_rate, engine_text, get_json, read_until
+from bakeoff.core.readback import (
+    counter_delta,
+    engine_count,
+    engine_rate,
+    engine_text,
+    get_json,
+    position_deltas,
+    read_until,
+)
 from bakeoff.core.selftest import SelftestRow
 
 __all__ = ["LlamaCppAdapter", "LlamaCppOptions", "SPEC_TYPES", "parse_acceptance_lines", "split_modes_of"]
@@ -80,6 +93,10 @@ COMPOSE_IMAGE_CUDA = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
 COMPOSE_PORT = 8080
 
 M_DRAFTS, M_ACCEPTED = "llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_accepted_tokens_total"
+# One counter per draft position (n_max of them), added when a request ends; the server has it once any
+# request has drafted. Not in the response's timings and, at the default verbosity, not in the log.
+M_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+NO_OWN_METRICS = "concurrent streams share /metrics, so draft steps and per-position counts are not per request"
 # A CPU-only build (or a GPU build without a usable GPU) says so once at startup and then runs on the CPU.
 CPU_ONLY_LINES = ("no usable GPU found", "--gpu-layers option will be ignored", "not compiled with GPU offload support")
 OFFLOAD_RE = re.compile(r"offloaded (?P<done>\d+)/(?P<total>\d+) layers to GPU")
@@ -495,6 +512,8 @@ class LlamaCppAdapter(EngineAdapter):
         drafting = bool(stats.drafted) or getattr(self, "_speculative_asked", False)
         checked = self._check_metrics(http, before, stats, drafting)
         checked = self._check_log(log_text, before, stats, drafting) or checked
+        if before is None:
+            stats.unavailable.update(drafts=NO_OWN_METRICS, accepted_per_position=NO_OWN_METRICS)
         if drafting and before is None:
             flags.append("acceptance-crosscheck-missing: no /metrics snapshot or log line of its own "
                          "(concurrent streams share both)")
@@ -510,14 +529,20 @@ class LlamaCppAdapter(EngineAdapter):
         if before.get("metrics") is None or after is None:
             if drafting:
                 stats.flags.append("metrics-unavailable")
+            stats.unavailable.update(drafts="/metrics could not be read",
+                                     accepted_per_position="/metrics could not be read")
             return False
         flags: list[str] = []
         drafts = counter_delta(before["metrics"], after, M_DRAFTS, flags)
         accepted = counter_delta(before["metrics"], after, M_ACCEPTED, flags)
+        stats.accepted_per_position = position_deltas(before["metrics"], after, M_PER_POS, flags)
+        if stats.accepted_per_position is None:
+            stats.unavailable["accepted_per_position"] = f"/metrics has no usable {M_PER_POS} for this request"
         stats.flags += flags
         if drafts is None or accepted is None:
             if drafting and not flags:
                 stats.flags.append("metrics-unavailable: /metrics has no llamacpp:spec_decode counters")
+            stats.unavailable["drafts"] = "/metrics has no llamacpp:spec_decode_num_drafts_total"
             return False
         stats.drafts = drafts
         if stats.accepted is not None and accepted != stats.accepted:

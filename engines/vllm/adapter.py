@@ -51,7 +51,15 @@ from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import ConfigError, EngineUnavailable, MeasurementError, PreflightError
 from bakeoff.core.metrics import MetricKey, delta, scrape
 from bakeoff.core.models import BUILTIN_MODELS
-from bakeoff.core.readback import counter_delta, engine_count, engine_object, engine_rate, engine_text, get_json
+from bakeoff.core.readback import (
+    counter_delta,
+    engine_count,
+    engine_object,
+    engine_rate,
+    engine_text,
+    get_json,
+    position_deltas,
+)
 
 __all__ = ["VllmAdapter", "VllmOptions", "VLLM_METHODS", "speculative_config", "acceptance_from_metrics"]
 
@@ -147,15 +155,9 @@ def acceptance_from_metrics(before: dict[MetricKey, float] | None, after: dict[M
     drafts = counter_delta(before, after, M_DRAFTS, flags)
     if drafts is None:
         return None
-    labels = {dict(lbls).get("position") for (name, lbls) in (after or {}) if name == M_PER_POS}
-    bad = sorted(str(p) for p in labels if p is not None and not p.isdigit())
-    if bad:
-        flags.append(f"bad-engine-value: /metrics {M_PER_POS} has position label(s) {', '.join(map(repr, bad))}")
-    positions = sorted(int(p) for p in labels if p is not None and p.isdigit())
-    per_pos = [counter_delta(before, after, M_PER_POS, flags, position=str(p)) for p in positions]
     return {"drafts": drafts, "drafted": counter_delta(before, after, M_DRAFT_TOKENS, flags),
             "accepted": counter_delta(before, after, M_ACCEPTED, flags),
-            "accepted_per_position": None if bad or None in per_pos else per_pos}
+            "accepted_per_position": position_deltas(before, after, M_PER_POS, flags)}
 
 
 def speculative_config(arm: Arm, resolve: Callable[[str], str], extra: dict[str, Any] | None = None
@@ -500,21 +502,37 @@ class VllmAdapter(EngineAdapter):
         spec = spec if isinstance(spec, dict) else {}
         own = tuple(engine_count(spec.get(k), f"metrics.speculative_decoding.{k}", flags)
                     for k in ("num_accepted_draft_tokens", "num_draft_tokens", "num_spec_steps"))
+        stats.accepted_histogram = _histogram(spec.get("acceptance_histogram"), flags) if spec else None
         if counted is not None:
             stats.source = "/metrics deltas"
             stats.drafted, stats.accepted, stats.drafts = counted["drafted"], counted["accepted"], counted["drafts"]
-            per_pos = counted["accepted_per_position"]
-            stats.extra["accepted_per_position"] = per_pos
-            if per_pos is not None and stats.accepted is not None and sum(per_pos) != stats.accepted:
-                flags.append(f"acceptance-per-position-mismatch: positions sum to {sum(per_pos)}, "
-                             f"accepted {stats.accepted}")
+            stats.accepted_per_position = counted["accepted_per_position"]
             if spec and own != (stats.accepted, stats.drafted, stats.drafts):
                 flags.append(f"acceptance-mismatch: /metrics {stats.accepted}/{stats.drafted} in "
                              f"{stats.drafts} drafts vs per-request {own[0]}/{own[1]} in {own[2]}")
         elif spec:
             stats.source = "per-request metrics"
             stats.accepted, stats.drafted, stats.drafts = own
+        if stats.accepted_per_position is None:
+            stats.unavailable["accepted_per_position"] = (
+                "vLLM counts accepted tokens per position only in /metrics, which gave no per-request delta here"
+                if counted is None else "/metrics has no usable per-position counter for this request")
+        if stats.accepted_histogram is None:
+            stats.unavailable["accepted_histogram"] = (
+                "no per-request speculative_decoding.acceptance_histogram (needs --per-request-spec-decode-metrics)")
         return stats
+
+
+def _histogram(value: Any, flags: list[str]) -> list[int] | None:
+    """vLLM's per-request ``acceptance_histogram``: draft steps by accepted tokens (index 0: none accepted)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        flags.append(f"bad-engine-value: metrics.speculative_decoding.acceptance_histogram is {str(value)[:40]}, "
+                     f"not a list of counts")
+        return None
+    counts = [engine_count(v, "metrics.speculative_decoding.acceptance_histogram[]", flags) for v in value]
+    return None if None in counts else [int(c or 0) for c in counts]
 
 
 def _has_module(python: Path, module: str) -> bool | None:

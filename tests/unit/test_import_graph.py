@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("errors", "textfmt", "redact", "liveconfig", "pypi", "hostinfo", "telemetry", "roofline",
                     "sample", "sample_lines", "placement")),
     ("bakeoff file", ("config", "sweep", "prompts")),
-    ("records", ("record", "db", "store", "stats", "decision")),
+    ("records", ("record", "db", "store", "stats", "decision", "acceptance")),
     ("engine contract", ("client", "metrics", "readback", "adapter", "registry", "models", "sdist_build")),
     ("measurement", ("measure", "depth", "concurrency", "points", "launcher", "compose", "attach", "hardware",
                      "fairness", "gates", "watchdog")),

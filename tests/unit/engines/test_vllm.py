@@ -299,7 +299,7 @@ def test_server_stats_agree_with_per_request_metrics(monkeypatch: pytest.MonkeyP
     http = server({"/metrics": [before_text, (FIX / "metrics_ngram_after_request.txt").read_text()]})
     stats = adapter.server_stats(http, final_chunk(), parse_metrics(before_text), "")
     assert (stats.drafted, stats.accepted, stats.drafts) == (196, 131, 49)
-    assert stats.extra["accepted_per_position"] == [45, 31, 29, 26]
+    assert stats.accepted_per_position == [45, 31, 29, 26]
     assert stats.completion_tokens == 256 and stats.prompt_tokens == 73
     assert stats.source == "/metrics deltas" and stats.flags == []
     assert stats.decode_tps == pytest.approx(255 / 5.864226046000113)
@@ -331,7 +331,7 @@ def test_a_position_label_that_is_not_a_number_is_flagged_not_a_traceback() -> N
     assert got["accepted_per_position"] is None
     assert flags == [f"bad-engine-value: /metrics {M_PER_POS} has position label(s) 'x'"]
     stats = adapter.server_stats(server({"/metrics": after_text}), final_chunk(), before, "")
-    assert stats.accepted == 131 and stats.extra["accepted_per_position"] is None
+    assert stats.accepted == 131 and stats.accepted_per_position is None
     assert any("position label(s) 'x'" in f for f in stats.flags)
 
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from bakeoff.core import Arm, CapabilityNotSupported, ConfigError, EngineUnavailable, PreflightError, Workload
+from bakeoff.core.acceptance import acceptance_detail
 from bakeoff.core.adapter import check_arm_capabilities
 from bakeoff.core.compose import build_project
 from bakeoff_sglang import adapter as sglang_module
@@ -359,3 +360,25 @@ def test_the_readmes_say_the_plugin_has_never_run_against_sglang() -> None:
     project_readme = " ".join((root / "README.md").read_text().split())
     assert "never launched or measured a real SGLang server" in " ".join(plugin_readme.split())
     assert "has never run against a real SGLang server" in project_readme
+
+
+def _acceptance(stats: Any) -> Any:
+    return acceptance_detail(stats.drafted, stats.accepted, stats.drafts, stats.accepted_per_position,
+                             stats.accepted_histogram, stats.unavailable, stats.derived)
+
+
+# -- SGLang: meta_info ----------------------------------------------------------------------------------
+def test_sglang_meta_info_steps_and_derived_accepted() -> None:
+    meta = json.loads((FIX / "generate_meta_info_nextn.json").read_text())["meta_info"]
+    stats = parse_meta_info(meta, draft_tokens=4)
+    d = _acceptance(stats)
+    assert (d.drafts, d.accepted, d.drafted) == (85, 170, 255)
+    assert d.mean_accepted_len == pytest.approx(3.0)
+    assert "spec_verify_ct" in d.acceptance_derived["accepted"]
+    assert d.accepted_histogram is None and "spec_accept_histogram" in d.acceptance_unavailable["accepted_histogram"]
+    # newer SGLang: steps by accepted drafts; checked against the 85 steps and 170 accepted tokens
+    d = _acceptance(parse_meta_info({**meta, "spec_accept_histogram": [10, 10, 35, 30]}, draft_tokens=4))
+    assert d.accepted_histogram == [10, 10, 35, 30] and d.flags == []
+    assert d.accepted_per_position == [75, 65, 30]
+    d = _acceptance(parse_meta_info({**meta, "spec_accept_histogram": [0, 85]}, draft_tokens=4))  # indexed by length?
+    assert d.flags == ["acceptance-histogram-mismatch: engine histogram accepts 85 tokens, accepted 170"]

@@ -136,8 +136,21 @@ def parse_meta_info(meta: dict[str, Any], draft_tokens: int | None) -> ServerSta
         else:
             stats.drafts = verify
             stats.accepted = completion - 1 - verify if verify else 0
+            stats.derived["accepted"] = "completion_tokens - 1 - spec_verify_ct (each verify step adds one token)"
             if draft_tokens:
                 stats.drafted = verify * (draft_tokens - 1)
+                stats.derived["drafted"] = "spec_verify_ct x (--speculative-num-draft-tokens - 1)"
+            else:
+                stats.unavailable["drafted"] = "SGLang reports verify steps, not drafted tokens, and the draft " \
+                                               "length per step is not known"
+    # steps that accepted 0, 1, 2, ... drafts (newer SGLang; core checks it against the step and token counts)
+    histogram = meta.get("spec_accept_histogram", meta.get("spec_correct_drafts_histogram"))
+    if isinstance(histogram, list) and histogram and all(engine_count(v, "meta_info.spec_accept_histogram[]", flags)
+                                                         is not None for v in histogram):
+        stats.accepted_histogram = [int(v) for v in histogram]
+    else:
+        stats.unavailable["accepted_histogram"] = "this SGLang's meta_info has no spec_accept_histogram"
+    stats.unavailable["accepted_per_position"] = "SGLang reports no per-position acceptance"
     for key in ("spec_accept_length", "spec_accept_rate", "e2e_latency"):
         if engine_rate(meta.get(key), f"meta_info.{key}", flags) is not None:
             stats.extra[key] = meta[key]
@@ -169,6 +182,10 @@ def estimate_from_log(lines: list[dict[str, float | None]], completion_tokens: i
     if rates:
         stats.extra["log_accept_rate"] = round(sum(rates) / len(rates), 4)
     stats.flags.append(f"acceptance-estimated: from {len(lengths)} SGLang decode log line(s), not exact counts")
+    why = "a streamed SGLang response carries no meta_info; only the decode log's averages exist"
+    stats.unavailable.update(accepted_per_position=why, accepted_histogram=why)
+    stats.derived.update(drafts="estimate: (completion - 1) / mean accept length of the decode log lines",
+                         accepted="estimate: completion - 1 - estimated draft steps")
     if completion_tokens and completion_tokens > 1:
         drafts = max(1, round((completion_tokens - 1) / mean_len))
         stats.drafts = drafts
