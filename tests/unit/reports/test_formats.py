@@ -74,7 +74,9 @@ def test_html_is_self_contained(make_run: Maker) -> None:
     s = summarize_run(path)
     html = render_html(s, render_plots(s))
     assert html.startswith("<!DOCTYPE html>") and '<table id="community">' in html
-    assert html.count('<tr data-arm="') == 2 * len(s.arms)  # community and audit tables
+    # community and audit tables, and the acceptance table's speculative arm (drafted counts, no steps)
+    assert len(s.acceptance) == 1 and s.acceptance[0].drafts is None
+    assert html.count('<tr data-arm="') == 2 * len(s.arms) + len(s.acceptance)
     assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing fetched
     images = re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', html)
     assert len(images) == 2 and all(base64.b64decode(i).lstrip().startswith(b"<?xml") for i in images)
