@@ -72,3 +72,29 @@ def test_screenshot_shows_tables_and_plots(chromium: str, report_html: Path, tmp
     assert not_white > 0.03, f"only {not_white:.1%} of the page is drawn"
     bars = (np.abs(pixels - TAB_BLUE) < 0.03).all(axis=2).sum()
     assert bars > 500, f"{bars} pixels in the first arm's plot colour: the plots did not render"
+
+
+ACCEPTANCE_RUN = FIXTURE.parent / "acceptance-run"  # tests/integration/test_acceptance_llamacpp.py, kept
+
+
+def test_acceptance_table_histogram_and_per_position_curve_render(chromium: str, tmp_path: Path) -> None:
+    """A real llama.cpp run with per-position counters: the acceptance table and both acceptance plots."""
+    run = tmp_path / ACCEPTANCE_RUN.name
+    run.mkdir()
+    for name in ("run.json", "samples.jsonl"):
+        shutil.copy(ACCEPTANCE_RUN / name, run / name)
+    html = write_reports(run).html
+    proc = _chromium(chromium, tmp_path / "profile", "--dump-dom", html.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    for name in ("acceptance_histogram", "acceptance_per_position"):
+        assert f'id="plot-{name}"' in dom
+    images = len(re.findall(r'<img class="plot"', dom))
+    assert images == 4 and re.search(rf'<body[^>]*data-plots-loaded="{images}"', dom), dom[:300]
+    table = dom[dom.index('<table id="acceptance">'):]
+    table = table[:table.index("</table>")]
+    summary = summarize_run(run)
+    assert re.findall(r'<tr data-arm="([^"]+)"', table) == [a.arm for a in summary.acceptance] == ["draft", "ngram"]
+    draft = summary.acceptance[0]
+    hist = " ".join(f"{k}:{n}" for k, n in enumerate(draft.accepted_histogram or []) if n)
+    assert hist and hist in table

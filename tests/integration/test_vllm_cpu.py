@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from bakeoff.core.acceptance import histogram_from_positions
 from bakeoff.core.client import stream_chat
 from bakeoff.core.config import Arm, Settings, Speculative, Workload
 from bakeoff.core.errors import EngineStartupError
@@ -126,7 +127,9 @@ def measure(served: Served, rep: int) -> tuple[Sample, dict[str, int]]:
     stats = served.adapter.server_stats(served.http, result.final, before, "")
     sample = make_sample(served.planned.arm, served.adapter, result, stats, "test", CODE.name, "greedy", rep, 0,
                          None, 0.0)
-    assert stats.extra["per_request_metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] == stats.accepted
+    own = stats.extra["per_request_metrics"]["speculative_decoding"]
+    assert own["num_accepted_draft_tokens"] == stats.accepted
+    assert sample.accepted_histogram == own["acceptance_histogram"]  # the engine's histogram, kept as is
     return sample, result.usage or {}
 
 
@@ -150,6 +153,13 @@ def test_true_tokens_and_acceptance_under_packed_events(ngram_server: Served) ->
         assert sample.acceptance == pytest.approx(sample.accepted / sample.drafted)
         assert sample.accepted_per_position is not None and len(sample.accepted_per_position) == 4
         assert sum(sample.accepted_per_position) == sample.accepted
+        # the /metrics per-position counters and the per-request histogram are one fact seen twice
+        assert sample.accepted_histogram == histogram_from_positions(sample.accepted_per_position, sample.drafts)
+        assert sample.acceptance_per_position == pytest.approx([c / sample.drafts
+                                                                for c in sample.accepted_per_position])
+        assert sample.acceptance_unavailable == {} and not [f for f in sample.flags if f.startswith("acceptance")]
+        print(f"vllm ngram rep {rep}: {sample.accepted}/{sample.drafted} in {sample.drafts} steps, per position "
+              f"{sample.accepted_per_position}, histogram {sample.accepted_histogram}")
         # tokens = one per step (prefill or verify) + accepted drafts; the last step may be cut by max_tokens
         assert sample.token_events <= 256 - sample.accepted + 4
     total = acceptance_from_metrics(baseline, scrape(ngram_server.http))
