@@ -142,10 +142,13 @@ def positions_figure(s: RunSummary) -> Figure | None:
     fig = Figure(figsize=(6.4, 4.0), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
+    widest = 1
     for a, color in arms:
         rates = a.acceptance_per_position or []
         n = _last_used(rates)
+        widest = max(widest, n)
         ax.plot(range(1, n + 1), rates[:n], "o-", color=color, ms=4, label=a.arm)
+    ax.set_xticks(range(1, widest + 1))
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("draft position")
     ax.set_ylabel("share of draft steps accepting it")

@@ -310,11 +310,12 @@ def acceptance_rows(s: RunSummary) -> tuple[list[str], list[list[str]]] | None:
 
 def acceptance_notes(s: RunSummary) -> list[str]:
     """What each engine does not expose (and why), and which figures are computed rather than read."""
-    out = []
+    arms: dict[str, list[str]] = {}  # one line per note, naming the arms it holds for
     for a in s.acceptance:
-        out += [f"{a.arm}: {name} not available: {why}" for name, why in a.unavailable.items()]
-        out += [f"{a.arm}: {name} {why}" for name, why in a.derived.items()]
-    return out
+        for line in [f"{name} not available: {why}" for name, why in a.unavailable.items()] + \
+                [f"{name} {why}" for name, why in a.derived.items()]:
+            arms.setdefault(line, []).append(a.arm)
+    return [f"{', '.join(names)}: {line}" for line, names in arms.items()]
 
 
 def _acceptance_sections(s: RunSummary) -> list[Section]:

@@ -168,3 +168,28 @@ def test_arm_pools_sums_and_keeps_reasons_with_their_counts() -> None:
 def test_nothing_drafted_is_a_fact_not_a_gap() -> None:
     d = acceptance_detail(0, 0, None, None, None)
     assert d.acceptance_unavailable == {} and d.acceptance is None and d.accepted_histogram is None
+
+
+# -- reports from a real run -----------------------------------------------------------------------
+def test_real_run_summary_table_and_plots(tmp_path: Path) -> None:
+    import shutil
+
+    from bakeoff.core.reports import render_markdown, summarize_run
+    from bakeoff.core.reports.plots import render_plots
+
+    run = tmp_path / "acceptance-run"
+    shutil.copytree(FIX / "reports" / "acceptance-run", run)
+    s = summarize_run(run)
+    pooled = {a.arm: a for a in s.acceptance}
+    assert list(pooled) == ["draft", "ngram"]  # spec-off drafts nothing and has no row
+    draft, ngram = pooled["draft"], pooled["ngram"]
+    assert (draft.accepted, draft.drafted, draft.drafts) == (94, 94, 32)
+    assert draft.accepted_histogram == [0, 0, 2, 30] and draft.accepted_per_position == [32, 32, 30]
+    assert ngram.accepted_histogram == [2, 3, 2, 1, 4] and ngram.accepted_per_position == [10, 7, 5, 4]
+    assert ngram.mean_accepted_len == pytest.approx(1 + 26 / 12) and draft.unavailable == {}
+    md = render_markdown(s)
+    assert "| ngram | 2 | 54.2% (26/48) | 12 | 3.17 | 0.83 0.58 0.42 0.33 | 0:2 1:3 2:2 3:1 4:4 | timings |" in md
+    assert "draft, ngram: accepted_histogram exact:" in md
+    plots = render_plots(s)
+    names = ("acceptance_histogram", "acceptance_per_position")
+    assert all(plots[name]["png"].startswith(b"\x89PNG") for name in names)
