@@ -32,6 +32,7 @@ from .sample import Sample
 from .stats import LEVEL, N_BOOT, paired_ratio
 
 __all__ = [
+    "AGREEMENT_TARGET",
     "BreakEven",
     "CalPoint",
     "Calibration",
@@ -47,6 +48,7 @@ __all__ = [
     "vllm_acceptance_rates",
 ]
 
+AGREEMENT_TARGET = 0.02  # the client speedup should match the engine's own within this (issue 15)
 GRID = 200  # MTP file acceptances tried when looking for the one that gives a target at some n_max
 
 
@@ -77,6 +79,9 @@ class CalibrationPoint(BaseModel):
                                                            "tok/s (llama.cpp timings.predicted_per_second).")
     timing_agreement: float | None = Field(None, description="Median over the point's requests of client decode "
                                            "tok/s over the engine's own (1: bakeoff's clock agrees with the engine).")
+    speedup_vs_engine: float | None = Field(None, description="speedup / engine_speedup - 1: how far bakeoff's "
+                                            "speedup strays from the one the engine's own timings give (target: "
+                                            "within ±2 %).")
     verify_step_cost: float | None = Field(None, description="Engine decode time per verify step over engine time "
                                                              "per spec-off step (1 = a verify step costs a plain "
                                                              "step); median of paired requests.")
@@ -362,6 +367,8 @@ def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Seq
     engine = paired_ratio(ok, ref, n_boot=n_boot, level=level, seed=seed, key=f"cal-engine/{point.arm}",
                           value=lambda s: s.server_decode_tps)
     out.engine_speedup = engine.estimate if engine is not None else None
+    if out.speedup is not None and out.engine_speedup:
+        out.speedup_vs_engine = out.speedup / out.engine_speedup - 1
     agree = [s.decode_tps / s.server_decode_tps for s in ok if s.decode_tps and s.server_decode_tps]
     out.timing_agreement = statistics.median(agree) if agree else None
     costs = [c for s, r in _pairs(ok, ref) if (c := _step_cost(s, r)) is not None]

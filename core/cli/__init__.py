@@ -13,7 +13,7 @@ import typer
 if not sys.stdout.isatty():
     os.environ["COLUMNS"] = os.environ.get("BAKEOFF_WIDTH", "200")
 
-from . import compare, demo, engines, gpu, promote, report, run, runs, schema, selftest
+from . import calibrate, compare, demo, engines, gpu, promote, report, run, runs, schema, selftest
 from .boundary import guard_commands
 
 __all__ = ["app", "main"]
@@ -21,6 +21,7 @@ __all__ = ["app", "main"]
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Head-to-head speed of LLM engines with speculative decoding, from true token counts.")
 app.command("run")(run.run_command)
+app.command("calibrate")(calibrate.calibrate_command)
 app.command("demo")(demo.demo_command)
 app.command("schema")(schema.schema_command)
 app.command("report")(report.report_command)
@@ -34,6 +35,7 @@ app.add_typer(engines.app, name="engines")
 # What still holds after Ctrl-C or a write failure, and the way on (the boundary's one line says it).
 _AFTER_STOP = {
     "run": "engines stopped; samples stored so far are kept; `bakeoff run --resume RUN_DIR` finishes the run",
+    "calibrate": "engines stopped; samples stored so far are kept; `bakeoff run --resume RUN_DIR` finishes the run",
     "demo": "engines stopped",
 }
 guard_commands(app, _AFTER_STOP)

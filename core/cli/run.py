@@ -27,7 +27,7 @@ from ..store import RunDir, new_run_dir
 from .exit_codes import EXIT_CODES_HELP, ExitCode, failed_arms, run_outcome
 from .report import print_tables
 
-__all__ = ["run_command", "execute"]
+__all__ = ["run_command", "execute", "finish", "run_loaded"]
 
 console = Console()
 
@@ -213,18 +213,37 @@ def run_command(
         else:
             if file is None:
                 raise ConfigError("give a bakeoff FILE, or --resume RUN_DIR")
-            config = load_bakeoff(file)
-            if dry_run:
-                for line in dry_run_lines(config):
-                    typer.echo(line)
-                return
-            executor = executor_for(config, executor_kind, address)
-            run = execute(config, out, _percent(until_ci), max_passes, executor=executor,
-                          stop_on_verdict=stop_on_verdict)
+            run_loaded(load_bakeoff(file), out, dry_run=dry_run, until_ci=_percent(until_ci), max_passes=max_passes,
+                       executor_kind=executor_kind, address=address, stop_on_verdict=stop_on_verdict)
+            return
     except OSError as exc:  # a write that failed outside RunDir: the boundary reports it like one inside
         if not is_write_failure(exc):
             raise
         raise RunDirError(f"cannot write {exc.filename or 'the run directory'}: {exc.strerror or exc}") from exc
+    finish(config, run, executor)
+
+
+def run_loaded(config: BakeoffFile, out: Path, *, dry_run: bool = False, until_ci: float | None = None,
+               max_passes: int = 10, executor_kind: str | None = None, address: str | None = None,
+               stop_on_verdict: bool = False) -> None:
+    """Run a loaded bakeoff (``bakeoff run FILE`` and ``bakeoff calibrate`` share this): its dry run, or the
+    run, its reports and its exit code."""
+    if dry_run:
+        for line in dry_run_lines(config):
+            typer.echo(line)
+        return
+    executor = executor_for(config, executor_kind, address)
+    try:
+        run = execute(config, out, until_ci, max_passes, executor=executor, stop_on_verdict=stop_on_verdict)
+    except OSError as exc:  # a write that failed outside RunDir: the boundary reports it like one inside
+        if not is_write_failure(exc):
+            raise
+        raise RunDirError(f"cannot write {exc.filename or 'the run directory'}: {exc.strerror or exc}") from exc
+    finish(config, run, executor)
+
+
+def finish(config: BakeoffFile, run: RunDir, executor: Executor) -> None:
+    """The exit code of a finished run (typer.Exit unless every arm has a valid sample)."""
     code = _exit_code(run, _measured_names(config, run))
     lost = getattr(executor, "failed_hosts", {})
     if lost and code is ExitCode.OK:  # every arm has samples, but a host's block stopped short

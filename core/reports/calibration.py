@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..calibrate import BreakEven, Calibration, CalibrationPoint
+from ..calibrate import AGREEMENT_TARGET, BreakEven, Calibration, CalibrationPoint
 
 __all__ = [
     "break_even_rows",
@@ -16,6 +16,8 @@ __all__ = [
     "calibration_heatmap_figure",
     "calibration_rows",
     "heatmap_grids",
+    "timing_agreement_line",
+    "timing_agreement_rows",
 ]
 
 
@@ -35,12 +37,45 @@ def calibration_rows(c: Calibration) -> tuple[list[str], list[list[str]]]:
               "client/engine rate", "verify step cost", "tokens/step", "ideal", "n", "flags"]
     rows = []
     for p in c.points:
-        rows.append([f"{p.engine} {p.method} n{p.n_max} a{p.target_acceptance:.2f}", _x(p.target_acceptance),
+        rows.append([_name(p), _x(p.target_acceptance),
                      _x(p.expected_acceptance, "{:.3f}"), _x(p.measured_acceptance, "{:.3f}"), _speed(p),
                      _x(p.engine_speedup, "{:.2f}×"), _x(p.timing_agreement, "{:.3f}"), _x(p.verify_step_cost),
                      _x(p.tokens_per_step),
                      _x(p.ideal_speedup, "{:.2f}×"), str(p.samples), "; ".join(p.flags)])
     return header, rows
+
+
+def _name(p: CalibrationPoint) -> str:
+    return f"{p.engine} {p.method} n{p.n_max} a{p.target_acceptance:.2f}"
+
+
+def _agrees(p: CalibrationPoint) -> str:
+    if p.speedup_vs_engine is None:
+        return "–"
+    return "yes" if abs(p.speedup_vs_engine) <= AGREEMENT_TARGET else "NO"
+
+
+def timing_agreement_rows(c: Calibration) -> tuple[list[str], list[list[str]]]:
+    """Per point: bakeoff's speedup (client clock, true token counts) beside the engine's own (its timings),
+    their difference, and whether it is within the 2 % target."""
+    header = ["point", "client speedup", "engine speedup", "client vs engine",
+              f"within {AGREEMENT_TARGET * 100:.0f} %", "client/engine decode rate (per request)"]
+    rows = [[_name(p), _x(p.speedup, "{:.3f}×"), _x(p.engine_speedup, "{:.3f}×"),
+             _x(None if p.speedup_vs_engine is None else 100 * p.speedup_vs_engine, "{:+.1f} %"), _agrees(p),
+             _x(p.timing_agreement, "{:.3f}")] for p in c.points]
+    return header, rows
+
+
+def timing_agreement_line(c: Calibration) -> str | None:
+    """'11 of 12 points within 2 % …; largest difference … +3.1 %'; None when no point has both."""
+    both = [p for p in c.points if p.speedup_vs_engine is not None]
+    if not both:
+        return None
+    within = sum(abs(p.speedup_vs_engine or 0) <= AGREEMENT_TARGET for p in both)
+    worst = max(both, key=lambda p: abs(p.speedup_vs_engine or 0))
+    return (f"{within} of {len(both)} points within {AGREEMENT_TARGET * 100:.0f} % (bakeoff's speedup "
+            f"vs the one the engine's own timings give); largest difference {_name(worst)} "
+            f"{100 * (worst.speedup_vs_engine or 0):+.1f} %")
 
 
 def _be(b: BreakEven) -> str:

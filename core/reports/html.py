@@ -12,7 +12,13 @@ import html
 import json
 
 from ..phases import phase_rows
-from .calibration import break_even_rows, calibration_rows, heatmap_grids
+from .calibration import (
+    break_even_rows,
+    calibration_rows,
+    heatmap_grids,
+    timing_agreement_line,
+    timing_agreement_rows,
+)
 from .model import RunSummary
 from .tables import (
     audit_table,
@@ -48,7 +54,8 @@ _SCRIPT = ("window.addEventListener('load',function(){var n=0;for(var i of docum
 
 
 def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
-    text_cols = {i for i, h in enumerate(header) if h in ("vs baseline", "Acceptance", "tok/J vs baseline")}
+    text_cols = {i for i, h in enumerate(header) if h in ("Acceptance", "tok/J vs baseline")
+                 or h.startswith("vs baseline")}
     out = [f'<div class="scroll"><table id="{table_id}"><thead><tr>'
            + "".join(f'<th class="text">{html.escape(h)}</th>' if i in text_cols else f"<th>{html.escape(h)}</th>"
                      for i, h in enumerate(header)) + "</tr></thead><tbody>"]
@@ -59,7 +66,7 @@ def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
             if i in text_cols:
                 cls.append("text")
             for v in ("faster", "slower", "not separable"):
-                if header[i] in ("vs baseline", "tok/J vs baseline") and c.endswith(v):
+                if (header[i] == "tok/J vs baseline" or header[i].startswith("vs baseline")) and c.endswith(v):
                     cls.append(v.replace(" ", "-"))
             attr = f' class="{" ".join(cls)}"' if cls else ""
             cells.append(f"<td{attr}>{html.escape(c)}</td>")
@@ -79,8 +86,11 @@ def _calibration_html(s: RunSummary) -> list[str]:
         slug = name.replace(" ", "-")
         parts += [f"<h3>{html.escape(name)}: speedup by acceptance and n_max</h3>",
                   _table(["acceptance", *(f"n_max {n}" for n in ns)], rows, f"calibration-grid-{slug}")]
-    parts += ["<h3>Break-even acceptance</h3>", _table(*break_even_rows(c), "calibration-break-even"),
-              "<h3>Calibration points</h3>", _table(*calibration_rows(c), "calibration-points")]
+    parts += ["<h3>Break-even acceptance</h3>", _table(*break_even_rows(c), "calibration-break-even")]
+    if (agreement := timing_agreement_line(c)) is not None:
+        parts += ["<h3>Timing agreement</h3>", f'<p id="calibration-agreement">{html.escape(agreement)}</p>',
+                  _table(*timing_agreement_rows(c), "calibration-agreement-points")]
+    parts += ["<h3>Calibration points</h3>", _table(*calibration_rows(c), "calibration-points")]
     parts += [f'<div class="warn">⚠ {html.escape(f)}</div>' for f in c.flags]
     return parts
 
@@ -109,9 +119,9 @@ def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
     if s.phases:
         parts += ["<h2>Phases</h2>", _table(*phase_rows(s.phases), "phases")]
     if s.recommendations:
-        parts += ["<h2>Recommendation per prompt category</h2>", '<ul id="recommendations">'
-                  + "".join(f'<li data-category="{html.escape(r.category)}">{html.escape(r.line)}</li>'
-                            for r in s.recommendations) + "</ul>"]
+        parts += ["<h2>Recommendation per use case</h2>", '<ul id="recommendations">'
+                  + "".join(f'<li data-category="{html.escape(r.category)}" data-use-case="{html.escape(r.use_case)}">'
+                            f'{html.escape(r.line)}</li>' for r in s.recommendations) + "</ul>"]
     if s.calibration is not None:
         parts += _calibration_html(s)
     if (roof := roofline_table(s)) is not None:

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from ..phases import phase_rows
-from .calibration import break_even_rows, calibration_rows, heatmap_grids
+from .calibration import (
+    break_even_rows,
+    calibration_rows,
+    heatmap_grids,
+    timing_agreement_line,
+    timing_agreement_rows,
+)
 from .model import RunSummary
 from .tables import (
     audit_table,
@@ -42,8 +48,10 @@ def calibration_markdown(s: RunSummary) -> list[str]:
                 for a, row in zip(accs, grid, strict=True)]
         parts += [f"{name}: speedup by acceptance (rows) and n_max (columns)", "",
                   markdown_table(["acceptance", *(f"n_max {n}" for n in ns)], rows), ""]
-    parts += ["Break-even acceptance per n_max", "", markdown_table(*break_even_rows(c)), "",
-              markdown_table(*calibration_rows(c))]
+    parts += ["Break-even acceptance per n_max", "", markdown_table(*break_even_rows(c)), ""]
+    if (agreement := timing_agreement_line(c)) is not None:
+        parts += [f"**Timing agreement**: {agreement}", "", markdown_table(*timing_agreement_rows(c)), ""]
+    parts += [markdown_table(*calibration_rows(c))]
     parts += [f"- {f}" for f in c.flags]
     return parts
 
@@ -61,7 +69,7 @@ def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
         parts += ["", "**Phases** (each knob against its neighbouring baselines, paired, 95 % CI)", "",
                   markdown_table(*phase_rows(s.phases))]
     if s.recommendations:
-        parts += ["", "**Recommendation per prompt category** (paired vs the baseline, 95 % CI)", ""]
+        parts += ["", "**Recommendation per use case** (paired vs the baseline, 95 % CI)", ""]
         parts += [f"- {r.line}" for r in s.recommendations]
     if s.calibration is not None:
         parts += ["", *calibration_markdown(s)]

@@ -330,9 +330,44 @@ def _acceptance_sections(s: RunSummary) -> list[Section]:
                     note + (". " + "; ".join(notes) if notes else ""))]
 
 
+_ROLE_MARK = {"best": "★ ", "plateau": "≈ ", "loses": "✗ ", "": ""}
+
+
+def _decision_sections(s: RunSummary) -> list[Section]:
+    """The decision map: one table per prompt category, a row per speculating setting, a column per depth
+    and concurrency the run swept; each cell the paired ratio over the baseline with its verdict, marked
+    ★ (recommended), ≈ (its plateau: not separable from ★) or ✗ (slower than the baseline)."""
+    by_category: dict[str, list[Any]] = {}
+    for r in s.recommendations:
+        by_category.setdefault(r.category, []).append(r)
+    out = []
+    for category, recs in by_category.items():
+        arms = list(dict.fromkeys(c.arm for r in recs for c in r.cells))
+        settings = {c.arm: c.setting for r in recs for c in r.cells}
+        header = ["setting", "arm", *(f"vs baseline, {r.use_case.partition(', ')[2] or 'all requests'}"
+                                      for r in recs)]
+        rows = []
+        for arm in arms:
+            row = [settings[arm], arm]
+            for r in recs:
+                cell = next((c for c in r.cells if c.arm == arm), None)
+                if cell is None or cell.ratio is None:
+                    row.append(DASH)
+                    continue
+                q = cell.ratio
+                row.append(f"{_ROLE_MARK[cell.role]}{q.estimate:.2f}× ({q.lo:.2f}–{q.hi:.2f}) {cell.verdict}")
+            rows.append(row)
+        note = (f"paired per-request ratio over {s.baseline} on this category's requests at each point, "
+                f"{s.bootstrap.level:.0%} interval; ★ recommended, ≈ not separable from ★ (paired against it), "
+                "✗ slower than the baseline")
+        out.append(Section(f"decision-map-{category}", f"decision map: {category}", header, rows, note))
+    return out
+
+
 # Builders of the sections after the main table, in report order. A new section (its rows built into
 # RunSummary) adds one function here and appears in the terminal, report.md and report.html.
-SECTION_BUILDERS: list[Callable[[RunSummary], list[Section]]] = [_point_sections, _acceptance_sections]
+SECTION_BUILDERS: list[Callable[[RunSummary], list[Section]]] = [_point_sections, _acceptance_sections,
+                                                                  _decision_sections]
 
 
 def sections(s: RunSummary) -> list[Section]:

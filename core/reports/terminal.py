@@ -5,7 +5,13 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .calibration import break_even_rows, calibration_rows, heatmap_grids
+from .calibration import (
+    break_even_rows,
+    calibration_rows,
+    heatmap_grids,
+    timing_agreement_line,
+    timing_agreement_rows,
+)
 from .model import RunSummary
 from .tables import (
     audit_table,
@@ -40,11 +46,14 @@ def print_calibration(s: RunSummary, out: Console) -> None:
             table.add_row(f"{a:.2f}", *("–" if v is None else f"[{'green' if v >= 1 else 'red'}]{v:.2f}×[/]"
                                         for v in speedups))
         out.print(table)
-    for title, (header, rows) in (("break-even acceptance", break_even_rows(c)),
-                                  ("calibration points", calibration_rows(c))):
+    agreement = timing_agreement_line(c)
+    tables = [("break-even acceptance", break_even_rows(c)),
+              *([(f"timing agreement: {agreement}", timing_agreement_rows(c))] if agreement else []),
+              ("calibration points", calibration_rows(c))]
+    for title, (header, rows) in tables:
         table = Table(title=title)
         for col in header:
-            table.add_column(col, justify="left" if col in ("engine", "method", "point", "from", "flags")
+            table.add_column(col, justify="left" if col in ("engine", "method", "point", "from", "flags", "within 2 %")
                              else "right")
         for cells in rows:
             table.add_row(*cells)
@@ -99,7 +108,7 @@ def print_summary(s: RunSummary, out: Console) -> None:
             extra.add_row(*row)
         out.print(extra)
     if s.recommendations:
-        out.print("[bold]recommendation per prompt category[/bold] (paired vs the baseline, 95 % CI)")
+        out.print("[bold]recommendation per use case[/bold] (paired vs the baseline, 95 % CI)")
         for r in s.recommendations:
             out.print(f"  {r.line}", highlight=False)
     print_calibration(s, out)

@@ -170,6 +170,8 @@ def test_calibration_recovers_the_verify_cost_speedup_and_break_even(tmp_path: P
         assert p.ci_low <= p.speedup <= p.ci_high
         assert p.engine_speedup == pytest.approx(p.speedup, rel=0.02)
         assert p.timing_agreement == pytest.approx(0.99)
+        # the client clock reads 1 % slow on every request alike, so the speedups agree exactly
+        assert p.speedup_vs_engine == pytest.approx(0.0, abs=1e-9)
     be = {b.n_max: b for b in c.break_even}
     # truth: speedup = 1 at a = (COST - 1) / n_max; the grid is linear in a, so interpolation is exact
     assert be[1].acceptance == pytest.approx(0.6, abs=0.03) and be[1].source == "measured crossing"
@@ -202,16 +204,21 @@ def test_every_format_shows_the_calibration(tmp_path: Path) -> None:
     md = render_markdown(s)
     assert "**Calibration**" in md and "| acceptance | n_max 1 | n_max 2 |" in md
     assert "Break-even acceptance per n_max" in md and "measured crossing" in md
+    assert "**Timing agreement**: 6 of 6 points within 2 % (bakeoff's speedup vs the one the engine's own timings " \
+           "give)" in md
+    assert "| within 2 % |" in md and "| llamacpp mtp n2 a0.50 | 1.2" in md and "| +0.0 % | yes | 0.990 |" in md
     console = Console(record=True, width=250, file=io.StringIO())
     print_summary(s, console)
     text = console.export_text()
     assert "calibration llamacpp mtp: speedup over spec-off" in text and "break-even acceptance" in text
+    assert "timing agreement: 6 of 6 points within 2 %" in text
     plots = render_plots(s, [], [])  # (the decode-by-prompt plot may collapse under 7 long arm names)
     for name in CALIBRATION_PLOTS:
         image = imread(io.BytesIO(plots[name]["png"]))
         assert image.shape[0] > 100 and image.shape[1] > 100 and float(np.std(image)) > 0.01
     page = render_html(s, plots)
-    for needle in ('id="calibration-break-even"', 'id="calibration-points"', 'id="calibration-grid-llamacpp-mtp"',
+    for needle in ('id="calibration-break-even"', 'id="calibration-points"', 'id="calibration-agreement-points"',
+                   'id="calibration-grid-llamacpp-mtp"',
                    'id="plot-calibration_heatmap"', 'id="plot-calibration_curves"'):
         assert needle in page
 

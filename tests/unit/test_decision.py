@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 
-from bakeoff.core.decision import setting_label
+from bakeoff.core.decision import plateau_text, setting_label
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
 from bakeoff.core.sample import Sample
 from bakeoff.core.store import RunDir
@@ -50,20 +51,84 @@ def test_each_category_gets_its_best_setting_its_plateau_and_its_losses(tmp_path
     assert code.arm == "draft-n3" and code.setting == "draft n-max 3" and code.ratio is not None
     assert 1.38 < code.ratio.lo <= code.ratio.estimate <= code.ratio.hi < 1.44
     assert code.plateau == ["draft-n2"] and code.losses == []  # 140 vs 141 is not separable; 120 is
-    assert code.line.startswith("code: draft n-max 3, 1.41× (") and "not separable from it: draft n-max 2" in code.line
+    assert code.line.startswith("code: draft n-max 3, 1.41× (")
+    assert "plateau: draft n-max 2, 3 not separable" in code.line
     prose = recs["prose"]
     assert prose.arm is None and prose.setting == "off" and set(prose.losses) == {"draft-n3", "draft-n4"}
     assert prose.line == "prose: off (no setting is faster than off); slower: draft n-max 3, draft n-max 4"
     md = render_markdown(s)
-    assert "**Recommendation per prompt category**" in md and f"- {code.line}" in md
+    assert "**Recommendation per use case**" in md and f"- {code.line}" in md
     console = Console(record=True, width=250, file=io.StringIO())
     print_summary(s, console)
     assert prose.line in console.export_text()
     page = render_html(s, {})
-    assert '<ul id="recommendations"><li data-category="code">code: draft n-max 3, 1.41×' in page
+    assert '<li data-category="code" data-use-case="code">code: draft n-max 3, 1.41×' in page
 
 
 def test_setting_labels() -> None:
     assert setting_label({"method": "none"}) == "off" and setting_label(None) == "off"
     assert setting_label({"method": "mtp", "n_max": 3, "p_min": 0.75}) == "mtp n-max 3 p-min 0.75"
     assert setting_label({"method": "ngram", "variant": "simple"}) == "ngram simple"
+
+
+def test_plateau_text_merges_settings_that_differ_in_one_number() -> None:
+    assert plateau_text(["draft n-max 3", "draft n-max 2", "draft n-max 4"]) == "draft n-max 2, 3, 4"
+    assert plateau_text(["mtp n-max 2 p-min 0.75", "mtp n-max 3 p-min 0.75", "ngram"]) == \
+        "mtp n-max 2, 3 p-min 0.75; ngram"
+
+
+# per-stream decode tok/s by streams: draft pays alone and loses at 4 streams (the batch is compute-bound)
+STREAM_RATES = {"off": {1: 100.0, 4: 60.0}, "draft-n2": {1: 130.0, 4: 45.0}, "draft-n3": {1: 131.0, 4: 40.0}}
+
+
+def _write_streams(path: Path) -> Path:
+    rng = np.random.default_rng(5)
+    run = RunDir(path)
+    arms = [{"name": a, "engine": "llamacpp", "model": "m.gguf",
+             "speculative": {"method": "none"} if a == "off" else {"method": "draft", "n_max": int(a[-1])}}
+            for a in STREAM_RATES]
+    run.write_run({"tool": {"name": "bakeoff", "version": "0"},
+                   "config": {"name": "map", "arms": arms,
+                              "workload": {"reps": 4, "passes": 2, "max_tokens": 64, "concurrency": [1, 4]}},
+                   "baseline": "off", "orders": [list(STREAM_RATES)] * 2, "seed": 0, "host": {},
+                   "prompts": [{"name": "code_python", "kind": "code", "messages": []}],
+                   "arm_records": {a: [{"status": "ok", "pass": 0}] for a in STREAM_RATES}})
+    for p in range(2):
+        for rep in range(4):
+            for streams in (1, 4):
+                for arm, rates in STREAM_RATES.items():
+                    for _ in range(streams):
+                        tps = rates[streams] * math.exp(rng.normal(0, 0.01))
+                        run.append(Sample(arm=arm, engine="llamacpp", prompt="code_python", mode="greedy", rep=rep,
+                                          pass_index=p, concurrency=streams, batch_id=f"{arm}{p}{rep}{streams}",
+                                          batch_wall_s=1.0, decode_tps=tps, completion_tokens=64, n_first=1,
+                                          decode_s=63 / tps, usage_present=True))
+    return path
+
+
+def test_each_use_case_gets_its_own_verdict_and_the_map_shows_them_all(tmp_path: Path) -> None:
+    s = summarize_run(_write_streams(tmp_path / "run"), n_boot=500)
+    recs = {r.use_case: r for r in s.recommendations}
+    assert list(recs) == ["code, 1 stream", "code, 4 streams"]
+    alone, four = recs["code, 1 stream"], recs["code, 4 streams"]
+    assert alone.arm == "draft-n3" and alone.plateau == ["draft-n2"] and alone.streams == 1
+    assert alone.line.startswith("code, 1 stream: draft n-max 3, 1.31× (")
+    assert "plateau: draft n-max 2, 3 not separable" in alone.line
+    assert four.arm is None and set(four.losses) == {"draft-n2", "draft-n3"}
+    assert four.line == "code, 4 streams: off (no setting is faster than off); slower: draft n-max 2, draft n-max 3"
+    assert {c.arm: (c.role, c.verdict) for c in four.cells} == {"draft-n2": ("loses", "slower"),
+                                                                 "draft-n3": ("loses", "slower")}
+    # one decision-map table for the category: a row per setting, a column per number of streams
+    md = render_markdown(s)
+    table = md[md.index("**decision map: code**"):]
+    assert "| setting | arm | vs baseline, 1 stream | vs baseline, 4 streams |" in table
+    n3 = next(line for line in table.splitlines() if "| draft-n3 |" in line)
+    assert re.search(r"★ 1\.31× \(1\.\d\d–1\.\d\d\) faster \| ✗ 0\.67× \(0\.\d\d–0\.\d\d\) slower", n3), n3
+    n2 = next(line for line in table.splitlines() if "| draft-n2 |" in line)
+    assert "≈ 1.30×" in n2 and "✗ 0.75×" in n2, n2
+    page = render_html(s, {})
+    assert '<table id="decision-map-code">' in page and '<td class="text slower">✗ 0.67×' in page
+    console = Console(record=True, width=250, file=io.StringIO())
+    print_summary(s, console)
+    text = console.export_text()
+    assert "decision map: code" in text and four.line in text
