@@ -18,15 +18,17 @@ from matplotlib.figure import Figure
 
 from ..sample import Sample
 from .calibration import calibration_curves_figure, calibration_heatmap_figure
+from .decision import decision_map_figure
 from .model import RunSummary
 
-__all__ = ["PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "ACCEPTANCE_PLOTS", "decode_figure", "acceptance_figure",
-           "gpu_figure", "histogram_figure", "positions_figure", "render_plots", "write_plots"]
+__all__ = ["PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "ACCEPTANCE_PLOTS", "DECISION_PLOTS", "decode_figure",
+           "acceptance_figure", "gpu_figure", "histogram_figure", "positions_figure", "render_plots", "write_plots"]
 
 PLOTS = ("decode_by_prompt", "decode_vs_acceptance")  # every run
 GPU_PLOTS = ("gpu_power_clock_temp",)  # runs with GPU telemetry
 CALIBRATION_PLOTS = ("calibration_heatmap", "calibration_curves")  # runs with a calibrate: section
 ACCEPTANCE_PLOTS = ("acceptance_histogram", "acceptance_per_position")  # arms whose engine counts draft steps
+DECISION_PLOTS = ("decision_map",)  # runs with a baseline and speculating arms
 # text.parse_math off: run, arm and prompt names are user text, and a '$' in one is not TeX (D16)
 _RC: dict[str, Any] = {"svg.hashsalt": "bakeoff", "svg.fonttype": "path", "font.size": 9, "text.parse_math": False}
 
@@ -203,7 +205,8 @@ def render_plots(s: RunSummary, samples: Sequence[Sample] = (),
         ("acceptance_per_position", lambda: positions_figure(s)),
         ("gpu_power_clock_temp", lambda: gpu_figure(s, samples)),
         ("calibration_heatmap", lambda: calibration_heatmap_figure(s.calibration) if s.calibration else None),
-        ("calibration_curves", lambda: calibration_curves_figure(s.calibration) if s.calibration else None))
+        ("calibration_curves", lambda: calibration_curves_figure(s.calibration) if s.calibration else None),
+        ("decision_map", lambda: decision_map_figure(s.recommendations)))
     with matplotlib.rc_context(_RC):  # type: ignore[arg-type]  # stubs list the keys as literals
         for name, make in makers:
             try:

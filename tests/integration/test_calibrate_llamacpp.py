@@ -1,11 +1,12 @@
 """Forced-acceptance calibration on the real llama-server, with models bakeoff synthesizes itself.
 
-One `bakeoff run` of a file holding only a ``calibrate:`` section (MTP, n_max 1 and 2, acceptance 0.5 and
-1.0, plus spec-off): llama.cpp's own counts must show the forced acceptance, the calibration's speedup must
-agree with the one the engine's own timings give, tokens per verify step must follow from the acceptance,
-and a break-even acceptance with an interval must come out for both n_max. Then the HTML report is loaded
-in headless Chromium. Nothing here asserts that speculation is fast: these tiny models decode at
-whatever speed a shared 2-core box gives them.
+One `bakeoff calibrate` given by flags (MTP, n_max 1 and 2, acceptance 0.5 and 1.0, plus spec-off; the flags
+stand for a file holding only a ``calibrate:`` section, run by the runner `bakeoff run` uses, which
+tests/unit/cli/test_calibrate_command.py checks): llama.cpp's own counts must show the forced acceptance,
+the calibration's speedup must agree with the one the engine's own timings give, tokens per verify step
+must follow from the acceptance, and a break-even acceptance with an interval must come out for both
+n_max. Then the HTML report is loaded in headless Chromium. Nothing here asserts that speculation is
+fast: these tiny models decode at whatever speed a shared 2-core box gives them.
 """
 
 from __future__ import annotations
@@ -17,19 +18,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from bakeoff.core.store import RunDir
 
 pytestmark = pytest.mark.integration
 
-CALIBRATION = {
-    "name": "calibrate-tiny",
-    "arms": [],
-    "calibrate": {"engine": "llamacpp", "method": "mtp", "n_max": [1, 2], "acceptance": [0.5, 1.0],
-                  "settings": {"ctx": 1024, "threads": 2}},
-    "workload": {"prompts": ["code_python"], "max_tokens": 64, "reps": 2, "warmup": 1, "gates": []},
-}
+# the same calibration as a file: {engine: llamacpp, method: mtp, n_max: [1, 2], acceptance: [0.5, 1.0],
+# settings: {ctx: 1024, threads: 2}} with workload {prompts: [code_python], max_tokens: 64, reps: 2, warmup: 1}
+FLAGS = ["--engine", "llamacpp", "--method", "mtp", "--n-max", "1,2", "--acceptance", "0.5,1.0", "--threads", "2",
+         "--max-tokens", "64", "--reps", "2"]
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +40,11 @@ def calibration_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     exe = shutil.which("bakeoff")
     assert exe, "the bakeoff console script is not installed (pip install -e .)"
     tmp = tmp_path_factory.mktemp("calibrate")
-    (tmp / "cal.yaml").write_text(yaml.safe_dump(CALIBRATION, sort_keys=False))
-    proc = subprocess.run([exe, "run", str(tmp / "cal.yaml"), "--out", str(tmp / "runs")],
+    proc = subprocess.run([exe, "calibrate", *FLAGS, "--out", str(tmp / "runs")],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "break-even acceptance" in proc.stdout  # the terminal shows the calibration
+    # the terminal shows the calibration, and the timing-agreement check per point
+    assert "break-even acceptance" in proc.stdout and "timing agreement: " in proc.stdout
     return next(d for d in (tmp / "runs").iterdir() if d.is_dir())
 
 
@@ -75,6 +72,7 @@ def test_forced_acceptance_matches_and_agrees_with_the_engine_timings(calibratio
         assert p["timing_agreement"] == pytest.approx(1.0, abs=0.05), p
         allowed = abs(p["timing_agreement"] - 1) + 0.03 + 0.03
         assert p["speedup"] == pytest.approx(p["engine_speedup"], rel=allowed), p
+        assert p["speedup_vs_engine"] == pytest.approx(p["speedup"] / p["engine_speedup"] - 1), p
         assert p["ci_low"] <= p["speedup"] <= p["ci_high"], p
         # p_min 0: every verify step drafts n_max tokens, so a step commits 1 + acceptance x n_max tokens
         assert p["tokens_per_step"] == pytest.approx(1 + p["measured_acceptance"] * n_max, rel=0.02), p
@@ -110,3 +108,8 @@ def test_the_calibration_report_renders_in_headless_chromium(calibration_run: Pa
     assert len(re.findall(r"\d+\.\d\d×", grid)) == 4  # every cell of acceptance x n_max measured
     be = dom[dom.index('<table id="calibration-break-even">'):]
     assert len(re.findall(r"<tr data-arm=", be[:be.index("</table>")])) == 2
+    # the 2 % check per point: client speedup, engine speedup, their difference and the verdict
+    assert re.search(r'<p id="calibration-agreement">\d of 4 points within 2 %', dom), dom[-3000:]
+    agree = dom[dom.index('<table id="calibration-agreement-points">'):]
+    agree = agree[:agree.index("</table>")]
+    assert len(re.findall(r"<td>[+-]\d+\.\d %</td><td>(?:yes|NO)</td>", agree)) == 4, agree
