@@ -51,14 +51,25 @@ def test_dom_has_the_table_rows_and_decoded_plots(chromium: str, report_html: Pa
     assert proc.returncode == 0, proc.stderr[-2000:]
     dom = proc.stdout
     # The page's load handler counts images the browser decoded with a non-zero size.
-    assert re.search(r'<body[^>]*data-plots-loaded="2"', dom), dom[:500]
+    # decode by prompt, decode vs acceptance, and the decision map (the fixture has a speculating arm)
+    assert re.search(r'<body[^>]*data-plots-loaded="3"', dom), dom[:500]
     community = dom[dom.index('<table id="community">'):]
     community = community[:community.index("</table>")]
     rows = re.findall(r'<tr data-arm="([^"]+)"', community)
     summary = summarize_run(report_html.parent.parent)
     assert rows == [a.arm for a in summary.arms] and len(rows) == 4
     assert community.count("not separable") >= 1 and "baseline" in community
-    assert len(re.findall(r'<img class="plot"[^>]+src="data:image/svg\+xml;base64,', dom)) == 2
+    assert len(re.findall(r'<img class="plot"[^>]+src="data:image/svg\+xml;base64,', dom)) == 3
+    assert re.findall(r'<img class="plot" id="plot-([^"]+)"', dom) == ["decode_by_prompt", "decode_vs_acceptance",
+                                                                        "decision_map"]
+    # the decision map: a table per category, a row per speculating arm, a verdict in every cell
+    for rec in summary.recommendations:
+        table = dom[dom.index(f'<table id="decision-map-{rec.category}">'):]
+        table = table[:table.index("</table>")]
+        assert re.findall(r'<tr data-arm="([^"]+)"', table) == [c.setting for c in rec.cells]
+        assert len(re.findall(r'<td class="text (?:faster|slower|not-separable)">', table)) == len(rec.cells)
+        assert [c.arm for c in rec.cells] == ["ngram-mod", "draft"]  # spec-off-twin does not speculate
+        assert f'data-use-case="{rec.use_case}">{rec.line}' in dom.replace("&amp;", "&")
 
 
 def test_screenshot_shows_tables_and_plots(chromium: str, report_html: Path, tmp_path: Path) -> None:
