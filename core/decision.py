@@ -23,6 +23,7 @@ from .stats import LEVEL, N_BOOT, ArmStats, Comparison, Interval, Verdict, paire
 __all__ = ["DecisionCell", "Recommendation", "condition_label", "plateau_text", "recommend", "setting_label"]
 
 Role = Literal["best", "plateau", "loses", ""]
+MIN_PAIRS = 3  # fewer paired requests give an interval too narrow to mean anything (one pair: a point)
 
 
 class DecisionCell(BaseModel):
@@ -31,7 +32,7 @@ class DecisionCell(BaseModel):
     arm: str
     setting: str
     ratio: Interval | None = None
-    verdict: Verdict | None = None
+    verdict: Verdict | None = Field(None, description=f"None with fewer than {MIN_PAIRS} paired requests.")
     role: Role = Field("", description="best: recommended; plateau: not separable from the best; loses: "
                                        "slower than the baseline.")
 
@@ -110,13 +111,14 @@ def _eligible(arm: str, stats: dict[str, ArmStats], comparisons: dict[str, Compa
 def _decide(rec: Recommendation, candidates: Sequence[str], within: Any, ref: list[Sample],
             specs: dict[str, dict[str, Any]], baseline: str, key: str, boot: dict[str, Any]) -> Recommendation:
     """Fill one use case: every arm's paired ratio, the best arm, its plateau, the losses and the line."""
-    ratios: dict[str, Interval] = {}
+    measured: dict[str, Interval] = {}
     for arm in candidates:
         r = paired_ratio(within(arm), ref, key=f"decision/{key}/{arm}", **boot)
         if r is not None:
-            ratios[arm] = r
+            measured[arm] = r
+    ratios = {a: r for a, r in measured.items() if r.n >= MIN_PAIRS}  # only these get a verdict
     label = {a: setting_label(specs.get(a)) for a in candidates}
-    rec.cells = [DecisionCell(arm=a, setting=label[a], ratio=ratios.get(a),
+    rec.cells = [DecisionCell(arm=a, setting=label[a], ratio=measured.get(a),
                               verdict=verdict(ratios[a]) if a in ratios else None) for a in candidates]
     rec.losses = [a for a, r in ratios.items() if r.hi < 1]
     winners = sorted((a for a, r in ratios.items() if r.lo > 1), key=lambda a: -ratios[a].estimate)
@@ -134,6 +136,8 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Any, ref: li
         rec.line = f"{head}: {rec.setting}, {r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f})"
         if rec.plateau:
             rec.line += f"; plateau: {plateau_text([label[best], *(label[a] for a in rec.plateau)])} not separable"
+    elif not ratios:
+        rec.line = f"{head}: no verdict (fewer than {MIN_PAIRS} paired requests per setting)"
     else:
         rec.line = f"{head}: off (no setting is faster than {baseline})"
     if rec.losses:
@@ -164,16 +168,19 @@ def recommend(samples: Sequence[Sample], baseline: str, arms: Sequence[ArmStats]
         categories.setdefault(kinds.get(prompt, prompt), []).append(prompt)
     conditions = sorted({(s.depth, s.concurrency) for s in samples if s.arm == baseline},
                         key=lambda c: (c[0] or 0, c[1] or 0))
+    pooled = len(conditions) > 1  # the category over every depth and stream count first: the most pairs
     boot: dict[str, Any] = {"n_boot": n_boot, "level": level, "seed": seed}
     out = []
     for category, prompts in categories.items():
-        for depth, streams in conditions:
-            def within(arm: str, prompts: list[str] = prompts, depth: int | None = depth,
-                       streams: int | None = streams) -> list[Sample]:
-                return [s for s in samples if s.arm == arm and s.prompt in prompts and s.depth == depth
-                        and s.concurrency == streams]
+        points: list[tuple[int | None, int | None] | None] = [*([None] if pooled else []), *conditions]
+        for point in points:
+            def within(arm: str, prompts: list[str] = prompts,
+                       point: tuple[int | None, int | None] | None = point) -> list[Sample]:
+                return [s for s in samples if s.arm == arm and s.prompt in prompts
+                        and (point is None or (s.depth, s.concurrency) == point)]
 
-            condition = condition_label(depth, streams)
+            depth, streams = point or (None, None)
+            condition = "all points" if point is None else condition_label(depth, streams)
             rec = Recommendation(category=category, depth=depth, streams=streams, prompts=prompts,
                                  use_case=f"{category}, {condition}" if condition else category)
             key = f"{category}/{depth}/{streams}" if condition else category

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..decision import MIN_PAIRS
 from ..stats import ArmStats, Comparison, Interval
 from ..textfmt import DASH, fmt
 from .model import RunSummary
@@ -355,11 +356,12 @@ def _decision_sections(s: RunSummary) -> list[Section]:
                     row.append(DASH)
                     continue
                 q = cell.ratio
-                row.append(f"{_ROLE_MARK[cell.role]}{q.estimate:.2f}× ({q.lo:.2f}–{q.hi:.2f}) {cell.verdict}")
+                row.append(f"{_ROLE_MARK[cell.role]}{q.estimate:.2f}× ({q.lo:.2f}–{q.hi:.2f}) {cell.verdict}"
+                           if cell.verdict else f"{q.estimate:.2f}× (n={q.n}, too few for a verdict)")
             rows.append(row)
         note = (f"paired per-request ratio over {s.baseline} on this category's requests at each point, "
                 f"{s.bootstrap.level:.0%} interval; ★ recommended, ≈ not separable from ★ (paired against it), "
-                "✗ slower than the baseline")
+                f"✗ slower than the baseline; a verdict needs {MIN_PAIRS} paired requests")
         out.append(Section(f"decision-map-{category}", f"decision map: {category}", header, rows, note))
     return out
 

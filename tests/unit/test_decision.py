@@ -81,7 +81,7 @@ def test_plateau_text_merges_settings_that_differ_in_one_number() -> None:
 STREAM_RATES = {"off": {1: 100.0, 4: 60.0}, "draft-n2": {1: 130.0, 4: 45.0}, "draft-n3": {1: 131.0, 4: 40.0}}
 
 
-def _write_streams(path: Path) -> Path:
+def _write_streams(path: Path, reps: int = 4, passes: int = 2) -> Path:
     rng = np.random.default_rng(5)
     run = RunDir(path)
     arms = [{"name": a, "engine": "llamacpp", "model": "m.gguf",
@@ -89,12 +89,13 @@ def _write_streams(path: Path) -> Path:
             for a in STREAM_RATES]
     run.write_run({"tool": {"name": "bakeoff", "version": "0"},
                    "config": {"name": "map", "arms": arms,
-                              "workload": {"reps": 4, "passes": 2, "max_tokens": 64, "concurrency": [1, 4]}},
-                   "baseline": "off", "orders": [list(STREAM_RATES)] * 2, "seed": 0, "host": {},
+                              "workload": {"reps": reps, "passes": passes, "max_tokens": 64,
+                                           "concurrency": [1, 4]}},
+                   "baseline": "off", "orders": [list(STREAM_RATES)] * passes, "seed": 0, "host": {},
                    "prompts": [{"name": "code_python", "kind": "code", "messages": []}],
                    "arm_records": {a: [{"status": "ok", "pass": 0}] for a in STREAM_RATES}})
-    for p in range(2):
-        for rep in range(4):
+    for p in range(passes):
+        for rep in range(reps):
             for streams in (1, 4):
                 for arm, rates in STREAM_RATES.items():
                     for _ in range(streams):
@@ -109,8 +110,11 @@ def _write_streams(path: Path) -> Path:
 def test_each_use_case_gets_its_own_verdict_and_the_map_shows_them_all(tmp_path: Path) -> None:
     s = summarize_run(_write_streams(tmp_path / "run"), n_boot=500)
     recs = {r.use_case: r for r in s.recommendations}
-    assert list(recs) == ["code, 1 stream", "code, 4 streams"]
+    # the category over every stream count first, then each stream count
+    assert list(recs) == ["code, all points", "code, 1 stream", "code, 4 streams"]
     alone, four = recs["code, 1 stream"], recs["code, 4 streams"]
+    pooled = recs["code, all points"]  # 4-stream requests outnumber the rest 4 to 1, and draft loses there
+    assert {c.ratio.n for c in pooled.cells if c.ratio} == {2 * 4 * (1 + 4)} and pooled.arm is None
     assert alone.arm == "draft-n3" and alone.plateau == ["draft-n2"] and alone.streams == 1
     assert alone.line.startswith("code, 1 stream: draft n-max 3, 1.31× (")
     assert "plateau: draft n-max 2, 3 not separable" in alone.line
@@ -121,9 +125,9 @@ def test_each_use_case_gets_its_own_verdict_and_the_map_shows_them_all(tmp_path:
     # one decision-map table for the category: a row per setting, a column per number of streams
     md = render_markdown(s)
     table = md[md.index("**decision map: code**"):]
-    assert "| setting | arm | vs baseline, 1 stream | vs baseline, 4 streams |" in table
+    assert "| setting | arm | vs baseline, all points | vs baseline, 1 stream | vs baseline, 4 streams |" in table
     n3 = next(line for line in table.splitlines() if "| draft-n3 |" in line)
-    assert re.search(r"★ 1\.31× \(1\.\d\d–1\.\d\d\) faster \| ✗ 0\.67× \(0\.\d\d–0\.\d\d\) slower", n3), n3
+    assert re.search(r"\| ★ 1\.31× \(1\.\d\d–1\.\d\d\) faster \| ✗ 0\.67× \(0\.\d\d–0\.\d\d\) slower \|$", n3), n3
     n2 = next(line for line in table.splitlines() if "| draft-n2 |" in line)
     assert "≈ 1.30×" in n2 and "✗ 0.75×" in n2, n2
     page = render_html(s, {})
@@ -132,3 +136,13 @@ def test_each_use_case_gets_its_own_verdict_and_the_map_shows_them_all(tmp_path:
     print_summary(s, console)
     text = console.export_text()
     assert "decision map: code" in text and four.line in text
+
+
+def test_a_use_case_with_fewer_than_three_pairs_gets_no_verdict(tmp_path: Path) -> None:
+    run = _write_streams(tmp_path / "run", reps=1, passes=1)  # one request per arm alone, four at 4 streams
+    s = summarize_run(run, n_boot=300)
+    alone = next(r for r in s.recommendations if r.use_case == "code, 1 stream")
+    assert alone.arm is None and alone.losses == [] and alone.plateau == []
+    assert all(c.verdict is None and c.ratio is not None and c.ratio.n == 1 for c in alone.cells)
+    assert alone.line == "code, 1 stream: no verdict (fewer than 3 paired requests per setting)"
+    assert re.search(r"\| 1\.3\d× \(n=1, too few for a verdict\) \|", render_markdown(s))
