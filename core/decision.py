@@ -49,6 +49,8 @@ class Recommendation(BaseModel):
     plateau: list[str] = Field(default_factory=list, description="Arms not separable from the recommended one.")
     losses: list[str] = Field(default_factory=list, description="Arms slower than the baseline on this use case.")
     cells: list[DecisionCell] = Field(default_factory=list, description="Every speculating arm on this use case.")
+    excluded: list[str] = Field(default_factory=list, description="Speculating arms left out of the map, with "
+                                "why (a failed quality gate, or not equal work: e.g. nothing drafted).")
     line: str = ""
 
 
@@ -101,11 +103,17 @@ def plateau_text(labels: Sequence[str]) -> str:
     return "; ".join(parts)
 
 
-def _eligible(arm: str, stats: dict[str, ArmStats], comparisons: dict[str, Comparison]) -> bool:
+def _exclusion(arm: str, stats: dict[str, ArmStats], comparisons: dict[str, Comparison]) -> str | None:
+    """Why an arm cannot be recommended (None: it can)."""
     a, c = stats.get(arm), comparisons.get(arm)
-    if a is None or c is None or a.failed_gates:
-        return False
-    return not (c.comparable is not None and c.comparable.get("ok") is False)
+    if a is None or c is None:
+        return "not measured"
+    if a.failed_gates:
+        return f"failed gates: {', '.join(a.failed_gates)}"
+    if c.comparable is not None and c.comparable.get("ok") is False:
+        reasons = [str(r).removeprefix(f"{arm}: ") for r in c.comparable.get("reasons") or []]
+        return "; ".join(reasons) or "not equal work"
+    return None
 
 
 def _decide(rec: Recommendation, candidates: Sequence[str], within: Any, ref: list[Sample],
@@ -136,6 +144,8 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Any, ref: li
         rec.line = f"{head}: {rec.setting}, {r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f})"
         if rec.plateau:
             rec.line += f"; plateau: {plateau_text([label[best], *(label[a] for a in rec.plateau)])} not separable"
+    elif not candidates:
+        rec.line = f"{head}: off (no speculating setting could be compared)"
     elif not ratios:
         rec.line = f"{head}: no verdict (fewer than {MIN_PAIRS} paired requests per setting)"
     else:
@@ -160,9 +170,15 @@ def recommend(samples: Sequence[Sample], baseline: str, arms: Sequence[ArmStats]
     """
     stats = {a.arm: a for a in arms}
     by_arm = {c.arm: c for c in comparisons if c.reference == baseline}
-    candidates = [a for a in by_arm if _eligible(a, stats, by_arm) and setting_label(specs.get(a)) != "off"]
-    if not candidates:
+    speculating = [a for a in by_arm if setting_label(specs.get(a)) != "off"]
+    why_not = {a: w for a in speculating if (w := _exclusion(a, stats, by_arm)) is not None}
+    candidates = [a for a in speculating if a not in why_not]
+    if not speculating:
         return []
+    by_reason: dict[str, list[str]] = {}
+    for a, w in why_not.items():
+        by_reason.setdefault(w, []).append(setting_label(specs.get(a)))
+    excluded = [f"{plateau_text(labels)} ({w})" for w, labels in by_reason.items()]
     categories: dict[str, list[str]] = {}
     for prompt in dict.fromkeys(s.prompt for s in samples):
         categories.setdefault(kinds.get(prompt, prompt), []).append(prompt)
@@ -184,5 +200,9 @@ def recommend(samples: Sequence[Sample], baseline: str, arms: Sequence[ArmStats]
             rec = Recommendation(category=category, depth=depth, streams=streams, prompts=prompts,
                                  use_case=f"{category}, {condition}" if condition else category)
             key = f"{category}/{depth}/{streams}" if condition else category
-            out.append(_decide(rec, candidates, within, within(baseline), specs, baseline, key, boot))
+            rec = _decide(rec, candidates, within, within(baseline), specs, baseline, key, boot)
+            if excluded:
+                rec.excluded = excluded
+                rec.line += f"; left out: {'; '.join(excluded)}"
+            out.append(rec)
     return out

@@ -146,3 +146,26 @@ def test_a_use_case_with_fewer_than_three_pairs_gets_no_verdict(tmp_path: Path) 
     assert all(c.verdict is None and c.ratio is not None and c.ratio.n == 1 for c in alone.cells)
     assert alone.line == "code, 1 stream: no verdict (fewer than 3 paired requests per setting)"
     assert re.search(r"\| 1\.3\d× \(n=1, too few for a verdict\) \|", render_markdown(s))
+
+
+def test_an_arm_that_drafted_nothing_is_left_out_and_the_line_says_why(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    arms = [{"name": "off", "engine": "llamacpp", "model": "m.gguf", "speculative": {"method": "none"}},
+            *({"name": f"ngram-n{n}", "engine": "llamacpp", "model": "m.gguf",
+               "speculative": {"method": "ngram", "variant": "simple", "n_max": n}} for n in (2, 4))]
+    run.write_run({"tool": {"name": "bakeoff", "version": "0"},
+                   "config": {"name": "map", "arms": arms, "workload": {"reps": 4, "passes": 1, "max_tokens": 64}},
+                   "baseline": "off", "orders": [["off", "ngram-n2", "ngram-n4"]], "seed": 0, "host": {},
+                   "prompts": [{"name": "code_python", "kind": "code", "messages": []}],
+                   "arm_records": {a["name"]: [{"status": "ok", "pass": 0}] for a in arms}})
+    for rep in range(4):
+        for arm in ("off", "ngram-n2", "ngram-n4"):
+            zero = None if arm == "off" else 0  # the n-gram arms report their counts: nothing drafted
+            run.append(Sample(arm=arm, engine="llamacpp", prompt="code_python", mode="greedy", rep=rep, pass_index=0,
+                              decode_tps=100.0 + rep, completion_tokens=64, n_first=1, decode_s=0.63,
+                              usage_present=True, drafted=zero, accepted=zero, drafts=zero))
+    [rec] = summarize_run(tmp_path / "run", n_boot=200).recommendations
+    assert rec.cells == [] and rec.arm is None
+    assert rec.excluded == ["ngram simple n-max 2, 4 (speculation asked but nothing drafted)"], rec.excluded
+    assert rec.line == ("code: off (no speculating setting could be compared); left out: ngram simple n-max 2, 4 "
+                        "(speculation asked but nothing drafted)"), rec.line
