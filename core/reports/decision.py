@@ -43,7 +43,7 @@ def decision_map_figure(recs: list[Recommendation]) -> Any:
                     continue
                 i = arms.index(c.arm)
                 grid[i, j] = c.ratio.estimate
-                pale = c.verdict == "not separable"
+                pale = c.verdict not in ("faster", "slower")  # no verdict, or the interval straddles 1
                 ax.text(j, i, f"{_MARK[c.role]}{c.ratio.estimate:.2f}×", ha="center", va="center", fontsize=8,
                         color="0.35" if pale else "black", fontweight="normal" if pale else "bold")
         image = ax.imshow(grid, cmap="RdYlGn", norm=norm, aspect="auto")
