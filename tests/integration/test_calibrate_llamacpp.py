@@ -1,6 +1,6 @@
 """Forced-acceptance calibration on the real llama-server, with models bakeoff synthesizes itself.
 
-One `bakeoff calibrate` given by flags (MTP, n_max 1 and 2, acceptance 0.5 and 1.0, plus spec-off; the flags
+One `bakeoff calibrate` given by flags (MTP, n_max 1 and 2, acceptance 0, 0.5 and 1.0, plus spec-off; the flags
 stand for a file holding only a ``calibrate:`` section, run by the runner `bakeoff run` uses, which
 tests/unit/cli/test_calibrate_command.py checks): llama.cpp's own counts must show the forced acceptance,
 the calibration's speedup must agree with the one the engine's own timings give, tokens per verify step
@@ -23,9 +23,11 @@ from bakeoff.core.store import RunDir
 
 pytestmark = pytest.mark.integration
 
-# the same calibration as a file: {engine: llamacpp, method: mtp, n_max: [1, 2], acceptance: [0.5, 1.0],
+# the same calibration as a file: {engine: llamacpp, method: mtp, n_max: [1, 2], acceptance: [0.0, 0.5, 1.0],
 # settings: {ctx: 1024, threads: 2}} with workload {prompts: [code_python], max_tokens: 64, reps: 2, warmup: 1}
-FLAGS = ["--engine", "llamacpp", "--method", "mtp", "--n-max", "1,2", "--acceptance", "0.5,1.0", "--threads", "2",
+# (acceptance 0 anchors the break-even interval: with 0.5 as the lowest point, a noisy box's upper bound at 0.5
+# can already exceed 1, leaving the interval open below the grid)
+FLAGS = ["--engine", "llamacpp", "--method", "mtp", "--n-max", "1,2", "--acceptance", "0,0.5,1.0", "--threads", "2",
          "--max-tokens", "64", "--reps", "2"]
 
 
@@ -52,7 +54,7 @@ def test_forced_acceptance_matches_and_agrees_with_the_engine_timings(calibratio
     summary = json.loads((calibration_run / "report" / "summary.json").read_text())
     cal = summary["calibration"]
     points = {(p["n_max"], p["target_acceptance"]): p for p in cal["points"]}
-    assert set(points) == {(1, 0.5), (1, 1.0), (2, 0.5), (2, 1.0)}, cal
+    assert set(points) == {(n, a) for n in (1, 2) for a in (0.0, 0.5, 1.0)}, cal
     for (n_max, target), p in points.items():
         assert p["samples"] == 2 and not p["flags"], p
         # llama.cpp's own drafted/accepted counts show the acceptance the synthesized head was built for
@@ -104,12 +106,12 @@ def test_the_calibration_report_renders_in_headless_chromium(calibration_run: Pa
     assert loaded is not None and int(loaded.group(1)) == len(plots), dom[:500]  # every plot decoded
     grid = dom[dom.index('<table id="calibration-grid-llamacpp-mtp">'):]
     grid = grid[:grid.index("</table>")]
-    assert re.findall(r'<tr data-arm="([^"]+)"', grid) == ["0.50", "1.00"]
-    assert len(re.findall(r"\d+\.\d\d×", grid)) == 4  # every cell of acceptance x n_max measured
+    assert re.findall(r'<tr data-arm="([^"]+)"', grid) == ["0.00", "0.50", "1.00"]
+    assert len(re.findall(r"\d+\.\d\d×", grid)) == 6  # every cell of acceptance x n_max measured
     be = dom[dom.index('<table id="calibration-break-even">'):]
     assert len(re.findall(r"<tr data-arm=", be[:be.index("</table>")])) == 2
     # the 2 % check per point: client speedup, engine speedup, their difference and the verdict
-    assert re.search(r'<p id="calibration-agreement">\d of 4 points within 2 %', dom), dom[-3000:]
+    assert re.search(r'<p id="calibration-agreement">\d of 6 points within 2 %', dom), dom[-3000:]
     agree = dom[dom.index('<table id="calibration-agreement-points">'):]
     agree = agree[:agree.index("</table>")]
-    assert len(re.findall(r"<td>[+-]\d+\.\d %</td><td>(?:yes|NO)</td>", agree)) == 4, agree
+    assert len(re.findall(r"<td>[+-]\d+\.\d %</td><td>(?:yes|NO)</td>", agree)) == 6, agree
