@@ -98,10 +98,10 @@ def test_acceptance_table_histogram_and_per_position_curve_render(chromium: str,
     proc = _chromium(chromium, tmp_path / "profile", "--dump-dom", html.as_uri())
     assert proc.returncode == 0, proc.stderr[-2000:]
     dom = proc.stdout
-    for name in ("acceptance_histogram", "acceptance_per_position"):
+    for name in ("acceptance_histogram", "acceptance_per_position", "decision_map"):
         assert f'id="plot-{name}"' in dom
     images = len(re.findall(r'<img class="plot"', dom))
-    assert images == 4 and re.search(rf'<body[^>]*data-plots-loaded="{images}"', dom), dom[:300]
+    assert images == 5 and re.search(rf'<body[^>]*data-plots-loaded="{images}"', dom), dom[:300]
     table = dom[dom.index('<table id="acceptance">'):]
     table = table[:table.index("</table>")]
     summary = summarize_run(run)
