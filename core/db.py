@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import DuplicateSampleError, StoreError
+from .errors import BakeoffError, DuplicateSampleError, StoreError
+from .record import RunRecord, parse_run_record
 from .sample import Sample
 from .sample_lines import parse_sample, read_json_lines
 
@@ -193,17 +194,16 @@ class RunDB:
             conn.close()
 
     # -- writing ---------------------------------------------------------------------------
-    def put_run(self, run_id: str, meta: dict[str, Any]) -> None:
-        """Insert or replace the run's row from its run.json content."""
-        tool = (meta.get("tool") or {}).get("version")
-        name = (meta.get("config") or {}).get("name")
+    def put_run(self, run_id: str, record: RunRecord, meta: dict[str, Any]) -> None:
+        """Insert or replace the run's row: its name, times and tool version from the record, and ``meta``,
+        the JSON written as run.json (its copy, read back when run.json is damaged)."""
         with self._connect() as conn:
             conn.execute(
                 "INSERT INTO runs (run_id, name, started_at, finished_at, tool_version, meta, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET name=excluded.name, "
                 "started_at=excluded.started_at, finished_at=excluded.finished_at, "
                 "tool_version=excluded.tool_version, meta=excluded.meta, updated_at=excluded.updated_at",
-                (run_id, name, meta.get("started_at"), meta.get("finished_at"), tool,
+                (run_id, record.name, record.started_at, record.finished_at, record.tool.version,
                  json.dumps(meta, default=str), time.time()))
 
     def insert(self, sample: Sample, line: str, write_line: Callable[[], None] | None = None) -> None:
@@ -344,7 +344,10 @@ class RunDB:
         if run is not None:
             out.name, out.started_at, out.finished_at = run[0], run[1], run[2]
             meta = json.loads(run[3])
-            out.arms = [a.get("name", "?") for a in (meta.get("config") or {}).get("arms", [])]
+            try:
+                out.arms = parse_run_record(meta, f"{self.path} (copy of run.json)").arm_names
+            except BakeoffError:  # written by a newer bakeoff: listed with its counts, arms unknown
+                out.arms = []
             out.failed_arms = failed_arms({"arm_records": arm_records_of(path, meta)})
         return out
 

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .concurrency import SLOT_KEYS
+from .config import Arm, BakeoffFile
 from .depth import CONTEXT_KEYS
 from .sample import Sample
 from .stats import median_or_none
@@ -139,7 +140,7 @@ def _compare_points(name: str, a: dict[tuple[Any, ...], float], b: dict[tuple[An
 class _ArmFacts:
     """What one arm did, as the guard needs it."""
 
-    def __init__(self, name: str, samples: list[Sample], records: list[dict[str, Any]], arm_cfg: dict[str, Any],
+    def __init__(self, name: str, samples: list[Sample], records: list[dict[str, Any]], arm: Arm | None,
                  outputs: dict[tuple[Any, ...], str], max_tokens: int | None, fixed_length: bool) -> None:
         self.name = name
         self.prompt_tokens = _by_point(samples, "prompt_tokens")
@@ -147,8 +148,7 @@ class _ArmFacts:
         ok = [s for s in samples if s.status == "ok"]
         self.cached = sum(s.cached_tokens or 0 for s in ok)
         self.cached_requests = sum(1 for s in ok if s.cached_tokens)
-        spec = arm_cfg.get("speculative") or {}
-        self.spec_asked = spec.get("method", "none") not in (None, "none")
+        self.spec_asked = arm is not None and arm.speculative.enabled
         counted = [s for s in ok if s.drafted is not None]
         self.drafted = sum(s.drafted or 0 for s in counted) if counted else None
         self.thinking = sum(1 for t in outputs.values() if THINK_RE.search(t))
@@ -199,13 +199,15 @@ def _pair(a: _ArmFacts, b: _ArmFacts) -> Comparable:
     return c
 
 
-def equal_work(samples: Sequence[Sample], meta: dict[str, Any], records: dict[str, list[dict[str, Any]]],
+def equal_work(samples: Sequence[Sample], config: BakeoffFile | None, records: dict[str, list[dict[str, Any]]],
                run_path: Path, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Comparable]:
-    """The guard for each (arm, reference) pair."""
-    config = meta.get("config", {})
-    workload = config.get("workload", {})
-    arms_cfg = {a.get("name"): a for a in config.get("arms", [])}
-    fixed = bool(workload.get("fixed_length", True))
+    """The guard for each (arm, reference) pair.
+
+    :param config: the run's recorded configuration (None for a run that recorded none: nothing is asked).
+    """
+    arms = {a.name: a for a in config.arms} if config is not None else {}
+    fixed = config.workload.fixed_length if config is not None else True
+    max_tokens = config.workload.max_tokens if config is not None else None
     by_arm: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
         by_arm[s.arm].append(s)
@@ -213,11 +215,11 @@ def equal_work(samples: Sequence[Sample], meta: dict[str, Any], records: dict[st
 
     def fact(name: str) -> _ArmFacts:
         if name not in facts:
-            arm_cfg = arms_cfg.get(name, {})
-            fixed_arm = (arm_cfg.get("workload") or {}).get("fixed_length")
-            facts[name] = _ArmFacts(name, by_arm.get(name, []), records.get(name, []), arm_cfg,
-                                    read_outputs(run_path, name), workload.get("max_tokens"),
-                                    fixed if fixed_arm is None else bool(fixed_arm))
+            arm = arms.get(name)
+            fixed_arm = arm.workload.fixed_length if arm is not None else None
+            facts[name] = _ArmFacts(name, by_arm.get(name, []), records.get(name, []), arm,
+                                    read_outputs(run_path, name), max_tokens,
+                                    fixed if fixed_arm is None else fixed_arm)
         return facts[name]
 
     return {(a, b): _pair(fact(a), fact(b)) for a, b in pairs}

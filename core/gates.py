@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionToolParam
 from pydantic import BaseModel, Field, ValidationError
 
 from .client import stream_chat
+from .config import Arm, SamplingMode
 from .fairness import read_outputs
 
 __all__ = ["GATE_NAMES", "GateStatus", "Divergence", "SpecCheck", "run_gates", "score_gates", "FAILING",
@@ -224,30 +225,32 @@ def _gate_results(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]
     return next((r["gates"] for r in records if r.get("gates")), {})
 
 
-def reference_arm(arm: str, arms_cfg: dict[str, dict[str, Any]], baseline: str | None) -> tuple[str | None, bool]:
+def _server(arm: Arm | None) -> tuple[str | None, str | None, str | None]:
+    """What answers an arm's requests: its engine, model and URL (all None for an arm not in the config)."""
+    return (arm.engine, arm.model, arm.url) if arm is not None else (None, None, None)
+
+
+def reference_arm(arm: str, arms: Mapping[str, Arm], baseline: str | None) -> tuple[str | None, bool]:
     """(the arm's reference, same engine and model): the spec-off arm of the same engine and model, else the
     run's baseline; None for the reference itself."""
-    cfg = arms_cfg.get(arm, {})
-    key = (cfg.get("engine"), cfg.get("model"), cfg.get("url"))
-    spec_off = [n for n, c in arms_cfg.items() if n != arm and (c.get("engine"), c.get("model"), c.get("url")) == key
-                and (c.get("speculative") or {}).get("method", "none") in (None, "none")]
-    is_spec = (cfg.get("speculative") or {}).get("method", "none") not in (None, "none")
-    if is_spec and spec_off:
+    cfg = arms.get(arm)
+    key = _server(cfg)
+    spec_off = [n for n, c in arms.items() if n != arm and _server(c) == key and not c.speculative.enabled]
+    if cfg is not None and cfg.speculative.enabled and spec_off:
         ref = baseline if baseline in spec_off else spec_off[0]
         return ref, True
     if baseline is None or baseline == arm:
         return None, True
-    bcfg = arms_cfg.get(baseline, {})
-    return baseline, (bcfg.get("engine"), bcfg.get("model"), bcfg.get("url")) == key
+    return baseline, _server(arms.get(baseline)) == key
 
 
-def score_gates(records: dict[str, list[dict[str, Any]]], arms_cfg: dict[str, dict[str, Any]],
+def score_gates(records: dict[str, list[dict[str, Any]]], arms: Mapping[str, Arm],
                 baseline: str | None) -> dict[str, dict[str, GateStatus]]:
     """Per arm and gate: pass | fail | same-as-baseline | regressed | skipped."""
-    raw = {arm: _gate_results(records.get(arm, [])) for arm in arms_cfg}
+    raw = {arm: _gate_results(records.get(arm, [])) for arm in arms}
     out: dict[str, dict[str, GateStatus]] = {}
     for arm, gates in raw.items():
-        ref, same = reference_arm(arm, arms_cfg, baseline)
+        ref, same = reference_arm(arm, arms, baseline)
         scored = {}
         for name, g in gates.items():
             if g.get("passed") is None:
@@ -268,22 +271,25 @@ def score_gates(records: dict[str, list[dict[str, Any]]], arms_cfg: dict[str, di
     return out
 
 
-def _is_greedy(mode: str, modes: dict[str, Any]) -> bool:
-    m = modes.get(mode) or {}
-    return bool(m.get("temperature", 1.0 if mode != "greedy" else 0.0) == 0.0)
+def _is_greedy(mode: str, sampling: Mapping[str, SamplingMode]) -> bool:
+    m = sampling.get(mode)
+    return (m.temperature if m is not None else 0.0 if mode == "greedy" else 1.0) == 0.0
 
 
-def spec_identity(run_path: Path, arms_cfg: dict[str, dict[str, Any]], baseline: str | None,
-                  modes: dict[str, Any]) -> dict[str, SpecCheck]:
-    """Per arm with a reference: how many greedy outputs equal the reference's at the same point."""
+def spec_identity(run_path: Path, arms: Mapping[str, Arm], baseline: str | None,
+                  sampling: Mapping[str, SamplingMode]) -> dict[str, SpecCheck]:
+    """Per arm with a reference: how many greedy outputs equal the reference's at the same point.
+
+    :param sampling: the run's sampling modes by name; a mode is greedy when its temperature is 0.
+    """
     out: dict[str, SpecCheck] = {}
-    outputs = {arm: read_outputs(run_path, arm) for arm in arms_cfg}
-    for arm in arms_cfg:
-        ref, same = reference_arm(arm, arms_cfg, baseline)
+    outputs = {arm: read_outputs(run_path, arm) for arm in arms}
+    for arm in arms:
+        ref, same = reference_arm(arm, arms, baseline)
         if ref is None:
             continue
         mine, theirs = outputs[arm], outputs.get(ref, {})
-        keys = [k for k in mine if _is_greedy(k[1], modes) and (k in theirs or _any_pass(k, theirs))]
+        keys = [k for k in mine if _is_greedy(k[1], sampling) and (k in theirs or _any_pass(k, theirs))]
         if not keys:
             continue
         check = SpecCheck(reference=ref, compared=len(keys), identical=0, fraction=None, same_engine=same)

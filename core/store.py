@@ -198,7 +198,7 @@ class RunDir:
         except OSError as exc:
             raise _fs_error("cannot write", self.run_json, exc) from None
         try:
-            self.db.put_run(self.run_id, payload)
+            self.db.put_run(self.run_id, record, payload)
         except StoreError as exc:  # run.json is the record; the index catches up on resume
             _log.warning("run index not updated: %s", exc)
 

@@ -67,11 +67,10 @@ def report_command(
 def print_phase_table(run_path: Path, out: Console, *, write: bool = True, files_dir: Path | None = None) -> None:
     """Print the phase table of a phase run (nothing for other runs) and write ``phases.md`` beside the other
     report files."""
-    meta = RunDir.open(run_path).read_run() if (run_path / "run.json").exists() else {}
-    records = meta.get("phases")
-    if not records:
+    record = RunDir.open(run_path).read_record()  # empty when the run wrote no run.json
+    if not record.phases:
         return
-    header, rows = phase_rows(compare_phases(read_samples(run_path), records, seed=int(meta.get("seed") or 0)))
+    header, rows = phase_rows(compare_phases(read_samples(run_path), record.phases, seed=record.seed or 0))
     table = Table(*header, title="phases: each knob against its neighbouring baselines (paired, 95 % CI)")
     for row in rows:
         table.add_row(*row)

@@ -156,12 +156,12 @@ def _explain_empty(run: RunDir, arm: str, samples: list[Sample]) -> str:
 
 def _measured_names(config: BakeoffFile, run: RunDir) -> list[str]:
     """The names samples are stored under: the arms, or with ``phases:`` each phase's setting."""
-    placement = run.read_run().get("placement") or {}
-    if placement.get("arm_order"):  # Ray: an arm run on several hosts is stored once per host
-        return list(placement["arm_order"])
+    record = run.read_record()
+    if record.placement is not None and record.placement.arm_order:  # Ray: an arm run on several hosts is
+        return list(record.placement.arm_order)                      # stored once per host
     if config.phases is None:
         return [a.name for a in config.arms]
-    settings = [str(p.get("setting")) for p in run.read_run().get("phases", [])]
+    settings = [str(p.get("setting")) for p in record.phases]
     return list(dict.fromkeys(settings)) or [a.name for a in config.arms]
 
 

@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..db import RunDB, RunSummary, arm_records_of, failed_arms
-from ..errors import BakeoffError, StoreError
+from ..errors import BakeoffError, RunRecordError, StoreError
+from ..record import RunRecord
 from ..store import RunDir, read_samples
 
 __all__ = ["runs_command", "list_runs"]
@@ -25,15 +26,17 @@ console = Console()
 
 
 def _from_files(path: Path) -> RunSummary:
-    meta = json.loads((path / "run.json").read_text())
+    run = RunDir.open(path)
+    try:
+        record = run.read_record()
+    except RunRecordError:  # a record this bakeoff cannot read (the report says why): listed by its samples
+        record = RunRecord()
     samples = read_samples(path)
-    return RunSummary(run_id=RunDir(path, create=False).run_id, path=path,
-                      name=(meta.get("config") or {}).get("name"),
-                      started_at=meta.get("started_at"), finished_at=meta.get("finished_at"),
+    return RunSummary(run_id=run.run_id, path=path, name=record.name,
+                      started_at=record.started_at, finished_at=record.finished_at,
                       samples=len(samples), errors=sum(s.status == "error" for s in samples),
-                      flagged=sum(bool(s.flags) for s in samples),
-                      arms=[a.get("name", "?") for a in (meta.get("config") or {}).get("arms", [])],
-                      failed_arms=failed_arms({"arm_records": arm_records_of(path, meta)}), indexed=False)
+                      flagged=sum(bool(s.flags) for s in samples), arms=record.arm_names,
+                      failed_arms=failed_arms({"arm_records": arm_records_of(path, record.to_json())}), indexed=False)
 
 
 def list_runs(base: Path) -> list[RunSummary]:

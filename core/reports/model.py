@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..acceptance import ArmAcceptance, run_acceptance
 from ..calibrate import Calibration, analyze_calibration
+from ..config import DEFAULT_MODES
 from ..decision import Recommendation, recommend
 from ..fairness import equal_work, finish_counts
 from ..gates import score_gates, spec_identity
@@ -144,11 +145,6 @@ class RunData:
     records: dict[str, list[dict[str, Any]]]
     warnings: list[str] = field(default_factory=list)
 
-    @property
-    def meta(self) -> dict[str, Any]:
-        """run.json as JSON, for the readers not yet moved to :class:`RunRecord` (gates, fairness)."""
-        return self.record.to_json()
-
     def attempts(self, arm: str) -> list[ArmAttempt]:
         """The arm's starts, typed; one that does not read is left out and said in the warnings."""
         out = []
@@ -272,16 +268,11 @@ def _rooflines(record: RunRecord, samples: list[Sample], summary: RunSummary) ->
 
 def _correctness(path: Path, data: RunData, samples: list[Sample], summary: RunSummary) -> None:
     """Finish reasons, quality gates and spec correctness per arm; the equal-work guard per compared pair."""
-    record, meta, records = data.record, data.meta, data.records
-    config = meta.get("config") or {}  # gates and fairness still read the recorded config as JSON
-    arms_cfg = {a["name"]: a for a in config.get("arms", []) if a.get("name")}
-    gates = score_gates(records, arms_cfg, summary.baseline)
-    workload = record.config.workload if record.config else None
-    modes = {"greedy": {"temperature": 0.0}}
-    if workload is not None:
-        modes.update({name: m.model_dump(mode="json") for name, m in workload.sampling.items()})
-    spec = spec_identity(path, arms_cfg, summary.baseline, modes)
-    by_name = {a.name: a for a in record.config.arms} if record.config else {}
+    config, records = data.record.config, data.records
+    by_name = {a.name: a for a in config.arms} if config else {}
+    gates = score_gates(records, by_name, summary.baseline)
+    workload = config.workload if config else None
+    spec = spec_identity(path, by_name, summary.baseline, workload.sampling_modes() if workload else DEFAULT_MODES)
     for a in summary.arms:
         arm = by_name.get(a.arm)
         fixed = arm.workload.fixed_length if arm is not None else None
@@ -292,7 +283,7 @@ def _correctness(path: Path, data: RunData, samples: list[Sample], summary: RunS
         if (check := spec.get(a.arm)) is not None:
             a.spec_check = check.model_dump()
             a.identical_to_baseline = check.fraction if check.same_engine else None
-    guard = equal_work(samples, meta, records, path, [(c.arm, c.reference) for c in summary.comparisons])
+    guard = equal_work(samples, config, records, path, [(c.arm, c.reference) for c in summary.comparisons])
     for c in summary.comparisons:
         c.comparable = guard[(c.arm, c.reference)].model_dump()
 

@@ -205,7 +205,8 @@ def test_runs_lists_indexed_and_legacy_runs_with_their_state(tmp_path: Path) -> 
     done.append(_sample(done))
     legacy = base / "20250102-000000-old"  # written before the index existed: jsonl only
     legacy.mkdir(parents=True)
-    (legacy / "run.json").write_text(json.dumps({"config": {"name": "old", "arms": []}, "started_at": 3.0}))
+    arms = [{"name": "a", "engine": "sim", "model": "m"}]
+    (legacy / "run.json").write_text(json.dumps({"config": {"name": "old", "arms": arms}, "started_at": 3.0}))
     sample = Sample(run_id=legacy.name, arm="a", engine="sim", prompt="p", mode="greedy", rep=0, status="error")
     (legacy / "samples.jsonl").write_text(sample.model_dump_json() + "\n")
     (base / "not-a-run").mkdir()

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 from rich.console import Console
 
+from bakeoff.core.config import Arm
 from bakeoff.core.fairness import OUTPUTS_FILE, finish_flags, output_line
 from bakeoff.core.gates import check_schema, run_gates, score_gates
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
@@ -116,7 +117,8 @@ def _gates(passed: bool | None, answer: str) -> dict[str, Any]:
 
 
 def test_gate_scoring_compares_with_the_spec_off_arm_when_it_fails_too() -> None:
-    arms = {**ARMS, "other": {"engine": "vllm", "model": "m2", "speculative": {"method": "none"}}}
+    cfg = {**ARMS, "other": {"engine": "vllm", "model": "m2", "speculative": {"method": "none"}}}
+    arms = {name: Arm.model_validate({"name": name, **c}) for name, c in cfg.items()}
     records = {"off": [_gates(False, "12")], "ngram": [_gates(False, "12")], "tmpl": [_gates(False, "99")],
                "other": [_gates(None, "")]}
     scored = score_gates(records, arms, "off")
