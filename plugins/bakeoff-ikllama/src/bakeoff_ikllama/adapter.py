@@ -2,7 +2,7 @@
 public names only.
 
 Facts this adapter is built on (ik-llama-cpp-python 0.1.5, ``vendor/ik_llama.cpp``; read from
-``common/common.cpp``, ``common/speculative.cpp`` and ``examples/server/``, checked on a real server):
+``common/common.cpp``, ``common/speculative.cpp`` and its server's sources, checked on a real server):
 
 - Speculation is chosen by what is loaded, not by one ``--spec-type``: ``-md FILE`` loads a draft model,
   ``-mtp`` switches on the model's own MTP (NextN) layers, and ``--spec-type`` names only the n-gram kinds

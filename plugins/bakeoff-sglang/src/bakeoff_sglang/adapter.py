@@ -3,7 +3,8 @@
 It registers ``sglang`` in the ``bakeoff.engines`` entry-point group and imports nothing from bakeoff
 but the public names of ``bakeoff.core``: the proof that a new engine needs no change to bakeoff.
 
-SGLang facts it relies on (shared/engines/INTERFACES.md §4, SGLang 0.5.x):
+SGLang facts it relies on (SGLang 0.5.x, read from its documentation, not captured from a running server; see
+tests/fixtures/sglang/README.md):
 
 - ``--speculative-algorithm``: NEXTN (the target's own MTP heads), EAGLE3, STANDALONE (a plain draft
   model), NGRAM, DFLASH; draft weights come from ``--speculative-draft-model-path``.
