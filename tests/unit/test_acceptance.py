@@ -1,7 +1,7 @@
 """Acceptance in one shape (core/acceptance.py), from real captures of each engine.
 
 llama.cpp and vLLM captures are real (tests/fixtures/llamacpp/matched-draft-simple, tests/fixtures/vllm,
-/work/shared/engines/captures via tests/fixtures); TabbyAPI's are real H200 logs; SGLang's are hand-written
+the shared engine captures copied into tests/fixtures); TabbyAPI's are real H200 logs; SGLang's are hand-written
 from its documented shape (tests/fixtures/sglang/README.md).
 """
 

@@ -22,7 +22,7 @@ from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.vllm import VllmAdapter
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
-VLLM_CAPTURE = Path("/work/shared/engines/captures/vllm/chat_stream_continuous_usage.sse")
+VLLM_CAPTURE = FIXTURES / "vllm" / "chat_stream_spec_off_continuous_usage.sse"
 
 
 def _flags(fields: dict[str, Any], prefix: str) -> list[str]:
@@ -85,9 +85,7 @@ def test_packed_events_use_per_chunk_usage() -> None:
     assert fields["decode_tps"] / fields["event_count_decode_tps"] == pytest.approx(7 / 2)
 
 
-def test_real_vllm_capture_if_present() -> None:
-    if not VLLM_CAPTURE.exists():
-        pytest.skip("shared vLLM capture not on this machine")
+def test_real_vllm_capture_counts_usage_per_chunk() -> None:
     result = stream_chat(paced_client(VLLM_CAPTURE.read_bytes()), {}, timeout_s=5)
     fields = account(result, "usage_per_chunk")
     assert fields["completion_tokens"] == result.usage["completion_tokens"]  # type: ignore[index]
