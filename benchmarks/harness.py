@@ -90,6 +90,7 @@ class Row:
     flagged: int = 0
     gc_in_stream: int = 0
     gc_max_ms: float = 0.0
+    kernel_clocked: int = 0  # bakeoff's requests whose events carry the kernel's receive time (Linux)
     peers: dict[str, PeerPoint] = field(default_factory=dict)
 
 
@@ -144,6 +145,7 @@ class BakeoffPath:
         self.meter = CpuMeter(set())
         self.rep = 0
         self.last_gc: list[tuple[int, int, int]] = []
+        self.last_clock = "user"
 
     def request(self, prefix: str, n: int) -> tuple[float, list[str], float, float]:
         """(relative error vs truth, flags, process CPU s, wall s); GC runs inside the stream go to ``last_gc``."""
@@ -161,6 +163,7 @@ class BakeoffPath:
         sample = Sample(arm="h", engine="openai", prompt="p", mode="greedy", rep=self.rep, started_at=time.time(),
                         foreign_cpu_cores=foreign, flags=flags, **fields)
         self.rep += 1
+        self.last_clock = result.arrival_clock
         self.run.append(sample)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         truth = (result.final or {}).get("truth")
@@ -191,6 +194,7 @@ def sweep(port: int, rates: list[int], per_events: list[int], run_dir: Path,
                 row.tokens += N_TOKENS
                 row.flagged += any(not f.startswith("foreign-load") for f in flags)
                 row.gc_in_stream += len(path.last_gc)
+                row.kernel_clocked += path.last_clock == "kernel"
                 row.gc_max_ms = max([row.gc_max_ms] + [d / 1e6 for _, d, _ in path.last_gc])
             for tool in peer_run.tools if peer_run else []:
                 assert peer_run is not None
@@ -291,6 +295,9 @@ def print_table(rows: list[Row], peers: list[str] | None = None) -> None:
     print("\n" + head + "\n" + rule)
     for r in rows:
         print(row_line(r, peers))
+    kernel, total = sum(r.kernel_clocked for r in rows), sum(len(r.errors) for r in rows)
+    print(f"\nbakeoff's arrival clock: the kernel's receive time on {kernel} of {total} requests, the reader's "
+          f"clock on the rest (the raw client always reads its own clock)")
     absent = {t: p.note for r in rows for t, p in r.peers.items() if not p.errors and p.note}
     if not peers:
         print("\nGuideLLM, AIPerf: not run (give --peers guidellm,aiperf --peer-venv DIR)")
@@ -309,6 +316,8 @@ def main() -> None:
     ap.add_argument("--peer-venv", type=Path, default=None,
                     help="folder holding guidellm/ and aiperf/: a venv each, or a pip --target folder each")
     ap.add_argument("--peer-timeout", type=float, default=240.0, help="seconds one tool may take at one point")
+    ap.add_argument("--clock", choices=("kernel", "user"), default="kernel",
+                    help="user: stamp bakeoff's events when each read returns (the behaviour before kernel stamps)")
     ap.add_argument("--gc", choices=("paused", "on"), default="paused",
                     help="on: leave the garbage collector running during streams (the behaviour before the fix)")
     args = ap.parse_args()
@@ -323,6 +332,9 @@ def main() -> None:
 
         import bakeoff.core.client as client
         client._gc_pause = contextlib.nullcontext()  # type: ignore[assignment]
+    if args.clock == "user":
+        import bakeoff.core.client as client_module
+        client_module._ask_kernel_stamps = lambda sock: False  # type: ignore[assignment]
     port = _free_port()
     scratch = Path(tempfile.mkdtemp(prefix="bakeoff-harness-"))
     truth_file = scratch / "truth.jsonl"

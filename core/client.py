@@ -1,13 +1,15 @@
 """Streaming chat client: record now, parse later; core/measure.py turns the stream into a Sample's numbers.
 
 While the response streams, the only work per network read is one clock reading and one list append:
-``(perf_counter_ns(), bytes)``, with the garbage collector paused. The request is built by httpx (base
-URL, headers, auth, JSON) and, for plain-HTTP servers, written to a socket of its own: httpx's own
-response path costs ~10× more CPU per read than a bare ``recv``, enough to fall behind a 20k tok/s
-stream (benchmarks/harness.py). After the stream ends, h11 decodes the HTTP framing (chunked, gzip)
-read by read, the bytes are split into SSE events, each stamped with the arrival time of the read that
-completed it, and every payload is validated where it enters: engine output is untrusted data, and a
-bad shape becomes an error sample naming the field, never a traceback. One wall-clock deadline bounds
+``(perf_counter_ns(), bytes)``, with the garbage collector paused. On Linux the socket also asks for the
+kernel's receive timestamp of each read (``SO_TIMESTAMPNS``), and events are stamped with it: the moment the
+bytes reached this machine, which no scheduling delay of the reading thread can move (``ArrivalClock``).
+The request is built by httpx (base URL, headers, auth, JSON) and, for plain-HTTP servers, written to a
+socket of its own: httpx's own response path costs ~10x more CPU per read than a bare ``recv``, enough to
+fall behind a 20k tok/s stream (benchmarks/harness.py). After the stream ends, h11 decodes the HTTP framing
+(chunked, gzip) read by read, the bytes are split into SSE events, each stamped with the arrival time of the
+read that completed it, and every payload is validated where it enters: engine output is untrusted data, and
+a bad shape becomes an error sample naming the field, never a traceback. One wall-clock deadline bounds
 every request, however slowly the bytes trickle. HTTPS, proxies and test transports go through httpx.
 
 Tokens are counted from what the engine reports (usage, or its own per-chunk counts), never from
@@ -22,6 +24,8 @@ import gc
 import json
 import re
 import socket
+import struct
+import sys
 import threading
 import time
 import zlib
@@ -46,6 +50,11 @@ TokenCounts = Literal["usage_per_chunk", "engine_per_chunk", "one_per_event", "f
 - ``one_per_event``: exactly one token per text event, by construction (the sim engine);
 - ``final_usage_only``: only the final usage; per-event counts (and so first-event tokens) are estimated.
 """
+
+ArrivalClock = Literal["kernel", "user"]
+"""What stamped each read's arrival: ``kernel``, the time the kernel received its last packet (Linux
+``SO_TIMESTAMPNS``), which the reader's own wake-up latency cannot delay; ``user``, the clock read when the
+read returned (other systems, HTTPS and proxies through httpx, or kernel stamps that failed their check)."""
 
 MAX_COUNT = 2 ** 53  # a larger "token count" is not a count (and would overflow SQLite's INTEGER)
 SETUP_TIMEOUT_S = 10.0
@@ -74,6 +83,7 @@ class Recording:
     network_reads: int = 0  # socket reads (``reads`` holds the decoded body, read by read)
     ready_ns: list[int] = field(default_factory=list)  # when the reader was back at the socket, before each read
     arrived_ns: list[int] = field(default_factory=list)  # when each network read returned
+    arrival_clock: ArrivalClock = "user"  # what stamped ``reads`` (see _kernel_stamps)
 
 
 @dataclass
@@ -92,6 +102,7 @@ class StreamResult:
     reads: int = 0
     client_cpu_s: float | None = None
     client_lag_s: float | None = None  # longest time the reader spent away from the socket between two reads
+    arrival_clock: ArrivalClock = "user"
 
 
 class _Watchdog:
@@ -172,6 +183,8 @@ def _record_direct(request: httpx.Request, timeout_s: float) -> Recording:
     rec = Recording(t_send_ns=clock())
     deadline = rec.t_send_ns + int(timeout_s * 1e9)
     raw: list[tuple[int, bytes]] = []
+    ancillary: list[list[tuple[int, int, bytes]]] = []
+    stamped, offset0, offset1 = False, (0, 0), (0, 0)
     where = f"{request.url.host}:{request.url.port or 80}"
     try:
         sock = socket.create_connection((request.url.host, request.url.port or 80), timeout=min(10.0, timeout_s))
@@ -184,21 +197,42 @@ def _record_direct(request: httpx.Request, timeout_s: float) -> Recording:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             rec.t_send_ns = clock()
             deadline = rec.t_send_ns + int(timeout_s * 1e9)
+            stamped = _ask_kernel_stamps(sock)
+            offset0 = (clock(), time.time_ns() - clock())
             sock.sendall(wire)
-            append, ready, recv, settimeout = raw.append, rec.ready_ns.append, sock.recv, sock.settimeout
+            append, ready, settimeout = raw.append, rec.ready_ns.append, sock.settimeout
+            keep_anc = ancillary.append
             with _gc_pause:
-                while (left := deadline - (now := clock())) > 0:
-                    ready(now)
-                    settimeout(left / 1e9)
-                    data = recv(65536)
-                    t = clock()
-                    if not data:
-                        break
-                    append((t, data))
-                    if data.endswith(_CHUNKED_END):
-                        break
+                if stamped:  # the same loop, with the kernel's receive time riding along (parsed after the stream)
+                    recvmsg = sock.recvmsg
+                    while (left := deadline - (now := clock())) > 0:
+                        ready(now)
+                        settimeout(left / 1e9)
+                        data, anc, _, _ = recvmsg(65536, _ANC_SPACE)
+                        t = clock()
+                        if not data:
+                            break
+                        append((t, data))
+                        keep_anc(anc)
+                        if data.endswith(_CHUNKED_END):
+                            break
+                    else:
+                        rec.deadline_hit = True
                 else:
-                    rec.deadline_hit = True
+                    recv = sock.recv
+                    while (left := deadline - (now := clock())) > 0:
+                        ready(now)
+                        settimeout(left / 1e9)
+                        data = recv(65536)
+                        t = clock()
+                        if not data:
+                            break
+                        append((t, data))
+                        if data.endswith(_CHUNKED_END):
+                            break
+                    else:
+                        rec.deadline_hit = True
+            offset1 = (clock(), time.time_ns() - clock())
     except TimeoutError:
         rec.deadline_hit = True
     except OSError as exc:  # a reset mid-stream: what arrived is kept, the sample is an error
@@ -208,8 +242,57 @@ def _record_direct(request: httpx.Request, timeout_s: float) -> Recording:
         rec.client_cpu_s = time.thread_time() - cpu0
     rec.network_reads = len(raw)
     rec.arrived_ns = [t for t, _ in raw]
+    if stamped and (kernel := _kernel_stamps(ancillary, rec.arrived_ns, rec.t_send_ns, offset0, offset1)):
+        raw = [(k, data) for k, (_, data) in zip(kernel, raw, strict=True)]
+        rec.arrival_clock = "kernel"
     _decode_http(conn, raw, rec)
     return rec
+
+
+# Linux's receive timestamps (asm-generic values; Python names neither): the kernel stamps each packet as it
+# arrives and recvmsg hands back the newest stamp among the packets it returns, as a CLOCK_REALTIME timespec.
+_SO_TIMESTAMPNS = 35
+_ANC_SPACE = socket.CMSG_SPACE(16)
+_KERNEL_SLACK_NS = 200_000  # how far a stamp may sit past its read's return (each clock reading takes time)
+_MAX_SLEW = 1e-3  # NTP slews the wall clock by at most 500 ppm; more than this between the two readings is a step
+
+
+def _ask_kernel_stamps(sock: socket.socket) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _kernel_stamps(ancillary: list[list[tuple[int, int, bytes]]], returned: list[int], t_send_ns: int,
+                   offset0: tuple[int, int], offset1: tuple[int, int]) -> list[int] | None:
+    """Each read's kernel receive time on the perf_counter clock, or None when any read lacks one or one is
+    impossible: after its read returned, before the request was sent or before the previous read's stamp (a
+    clock step, or a kernel that accepts the option and stamps nothing, as some sandboxes do).
+
+    ``offset0`` and ``offset1`` are ``(perf_counter_ns, wall − perf_counter)`` read before the request and after
+    the stream; the offset between them is interpolated, so an NTP slew during a long stream does not tilt it.
+    """
+    (t0, o0), (t1, o1) = offset0, offset1
+    span = max(t1 - t0, 1)
+    if abs(o1 - o0) > max(_KERNEL_SLACK_NS, _MAX_SLEW * span) or len(ancillary) != len(returned):
+        return None  # the wall clock was stepped during the stream
+    stamps: list[int] = []
+    for i, anc in enumerate(ancillary):
+        stamp = next((struct.unpack("qq", data[:16]) for level, kind, data in anc
+                      if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16), None)
+        if stamp is None:
+            return None
+        wall = stamp[0] * 1_000_000_000 + stamp[1]
+        t = wall - o0 - (o1 - o0) * (returned[i] - t0) // span
+        earliest = stamps[-1] if stamps else t_send_ns
+        if t > returned[i] + _KERNEL_SLACK_NS or t < earliest - _KERNEL_SLACK_NS:
+            return None
+        stamps.append(min(t, returned[i]))
+    return stamps
 
 
 def _decode_http(conn: h11.Connection, raw: list[tuple[int, bytes]], rec: Recording) -> None:
@@ -452,7 +535,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
     """Split a recording into timed events and validate every payload (off the timing path)."""
     result = StreamResult(t_send_ns=rec.t_send_ns, t_done_ns=rec.t_done_ns, error=rec.error, flags=list(rec.flags),
                           http_status=rec.status, reads=rec.network_reads, client_cpu_s=rec.client_cpu_s,
-                          client_lag_s=_lag_s(rec))
+                          client_lag_s=_lag_s(rec), arrival_clock=rec.arrival_clock)
     buf = b"".join(chunk for _, chunk in rec.reads)
     if rec.status is not None and rec.status != 200:
         result.error = f"HTTP {rec.status}: {buf[:300].decode('utf-8', 'replace')}"

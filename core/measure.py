@@ -58,7 +58,8 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
     comes from the final usage. A sample without a decode rate carries a ``no-rate: why`` flag.
     """
     out: dict[str, Any] = {"flags": list(result.flags), "events": len(result.events), "reads": result.reads,
-                           "client_cpu_s": result.client_cpu_s, "client_lag_s": result.client_lag_s}
+                           "client_cpu_s": result.client_cpu_s, "client_lag_s": result.client_lag_s,
+                           "arrival_clock": result.arrival_clock}
     usage = result.usage or {}
     n = usage.get("completion_tokens")
     out["usage_present"] = n is not None

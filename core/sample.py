@@ -97,6 +97,9 @@ class Sample(BaseModel):
     # noise guard
     client_cpu_s: float | None = Field(
         None, description="CPU seconds bakeoff's recording thread used from send to close (harness self-cost).")
+    arrival_clock: Literal["kernel", "user"] | None = Field(
+        None, description="What stamped each event's arrival: kernel (Linux receive timestamps, immune to the "
+                          "reader's wake-up latency) or user (the clock read when the read returned).")
     client_lag_s: float | None = Field(
         None, description="Longest time bakeoff's reader was away from the socket between two reads (flagged "
                           "harness-lag above 1 % of the decode window).")

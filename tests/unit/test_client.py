@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import gc
 import gzip
+import socket
+import struct
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +18,9 @@ import httpx
 import pytest
 from sse_fakes import SSE_HEAD, chunk, ev, normal_events, paced_client, serve
 
+from bakeoff.core import client
 from bakeoff.core.adapter import openai_model_id
-from bakeoff.core.client import Event, StreamResult, bounded_get, stream_chat
+from bakeoff.core.client import Event, StreamResult, bounded_get, record_stream, stream_chat
 from bakeoff.core.measure import account
 from bakeoff.engines.exllama import ExllamaAdapter
 from bakeoff.engines.llamacpp import LlamaCppAdapter
@@ -419,3 +424,87 @@ def test_a_long_accepted_draft_arriving_in_one_read_is_not_a_burst() -> None:
                           usage={"completion_tokens": 64})
     fields = account(result, "one_per_event")
     assert not _flags(fields, "burst-delivery") and fields["decode_tps"] == pytest.approx(63 / 3.0)
+
+
+class _LateReader:
+    """A socket whose first read starts ``delay_s`` late, as a reader held up by the scheduler would."""
+
+    def __init__(self, sock: Any, delay_s: float) -> None:
+        self._sock, self._delay_s = sock, delay_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+    def __enter__(self) -> _LateReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._sock.close()
+
+    def recvmsg(self, *args: Any) -> Any:
+        if self._delay_s:
+            time.sleep(self._delay_s)
+            self._delay_s = 0.0
+        return self._sock.recvmsg(*args)
+
+
+def _gap_script() -> Iterator[bytes | float]:
+    """The first event, then the rest 0.4 s later: its decode window is at least 0.4 s."""
+    events = normal_events(3)
+    yield SSE_HEAD + events[0]
+    yield 0.4
+    yield from events[1:]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel receive timestamps are Linux's")
+def test_a_reader_late_to_the_socket_keeps_the_kernels_arrival_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first token event arrives while the reader is held up for 0.2 s. Stamped when the read returned,
+    the decode window shrinks by those 0.2 s; stamped by the kernel on arrival, it stays the server's 0.4 s."""
+    real = socket.create_connection
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: _LateReader(real(*a, **k), 0.2))
+    with serve(_gap_script) as url, httpx.Client(base_url=url) as http:
+        result = stream_chat(http, {"max_tokens": 3}, 10)
+    assert result.error is None and result.arrival_clock == "kernel"
+    token_events = [e for e in result.events if e.content]
+    window_s = (token_events[-1].t_ns - token_events[0].t_ns) / 1e9
+    assert window_s >= 0.39  # the server's pause; a user-clock stamp would give about 0.2 s
+    assert account(result, "one_per_event")["arrival_clock"] == "kernel"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel receive timestamps are Linux's")
+def test_kernel_stamps_fall_between_the_send_and_each_reads_return() -> None:
+    with serve(lambda: iter([SSE_HEAD, *[e for step in normal_events(8) for e in (step, 0.005)]])) as url, \
+            httpx.Client(base_url=url) as http:
+        rec = record_stream(http, {"max_tokens": 8}, 10)
+    assert rec.arrival_clock == "kernel" and rec.network_reads >= 8
+    body_stamps = [t for t, _ in rec.reads]
+    assert all(rec.t_send_ns <= t for t in body_stamps) and body_stamps == sorted(body_stamps)
+    assert max(body_stamps) <= max(rec.arrived_ns)
+
+
+def test_without_kernel_stamps_events_carry_the_readers_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client, "_ask_kernel_stamps", lambda sock: False)
+    with serve(lambda: iter([SSE_HEAD, *normal_events(4)])) as url, httpx.Client(base_url=url) as http:
+        result = stream_chat(http, {"max_tokens": 4}, 5)
+    assert result.error is None and result.arrival_clock == "user"
+
+
+def _anc(wall_ns: int) -> list[tuple[int, int, bytes]]:
+    return [(socket.SOL_SOCKET, client._SO_TIMESTAMPNS, struct.pack("qq", *divmod(wall_ns, 1_000_000_000)))]
+
+
+def test_kernel_stamps_are_moved_onto_the_perf_counter_clock_or_refused() -> None:
+    """Wall − perf_counter is 5 s here. A stamp 30 µs before its read's return is kept; a missing stamp, one
+    after its read returned, one before the request and a wall-clock step each fall back to the user clock."""
+    off = 5_000_000_000
+    returned, sent = [1_000_100_000, 1_000_200_000], 1_000_000_000
+    before, after = (sent - 1000, off), (returned[-1] + 1000, off)
+    good = [_anc(t - 30_000 + off) for t in returned]
+    assert client._kernel_stamps(good, returned, sent, before, after) == [t - 30_000 for t in returned]
+    assert client._kernel_stamps([good[0], []], returned, sent, before, after) is None
+    late = [good[0], _anc(returned[1] + 1_000_000 + off)]
+    assert client._kernel_stamps(late, returned, sent, before, after) is None
+    early = [_anc(sent - 1_000_000 + off), good[1]]
+    assert client._kernel_stamps(early, returned, sent, before, after) is None
+    stepped = (after[0], off + 50_000_000)
+    assert client._kernel_stamps(good, returned, sent, before, stepped) is None
