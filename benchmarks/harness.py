@@ -334,7 +334,7 @@ def main() -> None:
         client._gc_pause = contextlib.nullcontext()  # type: ignore[assignment]
     if args.clock == "user":
         import bakeoff.core.client as client_module
-        client_module._ask_kernel_stamps = lambda sock: False  # type: ignore[assignment]
+        client_module._ask_kernel_stamps = lambda sock: False
     port = _free_port()
     scratch = Path(tempfile.mkdtemp(prefix="bakeoff-harness-"))
     truth_file = scratch / "truth.jsonl"
