@@ -286,6 +286,7 @@ def _correctness(path: Path, data: RunData, samples: list[Sample], summary: RunS
     guard = equal_work(samples, config, records, path, [(c.arm, c.reference) for c in summary.comparisons])
     for c in summary.comparisons:
         c.comparable = guard[(c.arm, c.reference)].model_dump()
+        c.notes += [f"near-equal work: {note}" for note in guard[(c.arm, c.reference)].notes]
 
 
 def _blocks(placement: PlacementRecord | None, baseline: str | None,

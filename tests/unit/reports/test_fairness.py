@@ -168,3 +168,15 @@ def test_a_refused_probe_is_skipped_with_the_servers_own_reason() -> None:
     assert out["tool_call"]["passed"] is None
     assert out["tool_call"]["detail"].startswith("could not run: Client error '400 Bad Request'")
     assert out["tool_call"]["detail"].endswith("requires --enable-auto-tool-choice and --tool-call-parser to be set")
+
+
+def test_outputs_a_few_tokens_short_are_compared_with_a_note(tmp_path: Path) -> None:
+    """TabbyAPI streams 255 (or, drafting, 251) of 256 fixed-length tokens: within 2 % the decode rates cover
+    the same depths, so the pair gets its verdict with a note; 12 of 16 above is still refused."""
+    samples = [_sample("off", r, 10.0, completion_tokens=256, max_tokens=256) for r in range(2)]
+    samples += [_sample("ngram", r, 12.0, completion_tokens=251, max_tokens=256) for r in range(2)]
+    s = summarize_run(_write(tmp_path / "run", {k: ARMS[k] for k in ("off", "ngram")}, samples))
+    c = s.comparison("ngram")
+    assert c and c.comparable and c.comparable["ok"] is True and c.verdict == "faster"
+    assert "near-equal work: completion tokens 251 vs 256 (p/greedy)" in c.notes
+    assert any("fixed length not honoured (completion tokens [251]), within 2%" in n for n in c.notes)
