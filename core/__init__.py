@@ -23,9 +23,11 @@ from .adapter import (
     first_matching_line,
     method_key,
     openai_model_id,
+    read_effective,
 )
 from .client import bounded_get
 from .config import Arm, BakeoffFile, Settings, Speculative, Workload
+from .effective import compare_effective
 from .errors import (
     BakeoffError,
     CapabilityNotSupported,
@@ -79,6 +81,8 @@ __all__ = [
     "cpu_key",
     "first_matching_line",
     "openai_model_id",
+    "read_effective",
+    "compare_effective",
     "resolve_model",
     "method_key",
     "counter_delta",

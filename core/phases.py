@@ -27,6 +27,7 @@ import httpx
 import numpy as np
 from pydantic import BaseModel
 
+from .adapter import read_effective
 from .client import stream_chat
 from .errors import ConfigError, EngineError, MeasurementError
 from .liveconfig import BASELINE, KernelLogCheck, Phases
@@ -166,16 +167,15 @@ def run_phases(plan: Any, run: RunDir, events: Any, guard: Guard) -> list[dict[s
     with engine_for(planned, run, 0, w.boot_timeout_s) as (base, engine):
         health = live.health if live is not None and base.startswith(live.base_url) else f"{base}/health"
         with httpx.Client(base_url=base) as http:
-            eff = planned.adapter.effective_settings(http, arm)
-            run.update_run(arm_records={arm.name: [{"status": "ok", "pass": 0, "effective": eff.values,
+            eff = read_effective(planned.adapter, http, arm)
+            run.update_run(arm_records={arm.name: [{"status": "ok", "pass": 0, "effective": eff.record(),
                                                     "mismatches": eff.mismatches, "version": eff.version,
                                                     "model_id": eff.model_id}]})
             events.on_arm_ready(arm.name, eff, engine.boot_s if engine else None)
             cycle = [(p, m) for p in plan.prompts for m in plan.modes]
             for i in range(w.warmup):
                 warm = build_request(arm, planned.adapter, w, cycle[i % len(cycle)][0],
-                                     plan.modes[cycle[i % len(cycle)][1]], eff.model_id)
-                warm["max_tokens"] = min(w.max_tokens, 32)
+                                     plan.modes[cycle[i % len(cycle)][1]], eff.model_id, min(w.max_tokens, 32))
                 stream_chat(http, warm, w.request_timeout_s)
             for index, (phase, setting) in enumerate(phases.phase_names):
                 p = _Phase(index, phase, setting, {"phase": phase, "setting": setting})

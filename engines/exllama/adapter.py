@@ -298,6 +298,7 @@ class ExllamaAdapter(EngineAdapter):
         docker_image=DOCKER_IMAGE,
         stateful_speculators=(),
         fixed_length_field="min_tokens",
+        thinking_field="chat_template_kwargs",
     )
     Options = ExllamaOptions
     display_name = "TabbyAPI"
@@ -406,40 +407,41 @@ class ExllamaAdapter(EngineAdapter):
         gen = engine_object(props.get("default_generation_settings"))
         flags = eff.mismatches
         eff.model_id = engine_text(card.get("id"))
-        eff.values = {"max_seq_len": engine_count(params.get("max_seq_len"), "/v1/model max_seq_len", flags),
-                      "cache_size": engine_count(params.get("cache_size"), "/v1/model cache_size", flags),
-                      "cache_mode": engine_text(params.get("cache_mode")),
-                      "max_batch_size": engine_count(params.get("max_batch_size"), "/v1/model max_batch_size", flags),
-                      "chunk_size": engine_count(params.get("chunk_size"), "/v1/model chunk_size", flags),
-                      "prompt_template": engine_text(params.get("prompt_template")),
-                      "draft": params.get("draft") if isinstance(params.get("draft"), dict) else None,
-                      "total_slots": engine_count(props.get("total_slots"), "/props total_slots", flags),
-                      "n_ctx": engine_count(gen.get("n_ctx"), "/props n_ctx", flags),
-                      "owned_by": engine_text(card.get("owned_by"))}
-        params = eff.values
-        if arm.attached:
-            return eff
-        s = arm.settings
-        if s.ctx is not None and params.get("max_seq_len") not in (None, s.ctx):
-            eff.mismatches.append(f"asked ctx {s.ctx}, /v1/model says max_seq_len {params['max_seq_len']} "
-                                  f"(limited by cache_size {params.get('cache_size')})")
-        slots = params["total_slots"] if params.get("total_slots") is not None else params.get("max_batch_size")
-        if slots is not None and slots != (s.parallel or 1):
-            eff.mismatches.append(f"asked {s.parallel or 1} slot(s), /props says total_slots {slots}")
-        if s.kv_type is not None and params.get("cache_mode") not in (None, cache_mode(s.kv_type)):
-            eff.mismatches.append(f"asked cache_mode {cache_mode(s.kv_type)}, /v1/model says {params['cache_mode']}")
-        if params.get("draft") and not arm.speculative.enabled:
-            eff.mismatches.append("speculation is off in the arm but /v1/model lists a draft model")
-        if params.get("prompt_template") is None:
+        eff.raw = {"max_seq_len": engine_count(params.get("max_seq_len"), "/v1/model max_seq_len", flags),
+                   "cache_size": engine_count(params.get("cache_size"), "/v1/model cache_size", flags),
+                   "cache_mode": engine_text(params.get("cache_mode")),
+                   "max_batch_size": engine_count(params.get("max_batch_size"), "/v1/model max_batch_size", flags),
+                   "chunk_size": engine_count(params.get("chunk_size"), "/v1/model chunk_size", flags),
+                   "prompt_template": engine_text(params.get("prompt_template")),
+                   "draft": params.get("draft") if isinstance(params.get("draft"), dict) else None,
+                   "total_slots": engine_count(props.get("total_slots"), "/props total_slots", flags),
+                   "n_ctx": engine_count(gen.get("n_ctx"), "/props n_ctx", flags),
+                   "owned_by": engine_text(card.get("owned_by"))}
+        raw = eff.raw
+        total = raw["total_slots"] is not None
+        eff.context_tokens = raw["max_seq_len"] if raw["max_seq_len"] is not None else raw["n_ctx"]
+        eff.slots = raw["total_slots"] if total else raw["max_batch_size"]
+        eff.speculative = True if raw["draft"] else None  # a card without a draft does not prove it is off
+        eff.kv_type = raw["cache_mode"]
+        eff.sources = {"context_tokens": ("/v1/model", "max_seq_len") if raw["max_seq_len"] is not None
+                       else ("/props", "n_ctx"),
+                       "slots": ("/props", "total_slots") if total else ("/v1/model", "max_batch_size"),
+                       "speculative": ("/v1/model", "draft"), "kv_type": ("/v1/model", "cache_mode")}
+        eff.notes = {"context_tokens": f"limited by cache_size {raw['cache_size']}"}
+        if raw["prompt_template"] is None and not arm.attached:
             eff.mismatches.append("/v1/model shows no prompt template: TabbyAPI refuses chat completions")
         return eff
 
     # -- requests ------------------------------------------------------------------------
+    def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
+        """The cache_mode /v1/model reports for the arm's kv_type (its speculative method is not read back)."""
+        return cache_mode(arm.settings.kv_type) if name == "kv_type" and arm.settings.kv_type else None
+
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
         options: ExllamaOptions = self.options(arm)  # type: ignore[assignment]
-        # min_tokens is not set here: core sets it to each request's own max_tokens (fixed_length_field),
-        # and TabbyAPI rejects min_tokens > max_tokens with a 500 (the untimed warm-up shortens max_tokens).
-        fields: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": workload.thinking}}
+        # min_tokens is set by core to each request's own max_tokens (fixed_length_field): TabbyAPI rejects
+        # min_tokens > max_tokens with a 500 (the untimed warm-up shortens max_tokens).
+        fields: dict[str, Any] = {}
         window = options.loop_detect_window
         if window is None and workload.fixed_length:
             window = 0

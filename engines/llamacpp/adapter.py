@@ -165,6 +165,7 @@ class LlamaCppAdapter(EngineAdapter):
         docker_image=COMPOSE_IMAGE_CPU,
         stateful_speculators=("ngram-mod", "ngram-cache"),
         fixed_length_field="ignore_eos",
+        thinking_field="chat_template_kwargs",
     )
     Options = LlamaCppOptions
     display_name = "llama-server"
@@ -379,29 +380,23 @@ class LlamaCppAdapter(EngineAdapter):
         params = slot.get("params") if slot is not None else None
         spec_types = engine_text(params.get("speculative.types")) if isinstance(params, dict) else None
         eff.mismatches += problems + flags
-        eff.version = engine_text(props.get("build_info"))
-        eff.values = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
-                      "spec_types": spec_types, "model_path": engine_text(props.get("model_path")),
-                      "build_info": eff.version}
-        if arm.launch == "native" and not arm.attached:
-            eff.values["binary"] = self.binary_record(self.options(arm))  # type: ignore[arg-type]
-        s = arm.settings
-        if not arm.attached:
-            if s.ctx is not None and n_ctx is not None and n_ctx != s.ctx:
-                eff.mismatches.append(f"asked ctx {s.ctx} per slot, /props says n_ctx {n_ctx} (--fit or slots)")
-            if total_slots is not None and total_slots != (s.parallel or 1):
-                eff.mismatches.append(f"asked {s.parallel or 1} slot(s), /props says total_slots {total_slots}")
         if speculative is None:
             eff.mismatches.append("/slots does not say whether speculation is on")
-        elif arm.speculative.enabled and not speculative:
-            eff.mismatches.append(f"speculative.method {arm.speculative.method!r} asked, but /slots says "
-                                  f"speculative: false — llama-server runs WITHOUT speculation")
-        elif not arm.speculative.enabled and speculative and not arm.attached:
-            eff.mismatches.append("speculation is off in the arm but /slots says speculative: true")
-        asked = self.spec_type(arm)
-        if spec_types is not None and arm.speculative.enabled and asked not in spec_types.split(","):
-            eff.mismatches.append(f"asked --spec-type {asked}, /slots says speculative.types {spec_types}")
+        eff.version = engine_text(props.get("build_info"))
+        eff.context_tokens, eff.slots, eff.speculative, eff.spec_method = n_ctx, total_slots, speculative, spec_types
+        eff.sources = {"context_tokens": ("/props", "n_ctx"), "slots": ("/props", "total_slots"),
+                       "speculative": ("/slots", "speculative"), "spec_method": ("/slots", "speculative.types")}
+        eff.notes = {"context_tokens": "--fit or slots"}
+        eff.raw = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
+                   "spec_types": spec_types, "model_path": engine_text(props.get("model_path")),
+                   "build_info": eff.version}
+        if arm.launch == "native" and not arm.attached:
+            eff.raw["binary"] = self.binary_record(self.options(arm))  # type: ignore[arg-type]
         return eff
+
+    def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
+        """The ``--spec-type`` /slots lists (its KV type is not read back)."""
+        return self.spec_type(arm) if name == "spec_method" else None
 
     def log_mismatches(self, arm: Arm, log_text: str) -> list[str]:
         """GPU layers asked but the engine on the CPU (a CPU-only build, or no usable GPU), or only part of
@@ -441,14 +436,10 @@ class LlamaCppAdapter(EngineAdapter):
 
     # -- requests ------------------------------------------------------------------------
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        fields: dict[str, Any] = {"cache_prompt": False}  # repeats must not be served from the prompt cache
-        # Cumulative timings on every chunk: predicted_n counts tokens per event exactly. "One token per
-        # event" is not always true: a token ending inside a UTF-8 character streams with the next one.
-        fields["timings_per_token"] = True
-        if workload.fixed_length:
-            fields["ignore_eos"] = True
-        fields["chat_template_kwargs"] = {"enable_thinking": workload.thinking}
-        return fields
+        # cache_prompt: repeats must not be served from the prompt cache. timings_per_token: cumulative
+        # timings on every chunk, so predicted_n counts tokens per event exactly ("one token per event" is
+        # not always true: a token ending inside a UTF-8 character streams with the next one).
+        return {"cache_prompt": False, "timings_per_token": True}
 
     def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
                             template_kwargs: dict[str, Any] | None = None) -> int:

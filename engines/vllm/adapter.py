@@ -47,7 +47,7 @@ from bakeoff.core.adapter import (
     openai_model_id,
 )
 from bakeoff.core.adapter import cli_flags as _flags
-from bakeoff.core.config import Arm, Workload
+from bakeoff.core.config import Arm
 from bakeoff.core.errors import ConfigError, EngineUnavailable, MeasurementError, PreflightError
 from bakeoff.core.metrics import MetricKey, delta, scrape
 from bakeoff.core.models import BUILTIN_MODELS
@@ -208,6 +208,7 @@ class VllmAdapter(EngineAdapter):
         docker_image="vllm/vllm-openai",
         stateful_speculators=("suffix",),
         fixed_length_field="ignore_eos",
+        thinking_field="chat_template_kwargs",
     )
     Options = VllmOptions
     display_name = "vLLM"
@@ -421,15 +422,11 @@ class VllmAdapter(EngineAdapter):
         max_len = engine_count(models.get("max_model_len"), "/v1/models max_model_len", eff.mismatches)
         metrics = scrape(http)
         has_spec = None if metrics is None else any(name == M_DRAFTS for name, _ in metrics)
-        eff.values = {"max_model_len": max_len, "root": engine_text(models.get("root")), "version": eff.version,
-                      "spec_decode_metrics": has_spec}
-        if not arm.attached and arm.settings.ctx is not None and max_len is not None and max_len != arm.settings.ctx:
-            eff.mismatches.append(f"asked ctx {arm.settings.ctx}, /v1/models says max_model_len {max_len}")
-        if has_spec is False and arm.speculative.enabled:
-            eff.mismatches.append(f"speculative.method {arm.speculative.method!r} asked, but /metrics has no "
-                                  "vllm:spec_decode_* counters — vLLM runs WITHOUT speculation")
-        if has_spec and not arm.speculative.enabled and not arm.attached:
-            eff.mismatches.append("speculation is off in the arm but /metrics has spec-decode counters")
+        eff.raw = {"max_model_len": max_len, "root": engine_text(models.get("root")), "version": eff.version,
+                   "spec_decode_metrics": has_spec}
+        eff.context_tokens, eff.speculative = max_len, has_spec  # spec-decode counters exist only when it runs
+        eff.sources = {"context_tokens": ("/v1/models", "max_model_len"),
+                       "speculative": ("/metrics", "vllm:spec_decode_* counters")}
         return eff
 
     # -- requests --------------------------------------------------------------------------
@@ -450,12 +447,6 @@ class VllmAdapter(EngineAdapter):
             return count
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MeasurementError(f"vLLM /tokenize failed: {exc}") from exc
-
-    def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        fields: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": workload.thinking}}
-        if workload.fixed_length:
-            fields["ignore_eos"] = True
-        return fields
 
     def before_request(self, http: httpx.Client) -> Any:
         return scrape(http)

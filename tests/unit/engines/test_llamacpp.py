@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sse_fakes import split_events
 
-from bakeoff.core.adapter import check_arm_capabilities
+from bakeoff.core.adapter import check_arm_capabilities, read_effective
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import CapabilityNotSupported, PreflightError
 from bakeoff.core.metrics import parse_metrics
@@ -275,11 +275,11 @@ def _props_client(n_ctx: int, slots: int, speculative: bool) -> httpx.Client:
 def test_effective_settings_flag_silent_downgrades(tmp_path: Path) -> None:
     draft = tiny_gguf(tmp_path / "d.gguf")
     a = arm(tmp_path, settings={"ctx": 4096}, speculative={"method": "eagle3", "draft_model": str(draft)})
-    eff = adapter.effective_settings(_props_client(n_ctx=2048, slots=4, speculative=False), a)
+    eff = read_effective(adapter, _props_client(n_ctx=2048, slots=4, speculative=False), a)
     text = " | ".join(eff.mismatches)
     assert "asked ctx 4096" in text and "total_slots 4" in text and "WITHOUT speculation" in text
-    ok = adapter.effective_settings(_props_client(n_ctx=4096, slots=1, speculative=True), a)
-    assert ok.mismatches == [] and ok.values["total_slots"] == 1
+    ok = read_effective(adapter, _props_client(n_ctx=4096, slots=1, speculative=True), a)
+    assert ok.mismatches == [] and ok.raw["total_slots"] == 1
 
 
 def _routes(routes: dict[str, object]) -> httpx.Client:
@@ -298,12 +298,12 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
     assert props["default_generation_settings"]["params"]["speculative.types"] == "none"
     draft = tiny_gguf(tmp_path / "d.gguf")
     a = arm(tmp_path, settings={"ctx": 1024}, speculative={"method": "draft", "draft_model": str(draft)})
-    eff = adapter.effective_settings(_routes({"/props": props, "/slots": slots}), a)
-    assert eff.values["spec_types"] == "none,draft-simple" and eff.values["speculative"] is True
+    eff = read_effective(adapter, _routes({"/props": props, "/slots": slots}), a)
+    assert eff.raw["spec_types"] == "none,draft-simple" and eff.raw["speculative"] is True
     assert eff.mismatches == []
     ngram = arm(tmp_path, settings={"ctx": 1024}, speculative={"method": "ngram"})
-    eff = adapter.effective_settings(_routes({"/props": props, "/slots": slots}), ngram)
-    assert eff.mismatches == ["asked --spec-type ngram-mod, /slots says speculative.types none,draft-simple"]
+    eff = read_effective(adapter, _routes({"/props": props, "/slots": slots}), ngram)
+    assert eff.mismatches == ["asked ngram-mod, /slots says speculative.types none,draft-simple"]
     # A fresh slot shows no params: one 1-token request makes it show what the server speculates with.
     fresh = [{k: v for k, v in slots[0].items() if k in ("id", "n_ctx", "speculative", "is_processing")}]
     probed: list[int] = []
@@ -316,10 +316,10 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
         return httpx.Response(404) if body is None else httpx.Response(200, json=body)
 
     http = httpx.Client(transport=httpx.MockTransport(handle), base_url="http://x")
-    eff = adapter.effective_settings(http, a)
-    assert probed == [1] and eff.values["spec_types"] == "none,draft-simple" and eff.mismatches == []
-    eff = adapter.effective_settings(_routes({"/props": props, "/slots": fresh}), a)  # the probe fails: said so
-    assert eff.values["spec_types"] is None
+    eff = read_effective(adapter, http, a)
+    assert probed == [1] and eff.raw["spec_types"] == "none,draft-simple" and eff.mismatches == []
+    eff = read_effective(adapter, _routes({"/props": props, "/slots": fresh}), a)  # the probe fails: said so
+    assert eff.raw["spec_types"] is None
     assert eff.mismatches[0].startswith("could not read the speculative types: a one-token /completion failed")
 
 
@@ -339,7 +339,7 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
 ])
 def test_garbage_props_and_slots_become_named_mismatches(tmp_path: Path, routes: dict[str, Any],
                                                          expected: list[str]) -> None:
-    eff = adapter.effective_settings(_routes(routes), arm(tmp_path, speculative={"method": "ngram"}))
+    eff = read_effective(adapter, _routes(routes), arm(tmp_path, speculative={"method": "ngram"}))
     assert len(eff.mismatches) == len(expected)
     assert all(got.startswith(want) for got, want in zip(eff.mismatches, expected, strict=True)), eff.mismatches
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bakeoff.core import Arm, CapabilityNotSupported, EngineUnavailable, PreflightError, Workload
+from bakeoff.core import Arm, CapabilityNotSupported, EngineUnavailable, PreflightError, Workload, read_effective
 from bakeoff.core.adapter import check_arm_capabilities
 from bakeoff_ikllama import adapter as ik_module
 from bakeoff_ikllama import build as ik_build
@@ -272,9 +272,9 @@ def test_effective_settings_from_props_and_the_startup_log(gguf: Path, tmp_path:
     adapter.launch_spec(arm, 31000, tmp_path)
     (tmp_path / "engine-pass0.log").write_text((FIX / "startup-ngram-mod.log").read_text())
     http = replay({"/props": fixture_json("props.json"), "/v1/models": fixture_json("models.json")})
-    eff = adapter.effective_settings(http, arm)
-    assert eff.values["speculative"] is True and eff.values["total_slots"] == 1
-    assert eff.values["n_ctx_per_slot"] == fixture_json("props.json")["default_generation_settings"]["n_ctx"]
+    eff = read_effective(adapter, http, arm)
+    assert eff.raw["speculative"] is True and eff.raw["total_slots"] == 1
+    assert eff.raw["n_ctx_per_slot"] == fixture_json("props.json")["default_generation_settings"]["n_ctx"]
     assert eff.mismatches == []
 
 
@@ -283,7 +283,7 @@ def test_speculation_asked_but_not_running_is_a_mismatch(gguf: Path, tmp_path: P
     arm = make_arm(gguf, speculative={"method": "ngram"}, settings={"ctx": 2048})
     adapter.launch_spec(arm, 31000, tmp_path)
     (tmp_path / "engine-pass0.log").write_text((FIX / "startup-spec-off.log").read_text())
-    eff = adapter.effective_settings(replay({"/props": fixture_json("props.json")}), arm)
+    eff = read_effective(adapter, replay({"/props": fixture_json("props.json")}), arm)
     assert any("WITHOUT speculation" in m for m in eff.mismatches)
 
 

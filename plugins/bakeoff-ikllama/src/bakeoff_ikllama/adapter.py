@@ -167,6 +167,7 @@ class IkLlamaAdapter(EngineAdapter):
                           "'draft acceptance rate' log line",
         stateful_speculators=("ngram-mod", "ngram-cache", "ngram-map-k", "ngram-map-k4v"),
         fixed_length_field="ignore_eos",
+        thinking_field="chat_template_kwargs",
     )
     Options = IkLlamaOptions
     display_name = "ik_llama.cpp llama-server"
@@ -286,19 +287,13 @@ class IkLlamaAdapter(EngineAdapter):
         total_slots = props.get("total_slots")
         speculative = speculation_from_log(self._startup_log()) if not arm.attached else None
         eff.version = self._version(arm)
-        eff.values = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
-                      "model_path": props.get("model_path"), "version": eff.version}
-        s = arm.settings
-        if not arm.attached:
-            if s.ctx is not None and n_ctx is not None and n_ctx != s.ctx:
-                eff.mismatches.append(f"asked ctx {s.ctx} per slot, /props says n_ctx {n_ctx}")
-            if total_slots is not None and total_slots != (s.parallel or 1):
-                eff.mismatches.append(f"asked {s.parallel or 1} slot(s), /props says total_slots {total_slots}")
-            if arm.speculative.enabled and speculative is False:
-                eff.mismatches.append(f"speculative.method {arm.speculative.method!r} asked, but the log says no "
-                                      f"speculative context was initialized: the server runs WITHOUT speculation")
-            if not arm.speculative.enabled and speculative:
-                eff.mismatches.append("speculation is off in the arm but the log says a speculative context runs")
+        eff.raw = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
+                   "model_path": props.get("model_path"), "version": eff.version}
+        eff.context_tokens = n_ctx if isinstance(n_ctx, int) else None
+        eff.slots = total_slots if isinstance(total_slots, int) else None
+        eff.speculative = speculative
+        eff.sources = {"context_tokens": ("/props", "n_ctx"), "slots": ("/props", "total_slots"),
+                       "speculative": ("the startup log", "speculative context")}
         return eff
 
     def _startup_log(self) -> str:
@@ -322,11 +317,7 @@ class IkLlamaAdapter(EngineAdapter):
 
     # -- requests ------------------------------------------------------------------------
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        fields: dict[str, Any] = {"cache_prompt": False, "timings_per_token": True}
-        if workload.fixed_length:
-            fields["ignore_eos"] = True
-        fields["chat_template_kwargs"] = {"enable_thinking": workload.thinking}
-        return fields
+        return {"cache_prompt": False, "timings_per_token": True}
 
     def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
                             template_kwargs: dict[str, Any] | None = None) -> int:
