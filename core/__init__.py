@@ -18,6 +18,8 @@ from .adapter import (
     LaunchSpec,
     MethodKnobs,
     NoOptions,
+    SelftestCase,
+    SelftestRow,
     ServerStats,
     cli_flags,
     first_matching_line,
@@ -26,7 +28,7 @@ from .adapter import (
     read_effective,
 )
 from .client import bounded_get
-from .config import Arm, BakeoffFile, Settings, Speculative, Workload
+from .config import Arm, BakeoffFile, Prompt, Settings, Speculative, Workload
 from .effective import compare_effective
 from .errors import (
     BakeoffError,
@@ -38,10 +40,22 @@ from .errors import (
     MeasurementError,
     PreflightError,
 )
-from .models import cache_root, resolve_model
-from .readback import counter_delta, engine_count, engine_object, engine_rate, engine_text, get_json, read_until
+from .metrics import MetricKey, delta, scrape
+from .models import BUILTIN_MODELS, cache_root, resolve_model, smollm2_gguf
+from .readback import (
+    LATE_LOG_WAIT_S,
+    counter_delta,
+    engine_count,
+    engine_object,
+    engine_rate,
+    engine_text,
+    get_json,
+    position_deltas,
+    read_until,
+)
 from .sample import Sample
 from .sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
+from .selftest import run_cases
 
 __version__ = version("bakeoff")  # one source: pyproject.toml
 
@@ -92,4 +106,16 @@ __all__ = [
     "engine_object",
     "get_json",
     "read_until",
+    # the rest of the kit the built-in engines use, so a third-party adapter can do everything they do
+    "BUILTIN_MODELS",
+    "LATE_LOG_WAIT_S",
+    "MetricKey",
+    "Prompt",
+    "SelftestCase",
+    "SelftestRow",
+    "delta",
+    "position_deltas",
+    "run_cases",
+    "scrape",
+    "smollm2_gguf",
 ]

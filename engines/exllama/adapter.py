@@ -45,18 +45,26 @@ import httpx
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from bakeoff.core.adapter import (
+from bakeoff.core import (
+    LATE_LOG_WAIT_S,
+    Arm,
     Capabilities,
+    ConfigError,
     Effective,
     EngineAdapter,
+    EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
+    PreflightError,
     ServerStats,
+    Workload,
+    engine_count,
+    engine_object,
+    engine_text,
+    get_json,
+    read_until,
+    resolve_model,
 )
-from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import ConfigError, EngineUnavailable, PreflightError
-from bakeoff.core.models import resolve_model
-from bakeoff.core.readback import LATE_LOG_WAIT_S, engine_count, engine_object, engine_text, get_json, read_until
 
 __all__ = ["ExllamaAdapter", "ExllamaOptions", "DRAFT_MODES", "MetricsLine", "parse_metrics_lines",
            "tabby_config", "cache_mode"]

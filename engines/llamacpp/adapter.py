@@ -32,33 +32,33 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from bakeoff.core.adapter import (
+from bakeoff.core import (
+    Arm,
     Capabilities,
     DraftRule,
     Effective,
     EngineAdapter,
+    EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
+    PreflightError,
+    SelftestRow,
     ServerStats,
-    first_matching_line,
-    method_key,
-    openai_model_id,
-)
-from bakeoff.core.adapter import cli_flags as _flags
-from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import EngineUnavailable, PreflightError
-from bakeoff.core.metrics import scrape
-from bakeoff.core.models import resolve_model
-from bakeoff.core.readback import (
+    Workload,
     counter_delta,
     engine_count,
     engine_rate,
     engine_text,
+    first_matching_line,
     get_json,
+    method_key,
+    openai_model_id,
     position_deltas,
     read_until,
+    resolve_model,
+    scrape,
 )
-from bakeoff.core.selftest import SelftestRow
+from bakeoff.core import cli_flags as _flags
 
 __all__ = ["LlamaCppAdapter", "LlamaCppOptions", "SPEC_TYPES", "parse_acceptance_lines", "split_modes_of"]
 
@@ -448,7 +448,7 @@ class LlamaCppAdapter(EngineAdapter):
         ``/v1/chat/completions/input_tokens`` does both in one call; builds without it get
         ``/apply-template`` then ``/tokenize``.
         """
-        from bakeoff.core.errors import MeasurementError
+        from bakeoff.core import MeasurementError
 
         body: dict[str, Any] = {"messages": messages}
         if template_kwargs is not None:

@@ -21,9 +21,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bakeoff.core.adapter import Capabilities, EngineAdapter, FailureRule, LaunchSpec, ServerStats
-from bakeoff.core.config import Arm
-from bakeoff.core.errors import ConfigError
+from bakeoff.core import Arm, Capabilities, ConfigError, EngineAdapter, FailureRule, LaunchSpec, ServerStats
 
 __all__ = ["SimAdapter", "SimOptions", "SERVER"]
 

@@ -37,29 +37,32 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from bakeoff.core.adapter import (
+from bakeoff.core import (
+    BUILTIN_MODELS,
+    Arm,
     Capabilities,
+    ConfigError,
     Effective,
     EngineAdapter,
+    EngineUnavailable,
     LaunchSpec,
+    MeasurementError,
     MethodKnobs,
+    MetricKey,
+    PreflightError,
     ServerStats,
-    openai_model_id,
-)
-from bakeoff.core.adapter import cli_flags as _flags
-from bakeoff.core.config import Arm
-from bakeoff.core.errors import ConfigError, EngineUnavailable, MeasurementError, PreflightError
-from bakeoff.core.metrics import MetricKey, delta, scrape
-from bakeoff.core.models import BUILTIN_MODELS
-from bakeoff.core.readback import (
     counter_delta,
+    delta,
     engine_count,
     engine_object,
     engine_rate,
     engine_text,
     get_json,
+    openai_model_id,
     position_deltas,
+    scrape,
 )
+from bakeoff.core import cli_flags as _flags
 
 __all__ = ["VllmAdapter", "VllmOptions", "VLLM_METHODS", "speculative_config", "acceptance_from_metrics"]
 
@@ -270,7 +273,7 @@ class VllmAdapter(EngineAdapter):
             if convert_with is None:
                 raise PreflightError(f"model {model!r} has no safetensors conversion for vLLM yet "
                                      f"({target}); `bakeoff engines install vllm` makes it")
-            from bakeoff.core.models import resolve_model
+            from bakeoff.core import resolve_model
 
             try:
                 return str(convert_gguf(resolve_model(model), convert_with, log=lambda msg: None))
