@@ -44,6 +44,7 @@ from .metrics import MetricKey, delta, scrape
 from .models import BUILTIN_MODELS, cache_root, resolve_model, smollm2_gguf
 from .readback import (
     LATE_LOG_WAIT_S,
+    EngineLog,
     counter_delta,
     engine_count,
     engine_object,
@@ -51,7 +52,6 @@ from .readback import (
     engine_text,
     get_json,
     position_deltas,
-    read_until,
 )
 from .sample import Sample
 from .sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
@@ -105,7 +105,7 @@ __all__ = [
     "engine_text",
     "engine_object",
     "get_json",
-    "read_until",
+    "EngineLog",
     # the rest of the kit the built-in engines use, so a third-party adapter can do everything they do
     "BUILTIN_MODELS",
     "LATE_LOG_WAIT_S",

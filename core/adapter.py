@@ -27,7 +27,7 @@ from .client import SETUP_TIMEOUT_S, TokenCounts, bounded_get
 from .config import SPEC_METHODS, Arm, Prompt, Speculative, Workload, format_validation_error
 from .effective import Effective, compare_effective
 from .errors import CapabilityNotSupported, ConfigError, EngineStartupError
-from .readback import LogReader
+from .readback import EngineLog
 
 __all__ = [
     "Capabilities",
@@ -339,10 +339,11 @@ class EngineAdapter(ABC):
                                           f"{advice}. Log: {line}", reason=reason, log_line=line)
         return None
 
-    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
         """Read back what the engine really runs with: fill :class:`Effective`'s common fields (and their
         ``sources``) with what the engine reports, ``raw`` with everything read, and ``mismatches`` with the
-        checks only this engine has. Core compares the common fields with the arm (:func:`read_effective`)."""
+        checks only this engine has. ``log.text()`` is the engine's log since it started ('' when attached).
+        Core compares the common fields with the arm (:func:`read_effective`)."""
         return Effective(model_id=openai_model_id(http))
 
     def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
@@ -390,30 +391,19 @@ class EngineAdapter(ABC):
         usage = payload.get("usage")
         return usage.get("completion_tokens") if isinstance(usage, dict) else None
 
-    def follow_log(self, read_new: LogReader | None) -> None:
-        """Core hands over the engine's log before the timed requests: ``read_new()`` returns what the log
-        gained since the last call; None when bakeoff did not start the engine (attached).
-
-        :meth:`server_stats` already receives the chunk written while its request ran; an adapter polls
-        :attr:`engine_log` (``readback.read_until``) for a per-request line written just after the stream.
-        """
-        self._engine_log = read_new
-
-    @property
-    def engine_log(self) -> LogReader | None:
-        return getattr(self, "_engine_log", None)
-
     def before_request(self, http: httpx.Client) -> Any:
         """Snapshot taken just before a timed request (e.g. /metrics counters); passed to server_stats."""
         return None
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         """The server's own numbers for the request that just finished.
 
         :param final: the last JSON payload of the stream that carried usage (may hold engine extras).
         :param before: what :meth:`before_request` returned.
-        :param log_text: engine log lines written while the request ran ('' in attach mode).
+        :param log: the engine log written while the request ran (``log.text()``; '' when attached), and
+            ``log.wait_for(needle)`` for a per-request line written just after the stream (no wait when
+            the log is not this request's alone).
         """
         return ServerStats()
 
@@ -427,9 +417,12 @@ def openai_model_id(http: httpx.Client, timeout_s: float = SETUP_TIMEOUT_S) -> s
         return None
 
 
-def read_effective(adapter: EngineAdapter, http: httpx.Client, arm: Arm) -> Effective:
-    """The engine's read-back with core's asked-versus-running mismatches added after the adapter's own."""
-    eff = adapter.effective_settings(http, arm)
+def read_effective(adapter: EngineAdapter, http: httpx.Client, arm: Arm, log: EngineLog | None = None) -> Effective:
+    """The engine's read-back with core's asked-versus-running mismatches added after the adapter's own.
+
+    :param log: the engine's log so far (None: attached, no log).
+    """
+    eff = adapter.effective_settings(http, arm, log or EngineLog())
     terms = {name: adapter.engine_term(name, arm) for name in ("spec_method", "kv_type")}
     eff.mismatches += compare_effective(arm, eff, adapter.display_name or adapter.name, terms)
     return eff

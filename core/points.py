@@ -24,6 +24,7 @@ from .config import Arm, Prompt, SamplingMode, Workload
 from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
 from .hostinfo import CpuMeter
 from .measure import build_request, make_sample
+from .readback import EngineLog
 from .sample import Sample
 
 __all__ = ["Point", "arm_points", "is_done", "samples_expected", "PointRunner"]
@@ -163,7 +164,7 @@ class PointRunner:
         foreign = meter.stop()
         samples = []
         for body, info, result in zip(bodies, infos, batch.results, strict=True):
-            stats = self.adapter.server_stats(self.http, result.final, None, "")
+            stats = self.adapter.server_stats(self.http, result.final, None, EngineLog())  # streams share the log
             sample = make_sample(self.arm, self.adapter, result, stats, run_id, point.prompt.name, point.mode,
                                  point.rep, pass_index, foreign, started_at, meter.foreign_limit(),
                                  settings_mismatch=bool(self.eff.mismatches))

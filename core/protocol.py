@@ -35,6 +35,7 @@ from .hostinfo import CpuMeter, docker_container_ids
 from .launcher import Engine, LogCursor, SharedEngine, free_port, port_is_free
 from .measure import build_request, make_sample, request_fields
 from .plan import Plan, PlannedArm, add_pass, effective_workload, plan_run, plan_warnings, run_metadata, server_key
+from .readback import EngineLog
 from .redact import Redactor, redact_argv
 from .sample import Sample
 from .store import RunDir
@@ -150,7 +151,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
             record["boot_s"] = engine.boot_s if engine and fresh else None
             with httpx.Client(base_url=base, headers=_headers(arm)) as http:
                 served = probe_attached(arm, http) if arm.attached else None  # a dead URL fails here, in seconds
-                eff = read_effective(planned.adapter, http, arm)
+                eff = read_effective(planned.adapter, http, arm, EngineLog(engine.log_text()) if engine else None)
                 if served is not None:
                     eff.model_id = served  # the arm's model, never whichever the server lists first
                 if engine is not None and fresh:
@@ -174,7 +175,6 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                                          next(iter(plan.modes.values())), eff.model_id, min(w.max_tokens, 32))
                     stream_chat(http, warm, w.request_timeout_s)
                 log = LogCursor(engine.log_path if engine else None)
-                planned.adapter.follow_log(log.read_new if engine else None)
                 meter = _cpu_meter(engine)
                 for point in todo:
                     prompt, mode_name, rep = point.prompt, point.mode, point.rep
@@ -193,7 +193,8 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                         result = stream_chat(http, body, w.request_timeout_s, planned.adapter.chunk_token_count)
                         gpu = monitor.stop() if monitor is not None else None
                         foreign = meter.stop()
-                        stats = planned.adapter.server_stats(http, result.final, before, log.read_new())
+                        request_log = EngineLog(log.read_new(), log.read_new if engine else None)
+                        stats = planned.adapter.server_stats(http, result.final, before, request_log)
                         sample = make_sample(arm, planned.adapter, result, stats, run.run_id, prompt.name, mode_name,
                                              rep, pass_index, foreign, started_at, meter.foreign_limit(),
                                              settings_mismatch=bool(eff.mismatches))

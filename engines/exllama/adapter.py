@@ -22,8 +22,8 @@ and seen on an H200; captures in tests/fixtures/exllama/):
   ``id`` is ``chatcmpl-<id>``, which ties the line to its request. The console logger (rich) wraps at
   80 columns unless ``TABBY_LOG_CONSOLE_WIDTH`` is set, so it is set, and parsing tolerates wrapping.
   The line can also land a millisecond *after* ``[DONE]`` (seen once in 36 requests on the H200), so
-  when the chunk read for a request lacks it, server_stats polls the engine log core hands over
-  (:meth:`follow_log`) for up to a second.
+  when the chunk read for a request lacks it, server_stats waits on the engine log core hands over
+  (``EngineLog.wait_for``) for up to a second.
 - Repeated prompts hit the prefix cache (no per-request switch); the log's cached count is recorded.
 - Counting quirks of exllamav3 1.4.2 (job.py), seen on the H200: ``usage.completion_tokens`` is one
   less than the tokens streamed (max_tokens 64 streams 64 tokens, usage says 63), and with drafting
@@ -46,12 +46,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff.core import (
-    LATE_LOG_WAIT_S,
     Arm,
     Capabilities,
     ConfigError,
     Effective,
     EngineAdapter,
+    EngineLog,
     EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
@@ -62,7 +62,6 @@ from bakeoff.core import (
     engine_object,
     engine_text,
     get_json,
-    read_until,
     resolve_model,
 )
 
@@ -403,7 +402,7 @@ class ExllamaAdapter(EngineAdapter):
         return response.status_code == 200  # uvicorn listens only after the model loaded
 
 
-    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
         eff = Effective()
         problems: list[str] = []
         card = get_json(http, "/v1/model", dict, problems)
@@ -458,7 +457,7 @@ class ExllamaAdapter(EngineAdapter):
         return fields
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         stats = ServerStats(source="usage + log")
         flags = stats.flags
         usage = (final or {}).get("usage")
@@ -472,16 +471,15 @@ class ExllamaAdapter(EngineAdapter):
         else:
             flags.append("server-usage-missing")
         request_id = _request_id(final)
-        lines = parse_metrics_lines(log_text)
+        lines = parse_metrics_lines(log.text())
         mine = [m for m in lines if request_id is not None and m.request_id == request_id]
         if not mine and request_id is None and len(lines) == 1:
             mine = lines  # no stream id to match on; one line in the chunk is this request's
-        if not mine and request_id is not None and self.engine_log is not None:
+        if not mine and request_id is not None and log.followed:
             def found(text: str) -> bool:
                 return any(m.request_id == request_id for m in parse_metrics_lines(text))
 
-            late = read_until(self.engine_log, found, LATE_LOG_WAIT_S)
-            mine = [m for m in parse_metrics_lines(late) if m.request_id == request_id]
+            mine = [m for m in parse_metrics_lines(log.wait_for(found)) if m.request_id == request_id]
             if mine:
                 stats.extra["metrics_log"] = "late"
         if not mine:

@@ -38,6 +38,7 @@ from bakeoff.core import (
     DraftRule,
     Effective,
     EngineAdapter,
+    EngineLog,
     EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
@@ -54,7 +55,6 @@ from bakeoff.core import (
     method_key,
     openai_model_id,
     position_deltas,
-    read_until,
     resolve_model,
     scrape,
 )
@@ -354,7 +354,7 @@ class LlamaCppAdapter(EngineAdapter):
         return response.status_code == 200  # 503 {"error": {"message": "Loading model"}} until loaded
 
 
-    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
         """``/props`` (context per slot, slots, build) and ``/slots`` (whether speculation is on, and once a
         request has run, the speculative types the slot uses). ``/props``'s own ``speculative.types`` is the
         default of a *request*, "none" even on a speculating server, so it is not read."""
@@ -480,7 +480,7 @@ class LlamaCppAdapter(EngineAdapter):
         return {"metrics": scrape(http)}  # a dict: "the scrape failed" differs from "no snapshot taken"
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         """Counts and rates from the response's ``timings``, cross-checked with ``/metrics`` deltas and the
         request's ``draft acceptance`` log line. A cross-check that could not run says so in the flags:
         ``metrics-unavailable``, ``log-missing``, ``acceptance-crosscheck-missing``."""
@@ -502,7 +502,7 @@ class LlamaCppAdapter(EngineAdapter):
             timings = None
         drafting = bool(stats.drafted) or getattr(self, "_speculative_asked", False)
         checked = self._check_metrics(http, before, stats, drafting)
-        checked = self._check_log(log_text, before, stats, drafting) or checked
+        checked = self._check_log(log, stats, drafting) or checked
         if before is None:
             stats.unavailable.update(drafts=NO_OWN_METRICS, accepted_per_position=NO_OWN_METRICS)
         if drafting and before is None:
@@ -540,17 +540,17 @@ class LlamaCppAdapter(EngineAdapter):
             stats.flags.append(f"acceptance-mismatch: /metrics {accepted} vs timings {stats.accepted}")
         return stats.accepted is not None
 
-    def _check_log(self, log_text: str, before: Any, stats: ServerStats, drafting: bool) -> bool:
+    def _check_log(self, log: EngineLog, stats: ServerStats, drafting: bool) -> bool:
         """The request's ``draft acceptance`` line against the timings; True if compared.
 
         The line is written just after the last token, so when the chunk read for the request lacks it the
         engine log is polled briefly (sequential requests only: concurrent streams share the log).
         """
-        lines = parse_acceptance_lines(log_text)
-        if not lines and drafting and before is not None and self.engine_log is not None:
-            lines = parse_acceptance_lines(read_until(self.engine_log, lambda t: bool(ACCEPTANCE_RE.search(t))))
+        lines = parse_acceptance_lines(log.text())
+        if not lines and drafting and log.followed:
+            lines = parse_acceptance_lines(log.wait_for(lambda t: bool(ACCEPTANCE_RE.search(t))))
         if not lines:
-            if drafting and before is not None and self.engine_log is not None:
+            if drafting and log.followed:
                 stats.flags.append("log-missing: no 'draft acceptance' line for this request in the engine log")
             return False
         last = lines[-1]

@@ -44,6 +44,7 @@ from bakeoff.core import (
     ConfigError,
     Effective,
     EngineAdapter,
+    EngineLog,
     EngineUnavailable,
     LaunchSpec,
     MeasurementError,
@@ -407,7 +408,7 @@ class VllmAdapter(EngineAdapter):
 
     # -- startup ---------------------------------------------------------------------------
 
-    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
         eff = Effective()
         problems: list[str] = []
         listing = get_json(http, "/v1/models", dict, problems)
@@ -468,7 +469,7 @@ class VllmAdapter(EngineAdapter):
         return after
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         stats = ServerStats()
         flags = stats.flags
         final = final or {}

@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from bakeoff.core import EngineLog
 from bakeoff.core.acceptance import histogram_from_positions
 from bakeoff.core.adapter import read_effective
 from bakeoff.core.client import stream_chat
@@ -125,7 +126,7 @@ def measure(served: Served, rep: int) -> tuple[Sample, dict[str, int]]:
     body = build_request(served.planned.arm, served.adapter, WORKLOAD, CODE, greedy, "smollm2")
     before = served.adapter.before_request(served.http)
     result = stream_chat(served.http, body, 300)
-    stats = served.adapter.server_stats(served.http, result.final, before, "")
+    stats = served.adapter.server_stats(served.http, result.final, before, EngineLog(""))
     sample = make_sample(served.planned.arm, served.adapter, result, stats, "test", CODE.name, "greedy", rep, 0,
                          None, 0.0)
     own = stats.extra["per_request_metrics"]["speculative_decoding"]

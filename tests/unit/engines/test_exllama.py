@@ -19,6 +19,7 @@ import pytest
 import yaml
 from sse_fakes import split_events
 
+from bakeoff.core import EngineLog
 from bakeoff.core.adapter import check_arm_capabilities, read_effective
 from bakeoff.core.client import stream_chat
 from bakeoff.core.config import Arm, Workload
@@ -344,7 +345,7 @@ def test_server_stats_tie_the_log_line_to_its_stream(label: str, drafted: int, a
     with sse_client(f"fp16-{label}/chat_stream_min_tokens.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
         log = (FIX / f"fp16-{label}" / "engine.log").read_text()
-        stats = ExllamaAdapter().server_stats(http, final, None, log)
+        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(log))
     assert stats.drafted == drafted and stats.accepted == accepted
     assert stats.source == "log: Draft: A / D tokens accepted"
     assert stats.completion_tokens == 59 and stats.prompt_tokens == 44 and stats.cached_tokens == 0
@@ -356,7 +357,8 @@ def test_server_stats_tie_the_log_line_to_its_stream(label: str, drafted: int, a
 def test_server_stats_spec_off_and_prefix_cache_hit() -> None:
     with sse_client("fp16-spec-off/chat_stream_min_tokens_repeat.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
-        stats = ExllamaAdapter().server_stats(http, final, None, (FIX / "fp16-spec-off" / "engine.log").read_text())
+        log = EngineLog((FIX / "fp16-spec-off" / "engine.log").read_text())
+        stats = ExllamaAdapter().server_stats(http, final, None, log)
     assert stats.drafted is None and stats.accepted is None and stats.extra["draft_in_log"] is False
     assert stats.cached_tokens == 43 and stats.prompt_tokens == 1  # the repeat was served from the prefix cache
     assert "prompt-cache-hit: 43 cached tokens" in stats.flags
@@ -368,7 +370,7 @@ def test_another_requests_line_is_never_taken() -> None:
     with sse_client("fp16-ngram/chat_stream_min_tokens.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
         other = (FIX / "fp16-draft-self" / "engine.log").read_text()  # same shapes, other request ids
-        stats = ExllamaAdapter().server_stats(http, final, None, other)
+        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(other))
     assert stats.drafted is None and "metrics-log-missing" in stats.flags
     assert stats.completion_tokens == 59  # usage still counts
 
@@ -380,20 +382,17 @@ def test_a_metrics_line_written_after_done_is_found_in_the_engine_log(tmp_path: 
     assert f"Metrics (ID: {late_id})" in run_log
     adapter = ExllamaAdapter()
     arrivals = iter(["", run_log])  # the line arrives on the engine log a moment after the stream ended
-    adapter.follow_log(lambda: next(arrivals, ""))
     final = {"id": f"chatcmpl-{late_id}", "usage": {"completion_tokens": 251, "prompt_tokens": 65}}
     with mock_server({}) as http:
-        stats = adapter.server_stats(http, final, None, "")
+        stats = adapter.server_stats(http, final, None, EngineLog("", lambda: next(arrivals, "")))
     assert (stats.drafted, stats.accepted) == (142, 134) and stats.extra["metrics_log"] == "late"
     assert stats.cached_tokens == 64 and stats.prompt_tokens == 1 and stats.extra["log_gen_tps"] == 548.94
     fresh = ExllamaAdapter()  # attach mode: core follows no log, nothing to poll
-    fresh.follow_log(None)
     with mock_server({}) as http:
-        assert "metrics-log-missing" in fresh.server_stats(http, final, None, "").flags
+        assert "metrics-log-missing" in fresh.server_stats(http, final, None, EngineLog("")).flags
     silent = ExllamaAdapter()  # a log that never gets the line: polled about a second, then flagged
-    silent.follow_log(lambda: "")
     with mock_server({}) as http:
-        assert "metrics-log-missing" in silent.server_stats(http, final, None, "").flags
+        assert "metrics-log-missing" in silent.server_stats(http, final, None, EngineLog("", lambda: "")).flags
 
 
 def test_garbage_from_tabbyapi_becomes_flagged_missing_figures(tmp_path: Path, tabby: Path) -> None:
@@ -410,7 +409,7 @@ def test_garbage_from_tabbyapi_becomes_flagged_missing_figures(tmp_path: Path, t
     assert eff.raw == {} and eff.mismatches[0] == "GET /v1/model: expected a JSON dict, got list"
     final = {"id": "chatcmpl-x", "usage": {"completion_tokens": "59", "completion_tokens_per_sec": float("nan")}}
     with mock_server({}) as http:
-        stats = ExllamaAdapter().server_stats(http, final, None, "")
+        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(""))
     assert stats.completion_tokens is None and stats.decode_tps is None
     assert "bad-engine-value: usage.completion_tokens is '59', not a count" in stats.flags
 
@@ -449,7 +448,7 @@ def test_server_stats_reproduce_the_real_runs_acceptance_from_its_engine_logs() 
         for line, sample in zip(timed, recorded, strict=True):
             final = {"id": f"chatcmpl-{line.request_id}", "usage": {"completion_tokens": sample["completion_tokens"]}}
             with mock_server({}) as http:
-                stats = ExllamaAdapter().server_stats(http, final, None, log)
+                stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(log))
             assert stats.source == "log: Draft: A / D tokens accepted" and stats.flags == [
                 f for f in stats.flags if f.startswith("prompt-cache-hit")]
             if "metrics-log-missing" in sample["flags"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from sse_fakes import split_events
 
+from bakeoff.core import EngineLog
 from bakeoff.core.adapter import check_arm_capabilities, read_effective
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import CapabilityNotSupported, PreflightError
@@ -161,15 +163,15 @@ def _metrics_server(after: str | None) -> httpx.Client:
 
 
 def _stats(after: str | None = None, log_text: str | None = None, final: dict[str, Any] | None = None,
-           before: object = "real", log: object = None) -> tuple[list[str], object]:
+           before: object = "real", log: Callable[[], str] | None = None) -> tuple[list[str], object]:
+    """``log``: the engine log core follows for this request (None: attached, or concurrent streams)."""
     a = LlamaCppAdapter()
-    a.follow_log(log)  # type: ignore[arg-type]
     snapshot = {"metrics": parse_metrics((MATCHED / "metrics_before.txt").read_text())} if before == "real" \
         else before
     after = (MATCHED / "metrics_after.txt").read_text() if after is None else after
     with _metrics_server(after or None) as http:
-        stats = a.server_stats(http, final or _final(), snapshot,
-                               (MATCHED / "engine_request.log").read_text() if log_text is None else log_text)
+        text = (MATCHED / "engine_request.log").read_text() if log_text is None else log_text
+        stats = a.server_stats(http, final or _final(), snapshot, EngineLog(text, log))
     return stats.flags, stats
 
 
@@ -253,7 +255,8 @@ def test_chunk_count_passes_the_raw_value_to_the_client_for_validation() -> None
 
 def test_absent_draft_keys_mean_zero_drafted() -> None:
     http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(404)), base_url="http://x")
-    stats = adapter.server_stats(http, {"timings": {"predicted_n": 5, "predicted_per_second": 9.0}}, None, "")
+    stats = adapter.server_stats(http, {"timings": {"predicted_n": 5, "predicted_per_second": 9.0}}, None,
+                                 EngineLog(""))
     assert (stats.drafted, stats.accepted) == (0, 0)
 
 

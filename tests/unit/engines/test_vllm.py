@@ -15,6 +15,7 @@ import httpx
 import pytest
 from sse_fakes import split_events
 
+from bakeoff.core import EngineLog
 from bakeoff.core.adapter import check_arm_capabilities, read_effective
 from bakeoff.core.client import stream_chat
 from bakeoff.core.config import Arm, Workload
@@ -297,7 +298,7 @@ def test_server_stats_agree_with_per_request_metrics(monkeypatch: pytest.MonkeyP
     before_text = (FIX / "metrics_ngram_before_request.txt").read_text()
     # the first scrape after the request is stale (stats not recorded yet): the adapter scrapes again
     http = server({"/metrics": [before_text, (FIX / "metrics_ngram_after_request.txt").read_text()]})
-    stats = adapter.server_stats(http, final_chunk(), parse_metrics(before_text), "")
+    stats = adapter.server_stats(http, final_chunk(), parse_metrics(before_text), EngineLog(""))
     assert (stats.drafted, stats.accepted, stats.drafts) == (196, 131, 49)
     assert stats.accepted_per_position == [45, 31, 29, 26]
     assert stats.completion_tokens == 256 and stats.prompt_tokens == 73
@@ -310,12 +311,12 @@ def test_disagreeing_per_request_metrics_are_flagged() -> None:
     final["metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] = 130
     http = server({"/metrics": (FIX / "metrics_ngram_after_request.txt").read_text()})
     before = parse_metrics((FIX / "metrics_ngram_before_request.txt").read_text())
-    stats = adapter.server_stats(http, final, before, "")
+    stats = adapter.server_stats(http, final, before, EngineLog(""))
     assert any(f.startswith("acceptance-mismatch") and "131/196" in f for f in stats.flags)
 
 
 def test_without_metrics_the_per_request_counts_are_used_and_flagged() -> None:
-    stats = adapter.server_stats(server({}), final_chunk(), None, "")
+    stats = adapter.server_stats(server({}), final_chunk(), None, EngineLog(""))
     assert (stats.drafted, stats.accepted, stats.drafts) == (196, 131, 49)
     assert stats.source == "per-request metrics" and "metrics-unavailable" in stats.flags
 
@@ -330,7 +331,7 @@ def test_a_position_label_that_is_not_a_number_is_flagged_not_a_traceback() -> N
     assert got is not None and (got["drafts"], got["drafted"], got["accepted"]) == (49, 196, 131)
     assert got["accepted_per_position"] is None
     assert flags == [f"bad-engine-value: /metrics {M_PER_POS} has position label(s) 'x'"]
-    stats = adapter.server_stats(server({"/metrics": after_text}), final_chunk(), before, "")
+    stats = adapter.server_stats(server({"/metrics": after_text}), final_chunk(), before, EngineLog(""))
     assert stats.accepted == 131 and stats.accepted_per_position is None
     assert any("position label(s) 'x'" in f for f in stats.flags)
 
@@ -341,7 +342,7 @@ def test_counters_going_backwards_and_garbage_per_request_numbers_are_flagged() 
     final = final_chunk()
     final["usage"]["completion_tokens"] = "256"
     final["metrics"]["speculative_decoding"]["num_spec_steps"] = "many"
-    stats = adapter.server_stats(server({"/metrics": after}), final, before, "")
+    stats = adapter.server_stats(server({"/metrics": after}), final, before, EngineLog(""))
     assert stats.completion_tokens is None and stats.decode_tps is None  # no usable count, no rate
     assert "bad-engine-value: usage.completion_tokens is '256', not a count" in stats.flags
     assert any(f.startswith(f"bad-engine-value: /metrics {M_DRAFTS} changed by -49") for f in stats.flags)

@@ -39,6 +39,7 @@ from bakeoff.core import (
     Capabilities,
     Effective,
     EngineAdapter,
+    EngineLog,
     EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
@@ -357,7 +358,7 @@ class SglangAdapter(EngineAdapter):
                 return None
         return None
 
-    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
         eff = Effective(model_id=openai_model_id(http))
         info = self.server_info(http)
         if info is None:
@@ -388,12 +389,12 @@ class SglangAdapter(EngineAdapter):
         return ALGORITHMS.get(arm.speculative.method) if name == "spec_method" else None
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         final = final or {}
         meta = final.get("meta_info") or final.get("metadata")
         if isinstance(meta, dict) and "completion_tokens" in meta:
             return parse_meta_info(meta, self._draft_tokens)
-        lines = parse_decode_lines(log_text)
+        lines = parse_decode_lines(log.text())
         if lines:
             usage = engine_object(final.get("usage"))
             flags: list[str] = []
