@@ -425,15 +425,12 @@ class ExllamaAdapter(EngineAdapter):
                    "n_ctx": engine_count(gen.get("n_ctx"), "/props n_ctx", flags),
                    "owned_by": engine_text(card.get("owned_by"))}
         raw = eff.raw
-        total = raw["total_slots"] is not None
-        eff.context_tokens = raw["max_seq_len"] if raw["max_seq_len"] is not None else raw["n_ctx"]
-        eff.slots = raw["total_slots"] if total else raw["max_batch_size"]
+        ctx = ("/v1/model", "max_seq_len") if raw["max_seq_len"] is not None else ("/props", "n_ctx")
+        slots = ("/props", "total_slots") if raw["total_slots"] is not None else ("/v1/model", "max_batch_size")
+        eff.context_tokens, eff.slots, eff.kv_type = raw[ctx[1]], raw[slots[1]], raw["cache_mode"]
         eff.speculative = True if raw["draft"] else None  # a card without a draft does not prove it is off
-        eff.kv_type = raw["cache_mode"]
-        eff.sources = {"context_tokens": ("/v1/model", "max_seq_len") if raw["max_seq_len"] is not None
-                       else ("/props", "n_ctx"),
-                       "slots": ("/props", "total_slots") if total else ("/v1/model", "max_batch_size"),
-                       "speculative": ("/v1/model", "draft"), "kv_type": ("/v1/model", "cache_mode")}
+        eff.sources = {"context_tokens": ctx, "slots": slots, "speculative": ("/v1/model", "draft"),
+                       "kv_type": ("/v1/model", "cache_mode")}
         eff.notes = {"context_tokens": f"limited by cache_size {raw['cache_size']}"}
         if raw["prompt_template"] is None and not arm.attached:
             eff.mismatches.append("/v1/model shows no prompt template: TabbyAPI refuses chat completions")
