@@ -18,14 +18,18 @@ from .adapter import (
     LaunchSpec,
     MethodKnobs,
     NoOptions,
+    SelftestCase,
+    SelftestRow,
     ServerStats,
     cli_flags,
     first_matching_line,
     method_key,
     openai_model_id,
+    read_effective,
 )
 from .client import bounded_get
-from .config import Arm, BakeoffFile, Settings, Speculative, Workload
+from .config import Arm, BakeoffFile, Prompt, Settings, Speculative, Workload
+from .effective import compare_effective
 from .errors import (
     BakeoffError,
     CapabilityNotSupported,
@@ -36,10 +40,22 @@ from .errors import (
     MeasurementError,
     PreflightError,
 )
-from .models import cache_root, resolve_model
-from .readback import counter_delta, engine_count, engine_object, engine_rate, engine_text, get_json, read_until
+from .metrics import MetricKey, delta, scrape
+from .models import BUILTIN_MODELS, cache_root, resolve_model, smollm2_gguf
+from .readback import (
+    LATE_LOG_WAIT_S,
+    EngineLog,
+    counter_delta,
+    engine_count,
+    engine_object,
+    engine_rate,
+    engine_text,
+    get_json,
+    position_deltas,
+)
 from .sample import Sample
 from .sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
+from .selftest import run_cases
 
 __version__ = version("bakeoff")  # one source: pyproject.toml
 
@@ -79,6 +95,8 @@ __all__ = [
     "cpu_key",
     "first_matching_line",
     "openai_model_id",
+    "read_effective",
+    "compare_effective",
     "resolve_model",
     "method_key",
     "counter_delta",
@@ -87,5 +105,17 @@ __all__ = [
     "engine_text",
     "engine_object",
     "get_json",
-    "read_until",
+    "EngineLog",
+    # the rest of the kit the built-in engines use, so a third-party adapter can do everything they do
+    "BUILTIN_MODELS",
+    "LATE_LOG_WAIT_S",
+    "MetricKey",
+    "Prompt",
+    "SelftestCase",
+    "SelftestRow",
+    "delta",
+    "position_deltas",
+    "run_cases",
+    "scrape",
+    "smollm2_gguf",
 ]

@@ -25,8 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .client import SETUP_TIMEOUT_S, TokenCounts, bounded_get
 from .config import SPEC_METHODS, Arm, Prompt, Speculative, Workload, format_validation_error
+from .effective import Effective, compare_effective
 from .errors import CapabilityNotSupported, ConfigError, EngineStartupError
-from .readback import LogReader
+from .readback import EngineLog
 
 __all__ = [
     "Capabilities",
@@ -39,6 +40,7 @@ __all__ = [
     "EngineAdapter",
     "NoOptions",
     "check_arm_capabilities",
+    "read_effective",
     "cli_flags",
     "method_key",
     "launch_fingerprint",
@@ -114,7 +116,12 @@ class Capabilities(BaseModel):
     docker_image: str | None = None
     stateful_speculators: tuple[str, ...] = Field((), description="Methods/variants whose state carries across "
                                                                  "requests, so reps are not independent.")
-    fixed_length_field: Literal["ignore_eos", "min_tokens", "none"] = "none"
+    fixed_length_field: Literal["ignore_eos", "min_tokens", "none"] = Field("none", description=(
+        "How core forces exactly max_tokens (workload.fixed_length) on every request: ignore_eos: true, or "
+        "min_tokens set to the request's own max_tokens; none: short answers are flagged."))
+    thinking_field: Literal["chat_template_kwargs", "none"] = Field("none", description=(
+        "How core sends workload.thinking on every request: chat_template_kwargs.enable_thinking, or not at "
+        "all (a server that would refuse an unknown field)."))
 
     @model_validator(mode="before")
     @classmethod
@@ -162,24 +169,6 @@ class LaunchSpec:
     ready_path: str = "/health"
     files: dict[str, str] = field(default_factory=dict)  # relative path -> content, written before launch
     container: str | None = None  # ``docker run --name``: its processes are the engine's own CPU (noise guard)
-
-
-@dataclass
-class Effective:
-    """What the engine reports it really runs with, and where that differs from what was asked."""
-
-    values: dict[str, Any] = field(default_factory=dict)
-    mismatches: list[str] = field(default_factory=list)
-    version: str | None = None
-    model_id: str | None = None
-
-    def first_positive(self, keys: tuple[str, ...]) -> int | None:
-        """The first positive integer among ``values[key]`` for ``keys`` (engines name the same fact differently)."""
-        for key in keys:
-            value = self.values.get(key)
-            if isinstance(value, int) and value > 0:
-                return value
-        return None
 
 
 class ServerStats(BaseModel):
@@ -241,7 +230,7 @@ class SelftestRow:
     label: str
     flags: str
     started: bool = False
-    speculative: bool | None = None  # what the engine reports (llama.cpp: /slots "speculative")
+    speculative: bool | None = None  # what the engine reports (Effective.speculative)
     drafted: int | None = None
     accepted: int | None = None
     seconds: float = 0.0
@@ -350,9 +339,17 @@ class EngineAdapter(ABC):
                                           f"{advice}. Log: {line}", reason=reason, log_line=line)
         return None
 
-    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
-        """Read back what the engine really runs with; compare with the arm and list mismatches."""
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
+        """Read back what the engine really runs with: fill :class:`Effective`'s common fields (and their
+        ``sources``) with what the engine reports, ``raw`` with everything read, and ``mismatches`` with the
+        checks only this engine has. ``log.text()`` is the engine's log since it started ('' when attached).
+        Core compares the common fields with the arm (:func:`read_effective`)."""
         return Effective(model_id=openai_model_id(http))
+
+    def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
+        """What the arm's speculative method or ``settings.kv_type`` is called in this engine's read-back
+        (llama.cpp's 'draft-mtp', TabbyAPI's 'Q8'), for :func:`compare_effective`; None: not compared."""
+        return None
 
     def log_mismatches(self, arm: Arm, log_text: str) -> list[str]:
         """Mismatches the engine's startup log shows (asked for a GPU, runs on the CPU; no P2P between GPUs).
@@ -394,30 +391,19 @@ class EngineAdapter(ABC):
         usage = payload.get("usage")
         return usage.get("completion_tokens") if isinstance(usage, dict) else None
 
-    def follow_log(self, read_new: LogReader | None) -> None:
-        """Core hands over the engine's log before the timed requests: ``read_new()`` returns what the log
-        gained since the last call; None when bakeoff did not start the engine (attached).
-
-        :meth:`server_stats` already receives the chunk written while its request ran; an adapter polls
-        :attr:`engine_log` (``readback.read_until``) for a per-request line written just after the stream.
-        """
-        self._engine_log = read_new
-
-    @property
-    def engine_log(self) -> LogReader | None:
-        return getattr(self, "_engine_log", None)
-
     def before_request(self, http: httpx.Client) -> Any:
         """Snapshot taken just before a timed request (e.g. /metrics counters); passed to server_stats."""
         return None
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         """The server's own numbers for the request that just finished.
 
         :param final: the last JSON payload of the stream that carried usage (may hold engine extras).
         :param before: what :meth:`before_request` returned.
-        :param log_text: engine log lines written while the request ran ('' in attach mode).
+        :param log: the engine log written while the request ran (``log.text()``; '' when attached), and
+            ``log.wait_for(needle)`` for a per-request line written just after the stream (no wait when
+            the log is not this request's alone).
         """
         return ServerStats()
 
@@ -429,6 +415,17 @@ def openai_model_id(http: httpx.Client, timeout_s: float = SETUP_TIMEOUT_S) -> s
         return str(data["data"][0]["id"])
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
         return None
+
+
+def read_effective(adapter: EngineAdapter, http: httpx.Client, arm: Arm, log: EngineLog | None = None) -> Effective:
+    """The engine's read-back with core's asked-versus-running mismatches added after the adapter's own.
+
+    :param log: the engine's log so far (None: attached, no log).
+    """
+    eff = adapter.effective_settings(http, arm, log or EngineLog())
+    terms = {name: adapter.engine_term(name, arm) for name in ("spec_method", "kv_type")}
+    eff.mismatches += compare_effective(arm, eff, adapter.display_name or adapter.name, terms)
+    return eff
 
 
 def check_arm_capabilities(adapter: EngineAdapter, arm: Arm) -> None:

@@ -24,10 +24,7 @@ from .adapter import Effective
 from .client import StreamResult, stream_chat
 from .config import Arm
 
-__all__ = ["Batch", "run_batch", "effective_slots", "refused_levels", "SLOT_KEYS"]
-
-# Effective.values keys under which adapters report how many sequences run at once, best first.
-SLOT_KEYS = ("total_slots", "max_num_seqs", "slots")
+__all__ = ["Batch", "run_batch", "effective_slots", "refused_levels"]
 
 
 @dataclass
@@ -81,8 +78,7 @@ def run_batch(http: httpx.Client, bodies: list[dict[str, Any]], timeout_s: float
 
 def effective_slots(eff: Effective, arm: Arm) -> int | None:
     """Sequences the engine runs at once: what it reports, else the arm's ``settings.parallel``."""
-    reported = eff.first_positive(SLOT_KEYS)
-    return reported if reported is not None else arm.settings.parallel
+    return eff.slots if eff.slots and eff.slots > 0 else arm.settings.parallel
 
 
 def refused_levels(levels: Iterable[int], slots: int | None) -> dict[int, str]:

@@ -23,11 +23,7 @@ from .adapter import Effective
 from .config import Arm, Prompt
 from .errors import MeasurementError
 
-__all__ = ["DepthInfo", "DepthBuilder", "filler_words", "effective_context", "refused_depths", "needle_found",
-           "CONTEXT_KEYS"]
-
-# Effective.values keys under which adapters report the context one request may use, best first.
-CONTEXT_KEYS = ("context_tokens", "n_ctx_per_slot", "max_model_len", "n_ctx")
+__all__ = ["DepthInfo", "DepthBuilder", "filler_words", "effective_context", "refused_depths", "needle_found"]
 
 _WORDS = (
     "river harbour lantern orchard meadow window village kettle ledger compass garden signal market "
@@ -171,8 +167,7 @@ def needle_found(info: DepthInfo | None, text: str) -> bool | None:
 
 def effective_context(eff: Effective, arm: Arm) -> int | None:
     """Tokens one request may use: what the engine reports, else the arm's ``settings.ctx``."""
-    reported = eff.first_positive(CONTEXT_KEYS)
-    return reported if reported is not None else arm.settings.ctx
+    return eff.context_tokens if eff.context_tokens and eff.context_tokens > 0 else arm.settings.ctx
 
 
 def refused_depths(depths: Iterable[int], max_tokens: int, context: int | None) -> dict[int, str]:

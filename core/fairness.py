@@ -18,9 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .concurrency import SLOT_KEYS
 from .config import Arm, BakeoffFile
-from .depth import CONTEXT_KEYS
 from .sample import Sample
 from .stats import median_or_none
 
@@ -119,6 +117,12 @@ def _by_point(samples: Iterable[Sample], field: str) -> dict[tuple[Any, ...], fl
         if s.status == "ok" and v is not None and s.concurrency is None:
             values[(s.prompt, s.mode, s.depth)].append(float(v))
     return {k: m for k, vs in values.items() if (m := median_or_none(vs)) is not None}
+
+
+# run.json 'effective' keys for the context per slot and the slots: Effective's common field first
+# (core/effective.py), then the engine names that run directories written before it recorded.
+CONTEXT_KEYS = ("context_tokens", "n_ctx_per_slot", "max_model_len", "n_ctx")
+SLOT_KEYS = ("slots", "total_slots", "max_num_seqs")
 
 
 def _effective(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> Any:

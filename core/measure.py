@@ -27,7 +27,8 @@ from .config import Arm, Prompt, SamplingMode, Workload
 from .hostinfo import FOREIGN_LOAD_FLOOR
 from .sample import Sample
 
-__all__ = ["build_request", "account", "make_sample", "BURST_FLAG", "NO_RATE_FLAG", "HARNESS_LAG_FLAG"]
+__all__ = ["build_request", "request_fields", "account", "make_sample", "BURST_FLAG", "NO_RATE_FLAG",
+           "HARNESS_LAG_FLAG"]
 
 BURST_FLAG = "burst-delivery"
 NO_RATE_FLAG = "no-rate"
@@ -153,14 +154,39 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
     return out
 
 
+def request_fields(arm: Arm, adapter: EngineAdapter, workload: Workload, max_tokens: int | None) -> dict[str, Any]:
+    """The fields every request to this engine carries beyond the OpenAI ones, set here once for timed,
+    warm-up, gate and phase requests: thinking (``capabilities.thinking_field``), fixed length
+    (``capabilities.fixed_length_field``, tracking the request's own ``max_tokens``: TabbyAPI refuses
+    ``min_tokens`` above it), then the adapter's engine-only fields (``EngineAdapter.request_fields``).
+
+    :param max_tokens: the request's max_tokens; None: a request that must not be forced to a length.
+    """
+    caps = adapter.capabilities
+    fields: dict[str, Any] = {}
+    if caps.thinking_field == "chat_template_kwargs":
+        fields["chat_template_kwargs"] = {"enable_thinking": workload.thinking}
+    if workload.fixed_length and max_tokens is not None:
+        if caps.fixed_length_field == "ignore_eos":
+            fields["ignore_eos"] = True
+        elif caps.fixed_length_field == "min_tokens":
+            fields["min_tokens"] = max_tokens
+    fields.update(adapter.request_fields(arm, workload))
+    return fields
+
+
 def build_request(arm: Arm, adapter: EngineAdapter, workload: Workload, prompt: Prompt, mode: SamplingMode,
-                  model_id: str | None) -> dict[str, Any]:
+                  model_id: str | None, max_tokens: int | None = None) -> dict[str, Any]:
     """The request body every arm sends for one prompt and sampling mode: the same core fields everywhere,
-    then the engine's own fields (usage per chunk, thinking, fixed length) from the adapter."""
+    then thinking, fixed length and the engine's own fields (:func:`request_fields`).
+
+    :param max_tokens: a shorter limit than the workload's (the untimed warm-up).
+    """
+    limit = workload.max_tokens if max_tokens is None else max_tokens
     body: dict[str, Any] = {
         "model": model_id or arm.name,
         "messages": prompt.messages,
-        "max_tokens": workload.max_tokens,
+        "max_tokens": limit,
         "stream": True,
         "stream_options": adapter.stream_options(),
         "temperature": mode.temperature,
@@ -168,7 +194,7 @@ def build_request(arm: Arm, adapter: EngineAdapter, workload: Workload, prompt: 
     for key in ("top_p", "top_k", "seed"):
         if getattr(mode, key) is not None:
             body[key] = getattr(mode, key)
-    body.update(adapter.request_fields(arm, workload))
+    body.update(request_fields(arm, adapter, workload, limit))
     return body
 
 

@@ -27,11 +27,13 @@ import httpx
 import numpy as np
 from pydantic import BaseModel
 
+from .adapter import read_effective
 from .client import stream_chat
 from .errors import ConfigError, EngineError, MeasurementError
 from .liveconfig import BASELINE, KernelLogCheck, Phases
 from .measure import build_request, make_sample
 from .protocol import engine_for
+from .readback import EngineLog
 from .sample import Sample
 from .stats import Interval, Verdict, bootstrap_ci, verdict
 from .store import RunDir
@@ -166,16 +168,15 @@ def run_phases(plan: Any, run: RunDir, events: Any, guard: Guard) -> list[dict[s
     with engine_for(planned, run, 0, w.boot_timeout_s) as (base, engine):
         health = live.health if live is not None and base.startswith(live.base_url) else f"{base}/health"
         with httpx.Client(base_url=base) as http:
-            eff = planned.adapter.effective_settings(http, arm)
-            run.update_run(arm_records={arm.name: [{"status": "ok", "pass": 0, "effective": eff.values,
+            eff = read_effective(planned.adapter, http, arm, EngineLog(engine.log_text()) if engine else None)
+            run.update_run(arm_records={arm.name: [{"status": "ok", "pass": 0, "effective": eff.record(),
                                                     "mismatches": eff.mismatches, "version": eff.version,
                                                     "model_id": eff.model_id}]})
             events.on_arm_ready(arm.name, eff, engine.boot_s if engine else None)
             cycle = [(p, m) for p in plan.prompts for m in plan.modes]
             for i in range(w.warmup):
                 warm = build_request(arm, planned.adapter, w, cycle[i % len(cycle)][0],
-                                     plan.modes[cycle[i % len(cycle)][1]], eff.model_id)
-                warm["max_tokens"] = min(w.max_tokens, 32)
+                                     plan.modes[cycle[i % len(cycle)][1]], eff.model_id, min(w.max_tokens, 32))
                 stream_chat(http, warm, w.request_timeout_s)
             for index, (phase, setting) in enumerate(phases.phase_names):
                 p = _Phase(index, phase, setting, {"phase": phase, "setting": setting})
@@ -212,7 +213,7 @@ def _measure(p: _Phase, phases: Phases, planned: Any, w: Any, plan: Any, http: h
             before = planned.adapter.before_request(http)
             started = time.time()
             result = stream_chat(http, body, w.request_timeout_s, planned.adapter.chunk_token_count)
-            stats = planned.adapter.server_stats(http, result.final, before, "")
+            stats = planned.adapter.server_stats(http, result.final, before, EngineLog())
             sample: Sample = make_sample(planned.arm, planned.adapter, result, stats, run.run_id, prompt.name, mode,
                                          n // len(cycle), p.index, None, started)
             sample.arm, sample.phase, sample.max_tokens = p.setting, p.phase, w.max_tokens

@@ -17,16 +17,17 @@ from typing import Any
 
 import httpx
 
-from .adapter import Capabilities, Effective, EngineAdapter
+from .adapter import Effective, EngineAdapter
 from .client import StreamResult
 from .concurrency import Batch, effective_slots, refused_levels, run_batch
 from .config import Arm, Prompt, SamplingMode, Workload
 from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
 from .hostinfo import CpuMeter
 from .measure import build_request, make_sample
+from .readback import EngineLog
 from .sample import Sample
 
-__all__ = ["Point", "arm_points", "is_done", "samples_expected", "apply_fixed_length", "PointRunner"]
+__all__ = ["Point", "arm_points", "is_done", "samples_expected", "PointRunner"]
 
 
 @dataclass(frozen=True)
@@ -65,16 +66,6 @@ def samples_expected(workload: Workload, prompts: int, modes: int) -> int:
     """Samples one arm writes per pass (a batch of N streams writes N)."""
     levels = workload.concurrency or [1]
     return len(workload.depths or [None]) * sum(levels) * prompts * modes * workload.reps
-
-
-def apply_fixed_length(body: dict[str, Any], caps: Capabilities, workload: Workload) -> None:
-    """Fixed work the engine's own way, tracking the request's max_tokens (an output-length sweep)."""
-    if not workload.fixed_length:
-        return
-    if caps.fixed_length_field == "ignore_eos":
-        body.setdefault("ignore_eos", True)
-    elif caps.fixed_length_field == "min_tokens":
-        body["min_tokens"] = body["max_tokens"]
 
 
 def _salted(messages: list[dict[str, str]], salt: str) -> list[dict[str, str]]:
@@ -127,8 +118,7 @@ class PointRunner:
         return self.adapter.count_prompt_tokens(self.http, messages, self._template_kwargs)
 
     def prepare(self, body: dict[str, Any], point: Point) -> DepthInfo | None:
-        """Shape one request for its point: salt, depth filler, fixed work. Untimed."""
-        apply_fixed_length(body, self.adapter.capabilities, self.workload)
+        """Shape one request for its point: salt, depth filler. Untimed."""
         salt = uuid.uuid4().hex[:10]
         if point.depth is not None and self._builder is not None:
             self._template_kwargs = body.get("chat_template_kwargs")
@@ -174,7 +164,7 @@ class PointRunner:
         foreign = meter.stop()
         samples = []
         for body, info, result in zip(bodies, infos, batch.results, strict=True):
-            stats = self.adapter.server_stats(self.http, result.final, None, "")
+            stats = self.adapter.server_stats(self.http, result.final, None, EngineLog())  # streams share the log
             sample = make_sample(self.arm, self.adapter, result, stats, run_id, point.prompt.name, point.mode,
                                  point.rep, pass_index, foreign, started_at, meter.foreign_limit(),
                                  settings_mismatch=bool(self.eff.mismatches))

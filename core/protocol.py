@@ -22,7 +22,7 @@ import httpx
 from pydantic import SecretStr
 
 from . import points as _points
-from .adapter import Effective
+from .adapter import Effective, read_effective
 from .attach import attach_base, probe_attached
 from .client import stream_chat
 from .compose import ComposeEngine, project_name
@@ -33,8 +33,9 @@ from .gates import run_gates
 from .hardware import attach_gpu_sample, offload_mismatch, visible_devices_env
 from .hostinfo import CpuMeter, docker_container_ids
 from .launcher import Engine, LogCursor, SharedEngine, free_port, port_is_free
-from .measure import build_request, make_sample
+from .measure import build_request, make_sample, request_fields
 from .plan import Plan, PlannedArm, add_pass, effective_workload, plan_run, plan_warnings, run_metadata, server_key
+from .readback import EngineLog
 from .redact import Redactor, redact_argv
 from .sample import Sample
 from .store import RunDir
@@ -150,7 +151,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
             record["boot_s"] = engine.boot_s if engine and fresh else None
             with httpx.Client(base_url=base, headers=_headers(arm)) as http:
                 served = probe_attached(arm, http) if arm.attached else None  # a dead URL fails here, in seconds
-                eff = planned.adapter.effective_settings(http, arm)
+                eff = read_effective(planned.adapter, http, arm, EngineLog(engine.log_text()) if engine else None)
                 if served is not None:
                     eff.model_id = served  # the arm's model, never whichever the server lists first
                 if engine is not None and fresh:
@@ -161,7 +162,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                         record["gpu_engine_mib"], problem = offload_mismatch(
                             monitor, arm, proc.pid, facts.get("weights"), facts.get("layers", 0))
                         eff.mismatches += [problem] if problem else []
-                record.update(effective=eff.values, mismatches=eff.mismatches, version=eff.version,
+                record.update(effective=eff.record(), mismatches=eff.mismatches, version=eff.version,
                               model_id=eff.model_id)
                 for msg in eff.mismatches:
                     events.on_warning(f"{arm.name}: {msg}")
@@ -171,11 +172,9 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                 record.update(refused=runner.refused, shared_engine=not fresh)
                 for i in range(w.warmup if fresh else 0):  # untimed: first-request allocations and caches
                     warm = build_request(arm, planned.adapter, w, plan.prompts[i % len(plan.prompts)],
-                                         next(iter(plan.modes.values())), eff.model_id)
-                    warm["max_tokens"] = min(w.max_tokens, 32)
+                                         next(iter(plan.modes.values())), eff.model_id, min(w.max_tokens, 32))
                     stream_chat(http, warm, w.request_timeout_s)
                 log = LogCursor(engine.log_path if engine else None)
-                planned.adapter.follow_log(log.read_new if engine else None)
                 meter = _cpu_meter(engine)
                 for point in todo:
                     prompt, mode_name, rep = point.prompt, point.mode, point.rep
@@ -194,7 +193,8 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                         result = stream_chat(http, body, w.request_timeout_s, planned.adapter.chunk_token_count)
                         gpu = monitor.stop() if monitor is not None else None
                         foreign = meter.stop()
-                        stats = planned.adapter.server_stats(http, result.final, before, log.read_new())
+                        request_log = EngineLog(log.read_new(), log.read_new if engine else None)
+                        stats = planned.adapter.server_stats(http, result.final, before, request_log)
                         sample = make_sample(arm, planned.adapter, result, stats, run.run_id, prompt.name, mode_name,
                                              rep, pass_index, foreign, started_at, meter.foreign_limit(),
                                              settings_mismatch=bool(eff.mismatches))
@@ -218,7 +218,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
                             f"{planned.adapter.name} stalled: no data for {w.request_timeout_s:g} s; engine stopped",
                             reason="stalled", log_tail=engine.log_tail() if engine else "")
                 if fresh and pass_index == 0 and w.gates:  # quality probes, once per arm, after the timed part
-                    gate_fields = planned.adapter.request_fields(arm, w.model_copy(update={"fixed_length": False}))
+                    gate_fields = request_fields(arm, planned.adapter, w, None)  # probes answer freely
                     record["gates"] = run_gates(http, w.gates, eff.model_id or arm.name, gate_fields,
                                                 planned.adapter.stream_options(), w.seed, w.request_timeout_s)
     except (EngineError, MeasurementError) as exc:  # MeasurementError: e.g. a depth prompt could not be fitted

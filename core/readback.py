@@ -19,7 +19,7 @@ from .client import SETUP_TIMEOUT_S, bounded_get
 from .metrics import MetricKey, delta
 
 __all__ = ["engine_count", "engine_rate", "engine_text", "engine_object", "get_json", "counter_delta",
-           "position_deltas", "LogReader", "read_until", "LATE_LOG_WAIT_S"]
+           "position_deltas", "LogReader", "EngineLog", "LATE_LOG_WAIT_S"]
 
 MAX_COUNT = 2 ** 53  # beyond this a "count" is garbage (and would not fit SQLite's INTEGER)
 LATE_LOG_WAIT_S = 1.0  # how long to poll an engine log for a per-request line written after the stream ended
@@ -117,18 +117,37 @@ def get_json(http: httpx.Client, path: str, kind: type, problems: list[str],
     return data
 
 
-def read_until(read_new: LogReader | None, found: Callable[[str], bool], wait_s: float = LATE_LOG_WAIT_S,
-               interval_s: float = 0.02) -> str:
-    """Poll an engine log for up to ``wait_s`` until ``found(text read so far)``; returns that text.
+class EngineLog:
+    """The engine's log as core hands it to an adapter: the text written while one request ran (for
+    ``server_stats``) or since the engine started (for ``effective_settings``), and a short wait for a line
+    the engine writes just after the stream ends.
 
-    Engines write per-request lines just after the last token, so the chunk read right after a stream can
-    lack the line that belongs to it. ``''`` when no log is followed (an attached server).
+    Adapters never open log files: core knows where the log is, and whether it belongs to one request.
     """
-    if read_new is None:
-        return ""
-    text = read_new()
-    deadline = time.monotonic() + wait_s
-    while not found(text) and time.monotonic() < deadline:
-        time.sleep(interval_s)
-        text += read_new()
-    return text
+
+    def __init__(self, text: str = "", read_new: LogReader | None = None) -> None:
+        self._text, self._read_new = text, read_new
+
+    @property
+    def followed(self) -> bool:
+        """Whether :meth:`wait_for` can wait: False for an attached server (no log) and for concurrent
+        streams (one log shared by every stream)."""
+        return self._read_new is not None
+
+    def text(self) -> str:
+        """Everything handed over so far, lines waited for included (``''``: attached, or nothing logged)."""
+        return self._text
+
+    def wait_for(self, needle: str | Callable[[str], bool], timeout_s: float = LATE_LOG_WAIT_S,
+                 interval_s: float = 0.02) -> str:
+        """Poll the log for up to ``timeout_s`` until ``needle`` is in the text (or ``needle(text)`` holds);
+        returns :meth:`text`, with what the log gained. No wait when the log is not followed."""
+        found = needle if callable(needle) else (lambda text: needle in text)
+        if self._read_new is None or found(self._text):
+            return self._text
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._text += self._read_new()
+            if found(self._text) or time.monotonic() >= deadline:
+                return self._text
+            time.sleep(interval_s)

@@ -22,8 +22,8 @@ and seen on an H200; captures in tests/fixtures/exllama/):
   ``id`` is ``chatcmpl-<id>``, which ties the line to its request. The console logger (rich) wraps at
   80 columns unless ``TABBY_LOG_CONSOLE_WIDTH`` is set, so it is set, and parsing tolerates wrapping.
   The line can also land a millisecond *after* ``[DONE]`` (seen once in 36 requests on the H200), so
-  when the chunk read for a request lacks it, server_stats polls the engine log core hands over
-  (:meth:`follow_log`) for up to a second.
+  when the chunk read for a request lacks it, server_stats waits on the engine log core hands over
+  (``EngineLog.wait_for``) for up to a second.
 - Repeated prompts hit the prefix cache (no per-request switch); the log's cached count is recorded.
 - Counting quirks of exllamav3 1.4.2 (job.py), seen on the H200: ``usage.completion_tokens`` is one
   less than the tokens streamed (max_tokens 64 streams 64 tokens, usage says 63), and with drafting
@@ -45,18 +45,25 @@ import httpx
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from bakeoff.core.adapter import (
+from bakeoff.core import (
+    Arm,
     Capabilities,
+    ConfigError,
     Effective,
     EngineAdapter,
+    EngineLog,
+    EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
+    PreflightError,
     ServerStats,
+    Workload,
+    engine_count,
+    engine_object,
+    engine_text,
+    get_json,
+    resolve_model,
 )
-from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import ConfigError, EngineUnavailable, PreflightError
-from bakeoff.core.models import resolve_model
-from bakeoff.core.readback import LATE_LOG_WAIT_S, engine_count, engine_object, engine_text, get_json, read_until
 
 __all__ = ["ExllamaAdapter", "ExllamaOptions", "DRAFT_MODES", "MetricsLine", "parse_metrics_lines",
            "tabby_config", "cache_mode"]
@@ -298,6 +305,7 @@ class ExllamaAdapter(EngineAdapter):
         docker_image=DOCKER_IMAGE,
         stateful_speculators=(),
         fixed_length_field="min_tokens",
+        thinking_field="chat_template_kwargs",
     )
     Options = ExllamaOptions
     display_name = "TabbyAPI"
@@ -394,7 +402,7 @@ class ExllamaAdapter(EngineAdapter):
         return response.status_code == 200  # uvicorn listens only after the model loaded
 
 
-    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
         eff = Effective()
         problems: list[str] = []
         card = get_json(http, "/v1/model", dict, problems)
@@ -406,40 +414,38 @@ class ExllamaAdapter(EngineAdapter):
         gen = engine_object(props.get("default_generation_settings"))
         flags = eff.mismatches
         eff.model_id = engine_text(card.get("id"))
-        eff.values = {"max_seq_len": engine_count(params.get("max_seq_len"), "/v1/model max_seq_len", flags),
-                      "cache_size": engine_count(params.get("cache_size"), "/v1/model cache_size", flags),
-                      "cache_mode": engine_text(params.get("cache_mode")),
-                      "max_batch_size": engine_count(params.get("max_batch_size"), "/v1/model max_batch_size", flags),
-                      "chunk_size": engine_count(params.get("chunk_size"), "/v1/model chunk_size", flags),
-                      "prompt_template": engine_text(params.get("prompt_template")),
-                      "draft": params.get("draft") if isinstance(params.get("draft"), dict) else None,
-                      "total_slots": engine_count(props.get("total_slots"), "/props total_slots", flags),
-                      "n_ctx": engine_count(gen.get("n_ctx"), "/props n_ctx", flags),
-                      "owned_by": engine_text(card.get("owned_by"))}
-        params = eff.values
-        if arm.attached:
-            return eff
-        s = arm.settings
-        if s.ctx is not None and params.get("max_seq_len") not in (None, s.ctx):
-            eff.mismatches.append(f"asked ctx {s.ctx}, /v1/model says max_seq_len {params['max_seq_len']} "
-                                  f"(limited by cache_size {params.get('cache_size')})")
-        slots = params["total_slots"] if params.get("total_slots") is not None else params.get("max_batch_size")
-        if slots is not None and slots != (s.parallel or 1):
-            eff.mismatches.append(f"asked {s.parallel or 1} slot(s), /props says total_slots {slots}")
-        if s.kv_type is not None and params.get("cache_mode") not in (None, cache_mode(s.kv_type)):
-            eff.mismatches.append(f"asked cache_mode {cache_mode(s.kv_type)}, /v1/model says {params['cache_mode']}")
-        if params.get("draft") and not arm.speculative.enabled:
-            eff.mismatches.append("speculation is off in the arm but /v1/model lists a draft model")
-        if params.get("prompt_template") is None:
+        eff.raw = {"max_seq_len": engine_count(params.get("max_seq_len"), "/v1/model max_seq_len", flags),
+                   "cache_size": engine_count(params.get("cache_size"), "/v1/model cache_size", flags),
+                   "cache_mode": engine_text(params.get("cache_mode")),
+                   "max_batch_size": engine_count(params.get("max_batch_size"), "/v1/model max_batch_size", flags),
+                   "chunk_size": engine_count(params.get("chunk_size"), "/v1/model chunk_size", flags),
+                   "prompt_template": engine_text(params.get("prompt_template")),
+                   "draft": params.get("draft") if isinstance(params.get("draft"), dict) else None,
+                   "total_slots": engine_count(props.get("total_slots"), "/props total_slots", flags),
+                   "n_ctx": engine_count(gen.get("n_ctx"), "/props n_ctx", flags),
+                   "owned_by": engine_text(card.get("owned_by"))}
+        raw = eff.raw
+        ctx = ("/v1/model", "max_seq_len") if raw["max_seq_len"] is not None else ("/props", "n_ctx")
+        slots = ("/props", "total_slots") if raw["total_slots"] is not None else ("/v1/model", "max_batch_size")
+        eff.context_tokens, eff.slots, eff.kv_type = raw[ctx[1]], raw[slots[1]], raw["cache_mode"]
+        eff.speculative = True if raw["draft"] else None  # a card without a draft does not prove it is off
+        eff.sources = {"context_tokens": ctx, "slots": slots, "speculative": ("/v1/model", "draft"),
+                       "kv_type": ("/v1/model", "cache_mode")}
+        eff.notes = {"context_tokens": f"limited by cache_size {raw['cache_size']}"}
+        if raw["prompt_template"] is None and not arm.attached:
             eff.mismatches.append("/v1/model shows no prompt template: TabbyAPI refuses chat completions")
         return eff
 
     # -- requests ------------------------------------------------------------------------
+    def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
+        """The cache_mode /v1/model reports for the arm's kv_type (its speculative method is not read back)."""
+        return cache_mode(arm.settings.kv_type) if name == "kv_type" and arm.settings.kv_type else None
+
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
         options: ExllamaOptions = self.options(arm)  # type: ignore[assignment]
-        # min_tokens is not set here: core sets it to each request's own max_tokens (fixed_length_field),
-        # and TabbyAPI rejects min_tokens > max_tokens with a 500 (the untimed warm-up shortens max_tokens).
-        fields: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": workload.thinking}}
+        # min_tokens is set by core to each request's own max_tokens (fixed_length_field): TabbyAPI rejects
+        # min_tokens > max_tokens with a 500 (the untimed warm-up shortens max_tokens).
+        fields: dict[str, Any] = {}
         window = options.loop_detect_window
         if window is None and workload.fixed_length:
             window = 0
@@ -448,7 +454,7 @@ class ExllamaAdapter(EngineAdapter):
         return fields
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         stats = ServerStats(source="usage + log")
         flags = stats.flags
         usage = (final or {}).get("usage")
@@ -462,16 +468,15 @@ class ExllamaAdapter(EngineAdapter):
         else:
             flags.append("server-usage-missing")
         request_id = _request_id(final)
-        lines = parse_metrics_lines(log_text)
+        lines = parse_metrics_lines(log.text())
         mine = [m for m in lines if request_id is not None and m.request_id == request_id]
         if not mine and request_id is None and len(lines) == 1:
             mine = lines  # no stream id to match on; one line in the chunk is this request's
-        if not mine and request_id is not None and self.engine_log is not None:
+        if not mine and request_id is not None and log.followed:
             def found(text: str) -> bool:
                 return any(m.request_id == request_id for m in parse_metrics_lines(text))
 
-            late = read_until(self.engine_log, found, LATE_LOG_WAIT_S)
-            mine = [m for m in parse_metrics_lines(late) if m.request_id == request_id]
+            mine = [m for m in parse_metrics_lines(log.wait_for(found)) if m.request_id == request_id]
             if mine:
                 stats.extra["metrics_log"] = "late"
         if not mine:

@@ -32,33 +32,33 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from bakeoff.core.adapter import (
+from bakeoff.core import (
+    Arm,
     Capabilities,
     DraftRule,
     Effective,
     EngineAdapter,
+    EngineLog,
+    EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
+    PreflightError,
+    SelftestRow,
     ServerStats,
-    first_matching_line,
-    method_key,
-    openai_model_id,
-)
-from bakeoff.core.adapter import cli_flags as _flags
-from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import EngineUnavailable, PreflightError
-from bakeoff.core.metrics import scrape
-from bakeoff.core.models import resolve_model
-from bakeoff.core.readback import (
+    Workload,
     counter_delta,
     engine_count,
     engine_rate,
     engine_text,
+    first_matching_line,
     get_json,
+    method_key,
+    openai_model_id,
     position_deltas,
-    read_until,
+    resolve_model,
+    scrape,
 )
-from bakeoff.core.selftest import SelftestRow
+from bakeoff.core import cli_flags as _flags
 
 __all__ = ["LlamaCppAdapter", "LlamaCppOptions", "SPEC_TYPES", "parse_acceptance_lines", "split_modes_of"]
 
@@ -165,6 +165,7 @@ class LlamaCppAdapter(EngineAdapter):
         docker_image=COMPOSE_IMAGE_CPU,
         stateful_speculators=("ngram-mod", "ngram-cache"),
         fixed_length_field="ignore_eos",
+        thinking_field="chat_template_kwargs",
     )
     Options = LlamaCppOptions
     display_name = "llama-server"
@@ -353,7 +354,7 @@ class LlamaCppAdapter(EngineAdapter):
         return response.status_code == 200  # 503 {"error": {"message": "Loading model"}} until loaded
 
 
-    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
         """``/props`` (context per slot, slots, build) and ``/slots`` (whether speculation is on, and once a
         request has run, the speculative types the slot uses). ``/props``'s own ``speculative.types`` is the
         default of a *request*, "none" even on a speculating server, so it is not read."""
@@ -379,29 +380,23 @@ class LlamaCppAdapter(EngineAdapter):
         params = slot.get("params") if slot is not None else None
         spec_types = engine_text(params.get("speculative.types")) if isinstance(params, dict) else None
         eff.mismatches += problems + flags
-        eff.version = engine_text(props.get("build_info"))
-        eff.values = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
-                      "spec_types": spec_types, "model_path": engine_text(props.get("model_path")),
-                      "build_info": eff.version}
-        if arm.launch == "native" and not arm.attached:
-            eff.values["binary"] = self.binary_record(self.options(arm))  # type: ignore[arg-type]
-        s = arm.settings
-        if not arm.attached:
-            if s.ctx is not None and n_ctx is not None and n_ctx != s.ctx:
-                eff.mismatches.append(f"asked ctx {s.ctx} per slot, /props says n_ctx {n_ctx} (--fit or slots)")
-            if total_slots is not None and total_slots != (s.parallel or 1):
-                eff.mismatches.append(f"asked {s.parallel or 1} slot(s), /props says total_slots {total_slots}")
         if speculative is None:
             eff.mismatches.append("/slots does not say whether speculation is on")
-        elif arm.speculative.enabled and not speculative:
-            eff.mismatches.append(f"speculative.method {arm.speculative.method!r} asked, but /slots says "
-                                  f"speculative: false — llama-server runs WITHOUT speculation")
-        elif not arm.speculative.enabled and speculative and not arm.attached:
-            eff.mismatches.append("speculation is off in the arm but /slots says speculative: true")
-        asked = self.spec_type(arm)
-        if spec_types is not None and arm.speculative.enabled and asked not in spec_types.split(","):
-            eff.mismatches.append(f"asked --spec-type {asked}, /slots says speculative.types {spec_types}")
+        eff.version = engine_text(props.get("build_info"))
+        eff.context_tokens, eff.slots, eff.speculative, eff.spec_method = n_ctx, total_slots, speculative, spec_types
+        eff.sources = {"context_tokens": ("/props", "n_ctx"), "slots": ("/props", "total_slots"),
+                       "speculative": ("/slots", "speculative"), "spec_method": ("/slots", "speculative.types")}
+        eff.notes = {"context_tokens": "--fit or slots"}
+        eff.raw = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
+                   "spec_types": spec_types, "model_path": engine_text(props.get("model_path")),
+                   "build_info": eff.version}
+        if arm.launch == "native" and not arm.attached:
+            eff.raw["binary"] = self.binary_record(self.options(arm))  # type: ignore[arg-type]
         return eff
+
+    def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
+        """The ``--spec-type`` /slots lists (its KV type is not read back)."""
+        return self.spec_type(arm) if name == "spec_method" else None
 
     def log_mismatches(self, arm: Arm, log_text: str) -> list[str]:
         """GPU layers asked but the engine on the CPU (a CPU-only build, or no usable GPU), or only part of
@@ -441,14 +436,10 @@ class LlamaCppAdapter(EngineAdapter):
 
     # -- requests ------------------------------------------------------------------------
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        fields: dict[str, Any] = {"cache_prompt": False}  # repeats must not be served from the prompt cache
-        # Cumulative timings on every chunk: predicted_n counts tokens per event exactly. "One token per
-        # event" is not always true: a token ending inside a UTF-8 character streams with the next one.
-        fields["timings_per_token"] = True
-        if workload.fixed_length:
-            fields["ignore_eos"] = True
-        fields["chat_template_kwargs"] = {"enable_thinking": workload.thinking}
-        return fields
+        # cache_prompt: repeats must not be served from the prompt cache. timings_per_token: cumulative
+        # timings on every chunk, so predicted_n counts tokens per event exactly ("one token per event" is
+        # not always true: a token ending inside a UTF-8 character streams with the next one).
+        return {"cache_prompt": False, "timings_per_token": True}
 
     def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
                             template_kwargs: dict[str, Any] | None = None) -> int:
@@ -457,7 +448,7 @@ class LlamaCppAdapter(EngineAdapter):
         ``/v1/chat/completions/input_tokens`` does both in one call; builds without it get
         ``/apply-template`` then ``/tokenize``.
         """
-        from bakeoff.core.errors import MeasurementError
+        from bakeoff.core import MeasurementError
 
         body: dict[str, Any] = {"messages": messages}
         if template_kwargs is not None:
@@ -489,7 +480,7 @@ class LlamaCppAdapter(EngineAdapter):
         return {"metrics": scrape(http)}  # a dict: "the scrape failed" differs from "no snapshot taken"
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         """Counts and rates from the response's ``timings``, cross-checked with ``/metrics`` deltas and the
         request's ``draft acceptance`` log line. A cross-check that could not run says so in the flags:
         ``metrics-unavailable``, ``log-missing``, ``acceptance-crosscheck-missing``."""
@@ -511,7 +502,7 @@ class LlamaCppAdapter(EngineAdapter):
             timings = None
         drafting = bool(stats.drafted) or getattr(self, "_speculative_asked", False)
         checked = self._check_metrics(http, before, stats, drafting)
-        checked = self._check_log(log_text, before, stats, drafting) or checked
+        checked = self._check_log(log, stats, drafting) or checked
         if before is None:
             stats.unavailable.update(drafts=NO_OWN_METRICS, accepted_per_position=NO_OWN_METRICS)
         if drafting and before is None:
@@ -549,17 +540,17 @@ class LlamaCppAdapter(EngineAdapter):
             stats.flags.append(f"acceptance-mismatch: /metrics {accepted} vs timings {stats.accepted}")
         return stats.accepted is not None
 
-    def _check_log(self, log_text: str, before: Any, stats: ServerStats, drafting: bool) -> bool:
+    def _check_log(self, log: EngineLog, stats: ServerStats, drafting: bool) -> bool:
         """The request's ``draft acceptance`` line against the timings; True if compared.
 
         The line is written just after the last token, so when the chunk read for the request lacks it the
         engine log is polled briefly (sequential requests only: concurrent streams share the log).
         """
-        lines = parse_acceptance_lines(log_text)
-        if not lines and drafting and before is not None and self.engine_log is not None:
-            lines = parse_acceptance_lines(read_until(self.engine_log, lambda t: bool(ACCEPTANCE_RE.search(t))))
+        lines = parse_acceptance_lines(log.text())
+        if not lines and drafting and log.followed:
+            lines = parse_acceptance_lines(log.wait_for(lambda t: bool(ACCEPTANCE_RE.search(t))))
         if not lines:
-            if drafting and before is not None and self.engine_log is not None:
+            if drafting and log.followed:
                 stats.flags.append("log-missing: no 'draft acceptance' line for this request in the engine log")
             return False
         last = lines[-1]

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from bakeoff.core.sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist
-from bakeoff.core.sdist_build import cached_binary as cached_build
+from bakeoff.core import NO_AMX_FLAGS, SdistBuild, build_from_sdist
+from bakeoff.core import cached_binary as cached_build
 
 __all__ = [
     "DEFAULT_VERSION",

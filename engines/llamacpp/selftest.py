@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bakeoff.core.config import Arm, Prompt, Settings, Speculative
-from bakeoff.core.selftest import SelftestCase, SelftestRow, run_cases
+from bakeoff.core import Arm, Prompt, SelftestCase, SelftestRow, Settings, Speculative, run_cases
 
 from .synth import SynthSpec, synth_pair, synthesize
 

@@ -207,7 +207,7 @@ def tokenizer_from_dump(path: Path) -> Tokenizer:
 @functools.lru_cache(maxsize=1)
 def smollm2_tokenizer() -> Tokenizer:
     """SmolLM2's BPE tokenizer and chat template, from bakeoff's built-in SmolLM2 GGUF."""
-    from bakeoff.core.models import smollm2_gguf
+    from bakeoff.core import smollm2_gguf
 
     return tokenizer_from_gguf(smollm2_gguf())
 
@@ -576,7 +576,7 @@ def write_model(path: Path, spec: SynthSpec, tokenizer: Tokenizer) -> Path:
 
 def synth_dir() -> Path:
     """Where synthesized files are cached: ``cache_root()/synth``."""
-    from bakeoff.core.models import cache_root
+    from bakeoff.core import cache_root
 
     return cache_root() / "synth"
 

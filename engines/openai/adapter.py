@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec
-from bakeoff.core.config import Arm
-from bakeoff.core.errors import CapabilityNotSupported
+from bakeoff.core import Arm, Capabilities, CapabilityNotSupported, EngineAdapter, LaunchSpec
 
 __all__ = ["OpenAICompatAdapter"]
 

@@ -21,9 +21,16 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bakeoff.core.adapter import Capabilities, EngineAdapter, FailureRule, LaunchSpec, ServerStats
-from bakeoff.core.config import Arm
-from bakeoff.core.errors import ConfigError
+from bakeoff.core import (
+    Arm,
+    Capabilities,
+    ConfigError,
+    EngineAdapter,
+    EngineLog,
+    FailureRule,
+    LaunchSpec,
+    ServerStats,
+)
 
 __all__ = ["SimAdapter", "SimOptions", "SERVER"]
 
@@ -109,7 +116,7 @@ class SimAdapter(EngineAdapter):
 
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         generated = ((final or {}).get("sim") or {}).get("generated_tokens")
         stats = ServerStats(completion_tokens=generated, source="sim")
         if final is not None and generated is None:

@@ -37,29 +37,33 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from bakeoff.core.adapter import (
+from bakeoff.core import (
+    BUILTIN_MODELS,
+    Arm,
     Capabilities,
+    ConfigError,
     Effective,
     EngineAdapter,
+    EngineLog,
+    EngineUnavailable,
     LaunchSpec,
+    MeasurementError,
     MethodKnobs,
+    MetricKey,
+    PreflightError,
     ServerStats,
-    openai_model_id,
-)
-from bakeoff.core.adapter import cli_flags as _flags
-from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import ConfigError, EngineUnavailable, MeasurementError, PreflightError
-from bakeoff.core.metrics import MetricKey, delta, scrape
-from bakeoff.core.models import BUILTIN_MODELS
-from bakeoff.core.readback import (
     counter_delta,
+    delta,
     engine_count,
     engine_object,
     engine_rate,
     engine_text,
     get_json,
+    openai_model_id,
     position_deltas,
+    scrape,
 )
+from bakeoff.core import cli_flags as _flags
 
 __all__ = ["VllmAdapter", "VllmOptions", "VLLM_METHODS", "speculative_config", "acceptance_from_metrics"]
 
@@ -208,6 +212,7 @@ class VllmAdapter(EngineAdapter):
         docker_image="vllm/vllm-openai",
         stateful_speculators=("suffix",),
         fixed_length_field="ignore_eos",
+        thinking_field="chat_template_kwargs",
     )
     Options = VllmOptions
     display_name = "vLLM"
@@ -269,7 +274,7 @@ class VllmAdapter(EngineAdapter):
             if convert_with is None:
                 raise PreflightError(f"model {model!r} has no safetensors conversion for vLLM yet "
                                      f"({target}); `bakeoff engines install vllm` makes it")
-            from bakeoff.core.models import resolve_model
+            from bakeoff.core import resolve_model
 
             try:
                 return str(convert_gguf(resolve_model(model), convert_with, log=lambda msg: None))
@@ -403,7 +408,7 @@ class VllmAdapter(EngineAdapter):
 
     # -- startup ---------------------------------------------------------------------------
 
-    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
         eff = Effective()
         problems: list[str] = []
         listing = get_json(http, "/v1/models", dict, problems)
@@ -421,15 +426,11 @@ class VllmAdapter(EngineAdapter):
         max_len = engine_count(models.get("max_model_len"), "/v1/models max_model_len", eff.mismatches)
         metrics = scrape(http)
         has_spec = None if metrics is None else any(name == M_DRAFTS for name, _ in metrics)
-        eff.values = {"max_model_len": max_len, "root": engine_text(models.get("root")), "version": eff.version,
-                      "spec_decode_metrics": has_spec}
-        if not arm.attached and arm.settings.ctx is not None and max_len is not None and max_len != arm.settings.ctx:
-            eff.mismatches.append(f"asked ctx {arm.settings.ctx}, /v1/models says max_model_len {max_len}")
-        if has_spec is False and arm.speculative.enabled:
-            eff.mismatches.append(f"speculative.method {arm.speculative.method!r} asked, but /metrics has no "
-                                  "vllm:spec_decode_* counters — vLLM runs WITHOUT speculation")
-        if has_spec and not arm.speculative.enabled and not arm.attached:
-            eff.mismatches.append("speculation is off in the arm but /metrics has spec-decode counters")
+        eff.raw = {"max_model_len": max_len, "root": engine_text(models.get("root")), "version": eff.version,
+                   "spec_decode_metrics": has_spec}
+        eff.context_tokens, eff.speculative = max_len, has_spec  # spec-decode counters exist only when it runs
+        eff.sources = {"context_tokens": ("/v1/models", "max_model_len"),
+                       "speculative": ("/metrics", "vllm:spec_decode_* counters")}
         return eff
 
     # -- requests --------------------------------------------------------------------------
@@ -451,12 +452,6 @@ class VllmAdapter(EngineAdapter):
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MeasurementError(f"vLLM /tokenize failed: {exc}") from exc
 
-    def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        fields: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": workload.thinking}}
-        if workload.fixed_length:
-            fields["ignore_eos"] = True
-        return fields
-
     def before_request(self, http: httpx.Client) -> Any:
         return scrape(http)
 
@@ -474,7 +469,7 @@ class VllmAdapter(EngineAdapter):
         return after
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         stats = ServerStats()
         flags = stats.flags
         final = final or {}

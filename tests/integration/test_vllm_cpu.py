@@ -18,7 +18,9 @@ import httpx
 import pytest
 import yaml
 
+from bakeoff.core import EngineLog
 from bakeoff.core.acceptance import histogram_from_positions
+from bakeoff.core.adapter import read_effective
 from bakeoff.core.client import stream_chat
 from bakeoff.core.config import Arm, Settings, Speculative, Workload
 from bakeoff.core.errors import EngineStartupError
@@ -124,7 +126,7 @@ def measure(served: Served, rep: int) -> tuple[Sample, dict[str, int]]:
     body = build_request(served.planned.arm, served.adapter, WORKLOAD, CODE, greedy, "smollm2")
     before = served.adapter.before_request(served.http)
     result = stream_chat(served.http, body, 300)
-    stats = served.adapter.server_stats(served.http, result.final, before, "")
+    stats = served.adapter.server_stats(served.http, result.final, before, EngineLog(""))
     sample = make_sample(served.planned.arm, served.adapter, result, stats, "test", CODE.name, "greedy", rep, 0,
                          None, 0.0)
     own = stats.extra["per_request_metrics"]["speculative_decoding"]
@@ -170,8 +172,8 @@ def test_true_tokens_and_acceptance_under_packed_events(ngram_server: Served) ->
 
 
 def test_effective_settings_are_read_back(ngram_server: Served) -> None:
-    eff = ngram_server.adapter.effective_settings(ngram_server.http, ngram_server.planned.arm)
+    eff = read_effective(ngram_server.adapter, ngram_server.http, ngram_server.planned.arm)
     assert eff.mismatches == []
     assert eff.version == "0.32.0" and eff.model_id == "smollm2"
-    assert eff.values["max_model_len"] == 2048 and eff.values["spec_decode_metrics"] is True
+    assert eff.raw["max_model_len"] == 2048 and eff.raw["spec_decode_metrics"] is True
     assert "core ids=[0, 1]" in ngram_server.engine.log_text()  # both cores compute

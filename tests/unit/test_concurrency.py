@@ -22,9 +22,9 @@ from bakeoff.core.concurrency import (
 from bakeoff.core.config import Arm, Prompt, Settings, Workload
 from bakeoff.core.errors import ConfigError
 from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.measure import account
+from bakeoff.core.measure import account, request_fields
 from bakeoff.core.plan import check_levels_before_launch
-from bakeoff.core.points import Point, PointRunner, apply_fixed_length, arm_points, is_done, samples_expected
+from bakeoff.core.points import Point, PointRunner, arm_points, is_done, samples_expected
 from bakeoff.core.sample import Sample
 
 SSE = (Path(__file__).parent.parent / "fixtures" / "llamacpp" / "chat_stream_sse.txt").read_bytes()
@@ -75,8 +75,8 @@ def test_aggregate_is_tokens_over_wall_including_prefill() -> None:
 
 def test_slots_come_from_the_engine_first() -> None:
     arm = Arm(name="a", engine="x", model="m", settings=Settings(parallel=8))
-    assert effective_slots(Effective(values={"total_slots": 2}), arm) == 2
-    assert effective_slots(Effective(values={"max_num_seqs": 256}), arm) == 256
+    assert effective_slots(Effective(slots=2), arm) == 2
+    assert effective_slots(Effective(slots=256), arm) == 256
     assert effective_slots(Effective(), arm) == 8
     assert effective_slots(Effective(), Arm(name="b", engine="x", model="m")) is None
     assert refused_levels([1, 2, 4], 2) == {4: "concurrency 4 > the engine's 2 slot(s); raise settings.parallel"}
@@ -105,16 +105,22 @@ def test_points_and_resume_keys() -> None:
     assert samples_expected(Workload(reps=3), 2, 1) == 6
 
 
-def test_fixed_work_the_engines_way() -> None:
-    body: dict[str, Any] = {"max_tokens": 64}
-    apply_fixed_length(body, Capabilities(fixed_length_field="min_tokens"), Workload())
-    assert body == {"max_tokens": 64, "min_tokens": 64}
-    body = {"max_tokens": 64}
-    apply_fixed_length(body, Capabilities(fixed_length_field="ignore_eos"), Workload())
-    assert body == {"max_tokens": 64, "ignore_eos": True}
-    body = {"max_tokens": 64}
-    apply_fixed_length(body, Capabilities(fixed_length_field="ignore_eos"), Workload(fixed_length=False))
-    assert body == {"max_tokens": 64}
+def test_fixed_work_and_thinking_the_engines_way() -> None:
+    """Core sets fixed length (tracking the request's own max_tokens) and thinking, as each engine declares."""
+    arm = Arm(name="a", engine="x", model="m")
+
+    def fields(workload: Workload, max_tokens: int | None = 64, **caps: Any) -> dict[str, Any]:
+        adapter = type("Declared", (Fake,), {"capabilities": Capabilities(**caps)})()
+        return request_fields(arm, adapter, workload, max_tokens)
+
+    assert fields(Workload(), fixed_length_field="min_tokens") == {"min_tokens": 64}
+    assert fields(Workload(), 32, fixed_length_field="min_tokens") == {"min_tokens": 32}  # the warm-up's own
+    assert fields(Workload(), fixed_length_field="ignore_eos") == {"ignore_eos": True}
+    assert fields(Workload(fixed_length=False), fixed_length_field="ignore_eos") == {}
+    assert fields(Workload(), None, fixed_length_field="ignore_eos") == {}  # gates answer freely
+    assert fields(Workload(thinking=True), thinking_field="chat_template_kwargs") == {
+        "chat_template_kwargs": {"enable_thinking": True}}
+    assert fields(Workload()) == {}  # a server that would refuse unknown fields gets none
 
 
 class Fake(EngineAdapter):
@@ -139,7 +145,7 @@ def _runner(workload: Workload, eff: Effective | None = None, warnings: list[str
 def test_runner_refuses_what_the_engine_cannot_hold_and_warns_once() -> None:
     warnings: list[str] = []
     w = Workload(depths=[100, 4000], concurrency=[1, 4], max_tokens=64)
-    runner = _runner(w, Effective(values={"n_ctx_per_slot": 2048, "total_slots": 2}), warnings)
+    runner = _runner(w, Effective(context_tokens=2048, slots=2), warnings)
     assert set(runner.refused) == {"depth 4000", "4 streams"}
     kept = runner.accept(arm_points(w, PROMPTS[:1], ["greedy"]))
     assert {(p.depth, p.concurrency) for p in kept} == {(100, 1)}
@@ -152,7 +158,6 @@ def test_runner_pads_to_depth_and_flags_what_did_not_happen() -> None:
     point = Point(PROMPTS[0], "greedy", 0, 300)
     info = runner.prepare(body, point)
     assert info is not None and Fake().count_prompt_tokens(runner.http, body["messages"]) == 300
-    assert body["min_tokens"] == 64
     result = StreamResult(t_send_ns=0, t_done_ns=1, usage={"completion_tokens": 40, "prompt_tokens": 299})
     sample = Sample(arm="arm", engine="fake", prompt="a", mode="greedy", rep=0,
                     **{k: v for k, v in account(result, "one_per_event").items()

@@ -101,8 +101,8 @@ def test_filler_is_deterministic_per_salt() -> None:
 
 def test_context_refusals() -> None:
     arm = Arm(name="a", engine="x", model="m", settings=Settings(ctx=4096))
-    assert effective_context(Effective(values={"n_ctx_per_slot": 2048}), arm) == 2048
-    assert effective_context(Effective(values={"max_model_len": 8192}), arm) == 8192
+    assert effective_context(Effective(context_tokens=2048), arm) == 2048
+    assert effective_context(Effective(context_tokens=8192), arm) == 8192
     assert effective_context(Effective(), arm) == 4096
     assert refused_depths([512, 2048, 4000], 64, 2048) == {
         2048: "depth 2048 + max_tokens 64 > effective context 2048",

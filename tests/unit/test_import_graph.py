@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "sample", "sample_lines", "placement")),
     ("bakeoff file", ("config", "sweep", "prompts")),
     ("records", ("record", "db", "store", "stats", "decision", "acceptance")),
-    ("engine contract", ("client", "metrics", "readback", "adapter", "registry", "models", "sdist_build")),
+    ("engine contract", ("client", "metrics", "readback", "effective", "adapter", "registry", "models", "sdist_build")),
     ("measurement", ("measure", "depth", "concurrency", "points", "launcher", "compose", "attach", "hardware",
                      "fairness", "gates", "watchdog")),
     ("plan", ("loader", "calibrate", "plan")),

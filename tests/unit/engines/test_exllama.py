@@ -19,11 +19,12 @@ import pytest
 import yaml
 from sse_fakes import split_events
 
-from bakeoff.core.adapter import check_arm_capabilities
+from bakeoff.core import EngineLog
+from bakeoff.core.adapter import check_arm_capabilities, read_effective
 from bakeoff.core.client import stream_chat
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import CapabilityNotSupported, EngineUnavailable, PreflightError
-from bakeoff.core.measure import account
+from bakeoff.core.measure import account, request_fields
 from bakeoff.engines.exllama import ExllamaAdapter, cache_mode, parse_metrics_lines
 
 FIX = Path(__file__).parent.parent.parent / "fixtures" / "exllama"
@@ -265,15 +266,15 @@ def mock_server(routes: Mapping[str, httpx.Response | str]) -> httpx.Client:
 def test_effective_settings_from_real_model_card_and_props(tmp_path: Path, tabby: Path) -> None:
     routes = {"/v1/model": body("fp16-spec-off/v1_model.txt"), "/props": body("fp16-spec-off/props.txt")}
     with mock_server(routes) as http:
-        eff = ExllamaAdapter().effective_settings(http, arm(tmp_path, tabby, settings={"ctx": 4096, "parallel": 1}))
+        eff = read_effective(ExllamaAdapter(), http, arm(tmp_path, tabby, settings={"ctx": 4096, "parallel": 1}))
         assert eff.model_id == "rand-llama-150m"
-        assert eff.values["max_seq_len"] == 4096 and eff.values["cache_mode"] == "FP16"
-        assert eff.values["total_slots"] == 1 and eff.values["n_ctx"] == 4096
-        assert eff.values["prompt_template"] == "chat_template"
-        assert eff.values["draft"] is None  # the exllamav3 model card never lists a draft
+        assert eff.raw["max_seq_len"] == 4096 and eff.raw["cache_mode"] == "FP16"
+        assert eff.raw["total_slots"] == 1 and eff.raw["n_ctx"] == 4096
+        assert eff.raw["prompt_template"] == "chat_template"
+        assert eff.raw["draft"] is None  # the exllamav3 model card never lists a draft
         assert eff.mismatches == []
         asked = arm(tmp_path, tabby, settings={"ctx": 8192, "parallel": 4, "kv_type": "Q4"})
-        mismatches = " | ".join(ExllamaAdapter().effective_settings(http, asked).mismatches)
+        mismatches = " | ".join(read_effective(ExllamaAdapter(), http, asked).mismatches)
     assert "asked ctx 8192" in mismatches and "total_slots 1" in mismatches and "cache_mode Q4" in mismatches
 
 
@@ -281,10 +282,10 @@ def test_effective_settings_without_a_template_or_server(tmp_path: Path, tabby: 
     card = json.loads(body("fp16-spec-off/v1_model.txt"))
     card["parameters"]["prompt_template"] = None
     with mock_server({"/v1/model": json.dumps(card), "/props": body("fp16-spec-off/props.txt")}) as http:
-        eff = ExllamaAdapter().effective_settings(http, arm(tmp_path, tabby))
+        eff = read_effective(ExllamaAdapter(), http, arm(tmp_path, tabby))
     assert any("refuses chat completions" in m for m in eff.mismatches)
     with mock_server({}) as http:
-        eff = ExllamaAdapter().effective_settings(http, arm(tmp_path, tabby))
+        eff = read_effective(ExllamaAdapter(), http, arm(tmp_path, tabby))
     assert eff.mismatches and "could not read" in eff.mismatches[0]
 
 
@@ -293,11 +294,12 @@ def test_effective_settings_without_a_template_or_server(tmp_path: Path, tabby: 
 def test_request_fields_thinking_off_and_no_loop_cut_for_fixed_length(tmp_path: Path, tabby: Path) -> None:
     adapter = ExllamaAdapter()
     a = arm(tmp_path, tabby)
-    fields = adapter.request_fields(a, Workload(max_tokens=256))
-    # min_tokens is core's (fixed_length_field): a warm-up with a shorter max_tokens would get a 500
-    assert fields == {"chat_template_kwargs": {"enable_thinking": False}, "loop_detect_window": 0}
-    assert adapter.capabilities.fixed_length_field == "min_tokens"
-    assert adapter.request_fields(a, Workload(fixed_length=False, thinking=True)) == {
+    assert adapter.request_fields(a, Workload(max_tokens=256)) == {"loop_detect_window": 0}  # engine-only
+    # thinking and min_tokens are core's (thinking_field, fixed_length_field): min_tokens tracks each
+    # request's own max_tokens, so a warm-up with a shorter max_tokens gets no 500
+    assert request_fields(a, adapter, Workload(max_tokens=256), 32) == {
+        "chat_template_kwargs": {"enable_thinking": False}, "min_tokens": 32, "loop_detect_window": 0}
+    assert request_fields(a, adapter, Workload(fixed_length=False, thinking=True), 256) == {
         "chat_template_kwargs": {"enable_thinking": True}}
     own = arm(tmp_path, tabby, options={"tabby_dir": str(tabby), "loop_detect_window": 400})
     assert adapter.request_fields(own, Workload())["loop_detect_window"] == 400
@@ -343,7 +345,7 @@ def test_server_stats_tie_the_log_line_to_its_stream(label: str, drafted: int, a
     with sse_client(f"fp16-{label}/chat_stream_min_tokens.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
         log = (FIX / f"fp16-{label}" / "engine.log").read_text()
-        stats = ExllamaAdapter().server_stats(http, final, None, log)
+        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(log))
     assert stats.drafted == drafted and stats.accepted == accepted
     assert stats.source == "log: Draft: A / D tokens accepted"
     assert stats.completion_tokens == 59 and stats.prompt_tokens == 44 and stats.cached_tokens == 0
@@ -355,7 +357,8 @@ def test_server_stats_tie_the_log_line_to_its_stream(label: str, drafted: int, a
 def test_server_stats_spec_off_and_prefix_cache_hit() -> None:
     with sse_client("fp16-spec-off/chat_stream_min_tokens_repeat.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
-        stats = ExllamaAdapter().server_stats(http, final, None, (FIX / "fp16-spec-off" / "engine.log").read_text())
+        log = EngineLog((FIX / "fp16-spec-off" / "engine.log").read_text())
+        stats = ExllamaAdapter().server_stats(http, final, None, log)
     assert stats.drafted is None and stats.accepted is None and stats.extra["draft_in_log"] is False
     assert stats.cached_tokens == 43 and stats.prompt_tokens == 1  # the repeat was served from the prefix cache
     assert "prompt-cache-hit: 43 cached tokens" in stats.flags
@@ -367,7 +370,7 @@ def test_another_requests_line_is_never_taken() -> None:
     with sse_client("fp16-ngram/chat_stream_min_tokens.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
         other = (FIX / "fp16-draft-self" / "engine.log").read_text()  # same shapes, other request ids
-        stats = ExllamaAdapter().server_stats(http, final, None, other)
+        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(other))
     assert stats.drafted is None and "metrics-log-missing" in stats.flags
     assert stats.completion_tokens == 59  # usage still counts
 
@@ -379,20 +382,17 @@ def test_a_metrics_line_written_after_done_is_found_in_the_engine_log(tmp_path: 
     assert f"Metrics (ID: {late_id})" in run_log
     adapter = ExllamaAdapter()
     arrivals = iter(["", run_log])  # the line arrives on the engine log a moment after the stream ended
-    adapter.follow_log(lambda: next(arrivals, ""))
     final = {"id": f"chatcmpl-{late_id}", "usage": {"completion_tokens": 251, "prompt_tokens": 65}}
     with mock_server({}) as http:
-        stats = adapter.server_stats(http, final, None, "")
+        stats = adapter.server_stats(http, final, None, EngineLog("", lambda: next(arrivals, "")))
     assert (stats.drafted, stats.accepted) == (142, 134) and stats.extra["metrics_log"] == "late"
     assert stats.cached_tokens == 64 and stats.prompt_tokens == 1 and stats.extra["log_gen_tps"] == 548.94
     fresh = ExllamaAdapter()  # attach mode: core follows no log, nothing to poll
-    fresh.follow_log(None)
     with mock_server({}) as http:
-        assert "metrics-log-missing" in fresh.server_stats(http, final, None, "").flags
+        assert "metrics-log-missing" in fresh.server_stats(http, final, None, EngineLog("")).flags
     silent = ExllamaAdapter()  # a log that never gets the line: polled about a second, then flagged
-    silent.follow_log(lambda: "")
     with mock_server({}) as http:
-        assert "metrics-log-missing" in silent.server_stats(http, final, None, "").flags
+        assert "metrics-log-missing" in silent.server_stats(http, final, None, EngineLog("", lambda: "")).flags
 
 
 def test_garbage_from_tabbyapi_becomes_flagged_missing_figures(tmp_path: Path, tabby: Path) -> None:
@@ -400,16 +400,16 @@ def test_garbage_from_tabbyapi_becomes_flagged_missing_figures(tmp_path: Path, t
         "/v1/model": httpx.Response(200, json={"id": "m", "parameters": {"max_seq_len": "4k", "cache_size": -1}}),
         "/props": httpx.Response(200, json=[5])}
     with mock_server(routes) as http:
-        eff = ExllamaAdapter().effective_settings(http, arm(tmp_path, tabby, settings={"ctx": 4096}))
-    assert eff.values["max_seq_len"] is None and eff.values["cache_size"] is None
+        eff = read_effective(ExllamaAdapter(), http, arm(tmp_path, tabby, settings={"ctx": 4096}))
+    assert eff.raw["max_seq_len"] is None and eff.raw["cache_size"] is None
     assert "GET /props: expected a JSON dict, got list" in eff.mismatches
     assert "bad-engine-value: /v1/model max_seq_len is '4k', not a count" in eff.mismatches
     with mock_server({"/v1/model": httpx.Response(200, json=[1])}) as http:
-        eff = ExllamaAdapter().effective_settings(http, arm(tmp_path, tabby))
-    assert eff.values == {} and eff.mismatches[0] == "GET /v1/model: expected a JSON dict, got list"
+        eff = read_effective(ExllamaAdapter(), http, arm(tmp_path, tabby))
+    assert eff.raw == {} and eff.mismatches[0] == "GET /v1/model: expected a JSON dict, got list"
     final = {"id": "chatcmpl-x", "usage": {"completion_tokens": "59", "completion_tokens_per_sec": float("nan")}}
     with mock_server({}) as http:
-        stats = ExllamaAdapter().server_stats(http, final, None, "")
+        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(""))
     assert stats.completion_tokens is None and stats.decode_tps is None
     assert "bad-engine-value: usage.completion_tokens is '59', not a count" in stats.flags
 
@@ -448,7 +448,7 @@ def test_server_stats_reproduce_the_real_runs_acceptance_from_its_engine_logs() 
         for line, sample in zip(timed, recorded, strict=True):
             final = {"id": f"chatcmpl-{line.request_id}", "usage": {"completion_tokens": sample["completion_tokens"]}}
             with mock_server({}) as http:
-                stats = ExllamaAdapter().server_stats(http, final, None, log)
+                stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(log))
             assert stats.source == "log: Draft: A / D tokens accepted" and stats.flags == [
                 f for f in stats.flags if f.startswith("prompt-cache-hit")]
             if "metrics-log-missing" in sample["flags"]:

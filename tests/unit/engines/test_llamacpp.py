@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ import numpy as np
 import pytest
 from sse_fakes import split_events
 
-from bakeoff.core.adapter import check_arm_capabilities
+from bakeoff.core import EngineLog
+from bakeoff.core.adapter import check_arm_capabilities, read_effective
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import CapabilityNotSupported, PreflightError
 from bakeoff.core.metrics import parse_metrics
@@ -161,15 +163,15 @@ def _metrics_server(after: str | None) -> httpx.Client:
 
 
 def _stats(after: str | None = None, log_text: str | None = None, final: dict[str, Any] | None = None,
-           before: object = "real", log: object = None) -> tuple[list[str], object]:
+           before: object = "real", log: Callable[[], str] | None = None) -> tuple[list[str], object]:
+    """``log``: the engine log core follows for this request (None: attached, or concurrent streams)."""
     a = LlamaCppAdapter()
-    a.follow_log(log)  # type: ignore[arg-type]
     snapshot = {"metrics": parse_metrics((MATCHED / "metrics_before.txt").read_text())} if before == "real" \
         else before
     after = (MATCHED / "metrics_after.txt").read_text() if after is None else after
     with _metrics_server(after or None) as http:
-        stats = a.server_stats(http, final or _final(), snapshot,
-                               (MATCHED / "engine_request.log").read_text() if log_text is None else log_text)
+        text = (MATCHED / "engine_request.log").read_text() if log_text is None else log_text
+        stats = a.server_stats(http, final or _final(), snapshot, EngineLog(text, log))
     return stats.flags, stats
 
 
@@ -253,7 +255,8 @@ def test_chunk_count_passes_the_raw_value_to_the_client_for_validation() -> None
 
 def test_absent_draft_keys_mean_zero_drafted() -> None:
     http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(404)), base_url="http://x")
-    stats = adapter.server_stats(http, {"timings": {"predicted_n": 5, "predicted_per_second": 9.0}}, None, "")
+    stats = adapter.server_stats(http, {"timings": {"predicted_n": 5, "predicted_per_second": 9.0}}, None,
+                                 EngineLog(""))
     assert (stats.drafted, stats.accepted) == (0, 0)
 
 
@@ -275,11 +278,11 @@ def _props_client(n_ctx: int, slots: int, speculative: bool) -> httpx.Client:
 def test_effective_settings_flag_silent_downgrades(tmp_path: Path) -> None:
     draft = tiny_gguf(tmp_path / "d.gguf")
     a = arm(tmp_path, settings={"ctx": 4096}, speculative={"method": "eagle3", "draft_model": str(draft)})
-    eff = adapter.effective_settings(_props_client(n_ctx=2048, slots=4, speculative=False), a)
+    eff = read_effective(adapter, _props_client(n_ctx=2048, slots=4, speculative=False), a)
     text = " | ".join(eff.mismatches)
     assert "asked ctx 4096" in text and "total_slots 4" in text and "WITHOUT speculation" in text
-    ok = adapter.effective_settings(_props_client(n_ctx=4096, slots=1, speculative=True), a)
-    assert ok.mismatches == [] and ok.values["total_slots"] == 1
+    ok = read_effective(adapter, _props_client(n_ctx=4096, slots=1, speculative=True), a)
+    assert ok.mismatches == [] and ok.raw["total_slots"] == 1
 
 
 def _routes(routes: dict[str, object]) -> httpx.Client:
@@ -298,12 +301,12 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
     assert props["default_generation_settings"]["params"]["speculative.types"] == "none"
     draft = tiny_gguf(tmp_path / "d.gguf")
     a = arm(tmp_path, settings={"ctx": 1024}, speculative={"method": "draft", "draft_model": str(draft)})
-    eff = adapter.effective_settings(_routes({"/props": props, "/slots": slots}), a)
-    assert eff.values["spec_types"] == "none,draft-simple" and eff.values["speculative"] is True
+    eff = read_effective(adapter, _routes({"/props": props, "/slots": slots}), a)
+    assert eff.raw["spec_types"] == "none,draft-simple" and eff.raw["speculative"] is True
     assert eff.mismatches == []
     ngram = arm(tmp_path, settings={"ctx": 1024}, speculative={"method": "ngram"})
-    eff = adapter.effective_settings(_routes({"/props": props, "/slots": slots}), ngram)
-    assert eff.mismatches == ["asked --spec-type ngram-mod, /slots says speculative.types none,draft-simple"]
+    eff = read_effective(adapter, _routes({"/props": props, "/slots": slots}), ngram)
+    assert eff.mismatches == ["asked ngram-mod, /slots says speculative.types none,draft-simple"]
     # A fresh slot shows no params: one 1-token request makes it show what the server speculates with.
     fresh = [{k: v for k, v in slots[0].items() if k in ("id", "n_ctx", "speculative", "is_processing")}]
     probed: list[int] = []
@@ -316,10 +319,10 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
         return httpx.Response(404) if body is None else httpx.Response(200, json=body)
 
     http = httpx.Client(transport=httpx.MockTransport(handle), base_url="http://x")
-    eff = adapter.effective_settings(http, a)
-    assert probed == [1] and eff.values["spec_types"] == "none,draft-simple" and eff.mismatches == []
-    eff = adapter.effective_settings(_routes({"/props": props, "/slots": fresh}), a)  # the probe fails: said so
-    assert eff.values["spec_types"] is None
+    eff = read_effective(adapter, http, a)
+    assert probed == [1] and eff.raw["spec_types"] == "none,draft-simple" and eff.mismatches == []
+    eff = read_effective(adapter, _routes({"/props": props, "/slots": fresh}), a)  # the probe fails: said so
+    assert eff.raw["spec_types"] is None
     assert eff.mismatches[0].startswith("could not read the speculative types: a one-token /completion failed")
 
 
@@ -339,7 +342,7 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
 ])
 def test_garbage_props_and_slots_become_named_mismatches(tmp_path: Path, routes: dict[str, Any],
                                                          expected: list[str]) -> None:
-    eff = adapter.effective_settings(_routes(routes), arm(tmp_path, speculative={"method": "ngram"}))
+    eff = read_effective(adapter, _routes(routes), arm(tmp_path, speculative={"method": "ngram"}))
     assert len(eff.mismatches) == len(expected)
     assert all(got.startswith(want) for got, want in zip(eff.mismatches, expected, strict=True)), eff.mismatches
 

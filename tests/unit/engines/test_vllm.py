@@ -15,7 +15,8 @@ import httpx
 import pytest
 from sse_fakes import split_events
 
-from bakeoff.core.adapter import check_arm_capabilities
+from bakeoff.core import EngineLog
+from bakeoff.core.adapter import check_arm_capabilities, read_effective
 from bakeoff.core.client import stream_chat
 from bakeoff.core.config import Arm, Workload
 from bakeoff.core.errors import (
@@ -26,7 +27,7 @@ from bakeoff.core.errors import (
     PreflightError,
 )
 from bakeoff.core.loader import load_bakeoff
-from bakeoff.core.measure import account
+from bakeoff.core.measure import account, request_fields
 from bakeoff.core.metrics import parse_metrics
 from bakeoff.core.models import cache_root
 from bakeoff.engines.vllm import install as vllm_install
@@ -260,10 +261,10 @@ def server(routes: dict[str, Any]) -> httpx.Client:
 def test_effective_settings_from_models_version_and_metrics() -> None:
     http = server({"/v1/models": (FIX / "v1_models.json").read_text(), "/version": (FIX / "version.json").read_text(),
                    "/metrics": (FIX / "metrics_ngram_idle.txt").read_text()})
-    eff = adapter.effective_settings(http, arm(settings={"ctx": 2048}, speculative={"method": "ngram", "n_max": 4}))
+    eff = read_effective(adapter, http, arm(settings={"ctx": 2048}, speculative={"method": "ngram", "n_max": 4}))
     assert eff.version == "0.32.0" and eff.model_id == "smollm2" and eff.mismatches == []
-    assert eff.values["max_model_len"] == 2048 and eff.values["spec_decode_metrics"] is True
-    off = adapter.effective_settings(http, arm(settings={"ctx": 4096}))
+    assert eff.raw["max_model_len"] == 2048 and eff.raw["spec_decode_metrics"] is True
+    off = read_effective(adapter, http, arm(settings={"ctx": 4096}))
     assert any("max_model_len 2048" in m for m in off.mismatches)
     assert any("speculation is off" in m for m in off.mismatches)
 
@@ -273,7 +274,7 @@ def test_speculation_asked_but_no_counters_is_a_mismatch() -> None:
                         if "spec_decode" not in line) + "\n"
     http = server({"/v1/models": (FIX / "v1_models.json").read_text(), "/version": '{"version":"0.32.0"}',
                    "/metrics": no_spec})
-    eff = adapter.effective_settings(http, arm(speculative={"method": "ngram", "n_max": 4}))
+    eff = read_effective(adapter, http, arm(speculative={"method": "ngram", "n_max": 4}))
     assert any("WITHOUT speculation" in m for m in eff.mismatches)
 
 
@@ -297,7 +298,7 @@ def test_server_stats_agree_with_per_request_metrics(monkeypatch: pytest.MonkeyP
     before_text = (FIX / "metrics_ngram_before_request.txt").read_text()
     # the first scrape after the request is stale (stats not recorded yet): the adapter scrapes again
     http = server({"/metrics": [before_text, (FIX / "metrics_ngram_after_request.txt").read_text()]})
-    stats = adapter.server_stats(http, final_chunk(), parse_metrics(before_text), "")
+    stats = adapter.server_stats(http, final_chunk(), parse_metrics(before_text), EngineLog(""))
     assert (stats.drafted, stats.accepted, stats.drafts) == (196, 131, 49)
     assert stats.accepted_per_position == [45, 31, 29, 26]
     assert stats.completion_tokens == 256 and stats.prompt_tokens == 73
@@ -310,12 +311,12 @@ def test_disagreeing_per_request_metrics_are_flagged() -> None:
     final["metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] = 130
     http = server({"/metrics": (FIX / "metrics_ngram_after_request.txt").read_text()})
     before = parse_metrics((FIX / "metrics_ngram_before_request.txt").read_text())
-    stats = adapter.server_stats(http, final, before, "")
+    stats = adapter.server_stats(http, final, before, EngineLog(""))
     assert any(f.startswith("acceptance-mismatch") and "131/196" in f for f in stats.flags)
 
 
 def test_without_metrics_the_per_request_counts_are_used_and_flagged() -> None:
-    stats = adapter.server_stats(server({}), final_chunk(), None, "")
+    stats = adapter.server_stats(server({}), final_chunk(), None, EngineLog(""))
     assert (stats.drafted, stats.accepted, stats.drafts) == (196, 131, 49)
     assert stats.source == "per-request metrics" and "metrics-unavailable" in stats.flags
 
@@ -330,7 +331,7 @@ def test_a_position_label_that_is_not_a_number_is_flagged_not_a_traceback() -> N
     assert got is not None and (got["drafts"], got["drafted"], got["accepted"]) == (49, 196, 131)
     assert got["accepted_per_position"] is None
     assert flags == [f"bad-engine-value: /metrics {M_PER_POS} has position label(s) 'x'"]
-    stats = adapter.server_stats(server({"/metrics": after_text}), final_chunk(), before, "")
+    stats = adapter.server_stats(server({"/metrics": after_text}), final_chunk(), before, EngineLog(""))
     assert stats.accepted == 131 and stats.accepted_per_position is None
     assert any("position label(s) 'x'" in f for f in stats.flags)
 
@@ -341,7 +342,7 @@ def test_counters_going_backwards_and_garbage_per_request_numbers_are_flagged() 
     final = final_chunk()
     final["usage"]["completion_tokens"] = "256"
     final["metrics"]["speculative_decoding"]["num_spec_steps"] = "many"
-    stats = adapter.server_stats(server({"/metrics": after}), final, before, "")
+    stats = adapter.server_stats(server({"/metrics": after}), final, before, EngineLog(""))
     assert stats.completion_tokens is None and stats.decode_tps is None  # no usable count, no rate
     assert "bad-engine-value: usage.completion_tokens is '256', not a count" in stats.flags
     assert any(f.startswith(f"bad-engine-value: /metrics {M_DRAFTS} changed by -49") for f in stats.flags)
@@ -355,8 +356,8 @@ def test_counters_going_backwards_and_garbage_per_request_numbers_are_flagged() 
     ('{"data": [5]}', "GET /v1/models: no model object in 'data' ([5])"),
 ])
 def test_garbage_model_listings_are_named_not_a_traceback(models: str, problem: str) -> None:
-    eff = adapter.effective_settings(server({"/v1/models": models, "/version": '{"version": "0.32.0"}'}), arm())
-    assert eff.mismatches == [problem] and eff.values == {}
+    eff = read_effective(adapter, server({"/v1/models": models, "/version": '{"version": "0.32.0"}'}), arm())
+    assert eff.mismatches == [problem] and eff.raw == {}
 
 
 def stream(sse_file: str) -> dict[str, Any]:
@@ -379,9 +380,10 @@ def test_spec_off_stream_is_one_token_per_event_even_with_empty_chunks() -> None
 
 
 def test_request_fields_and_stream_options() -> None:
-    fields = adapter.request_fields(arm(), Workload(fixed_length=True))
+    assert adapter.request_fields(arm(), Workload(fixed_length=True)) == {}  # nothing vLLM-only
+    fields = request_fields(arm(), adapter, Workload(fixed_length=True), 64)  # core's, as declared
     assert fields == {"ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}}
-    assert "ignore_eos" not in adapter.request_fields(arm(), Workload(fixed_length=False))
+    assert "ignore_eos" not in request_fields(arm(), adapter, Workload(fixed_length=False), 64)
     assert adapter.stream_options() == {"include_usage": True, "continuous_usage_stats": True}
 
 

@@ -12,7 +12,15 @@ from typing import Any
 import httpx
 import pytest
 
-from bakeoff.core import Arm, CapabilityNotSupported, EngineUnavailable, PreflightError, Workload
+from bakeoff.core import (
+    Arm,
+    CapabilityNotSupported,
+    EngineLog,
+    EngineUnavailable,
+    PreflightError,
+    Workload,
+    read_effective,
+)
 from bakeoff.core.adapter import check_arm_capabilities
 from bakeoff_ikllama import adapter as ik_module
 from bakeoff_ikllama import build as ik_build
@@ -269,21 +277,19 @@ def fixture_json(name: str) -> Any:
 def test_effective_settings_from_props_and_the_startup_log(gguf: Path, tmp_path: Path) -> None:
     adapter = IkLlamaAdapter()
     arm = make_arm(gguf, speculative={"method": "ngram"}, settings={"ctx": 2048})
-    adapter.launch_spec(arm, 31000, tmp_path)
-    (tmp_path / "engine-pass0.log").write_text((FIX / "startup-ngram-mod.log").read_text())
+    startup = EngineLog((FIX / "startup-ngram-mod.log").read_text())  # core hands over the engine's log
     http = replay({"/props": fixture_json("props.json"), "/v1/models": fixture_json("models.json")})
-    eff = adapter.effective_settings(http, arm)
-    assert eff.values["speculative"] is True and eff.values["total_slots"] == 1
-    assert eff.values["n_ctx_per_slot"] == fixture_json("props.json")["default_generation_settings"]["n_ctx"]
+    eff = read_effective(adapter, http, arm, startup)
+    assert eff.raw["speculative"] is True and eff.raw["total_slots"] == 1
+    assert eff.raw["n_ctx_per_slot"] == fixture_json("props.json")["default_generation_settings"]["n_ctx"]
     assert eff.mismatches == []
 
 
 def test_speculation_asked_but_not_running_is_a_mismatch(gguf: Path, tmp_path: Path) -> None:
     adapter = IkLlamaAdapter()
     arm = make_arm(gguf, speculative={"method": "ngram"}, settings={"ctx": 2048})
-    adapter.launch_spec(arm, 31000, tmp_path)
-    (tmp_path / "engine-pass0.log").write_text((FIX / "startup-spec-off.log").read_text())
-    eff = adapter.effective_settings(replay({"/props": fixture_json("props.json")}), arm)
+    startup = EngineLog((FIX / "startup-spec-off.log").read_text())
+    eff = read_effective(adapter, replay({"/props": fixture_json("props.json")}), arm, startup)
     assert any("WITHOUT speculation" in m for m in eff.mismatches)
 
 
@@ -296,7 +302,7 @@ def test_the_startup_log_says_whether_speculation_runs() -> None:
 def test_acceptance_from_the_final_chunk_timings_agrees_with_the_log_line() -> None:
     final = fixture_json("draft-final-chunk.json")
     log = (FIX / "draft-request.log").read_text()
-    stats = IkLlamaAdapter().server_stats(replay({}), final, None, log)
+    stats = IkLlamaAdapter().server_stats(replay({}), final, None, EngineLog(log))
     timings = final["timings"]
     assert stats.drafted == timings["draft_n"] > 0 and stats.accepted == timings["draft_n_accepted"]
     assert stats.completion_tokens == timings["predicted_n"]
@@ -309,14 +315,14 @@ def test_acceptance_from_the_final_chunk_timings_agrees_with_the_log_line() -> N
 def test_a_log_line_that_disagrees_with_timings_is_flagged() -> None:
     final = fixture_json("draft-final-chunk.json")
     log = (FIX / "draft-request.log").read_text().replace(" accepted /", "1 accepted /", 1)
-    stats = IkLlamaAdapter().server_stats(replay({}), final, None, log)
+    stats = IkLlamaAdapter().server_stats(replay({}), final, None, EngineLog(log))
     assert any(f.startswith("acceptance-log-mismatch") for f in stats.flags)
 
 
 def test_a_request_without_drafts_has_zero_drafted_not_unknown() -> None:
     final = fixture_json("off-final-chunk.json")
     assert "draft_n" not in final["timings"]
-    stats = IkLlamaAdapter().server_stats(replay({}), final, None, "")
+    stats = IkLlamaAdapter().server_stats(replay({}), final, None, EngineLog(""))
     assert (stats.drafted, stats.accepted) == (0, 0) and stats.completion_tokens == final["timings"]["predicted_n"]
 
 

@@ -16,10 +16,20 @@ from typing import Any
 import httpx
 import pytest
 
-from bakeoff.core import Arm, CapabilityNotSupported, ConfigError, EngineUnavailable, PreflightError, Workload
+from bakeoff.core import (
+    Arm,
+    CapabilityNotSupported,
+    ConfigError,
+    EngineLog,
+    EngineUnavailable,
+    PreflightError,
+    Workload,
+    read_effective,
+)
 from bakeoff.core.acceptance import acceptance_detail
 from bakeoff.core.adapter import check_arm_capabilities
 from bakeoff.core.compose import build_project
+from bakeoff.core.measure import request_fields
 from bakeoff_sglang import adapter as sglang_module
 from bakeoff_sglang.adapter import (
     IMAGE,
@@ -227,24 +237,24 @@ def test_effective_settings_match_the_arm(tmp_path: Path) -> None:
     arm = make_arm(tmp_path, speculative={"method": "mtp", "n_max": 3}, settings={"ctx": 8192})
     adapter = SglangAdapter()
     with httpx.Client(base_url="http://sglang", transport=transport(server_info())) as http:
-        eff = adapter.effective_settings(http, arm)
+        eff = read_effective(adapter, http, arm)
     assert eff.mismatches == []
     assert eff.version == "0.5.23" and eff.model_id == "Qwen3-8B"
-    assert eff.values["speculative_algorithm"] == "NEXTN" and eff.values["speculative_num_draft_tokens"] == 4
+    assert eff.raw["speculative_algorithm"] == "NEXTN" and eff.raw["speculative_num_draft_tokens"] == 4
 
 
 def test_speculation_silently_off_is_reported(tmp_path: Path) -> None:
     arm = make_arm(tmp_path, speculative={"method": "mtp", "n_max": 3}, settings={"ctx": 4096})
     info = server_info(speculative_algorithm=None, speculative_num_steps=None)
     with httpx.Client(base_url="http://sglang", transport=transport(info, legacy=True)) as http:
-        eff = SglangAdapter().effective_settings(http, arm)
+        eff = read_effective(SglangAdapter(), http, arm)
     assert any("WITHOUT speculation" in m for m in eff.mismatches)
     assert any("context_length 8192" in m for m in eff.mismatches)
 
 
 def test_unreadable_server_info_is_a_mismatch(tmp_path: Path) -> None:
     with httpx.Client(base_url="http://sglang", transport=transport(None)) as http:
-        eff = SglangAdapter().effective_settings(http, make_arm(tmp_path))
+        eff = read_effective(SglangAdapter(), http, make_arm(tmp_path))
     assert eff.mismatches == ["could not read /server_info"]
 
 
@@ -298,8 +308,8 @@ def test_garbage_server_info_does_not_crash_read_back_or_stats(tmp_path: Path) -
             "version": 5}
     adapter = SglangAdapter()
     with httpx.Client(base_url="http://sglang", transport=transport(info)) as http:
-        eff = adapter.effective_settings(http, make_arm(tmp_path, speculative={"method": "mtp"}))
-        stats = adapter.server_stats(http, {"usage": {"completion_tokens": 10}}, None, "")
+        eff = read_effective(adapter, http, make_arm(tmp_path, speculative={"method": "mtp"}))
+        stats = adapter.server_stats(http, {"usage": {"completion_tokens": 10}}, None, EngineLog(""))
     assert eff.version is None
     assert "bad-engine-value: /server_info speculative_num_draft_tokens is 'four', not a count" in eff.mismatches
     assert stats.flags[-1].startswith("acceptance-unavailable")
@@ -317,12 +327,12 @@ def test_server_stats_prefers_meta_info_then_the_log_then_the_server_average(tmp
     final = json.loads((FIX / "chat_stream_final_chunk.json").read_text())
     log = (FIX / "decode_log_nextn.txt").read_text()
     with httpx.Client(base_url="http://sglang", transport=transport(server_info())) as http:
-        adapter.effective_settings(http, make_arm(tmp_path, speculative={"method": "mtp", "n_max": 3}))
+        read_effective(adapter, http, make_arm(tmp_path, speculative={"method": "mtp", "n_max": 3}))
         meta = json.loads((FIX / "generate_meta_info_nextn.json").read_text())["meta_info"]
-        assert adapter.server_stats(http, {**final, "meta_info": meta}, None, log).source == "meta_info"
-        from_log = adapter.server_stats(http, final, None, log)
+        assert adapter.server_stats(http, {**final, "meta_info": meta}, None, EngineLog(log)).source == "meta_info"
+        from_log = adapter.server_stats(http, final, None, EngineLog(log))
         assert from_log.drafted == 255 and from_log.source and "estimate" in from_log.source
-        attached = adapter.server_stats(http, final, None, "")
+        attached = adapter.server_stats(http, final, None, EngineLog(""))
     assert attached.drafted is None and attached.extra["server_avg_accept_length"] == 2.91
     assert attached.flags[0].startswith("acceptance-unavailable")
 
@@ -331,16 +341,18 @@ def test_no_speculation_no_acceptance_flags(tmp_path: Path) -> None:
     adapter = SglangAdapter()
     final = json.loads((FIX / "chat_stream_final_chunk.json").read_text())
     with httpx.Client(base_url="http://sglang", transport=transport(server_info(speculative_algorithm=None))) as http:
-        adapter.effective_settings(http, make_arm(tmp_path))
-        stats = adapter.server_stats(http, final, None, (FIX / "decode_log_nospec.txt").read_text())
+        read_effective(adapter, http, make_arm(tmp_path))
+        stats = adapter.server_stats(http, final, None, EngineLog((FIX / "decode_log_nospec.txt").read_text()))
     assert stats.drafted is None and stats.flags == []
 
 
 def test_request_fields() -> None:
-    fields = SglangAdapter().request_fields(Arm(name="s", engine="sglang", model="m"), Workload(thinking=False))
+    """SGLang has no request field of its own: thinking and fixed length come from core, as declared."""
+    a = Arm(name="s", engine="sglang", model="m")
+    assert SglangAdapter().request_fields(a, Workload()) == {}
+    fields = request_fields(a, SglangAdapter(), Workload(thinking=False), 64)
     assert fields == {"chat_template_kwargs": {"enable_thinking": False}, "ignore_eos": True}
-    assert "ignore_eos" not in SglangAdapter().request_fields(Arm(name="s", engine="sglang", model="m"),
-                                                              Workload(fixed_length=False))
+    assert "ignore_eos" not in request_fields(a, SglangAdapter(), Workload(fixed_length=False), 64)
     assert SglangAdapter().stream_options() == {"include_usage": True, "continuous_usage_stats": True}
 
 

@@ -39,6 +39,7 @@ from bakeoff.core import (
     Capabilities,
     Effective,
     EngineAdapter,
+    EngineLog,
     EngineUnavailable,
     LaunchSpec,
     MeasurementError,
@@ -167,13 +168,11 @@ class IkLlamaAdapter(EngineAdapter):
                           "'draft acceptance rate' log line",
         stateful_speculators=("ngram-mod", "ngram-cache", "ngram-map-k", "ngram-map-k4v"),
         fixed_length_field="ignore_eos",
+        thinking_field="chat_template_kwargs",
     )
     Options = IkLlamaOptions
     display_name = "ik_llama.cpp llama-server"
     startup_failures = STARTUP_FAILURES
-
-    def __init__(self) -> None:
-        self._workdir: Path | None = None  # the arm's run directory: the startup log is read back from it
 
     # -- binary --------------------------------------------------------------------------
     def find_binary(self, options: IkLlamaOptions) -> Path:
@@ -232,7 +231,6 @@ class IkLlamaAdapter(EngineAdapter):
         options: IkLlamaOptions = self.options(arm)  # type: ignore[assignment]
         binary = self.find_binary(options)
         assert arm.model is not None  # preflight refuses an arm without one
-        self._workdir = workdir
         s = arm.settings
         # --jinja: the GGUF's own chat template, as llama.cpp applies it by default; without it the fork uses a
         # built-in template (for SmolLM2: no default system prompt, 21 prompt tokens fewer than llama.cpp)
@@ -275,7 +273,7 @@ class IkLlamaAdapter(EngineAdapter):
         return args + cli_flags([(KNOB_FLAGS[k], getattr(spec, k)) for k in knobs])
 
     # -- read-back -----------------------------------------------------------------------
-    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
         eff = Effective(model_id=openai_model_id(http))
         try:
             props = bounded_get(http, "/props").json()
@@ -284,31 +282,16 @@ class IkLlamaAdapter(EngineAdapter):
             return eff
         n_ctx = props.get("default_generation_settings", {}).get("n_ctx")
         total_slots = props.get("total_slots")
-        speculative = speculation_from_log(self._startup_log()) if not arm.attached else None
+        speculative = speculation_from_log(log.text()) if not arm.attached else None
         eff.version = self._version(arm)
-        eff.values = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
-                      "model_path": props.get("model_path"), "version": eff.version}
-        s = arm.settings
-        if not arm.attached:
-            if s.ctx is not None and n_ctx is not None and n_ctx != s.ctx:
-                eff.mismatches.append(f"asked ctx {s.ctx} per slot, /props says n_ctx {n_ctx}")
-            if total_slots is not None and total_slots != (s.parallel or 1):
-                eff.mismatches.append(f"asked {s.parallel or 1} slot(s), /props says total_slots {total_slots}")
-            if arm.speculative.enabled and speculative is False:
-                eff.mismatches.append(f"speculative.method {arm.speculative.method!r} asked, but the log says no "
-                                      f"speculative context was initialized: the server runs WITHOUT speculation")
-            if not arm.speculative.enabled and speculative:
-                eff.mismatches.append("speculation is off in the arm but the log says a speculative context runs")
+        eff.raw = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
+                   "model_path": props.get("model_path"), "version": eff.version}
+        eff.context_tokens = n_ctx if isinstance(n_ctx, int) else None
+        eff.slots = total_slots if isinstance(total_slots, int) else None
+        eff.speculative = speculative
+        eff.sources = {"context_tokens": ("/props", "n_ctx"), "slots": ("/props", "total_slots"),
+                       "speculative": ("the startup log", "speculative context")}
         return eff
-
-    def _startup_log(self) -> str:
-        if self._workdir is None:
-            return ""
-        logs = sorted(self._workdir.glob("engine-*.log"), key=lambda p: p.stat().st_mtime)
-        try:
-            return logs[-1].read_text(errors="replace") if logs else ""
-        except OSError:
-            return ""
 
     def _version(self, arm: Arm) -> str | None:
         """``ik-llama-cpp-python==0.1.5 cpu`` from the cached build's VERSION file (the sdist has no git data)."""
@@ -322,11 +305,7 @@ class IkLlamaAdapter(EngineAdapter):
 
     # -- requests ------------------------------------------------------------------------
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        fields: dict[str, Any] = {"cache_prompt": False, "timings_per_token": True}
-        if workload.fixed_length:
-            fields["ignore_eos"] = True
-        fields["chat_template_kwargs"] = {"enable_thinking": workload.thinking}
-        return fields
+        return {"cache_prompt": False, "timings_per_token": True}
 
     def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
                             template_kwargs: dict[str, Any] | None = None) -> int:
@@ -350,7 +329,7 @@ class IkLlamaAdapter(EngineAdapter):
         return super().chunk_token_count(payload)
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         stats = ServerStats(source="timings")
         timings = (final or {}).get("timings") or {}
         if not timings:
@@ -366,13 +345,13 @@ class IkLlamaAdapter(EngineAdapter):
         # Absent keys mean the request drafted nothing, not "unknown".
         stats.drafted = int(timings.get("draft_n", 0))
         stats.accepted = int(timings.get("draft_n_accepted", 0))
-        lines = parse_acceptance_lines(log_text)
+        lines = parse_acceptance_lines(log.text())
         if lines:
             last = lines[-1]
             if (last["accepted"], last["generated"]) != (stats.accepted, stats.drafted):
                 stats.flags.append(f"acceptance-log-mismatch: log {last['accepted']:.0f}/{last['generated']:.0f} "
                                    f"vs timings {stats.accepted}/{stats.drafted}")
-        elif stats.drafted and log_text:
+        elif stats.drafted and log.text():
             stats.flags.append("acceptance-crosscheck-missing: no 'draft acceptance rate' log line for this request")
         return stats
 

@@ -39,16 +39,17 @@ from bakeoff.core import (
     Capabilities,
     Effective,
     EngineAdapter,
+    EngineLog,
     EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
     PreflightError,
     ServerStats,
-    Workload,
     engine_count,
     engine_object,
     engine_rate,
     engine_text,
+    openai_model_id,
 )
 
 __all__ = [
@@ -196,13 +197,6 @@ def estimate_from_log(lines: list[dict[str, float | None]], completion_tokens: i
     return stats
 
 
-def _model_id(http: httpx.Client) -> str | None:
-    try:
-        return str(http.get("/v1/models", timeout=10).json()["data"][0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-        return None
-
-
 class SglangAdapter(EngineAdapter):
     name = "sglang"
     description = "SGLang launch_server (Hugging Face models), native process or compose; plugin package"
@@ -226,6 +220,7 @@ class SglangAdapter(EngineAdapter):
         docker_image=IMAGE,
         stateful_speculators=("ngram",),
         fixed_length_field="ignore_eos",
+        thinking_field="chat_template_kwargs",
     )
     Options = SglangOptions
     display_name = "SGLang"
@@ -363,8 +358,8 @@ class SglangAdapter(EngineAdapter):
                 return None
         return None
 
-    def effective_settings(self, http: httpx.Client, arm: Arm) -> Effective:
-        eff = Effective(model_id=_model_id(http))
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
+        eff = Effective(model_id=openai_model_id(http))
         info = self.server_info(http)
         if info is None:
             eff.mismatches.append("could not read /server_info")
@@ -372,43 +367,34 @@ class SglangAdapter(EngineAdapter):
         keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                 "speculative_num_draft_tokens", "speculative_draft_model_path", "context_length",
                 "max_running_requests", "tp_size", "disable_radix_cache", "model_path")
-        eff.values = {k: info.get(k) for k in keys}
+        eff.raw = {k: info.get(k) for k in keys}
         eff.version = engine_text(info.get("version"))
         self._algorithm = engine_text(info.get("speculative_algorithm")) or None
         self._draft_tokens = engine_count(info.get("speculative_num_draft_tokens"),
                                           "/server_info speculative_num_draft_tokens", eff.mismatches)
-        spec, expected = arm.speculative, ALGORITHMS.get(arm.speculative.method)
-        if spec.enabled and not self._algorithm:
-            eff.mismatches.append(f"speculative.method {spec.method!r} asked, but /server_info says "
-                                  f"speculative_algorithm is {info.get('speculative_algorithm')!r} — SGLang runs "
-                                  f"WITHOUT speculation")
-        elif spec.enabled and str(self._algorithm).upper() != expected:
-            eff.mismatches.append(f"asked {expected}, /server_info says speculative_algorithm {self._algorithm!r}")
-        if not arm.attached:
-            if spec.n_max and spec.method in CHAIN_METHODS and info.get("speculative_num_steps") != spec.n_max:
-                eff.mismatches.append(f"asked {spec.n_max} draft steps, /server_info says "
-                                      f"speculative_num_steps {info.get('speculative_num_steps')}")
-            ctx = arm.settings.ctx
-            if ctx is not None and info.get("context_length") not in (None, ctx):
-                eff.mismatches.append(f"asked ctx {ctx}, /server_info says context_length {info.get('context_length')}")
-            if not spec.enabled and self._algorithm:
-                eff.mismatches.append(f"speculation is off in the arm but /server_info says {self._algorithm}")
+        eff.speculative, eff.spec_method = self._algorithm is not None, self._algorithm
+        eff.context_tokens = engine_count(info.get("context_length"), "/server_info context_length", eff.mismatches)
+        if arm.speculative.method in CHAIN_METHODS:  # n_max is the chain's draft steps
+            eff.n_max = engine_count(info.get("speculative_num_steps"), "/server_info speculative_num_steps",
+                                     eff.mismatches)
+        eff.sources = {"speculative": ("/server_info", "speculative_algorithm"),
+                       "spec_method": ("/server_info", "speculative_algorithm"),
+                       "context_tokens": ("/server_info", "context_length"),
+                       "n_max": ("/server_info", "speculative_num_steps")}
         return eff
 
     # -- requests ----------------------------------------------------------------------
-    def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        fields: dict[str, Any] = {"chat_template_kwargs": {"enable_thinking": workload.thinking}}
-        if workload.fixed_length:
-            fields["ignore_eos"] = True
-        return fields
+    def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
+        """The --speculative-algorithm /server_info reports for the arm's method."""
+        return ALGORITHMS.get(arm.speculative.method) if name == "spec_method" else None
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log_text: str) -> ServerStats:
+                     log: EngineLog) -> ServerStats:
         final = final or {}
         meta = final.get("meta_info") or final.get("metadata")
         if isinstance(meta, dict) and "completion_tokens" in meta:
             return parse_meta_info(meta, self._draft_tokens)
-        lines = parse_decode_lines(log_text)
+        lines = parse_decode_lines(log.text())
         if lines:
             usage = engine_object(final.get("usage"))
             flags: list[str] = []
