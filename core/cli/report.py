@@ -21,12 +21,13 @@ console = Console()
 
 
 def print_tables(run_path: Path, out: Console, *, write: bool = True, n_boot: int = N_BOOT,
-                 seed: int | None = None, drop_foreign_load: bool = False, files_dir: Path | None = None) -> None:
+                 seed: int | None = None, drop_foreign_load: bool = False, files_dir: Path | None = None,
+                 baseline: str | None = None) -> None:
     """Print the run's tables (called by ``bakeoff run`` after a run) and write its report files.
 
     :param files_dir: where the report files go (default ``run_path/report``).
     """
-    summary = summarize_run(run_path, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load)
+    summary = summarize_run(run_path, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load, baseline=baseline)
     print_summary(summary, out)  # with the n-max / depth / concurrency sections, when the run has them
     print_phase_table(run_path, out, write=write, files_dir=files_dir)  # live-knob phases, when the run has them
     if write:
@@ -48,6 +49,9 @@ def report_command(
     seed: int | None = typer.Option(None, "--seed", help="Bootstrap seed (default: the run's recorded seed)."),
     drop_foreign_load: bool = typer.Option(False, "--drop-foreign-load", help="Leave out samples flagged as "
                                            "taken while other processes used the CPU (their number is reported)."),
+    baseline: str | None = typer.Option(None, "--baseline", help="Compare every arm with this arm instead of the "
+                                        "run's baseline (e.g. another engine's spec-off arm); with --out, the "
+                                        "run's own report files stay as they are."),
 ) -> None:
     """Print a finished (or interrupted) run's tables with 95 % intervals and verdicts, and write its reports
     (markdown, JSON, PNG/SVG plots, one HTML file) into RUN_DIR/report or --out. Nothing else in RUN_DIR is
@@ -55,13 +59,14 @@ def report_command(
     if not (run_dir / "samples.jsonl").exists() and not (run_dir / "run.json").exists():
         raise ConfigError(f"{run_dir} is not a bakeoff run directory")
     if markdown or json_out:
-        summary = summarize_run(run_dir, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load)
+        summary = summarize_run(run_dir, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load,
+                                baseline=baseline)
         typer.echo(summary.model_dump_json(indent=2) if json_out else render_markdown(summary))
         if not no_files:
             write_reports(run_dir, summary, out=files_dir)
         return
     print_tables(run_dir, console, write=not no_files, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load,
-                 files_dir=files_dir)
+                 files_dir=files_dir, baseline=baseline)
 
 
 def print_phase_table(run_path: Path, out: Console, *, write: bool = True, files_dir: Path | None = None) -> None:

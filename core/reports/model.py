@@ -16,6 +16,7 @@ from ..acceptance import ArmAcceptance, run_acceptance
 from ..calibrate import Calibration, analyze_calibration
 from ..config import DEFAULT_MODES
 from ..decision import Recommendation, recommend
+from ..errors import ConfigError
 from ..fairness import equal_work, finish_counts
 from ..gates import score_gates, spec_identity
 from ..phases import PhaseResult, compare_phases
@@ -332,11 +333,14 @@ def _hardware(placement: PlacementRecord | None, samples: list[Sample], *, n_boo
 
 
 def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int | None = None,
-                  drop_foreign_load: bool = False) -> RunSummary:
+                  drop_foreign_load: bool = False, baseline: str | None = None) -> RunSummary:
     """Compute every statistic of a run directory once; nothing in the directory is written.
 
     :param seed: bootstrap seed; defaults to the run's recorded seed, so a report is reproducible.
     :param drop_foreign_load: leave out samples taken under foreign load (their number is recorded).
+    :param baseline: compare every arm with this one instead of the run's recorded baseline (e.g. each
+        engine's own spec-off arm in a cross-engine run).
+    :raises ConfigError: ``baseline`` names no arm of the run.
     """
     data = read_run_data(path)
     record = data.record
@@ -347,7 +351,9 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     prompts = [str(p.get("name")) for p in record.prompts]
     prompts += sorted({s.prompt for s in samples} - set(prompts))
     boot_s = {arm: [a.boot_s for a in data.attempts(arm) if a.boot_s] for arm in data.records}
-    baseline = record.baseline or (arm_order[0] if arm_order else None)
+    if baseline is not None and baseline not in arm_order + [s.arm for s in samples]:
+        raise ConfigError(f"--baseline {baseline!r}: no such arm in {path} (arms: {', '.join(arm_order)})")
+    baseline = baseline or record.baseline or (arm_order[0] if arm_order else None)
     boot = Boot(n_boot=n_boot, level=level, seed=seed)
     arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, **boot)
     if baseline is None and arms:

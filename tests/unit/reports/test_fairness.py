@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from rich.console import Console
 
 from bakeoff.core.config import Arm
+from bakeoff.core.errors import ConfigError
 from bakeoff.core.fairness import OUTPUTS_FILE, finish_flags, output_line
 from bakeoff.core.gates import check_schema, run_gates, score_gates
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
@@ -180,3 +182,14 @@ def test_outputs_a_few_tokens_short_are_compared_with_a_note(tmp_path: Path) -> 
     assert c and c.comparable and c.comparable["ok"] is True and c.verdict == "faster"
     assert "near-equal work: completion tokens 251 vs 256 (p/greedy)" in c.notes
     assert any("fixed length not honoured (completion tokens [251]), within 2%" in n for n in c.notes)
+
+
+def test_a_report_can_compare_every_arm_with_another_baseline(tmp_path: Path) -> None:
+    """A cross-engine run records one baseline; --baseline reads the same run against another arm."""
+    samples = [_sample("off", r, 10.0) for r in range(2)] + [_sample("ngram", r, 12.0) for r in range(2)]
+    path = _write(tmp_path / "run", {k: ARMS[k] for k in ("off", "ngram")}, samples)
+    s = summarize_run(path, baseline="ngram")
+    assert s.baseline == "ngram" and [(c.arm, c.reference) for c in s.comparisons] == [("off", "ngram")]
+    assert s.comparisons[0].verdict == "slower"
+    with pytest.raises(ConfigError, match=r"--baseline 'nope': no such arm .*arms: off, ngram"):
+        summarize_run(path, baseline="nope")
