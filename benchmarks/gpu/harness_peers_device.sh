@@ -7,7 +7,9 @@
 # and at 5 tokens an event (RUN_A, RUN_B), AIPerf likewise (RUN_C, RUN_D), each the whole sweep (100 … 50k tok/s)
 # with the raw-socket client and bakeoff's path at every point, so each table checks its own source. Everything
 # lands in $OUT: harness-{a,b,c,d}.txt (each run's table), results.tgz (logs, machine.txt, each tool's own
-# result files and consoles).
+# result files and consoles). Then, with the time left, bakeoff alone at 5k-50k tok/s and 200 outlier requests,
+# twice side by side: its events stamped by the kernel's receive time (RUN e) and by the reader's clock (RUN f,
+# `--clock user`, as before kernel stamps): harness-e.txt, harness-f.txt.
 #
 # Carried folder (KIT=.peers, git-ignored, ~37 MiB): wheels for CPython 3.12 manylinux (`pip download --no-deps
 # --only-binary=:all: --python-version 3.12 ...`, the device tool's README), what the image lacks or has too old:
@@ -40,7 +42,7 @@ say() { echo "[$(date +%T) +$((SECONDS - T0))s] $*"; }
 left() { echo $((DEADLINE - (SECONDS - T0))); }
 pack() {
   say "packing results into \$OUT"
-  for r in a b c d; do cp "$WORK/logs/harness-$r.log" "$OUT/harness-$r.txt" 2>/dev/null; done
+  for r in a b c d e f; do cp "$WORK/logs/harness-$r.log" "$OUT/harness-$r.txt" 2>/dev/null; done
   tar czf "$OUT/results.tgz" -C "$WORK" logs $(cd "$WORK" && ls -d tmp-? 2>/dev/null)
   ls -la "$OUT"
 }
@@ -83,7 +85,15 @@ run() {  # name cores tool per-event
 [ "$RUN_C" != off ] && run c "$RUN_C" aiperf 1 &
 [ "$RUN_D" != off ] && run d "$RUN_D" aiperf 5 &
 wait
+# -- 3. bakeoff alone at the fast paces, kernel receive stamps against the reader's clock, side by side -----------
+clock() {  # name cores clock
+  say "run $1: bakeoff alone, --clock $3, on cores $2"
+  TMPDIR="$WORK/tmp-$1" timeout "$(( $(left) - 10 ))" taskset -c "$2" $PY -P benchmarks/harness.py \
+    --rates 5000,10000,20000,50000 --per-event 1,5 --outlier 200 --clock "$3" > "$WORK/logs/harness-$1.log" 2>&1
+  say "run $1 exit $?"
+}
+if [ "$(left)" -gt 90 ]; then mkdir -p "$WORK/tmp-e" "$WORK/tmp-f"; clock e 0-3 kernel & clock f 4-7 user & wait; fi
 uptime
-for r in a b c d; do [ -f "$WORK/logs/harness-$r.log" ] && { echo "== run $r"; cat "$WORK/logs/harness-$r.log"; }; done
+for r in a b c d e f; do [ -f "$WORK/logs/harness-$r.log" ] && { echo "== run $r"; cat "$WORK/logs/harness-$r.log"; }; done
 pack
 say "done"
