@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 
+import bakeoff.core.client as client_module
 from bakeoff.core.client import stream_chat
 from bakeoff.core.hostinfo import CpuMeter
 from bakeoff.core.measure import account
@@ -330,10 +331,8 @@ def main() -> None:
     if args.gc == "on":
         import contextlib
 
-        import bakeoff.core.client as client
-        client._gc_pause = contextlib.nullcontext()  # type: ignore[assignment]
+        client_module._gc_pause = contextlib.nullcontext()  # type: ignore[assignment]
     if args.clock == "user":
-        import bakeoff.core.client as client_module
         client_module._ask_kernel_stamps = lambda sock: False
     port = _free_port()
     scratch = Path(tempfile.mkdtemp(prefix="bakeoff-harness-"))

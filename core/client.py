@@ -201,37 +201,25 @@ def _record_direct(request: httpx.Request, timeout_s: float) -> Recording:
             offset0 = (clock(), time.time_ns() - clock())
             sock.sendall(wire)
             append, ready, settimeout = raw.append, rec.ready_ns.append, sock.settimeout
-            keep_anc = ancillary.append
+            recv, recvmsg, keep_anc = sock.recv, sock.recvmsg, ancillary.append
             with _gc_pause:
-                if stamped:  # the same loop, with the kernel's receive time riding along (parsed after the stream)
-                    recvmsg = sock.recvmsg
-                    while (left := deadline - (now := clock())) > 0:
-                        ready(now)
-                        settimeout(left / 1e9)
+                while (left := deadline - (now := clock())) > 0:
+                    ready(now)
+                    settimeout(left / 1e9)
+                    if stamped:  # the kernel's receive time rides along, parsed after the stream
                         data, anc, _, _ = recvmsg(65536, _ANC_SPACE)
-                        t = clock()
-                        if not data:
-                            break
-                        append((t, data))
-                        keep_anc(anc)
-                        if data.endswith(_CHUNKED_END):
-                            break
                     else:
-                        rec.deadline_hit = True
-                else:
-                    recv = sock.recv
-                    while (left := deadline - (now := clock())) > 0:
-                        ready(now)
-                        settimeout(left / 1e9)
                         data = recv(65536)
-                        t = clock()
-                        if not data:
-                            break
-                        append((t, data))
-                        if data.endswith(_CHUNKED_END):
-                            break
-                    else:
-                        rec.deadline_hit = True
+                    t = clock()
+                    if not data:
+                        break
+                    append((t, data))
+                    if stamped:
+                        keep_anc(anc)
+                    if data.endswith(_CHUNKED_END):
+                        break
+                else:
+                    rec.deadline_hit = True
             offset1 = (clock(), time.time_ns() - clock())
     except TimeoutError:
         rec.deadline_hit = True
