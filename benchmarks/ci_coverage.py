@@ -1,7 +1,7 @@
 """How often does bakeoff's paired ratio interval cover the true ratio? A simulation with known truth.
 
 Each trial builds the samples of a baseline arm and an arm that is truly ``ratio`` times faster, runs the
-same code the reports use (:func:`bakeoff.core.stats.paired_ratio`), and checks whether the 95 % interval
+same code the reports use (:func:`bakeoff.core.analysis.stats.paired_ratio`), and checks whether the 95 % interval
 contains the true ratio. The model of a decode rate is multiplicative:
 
     rate = mu_arm × prompt_effect × launch_effect(arm, pass) × request_noise (× an occasional slow outlier)
@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bakeoff.core.sample import Sample
-from bakeoff.core.stats import N_BOOT, paired_ratio
+from bakeoff.core.analysis.stats import N_BOOT, paired_ratio
+from bakeoff.core.results.sample import Sample
 
 
 @dataclass(frozen=True)

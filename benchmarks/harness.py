@@ -39,12 +39,12 @@ from typing import Any
 
 import httpx
 
-import bakeoff.core.client as client_module
-from bakeoff.core.client import stream_chat
-from bakeoff.core.hostinfo import CpuMeter
-from bakeoff.core.measure import account
-from bakeoff.core.sample import Sample
-from bakeoff.core.store import RunDir
+import bakeoff.core.engine.client as client_module
+from bakeoff.core.engine.client import stream_chat
+from bakeoff.core.host.hostinfo import CpuMeter
+from bakeoff.core.measure.definitions import account
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import RunDir
 
 sys.path.append(str(Path(__file__).resolve().parent))  # benchmarks/peers.py beside it, also under ``python -P``
 from peers import LABELS, PEERS, PeerPoint, run_point

@@ -10,9 +10,9 @@ Two steps, so that hundreds of trials cost one real run:
    the samples a run of that design would have stored, and costs the wall time those requests, engine
    starts and warm-ups really took. Fixed designs keep P passes × R reps (3 × 3 is the reference); the
    adaptive ones start from one planned pass, as ``bakeoff run --until-ci`` does, and ask bakeoff's own
-   rule (:func:`bakeoff.core.stats.needs_more_passes`, imported, not re-implemented) after every pass
+   rule (:func:`bakeoff.core.analysis.stats.needs_more_passes`, imported, not re-implemented) after every pass
    whether to add one. Every trial's paired ratio interval
-   (:func:`bakeoff.core.stats.paired_ratio`, what the reports print) is checked against the truth: the
+   (:func:`bakeoff.core.analysis.stats.paired_ratio`, what the reports print) is checked against the truth: the
    pool's long-run paired ratio (all passes; trials resample the pool, so they centre on it, also for the
    identical pair, whose pool ratio is 1 only up to its launch noise). For the identical pair any verdict
    other than "not separable" is a false alarm.
@@ -46,15 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from bakeoff.core.sample import Sample
-from bakeoff.core.stats import (
+from bakeoff.core.analysis.stats import (
     Interval,
     needs_more_passes,
     paired_ratio,
     ratio_half_widths,
     verdict,
 )
-from bakeoff.core.store import RunDir
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import RunDir
 
 __all__ = ["Pool", "Design", "load_pool", "replay", "main"]
 

@@ -8,7 +8,18 @@ from __future__ import annotations
 
 from importlib.metadata import version
 
-from .adapter import (
+from .common.errors import (
+    BakeoffError,
+    CapabilityNotSupported,
+    ConfigError,
+    EngineError,
+    EngineStartupError,
+    EngineUnavailable,
+    MeasurementError,
+    PreflightError,
+)
+from .config.schema import Arm, BakeoffFile, Prompt, Settings, Speculative, Workload
+from .engine.adapter import (
     KNOBS,
     Capabilities,
     DraftRule,
@@ -27,22 +38,11 @@ from .adapter import (
     openai_model_id,
     read_effective,
 )
-from .client import bounded_get
-from .config import Arm, BakeoffFile, Prompt, Settings, Speculative, Workload
-from .effective import compare_effective
-from .errors import (
-    BakeoffError,
-    CapabilityNotSupported,
-    ConfigError,
-    EngineError,
-    EngineStartupError,
-    EngineUnavailable,
-    MeasurementError,
-    PreflightError,
-)
-from .metrics import MetricKey, delta, scrape
-from .models import BUILTIN_MODELS, cache_root, resolve_model, smollm2_gguf
-from .readback import (
+from .engine.client import bounded_get
+from .engine.effective import compare_effective
+from .engine.metrics import MetricKey, delta, scrape
+from .engine.models import BUILTIN_MODELS, cache_root, resolve_model, smollm2_gguf
+from .engine.readback import (
     LATE_LOG_WAIT_S,
     EngineLog,
     counter_delta,
@@ -53,9 +53,9 @@ from .readback import (
     get_json,
     position_deltas,
 )
-from .sample import Sample
-from .sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
-from .selftest import run_cases
+from .engine.sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
+from .results.sample import Sample
+from .run.selftest import run_cases
 
 __version__ = version("bakeoff")  # one source: pyproject.toml
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
-from bakeoff.core.config import Arm, Workload
-from bakeoff.core.launcher import free_port
+from bakeoff.core.config.schema import Arm, Workload
+from bakeoff.core.engine.launcher import free_port
 from bakeoff.engines.exllama import ExllamaAdapter
 
 PROMPT = [{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number."}]

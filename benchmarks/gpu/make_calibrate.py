@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 import yaml
 
-from bakeoff.core.calibrate import calibration_arms, plan_points
-from bakeoff.core.config import CalibrateSection, Settings
+from bakeoff.core.config.calibration import calibration_arms, plan_points
+from bakeoff.core.config.schema import CalibrateSection, Settings
 from bakeoff.engines.llamacpp.synth import SynthSpec, cache_key, synthesize, tokenizer_from_dump
 
 # Llama-3.2-3B: hidden 3072, 28 layers, 24 heads, 8 KV heads, FFN 8192 (SmolLM2's vocabulary of 49152)

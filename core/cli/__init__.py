@@ -1,4 +1,4 @@
-"""``bakeoff`` command line: a thin typer app, one module per command."""
+"""Layer 10, cli: the ``bakeoff`` command line, a thin typer app with one module per command."""
 
 from __future__ import annotations
 

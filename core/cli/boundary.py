@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import BakeoffError, RunDirError
+from ..common.errors import BakeoffError, RunDirError
 from .exit_codes import ExitCode, exit_code_for
 
 __all__ = ["guard_commands", "guarded", "is_guarded", "stop_message"]

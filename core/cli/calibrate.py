@@ -12,8 +12,8 @@ from typing import Any
 import typer
 import yaml
 
-from ..errors import ConfigError
-from ..loader import load_bakeoff, parse_bakeoff
+from ..common.errors import ConfigError
+from ..config.loader import load_bakeoff, parse_bakeoff
 from .exit_codes import EXIT_CODES_HELP
 from .run import run_loaded
 

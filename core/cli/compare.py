@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import ConfigError
+from ..common.errors import ConfigError
 from ..reports.compare import compare_runs, comparison_table, render_comparison_markdown
 
 __all__ = ["compare_command"]

@@ -12,9 +12,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from ..errors import EngineUnavailable
-from ..loader import parse_bakeoff
-from ..registry import load_engine
+from ..common.errors import EngineUnavailable
+from ..config.loader import parse_bakeoff
+from ..engine.registry import load_engine
 from .run import execute
 
 console = Console()

@@ -8,8 +8,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import ConfigError
-from ..registry import list_engines, load_engine
+from ..common.errors import ConfigError
+from ..engine.registry import list_engines, load_engine
 
 app = typer.Typer(invoke_without_command=True, help="List engines, or install one.")
 console = Console()

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from enum import IntEnum
 from typing import Any
 
-from ..errors import BakeoffError, RunDirError
-from ..sample import Sample
+from ..common.errors import BakeoffError, RunDirError
+from ..results.sample import Sample
 
 __all__ = ["ExitCode", "EXIT_CODES_HELP", "exit_code_for", "run_outcome", "is_valid", "failed_arms"]
 

@@ -7,8 +7,8 @@ import json
 import typer
 from rich.console import Console
 
-from ..roofline import gpu_copy_bandwidth_gbs, host_copy_bandwidth_gbs
-from ..telemetry import open_monitor
+from ..host.roofline import gpu_copy_bandwidth_gbs, host_copy_bandwidth_gbs
+from ..host.telemetry import open_monitor
 
 __all__ = ["gpu_command"]
 

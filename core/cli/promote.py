@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from ..promote import promote, revert
+from ..run.promote import promote, revert
 
 __all__ = ["promote_command"]
 

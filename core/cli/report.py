@@ -8,12 +8,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import ConfigError
-from ..phases import compare_phases, phase_rows
+from ..analysis.phases import compare_phases
+from ..analysis.stats import N_BOOT
+from ..common.errors import ConfigError
 from ..reports import print_summary, render_markdown, report_dir, summarize_run, write_reports
 from ..reports.markdown import markdown_table
-from ..stats import N_BOOT
-from ..store import RunDir, read_samples
+from ..reports.tables import phase_rows
+from ..results.store import RunDir, read_samples
 
 __all__ = ["print_tables", "print_phase_table", "report_command"]
 

@@ -11,19 +11,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..config import BakeoffFile
-from ..errors import BakeoffError, ConfigError, RunDirError
-from ..executor import Executor, LocalExecutor, executor_for
-from ..launcher import stop_leftover_engines
-from ..live import LiveRun, dry_run_lines
-from ..loader import load_bakeoff
-from ..phases import check_phases_config, run_phases
-from ..plan import plan_run, run_metadata
-from ..protocol import ProtocolEvents, is_write_failure, run_extra_pass
-from ..resume import Resume, load_resume
-from ..sample import Sample
-from ..stats import needs_more_passes
-from ..store import RunDir, new_run_dir
+from ..analysis.stats import needs_more_passes
+from ..common.errors import BakeoffError, ConfigError, RunDirError
+from ..config.checks import check_phases_config
+from ..config.loader import load_bakeoff
+from ..config.schema import BakeoffFile
+from ..engine.launcher import stop_leftover_engines
+from ..results.sample import Sample
+from ..results.store import RunDir, new_run_dir
+from ..run.executor import Executor, LocalExecutor, executor_for
+from ..run.live import LiveRun, dry_run_lines
+from ..run.phases import run_phases
+from ..run.plan import plan_run, run_metadata
+from ..run.protocol import ProtocolEvents, is_write_failure, run_extra_pass
+from ..run.resume import Resume, load_resume
 from .exit_codes import EXIT_CODES_HELP, ExitCode, failed_arms, run_outcome
 from .report import print_tables
 

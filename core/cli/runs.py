@@ -15,10 +15,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..db import RunDB, RunSummary, arm_records_of, failed_arms
-from ..errors import BakeoffError, RunRecordError, StoreError
-from ..record import RunRecord
-from ..store import RunDir, read_samples
+from ..common.errors import BakeoffError, RunRecordError, StoreError
+from ..results.db import RunDB, RunSummary, arm_records_of, failed_arms
+from ..results.record import RunRecord
+from ..results.store import RunDir, read_samples
 
 __all__ = ["runs_command", "list_runs"]
 

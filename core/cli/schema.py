@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from ..config import BakeoffFile
+from ..config.schema import BakeoffFile
 
 
 def schema_command() -> None:

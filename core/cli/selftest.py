@@ -16,9 +16,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import BakeoffError
-from ..registry import load_engine
-from ..selftest import SelftestRow
+from ..common.errors import BakeoffError
+from ..engine.registry import load_engine
+from ..run.selftest import SelftestRow
 
 console = Console()
 

@@ -1,6 +1,6 @@
-"""Reports from a run directory: terminal table, community markdown, versioned JSON, plots, one HTML file.
+"""Layer 9, reports: from a run directory, terminal table, community markdown, versioned JSON, plots, one HTML file.
 
-:func:`write_reports` computes the run summary once (core/stats.py) and writes every format under
+:func:`write_reports` computes the run summary once (core/analysis/stats.py) and writes every format under
 ``RUN_DIR/report/`` (or a directory the caller names); each format only renders the summary.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import MeasurementError
+from ..common.errors import MeasurementError
 from .html import render_html
 from .markdown import render_markdown
 from .model import REPORT_SCHEMA_VERSION, RunSummary, load_run, summarize_run

@@ -1,6 +1,6 @@
 """Calibration tables and plots: the speedup surface over (acceptance x n_max) and the break-even acceptance.
 
-Everything here formats ``RunSummary.calibration`` (core/calibrate.py); the terminal, markdown and HTML
+Everything here formats ``RunSummary.calibration`` (core/config/calibration.py); the terminal, markdown and HTML
 render the same rows.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..calibrate import AGREEMENT_TARGET, BreakEven, Calibration, CalibrationPoint
+from ..analysis.calibration import AGREEMENT_TARGET, BreakEven, Calibration, CalibrationPoint
 
 __all__ = [
     "break_even_rows",

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from ..errors import ConfigError
-from ..sample import Sample
-from ..stats import LEVEL, N_BOOT, Comparison, unpaired_ratio, verdict
-from ..store import read_samples
+from ..analysis.stats import LEVEL, N_BOOT, Comparison, unpaired_ratio, verdict
+from ..common.errors import ConfigError
+from ..results.sample import Sample
+from ..results.store import read_samples
 from .markdown import markdown_table
 from .model import REPORT_SCHEMA_VERSION, RunSummary, summarize_run
 from .tables import fmt, fmt_interval

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..decision import Recommendation
+from ..analysis.decision import Recommendation
 
 __all__ = ["decision_map_figure"]
 

@@ -11,7 +11,6 @@ import base64
 import html
 import json
 
-from ..phases import phase_rows
 from .calibration import (
     break_even_rows,
     calibration_rows,
@@ -26,6 +25,7 @@ from .tables import (
     correctness_table,
     footnotes,
     gpu_table,
+    phase_rows,
     roofline_note,
     roofline_table,
     sections,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..phases import phase_rows
 from .calibration import (
     break_even_rows,
     calibration_rows,
@@ -17,6 +16,7 @@ from .tables import (
     correctness_table,
     footnotes,
     gpu_table,
+    phase_rows,
     roofline_note,
     roofline_table,
     sections,

@@ -1,6 +1,6 @@
 """The versioned run summary every report is drawn from (and written as ``summary.json``).
 
-One pass over a run directory computes every statistic once (core/stats.py); the terminal table, the
+One pass over a run directory computes every statistic once (core/analysis/stats.py); the terminal table, the
 markdown, the plots and the HTML only format this object, so they can never disagree with each other.
 """
 
@@ -12,20 +12,13 @@ from typing import Any, TypedDict
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ..acceptance import ArmAcceptance, run_acceptance
-from ..calibrate import Calibration, analyze_calibration
-from ..config import DEFAULT_MODES
-from ..decision import Recommendation, recommend
-from ..errors import ConfigError
-from ..fairness import equal_work, finish_counts
-from ..gates import score_gates, spec_identity
-from ..phases import PhaseResult, compare_phases
-from ..plan import stateful_warning
-from ..record import ArmAttempt, PlacementRecord, RunRecord
-from ..redact import redact_text, redact_url
-from ..roofline import ModelBytes, roofline_for
-from ..sample import Sample
-from ..stats import (
+from ..analysis.acceptance import ArmAcceptance, run_acceptance
+from ..analysis.calibration import Calibration, analyze_calibration
+from ..analysis.decision import Recommendation, recommend
+from ..analysis.fairness import equal_work, finish_counts
+from ..analysis.gates import score_gates, spec_identity
+from ..analysis.phases import PhaseResult, compare_phases
+from ..analysis.stats import (
     LEVEL,
     METHOD,
     N_BOOT,
@@ -38,7 +31,14 @@ from ..stats import (
     unpaired_ratio,
     verdict,
 )
-from ..store import RunDir
+from ..common.errors import ConfigError
+from ..common.redact import redact_text, redact_url
+from ..config.schema import DEFAULT_MODES
+from ..host.roofline import ModelBytes, roofline_for
+from ..results.record import ArmAttempt, PlacementRecord, RunRecord
+from ..results.sample import Sample
+from ..results.store import RunDir
+from ..run.plan import stateful_warning
 from .points import PointTable, concurrency_table, depth_table, sweep_table
 
 __all__ = [

@@ -16,7 +16,7 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..sample import Sample
+from ..results.sample import Sample
 from .calibration import calibration_curves_figure, calibration_heatmap_figure
 from .decision import decision_map_figure
 from .model import RunSummary

@@ -1,7 +1,7 @@
 """The tables of a run's swept points: the n-max (or any config) sweep, the depth sweep and the
 concurrency sweep, as typed sections of the run summary.
 
-Every figure uses the main table's statistics (core/stats.py): a median decode rate with its bootstrap
+Every figure uses the main table's statistics (core/analysis/stats.py): a median decode rate with its bootstrap
 interval (passes resampled, then requests), and "vs baseline" as the median of per-request ratios paired
 with the baseline arm at the same point, with its interval and verdict. The renderers (core/reports/tables.py)
 only format these rows, so the terminal, report.md, report.html and summary.json show the same numbers.
@@ -14,9 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..config import Arm
-from ..sample import Sample
-from ..stats import LEVEL, N_BOOT, Comparison, Interval, bootstrap_ci, describe_arm, paired_ratio, verdict
+from ..analysis.stats import LEVEL, N_BOOT, Comparison, Interval, bootstrap_ci, describe_arm, paired_ratio, verdict
+from ..config.schema import Arm
+from ..results.sample import Sample
 
 __all__ = ["Acceptance", "PointRow", "PointTable", "acceptance_of", "concurrency_table", "depth_table",
            "sweep_table"]

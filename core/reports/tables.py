@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..decision import MIN_PAIRS
-from ..stats import ArmStats, Comparison, Interval
-from ..textfmt import DASH, fmt
+from ..analysis.decision import MIN_PAIRS
+from ..analysis.phases import GPU_FIELDS, PhaseResult
+from ..analysis.stats import ArmStats, Comparison, Interval
+from ..common.textfmt import DASH, fmt
 from .model import RunSummary
 from .points import PointRow, PointTable
 
@@ -275,7 +276,7 @@ def _point_sections(s: RunSummary) -> list[Section]:
     return out
 
 
-# -- acceptance per speculative arm (core/acceptance.py) -------------------------------------------
+# -- acceptance per speculative arm (core/analysis/acceptance.py) -------------------------------------------
 POSITIONS_SHOWN = 8  # per-position rates beyond this are in summary.json and the plot
 
 
@@ -377,3 +378,22 @@ def sections(s: RunSummary) -> list[Section]:
 
 
 __all__ += ["Section", "SECTION_BUILDERS", "point_rows", "sections", "acceptance_rows", "acceptance_notes"]
+
+
+def phase_rows(results: list[PhaseResult]) -> tuple[list[str], list[list[str]]]:
+    """The phase table: one row per phase."""
+    def ci(x: Interval | None, digits: int) -> str:
+        return f"{x.estimate:.{digits}f} [{x.lo:.{digits}f}, {x.hi:.{digits}f}]" if x else "-"
+
+    gpu = any(r.gpu for r in results)
+    header = ["phase", "setting", "n", "median tok/s [95% CI]", "vs neighbouring baselines", "verdict", "probes"]
+    header += ["power W", "SM MHz", "mem MHz", "temp C"] if gpu else []
+    rows = []
+    for r in results:
+        row = [r.phase, r.setting, str(r.n), ci(r.median, 1),
+               (ci(r.ratio, 3) + "x" if r.ratio else "-"), r.verdict or "-",
+               f"{r.probes - r.unhealthy_probes}/{r.probes} healthy"]
+        if gpu:
+            row += [f"{r.gpu[k]:.0f}" if r.gpu and r.gpu.get(k) is not None else "-" for k in GPU_FIELDS]
+        rows.append(row)
+    return header, rows

@@ -14,7 +14,7 @@ Facts this adapter is built on (llama.cpp b11434, checked on a real server):
   request ends: ``spec_decode_num_drafts_total``, ``spec_decode_num_accepted_tokens_per_pos_total``), so
   they are per request only one request at a time. Per-step lines (``accepted N/M draft tokens``) need
   ``-lv 4`` or ``LLAMA_TRACE``, which log every step; bakeoff does not need them: the histogram of
-  accepted drafts follows exactly from the per-position counters (core/acceptance.py).
+  accepted drafts follows exactly from the per-position counters (core/analysis/acceptance.py).
 - ``predicted_per_second = (predicted_n - 1) / predicted_ms``: the same window as bakeoff's decode rate.
 """
 

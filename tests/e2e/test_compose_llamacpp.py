@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core.compose import compose_command, docker_engine_running, project_name
-from bakeoff.core.errors import EngineUnavailable
-from bakeoff.core.launcher import free_port
-from bakeoff.core.models import smollm2_gguf
-from bakeoff.core.store import read_samples
+from bakeoff.core.common.errors import EngineUnavailable
+from bakeoff.core.engine.compose import compose_command, docker_engine_running, project_name
+from bakeoff.core.engine.launcher import free_port
+from bakeoff.core.engine.models import smollm2_gguf
+from bakeoff.core.results.store import read_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e

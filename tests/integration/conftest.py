@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bakeoff.core.launcher import free_port
-from bakeoff.core.models import smollm2_gguf
+from bakeoff.core.engine.launcher import free_port
+from bakeoff.core.engine.models import smollm2_gguf
 from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions
 
 

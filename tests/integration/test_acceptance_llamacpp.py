@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff.core.reports import summarize_run
-from bakeoff.core.sample import Sample
+from bakeoff.core.results.sample import Sample
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core.store import RunDir
+from bakeoff.core.results.store import RunDir
 
 pytestmark = pytest.mark.integration
 

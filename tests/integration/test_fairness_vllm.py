@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core.gates import FAILING
+from bakeoff.core.analysis.gates import FAILING
 from bakeoff.engines.vllm.install import venv_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]

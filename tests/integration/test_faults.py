@@ -26,10 +26,10 @@ import psutil
 import pytest
 from rich.console import Console
 
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.protocol import ProtocolEvents, plan_run, run_metadata, run_plan
-from bakeoff.core.sample import Sample
-from bakeoff.core.store import RunDir, read_samples
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import RunDir, read_samples
+from bakeoff.core.run.protocol import ProtocolEvents, plan_run, run_metadata, run_plan
 
 pytestmark = pytest.mark.integration
 
@@ -417,7 +417,7 @@ def test_an_engine_dies_with_a_bakeoff_killed_by_any_signal(tmp_path: Path, sig:
 def test_an_engine_left_by_a_dead_bakeoff_is_stopped_by_the_next_run(tmp_path: Path) -> None:
     """Where no parent-death signal could act (another OS, an engine that ignores SIGTERM), the record each
     engine leaves lets the next run stop it and say so."""
-    from bakeoff.core.launcher import _start_ticks, running_dir
+    from bakeoff.core.engine.launcher import _start_ticks, running_dir
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff.core.store import read_samples
+from bakeoff.core.results.store import read_samples
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +109,7 @@ def test_prompt_tokens_counted_with_the_forks_tokenizer_are_what_it_processes(ik
     import httpx
 
     from bakeoff.core import Arm
-    from bakeoff.core.launcher import free_port
+    from bakeoff.core.engine.launcher import free_port
     from bakeoff_ikllama.adapter import IkLlamaAdapter
 
     adapter = IkLlamaAdapter()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff.core.store import RunDir, read_samples
+from bakeoff.core.results.store import RunDir, read_samples
 
 pytestmark = pytest.mark.integration
 

@@ -21,10 +21,10 @@ import httpx
 import pytest
 import yaml
 
-from bakeoff.core.errors import PromoteError
-from bakeoff.core.launcher import free_port
-from bakeoff.core.promote import promote, revert
-from bakeoff.core.watchdog import health_problem
+from bakeoff.core.common.errors import PromoteError
+from bakeoff.core.engine.launcher import free_port
+from bakeoff.core.run.promote import promote, revert
+from bakeoff.core.run.watchdog import health_problem
 
 pytestmark = pytest.mark.integration
 
@@ -124,8 +124,8 @@ def test_live_llama_server_is_stopped_for_the_arms_restored_healthy_and_promote_
 def test_a_failing_health_gate_rolls_back_to_the_live_llama_server(
         live: LiveLlama, smollm2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The candidate passes its private gate (one request) and dies on its second request on the live port."""
-    from bakeoff.core.loader import parse_bakeoff
-    from bakeoff.core.store import RunDir
+    from bakeoff.core.config.loader import parse_bakeoff
+    from bakeoff.core.results.store import RunDir
 
     monkeypatch.setenv("BAKEOFF_STATE_DIR", str(tmp_path / "state"))
     crashes = {"name": "crashes", "engine": "sim", "model": "sim", "options": {"fault": "kill",

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core.errors import PreflightError
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.protocol import plan_run, run_plan
-from bakeoff.core.store import RunDir, read_samples
+from bakeoff.core.common.errors import PreflightError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.results.store import RunDir, read_samples
+from bakeoff.core.run.protocol import plan_run, run_plan
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from typing import Any
 import psutil
 import pytest
 
-from bakeoff.core.db import point_of
-from bakeoff.core.store import RunDir, read_samples
+from bakeoff.core.results.db import point_of
+from bakeoff.core.results.store import RunDir, read_samples
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils", reason="Ray is not installed: pip install 'bakeoff[ray]'")
 

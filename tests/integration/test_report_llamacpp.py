@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bakeoff.core.reports import summarize_run
-from bakeoff.core.store import read_samples
+from bakeoff.core.results.store import read_samples
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff.core.selftest import run_case
-from bakeoff.core.store import read_samples
+from bakeoff.core.results.store import read_samples
+from bakeoff.core.run.selftest import run_case
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.llamacpp.selftest import selftest_cases
 from bakeoff.engines.llamacpp.synth import SynthSpec, expected_mtp_acceptance, synth_pair, synthesize

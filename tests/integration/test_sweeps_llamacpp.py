@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core.store import read_samples
+from bakeoff.core.results.store import read_samples
 
 pytestmark = pytest.mark.integration
 

@@ -19,18 +19,18 @@ import pytest
 import yaml
 
 from bakeoff.core import EngineLog
-from bakeoff.core.acceptance import histogram_from_positions
-from bakeoff.core.adapter import read_effective
-from bakeoff.core.client import stream_chat
-from bakeoff.core.config import Arm, Settings, Speculative, Workload
-from bakeoff.core.errors import EngineStartupError
-from bakeoff.core.launcher import Engine, free_port
-from bakeoff.core.measure import build_request, make_sample
-from bakeoff.core.metrics import scrape
-from bakeoff.core.plan import PlannedArm
-from bakeoff.core.prompts import SUITES
-from bakeoff.core.sample import Sample
-from bakeoff.core.store import read_samples
+from bakeoff.core.analysis.acceptance import histogram_from_positions
+from bakeoff.core.common.errors import EngineStartupError
+from bakeoff.core.config.prompts import SUITES
+from bakeoff.core.config.schema import Arm, Settings, Speculative, Workload
+from bakeoff.core.engine.adapter import read_effective
+from bakeoff.core.engine.client import stream_chat
+from bakeoff.core.engine.launcher import Engine, free_port
+from bakeoff.core.engine.metrics import scrape
+from bakeoff.core.measure.definitions import build_request, make_sample
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import read_samples
+from bakeoff.core.run.plan import PlannedArm
 from bakeoff.engines.vllm import VllmAdapter, acceptance_from_metrics
 from bakeoff.engines.vllm.install import venv_python
 

@@ -1,4 +1,4 @@
-"""Acceptance in one shape (core/acceptance.py), from real captures of each engine.
+"""Acceptance in one shape (core/analysis/acceptance.py), from real captures of each engine.
 
 llama.cpp and vLLM captures are real (tests/fixtures/llamacpp/matched-draft-simple, tests/fixtures/vllm,
 the shared engine captures copied into tests/fixtures); TabbyAPI's are real H200 logs; SGLang's are hand-written
@@ -15,11 +15,11 @@ import httpx
 import pytest
 
 from bakeoff.core import EngineLog
-from bakeoff.core.acceptance import acceptance_detail, arm_acceptance, histogram_from_positions, run_acceptance
-from bakeoff.core.client import stream_chat
-from bakeoff.core.metrics import parse_metrics
-from bakeoff.core.readback import position_deltas
-from bakeoff.core.sample import Sample
+from bakeoff.core.analysis.acceptance import acceptance_detail, arm_acceptance, histogram_from_positions, run_acceptance
+from bakeoff.core.engine.client import stream_chat
+from bakeoff.core.engine.metrics import parse_metrics
+from bakeoff.core.engine.readback import position_deltas
+from bakeoff.core.results.sample import Sample
 from bakeoff.engines.exllama.adapter import ExllamaAdapter
 from bakeoff.engines.llamacpp.adapter import M_PER_POS, LlamaCppAdapter
 from bakeoff.engines.vllm.adapter import VllmAdapter

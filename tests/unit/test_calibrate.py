@@ -13,20 +13,20 @@ import pytest
 from matplotlib.image import imread
 from rich.console import Console
 
-from bakeoff.core.calibrate import (
-    break_even,
+from bakeoff.core.analysis.calibration import break_even
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.calibration import (
     expand_calibration,
     mtp_file_acceptance,
     plan_points,
     vllm_acceptance_rates,
 )
-from bakeoff.core.config import CalibrateSection
-from bakeoff.core.errors import ConfigError
-from bakeoff.core.loader import parse_bakeoff
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.schema import CalibrateSection
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
 from bakeoff.core.reports.plots import CALIBRATION_PLOTS, render_plots
-from bakeoff.core.sample import Sample
-from bakeoff.core.store import RunDir
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import RunDir
 from bakeoff.engines.llamacpp import synth as llamacpp_synth
 
 CAL_ONLY = """
@@ -185,7 +185,7 @@ def test_calibration_recovers_the_verify_cost_speedup_and_break_even(tmp_path: P
 
 
 def test_break_even_beyond_the_grid_comes_from_the_verify_cost() -> None:
-    from bakeoff.core.calibrate import CalibrationPoint
+    from bakeoff.core.analysis.calibration import CalibrationPoint
 
     pts = [CalibrationPoint(engine="llamacpp", method="mtp", n_max=2, target_acceptance=a, measured_acceptance=a,
                             speedup=(1 + 2 * a) / 4.0, ci_low=(1 + 2 * a) / 4.4, ci_high=(1 + 2 * a) / 3.6,

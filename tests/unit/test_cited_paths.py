@@ -87,9 +87,9 @@ def test_every_cited_path_exists() -> None:
 
 def test_the_scan_finds_a_missing_path_and_passes_real_ones(tmp_path: Path) -> None:
     # The scan itself: a docstring citing a moved module is caught, one citing a real module is not.
-    assert _exists("core/stats.py", tmp_path) and _exists("tests/fixtures/ikllama/fail-*.log", tmp_path)
+    assert _exists("core/analysis/stats.py", tmp_path) and _exists("tests/fixtures/ikllama/fail-*.log", tmp_path)
     assert not _exists("engines/llamacpp.py", tmp_path) and not _exists("shared/engines/INTERFACES.md", tmp_path)
-    module = '"""See core/stats.py and\nengines/llamacpp.py."""\nx = 1  # from shared/x.md\n'
+    module = '"""See core/analysis/stats.py and\nengines/llamacpp.py."""\nx = 1  # from shared/x.md\n'
     found = [cited for start, text in _python_prose(module) for cited in _citations(start, text)]
-    assert found == [(3, "shared/x.md"), (1, "core/stats.py"), (2, "engines/llamacpp.py")]
+    assert found == [(3, "shared/x.md"), (1, "core/analysis/stats.py"), (2, "engines/llamacpp.py")]
     assert not CITED.findall("https://github.com/o/r/docs/x.md and llama.cpp/examples/server/")

@@ -18,10 +18,10 @@ import httpx
 import pytest
 from sse_fakes import SSE_HEAD, chunk, ev, normal_events, paced_client, serve
 
-from bakeoff.core import client
-from bakeoff.core.adapter import openai_model_id
-from bakeoff.core.client import Event, StreamResult, bounded_get, record_stream, stream_chat
-from bakeoff.core.measure import account
+from bakeoff.core.engine import client
+from bakeoff.core.engine.adapter import openai_model_id
+from bakeoff.core.engine.client import Event, StreamResult, bounded_get, record_stream, stream_chat
+from bakeoff.core.measure.definitions import account
 from bakeoff.engines.exllama import ExllamaAdapter
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.vllm import VllmAdapter
@@ -372,7 +372,7 @@ def test_chunked_framing_is_undone_after_the_stream_and_events_keep_their_arriva
 
 
 def test_the_garbage_collector_is_paused_while_any_stream_is_timed() -> None:
-    from bakeoff.core.client import _GcPause
+    from bakeoff.core.engine.client import _GcPause
 
     pause = _GcPause()
     assert gc.isenabled()

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from hostile_server import CHAT_MODES, HostileServer
 
-from bakeoff.core.client import StreamResult, stream_chat
-from bakeoff.core.measure import account
+from bakeoff.core.engine.client import StreamResult, stream_chat
+from bakeoff.core.measure.definitions import account
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 
 DEADLINE_MODES = ("silent", "slowloris", "slowloris_nl", "slow_complete")  # these get a 1 s deadline, others 30 s

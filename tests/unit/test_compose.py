@@ -19,9 +19,15 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff.core import protocol
-from bakeoff.core.adapter import EngineAdapter, LaunchSpec, check_arm_capabilities
-from bakeoff.core.compose import (
+from bakeoff.core.common.errors import (
+    CapabilityNotSupported,
+    ConfigError,
+    EngineStartupError,
+    EngineUnavailable,
+)
+from bakeoff.core.config.schema import Arm, Settings
+from bakeoff.core.engine.adapter import EngineAdapter, LaunchSpec, check_arm_capabilities
+from bakeoff.core.engine.compose import (
     ARM_LABEL,
     ComposeEngine,
     build_project,
@@ -30,13 +36,7 @@ from bakeoff.core.compose import (
     project_name,
     validate_service,
 )
-from bakeoff.core.config import Arm, Settings
-from bakeoff.core.errors import (
-    CapabilityNotSupported,
-    ConfigError,
-    EngineStartupError,
-    EngineUnavailable,
-)
+from bakeoff.core.run import protocol
 from bakeoff.engines.llamacpp.adapter import COMPOSE_IMAGE_CPU, COMPOSE_IMAGE_CUDA, LlamaCppAdapter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -383,8 +383,8 @@ def test_a_container_that_dies_mid_run_fails_the_arm(tmp_path: Path, fake_cli: t
 
 def test_protocol_launches_compose_arms_through_compose(tmp_path: Path, fake_cli: tuple[list[str], Path],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff.core.protocol import PlannedArm, engine_for
-    from bakeoff.core.store import RunDir
+    from bakeoff.core.results.store import RunDir
+    from bakeoff.core.run.protocol import PlannedArm, engine_for
 
     cli, state = fake_cli
     monkeypatch.setenv("BAKEOFF_COMPOSE", " ".join(cli))

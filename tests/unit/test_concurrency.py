@@ -11,21 +11,21 @@ import httpx
 import pytest
 from sse_fakes import split_events
 
-from bakeoff.core.adapter import Capabilities, Effective, EngineAdapter, LaunchSpec
-from bakeoff.core.client import StreamResult
-from bakeoff.core.concurrency import (
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.schema import Arm, Prompt, Settings, Workload
+from bakeoff.core.engine.adapter import Capabilities, Effective, EngineAdapter, LaunchSpec
+from bakeoff.core.engine.client import StreamResult
+from bakeoff.core.measure.concurrency import (
     Batch,
     effective_slots,
     refused_levels,
     run_batch,
 )
-from bakeoff.core.config import Arm, Prompt, Settings, Workload
-from bakeoff.core.errors import ConfigError
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.measure import account, request_fields
-from bakeoff.core.plan import check_levels_before_launch
-from bakeoff.core.points import Point, PointRunner, arm_points, is_done, samples_expected
-from bakeoff.core.sample import Sample
+from bakeoff.core.measure.definitions import account, request_fields
+from bakeoff.core.measure.points import Point, PointRunner, arm_points, is_done, samples_expected
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.run.plan import check_levels_before_launch
 
 SSE = (Path(__file__).parent.parent / "fixtures" / "llamacpp" / "chat_stream_sse.txt").read_bytes()
 PROMPTS = [Prompt(name="a", messages=[{"role": "user", "content": "A?"}]),

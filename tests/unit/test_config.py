@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
-from bakeoff.core.errors import ConfigError
-from bakeoff.core.loader import parse_bakeoff
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.loader import parse_bakeoff
 
 GOOD = """\
 name: t

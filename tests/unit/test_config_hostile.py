@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core.errors import ConfigError
-from bakeoff.core.loader import MAX_YAML_VALUES, load_bakeoff, parse_bakeoff
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.loader import MAX_YAML_VALUES, load_bakeoff, parse_bakeoff
 
 ARM = "arms:\n  - {name: a, engine: sim, model: x}\n"
 

@@ -14,13 +14,13 @@ from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
 from bakeoff.core.cli.runs import list_runs
-from bakeoff.core.db import DB_NAME, RunDB, failed_arms
-from bakeoff.core.errors import ConfigError, DuplicateSampleError
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.protocol import Plan, PlannedArm
-from bakeoff.core.resume import load_resume
-from bakeoff.core.sample import Sample
-from bakeoff.core.store import RunDir, read_samples
+from bakeoff.core.common.errors import ConfigError, DuplicateSampleError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.results.db import DB_NAME, RunDB, failed_arms
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import RunDir, read_samples
+from bakeoff.core.run.protocol import Plan, PlannedArm
+from bakeoff.core.run.resume import load_resume
 from bakeoff.engines.sim import SimAdapter
 
 CONFIG = """\

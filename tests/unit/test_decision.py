@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from bakeoff.core.decision import plateau_text, setting_label
+from bakeoff.core.analysis.decision import plateau_text, setting_label
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
-from bakeoff.core.sample import Sample
-from bakeoff.core.store import RunDir
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import RunDir
 
 # decode tok/s per arm and prompt category: draft n-max 2 and 3 tie on code, n-max 4 is behind, prose loses
 RATES = {"off": {"code": 100.0, "prose": 100.0}, "draft-n2": {"code": 140.0, "prose": 99.0},

@@ -10,18 +10,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bakeoff.core.adapter import Effective, EngineAdapter, LaunchSpec
-from bakeoff.core.config import Arm, Prompt, Settings
-from bakeoff.core.depth import (
+from bakeoff.core.common.errors import CapabilityNotSupported, ConfigError, MeasurementError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.schema import Arm, Prompt, Settings
+from bakeoff.core.engine.adapter import Effective, EngineAdapter, LaunchSpec
+from bakeoff.core.measure.depth import (
     DepthBuilder,
     effective_context,
     filler_words,
     needle_found,
     refused_depths,
 )
-from bakeoff.core.errors import CapabilityNotSupported, ConfigError, MeasurementError
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.plan import check_depths_before_launch
+from bakeoff.core.run.plan import check_depths_before_launch
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "llamacpp"

@@ -1,11 +1,11 @@
-"""core/effective.py: the one place that compares what an arm asks with what the engine says it runs."""
+"""core/engine/effective.py: the one place that compares what an arm asks with what the engine says it runs."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bakeoff.core.config import Arm
-from bakeoff.core.effective import Effective, compare_effective
+from bakeoff.core.config.schema import Arm
+from bakeoff.core.engine.effective import Effective, compare_effective
 
 SOURCES = {"context_tokens": ("/props", "n_ctx"), "slots": ("/props", "total_slots"),
            "speculative": ("/slots", "speculative"), "spec_method": ("/slots", "speculative.types"),

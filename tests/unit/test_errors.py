@@ -1,4 +1,4 @@
-"""Every error bakeoff raises on purpose is in core/errors.py, under BakeoffError, and drawn in its tree."""
+"""Every error bakeoff raises on purpose is in core/common/errors.py, under BakeoffError, and drawn in its tree."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import bakeoff.core
 import bakeoff.engines
-from bakeoff.core import errors
-from bakeoff.core.errors import BakeoffError
+from bakeoff.core.common import errors
+from bakeoff.core.common.errors import BakeoffError
 
 _EXCEPTION_NAME = re.compile(r"(Error|Exception)$")
 

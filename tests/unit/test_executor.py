@@ -1,6 +1,6 @@
 """Executors and placement without Ray: the local run imports nothing from Ray, --executor ray says how to
 install it, hosts: refuses cross-host comparisons, the engine never inherits RAY_ADDRESS, and one host's
-block (core/block.py, what a Ray task runs) streams back every sample, record and file of its arms."""
+block (core/run/block.py, what a Ray task runs) streams back every sample, record and file of its arms."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from bakeoff.core.adapter import LaunchSpec
-from bakeoff.core.block import run_block
-from bakeoff.core.errors import ConfigError
-from bakeoff.core.executor import LocalExecutor, executor_for
-from bakeoff.core.launcher import Engine
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.placement import blocks_of
-from bakeoff.core.sample import Sample
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.placement import blocks_of
+from bakeoff.core.engine.adapter import LaunchSpec
+from bakeoff.core.engine.launcher import Engine
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.run.block import run_block
+from bakeoff.core.run.executor import LocalExecutor, executor_for
 from bakeoff.engines.sim import SimAdapter
 
 SIM = """\

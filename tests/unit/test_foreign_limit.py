@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from bakeoff.core import hostinfo
-from bakeoff.core.hostinfo import FOREIGN_LOAD_FLOOR, CpuMeter
+from bakeoff.core.host import hostinfo
+from bakeoff.core.host.hostinfo import FOREIGN_LOAD_FLOOR, CpuMeter
 
 
 @pytest.mark.parametrize("cores, own, limit", [(16, 2.0, 3.5), (2, 2.0, FOREIGN_LOAD_FLOOR),
@@ -25,8 +25,8 @@ def test_one_foreign_core_on_a_16_core_host_is_not_flagged_but_is_on_a_full_2_co
         monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from bakeoff.core import measure
-    from bakeoff.core.client import StreamResult
+    from bakeoff.core.engine.client import StreamResult
+    from bakeoff.core.measure import definitions as measure
 
     arm = SimpleNamespace(name="a", speculative=SimpleNamespace(enabled=False))
     adapter = SimpleNamespace(name="sim", capabilities=SimpleNamespace(token_counts=None))

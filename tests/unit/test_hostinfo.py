@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from bakeoff.core import hostinfo, protocol
-from bakeoff.core.hostinfo import CpuMeter, docker_container_ids
+from bakeoff.core.host import hostinfo
+from bakeoff.core.host.hostinfo import CpuMeter, docker_container_ids
+from bakeoff.core.run import protocol
 
 CID = "f00dfeedcafe" + "0" * 52  # a container id as Docker prints it (64 hex)
 

@@ -8,6 +8,7 @@ moving an import into a function. docs/architecture.md describes the same layers
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,20 +17,24 @@ import bakeoff.core
 CORE = Path(bakeoff.core.__file__).parent
 PACKAGE = "bakeoff.core"
 
-# Bottom to top. A module may import modules of its own layer (without a circle) and of layers below it.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("errors", "textfmt", "redact", "liveconfig", "pypi", "hostinfo", "telemetry", "roofline",
-                    "sample", "sample_lines", "placement")),
-    ("bakeoff file", ("config", "sweep", "prompts")),
-    ("records", ("record", "db", "store", "stats", "decision", "acceptance")),
-    ("engine contract", ("client", "metrics", "readback", "effective", "adapter", "registry", "models", "sdist_build")),
-    ("measurement", ("measure", "depth", "concurrency", "points", "launcher", "compose", "attach", "hardware",
-                     "fairness", "gates", "watchdog")),
-    ("plan", ("loader", "calibrate", "plan")),
-    ("run", ("protocol", "executor", "block", "ray_executor", "phases", "selftest", "resume", "live", "promote")),
-    ("reports", ("reports", "reports.*")),
-    ("face and CLI", ("", "cli", "cli.*")),  # "" is bakeoff.core itself: its __init__ re-exports the public API
-]
+LAYER_LINE = re.compile(r"^Layer (\d+), (\w+):")
+FACE = "face"  # bakeoff.core itself and any module directly in core/: above every layer folder
+
+
+def _layers() -> dict[str, tuple[int, str]]:
+    """Each folder of core/ -> (its number, its name), read from the first line of its ``__init__`` docstring.
+
+    The folders are the layers: a folder declares where it stands ("Layer 3, config: ..."), so moving a module
+    into another folder moves it to another layer, and no table elsewhere has to be kept in step.
+    """
+    found = {}
+    for init in sorted(CORE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        match = LAYER_LINE.match(doc)
+        assert match, f"{init}: the docstring must open with 'Layer N, name:' (the folder's place in the layers)"
+        assert match.group(2) == init.parent.name, f"{init}: the layer is named {match.group(2)!r}, not its folder"
+        found[init.parent.name] = (int(match.group(1)), match.group(2))
+    return found
 
 
 def _modules() -> dict[str, Path]:
@@ -80,7 +85,7 @@ def _core_graph() -> dict[str, set[str]]:
                 deps.add("")
             elif target.startswith(f"{PACKAGE}."):
                 name = target.removeprefix(f"{PACKAGE}.")
-                while name and name not in known:  # bakeoff.core.adapter.Capabilities -> adapter
+                while name and name not in known:  # bakeoff.core.engine.adapter.Capabilities -> adapter
                     name = name.rpartition(".")[0]
                 deps.add(name)
         deps.discard(module)
@@ -88,12 +93,21 @@ def _core_graph() -> dict[str, set[str]]:
     return graph
 
 
+def _folder(module: str) -> str | None:
+    """The layer folder a module lives in (a folder's own ``__init__`` included), None for the face."""
+    head = module.split(".")[0]
+    return head if head and (CORE / head).is_dir() else None
+
+
 def _layer_of(module: str) -> int:
-    for index, (_, members) in enumerate(LAYERS):
-        for member in members:
-            if module == member or (member.endswith(".*") and module.startswith(member[:-1])):
-                return index
-    raise KeyError(module)
+    """The layer number of a module: its folder's, or above them all for the face (core/ itself)."""
+    folder = _folder(module)
+    return _layers()[folder][0] if folder else max(number for number, _ in _layers().values()) + 1
+
+
+def _layer_name(module: str) -> str:
+    folder = _folder(module)
+    return _layers()[folder][1] if folder else FACE
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -135,14 +149,11 @@ def _shown(module: str) -> str:
     return f"{PACKAGE}.{module}".rstrip(".")
 
 
-def test_every_core_module_is_placed_in_one_layer() -> None:
-    unplaced = []
-    for module in _modules():
-        try:
-            _layer_of(module)
-        except KeyError:
-            unplaced.append(_shown(module))
-    assert not unplaced, f"add these modules to LAYERS (and docs/architecture.md): {unplaced}"
+def test_layers_are_folders_numbered_once_and_the_face_is_small() -> None:
+    numbers = sorted(number for number, _ in _layers().values())
+    assert numbers == list(range(1, len(numbers) + 1)), f"layer numbers must be 1..N, each once: {_layers()}"
+    face = sorted(m for m in _modules() if _layer_name(m) == FACE)
+    assert face == ["", "api"] or face == [""], f"only the package face may sit directly in core/: {face}"
 
 
 def test_core_modules_import_each_other_without_a_circle() -> None:
@@ -155,14 +166,13 @@ def test_no_core_module_imports_a_layer_above_its_own() -> None:
     for module, deps in _core_graph().items():
         for dep in deps:
             if _layer_of(dep) > _layer_of(module):
-                upward.append(f"{_shown(module)} ({LAYERS[_layer_of(module)][0]}) imports {_shown(dep)} "
-                              f"({LAYERS[_layer_of(dep)][0]})")
+                upward.append(f"{_shown(module)} ({_layer_name(module)}) imports {_shown(dep)} ({_layer_name(dep)})")
     assert not upward, "imports that run up a layer:\n" + "\n".join(sorted(upward))
 
 
 # Core modules that still import an engine module, each with why; the list may only shrink.
 KNOWN_ENGINE_IMPORTS = {
-    "calibrate": "issue 15: calibration arms are built from engines/llamacpp/synth.py's model synthesizer; "
+    "config.calibration": "issue 15: calibration arms are built from engines/llamacpp/synth.py's model synthesizer; "
                  "belongs behind an adapter hook",
 }
 
@@ -178,6 +188,7 @@ def test_core_never_imports_an_engine_or_a_plugin() -> None:
 def test_the_graph_reader_sees_late_and_relative_imports() -> None:
     """The reader itself: function-level imports and ``from . import x`` are edges (else the tests prove nothing)."""
     graph = _core_graph()
-    assert "measure" in graph["protocol"] and "points" in graph["protocol"]  # from .measure / from . import points
-    assert "compose" in graph["live"]  # imported inside a function
-    assert "cli.run" in graph["cli"] and "config" in graph[""]  # a package's own modules, and its __init__
+    assert "measure.definitions" in graph["run.protocol"]  # from ..measure import definitions
+    assert "measure.points" in graph["run.protocol"]
+    assert "engine.compose" in graph["run.live"]  # imported inside a function
+    assert "cli.run" in graph["cli"] and "config.schema" in graph[""]  # a package's own modules, and its __init__

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from bakeoff.core import KNOBS, EngineAdapter, Workload
-from bakeoff.core.adapter import check_arm_capabilities, launch_fingerprint
-from bakeoff.core.config import Arm
-from bakeoff.core.errors import CapabilityNotSupported
+from bakeoff.core.common.errors import CapabilityNotSupported
+from bakeoff.core.config.schema import Arm
+from bakeoff.core.engine.adapter import check_arm_capabilities, launch_fingerprint
 
 for _src in sorted((Path(__file__).resolve().parents[2] / "plugins").glob("*/src")):
     if str(_src) not in sys.path:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core.adapter import EngineAdapter, LaunchSpec
-from bakeoff.core.config import Arm
-from bakeoff.core.errors import EngineStartupError
-from bakeoff.core.launcher import Engine, port_is_free
+from bakeoff.core.common.errors import EngineStartupError
+from bakeoff.core.config.schema import Arm
+from bakeoff.core.engine.adapter import EngineAdapter, LaunchSpec
+from bakeoff.core.engine.launcher import Engine, port_is_free
 
 # An engine that, like vLLM, binds its port only after loading for a while, then fails to bind.
 LATE_BINDER = "import time, sys; time.sleep(1.0); print('bind: Address already in use', flush=True); sys.exit(1)"

@@ -21,13 +21,14 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff.core.errors import ConfigError
-from bakeoff.core.launcher import free_port
-from bakeoff.core.live import check_live_config, redact
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.phases import compare_phases
-from bakeoff.core.sample import Sample
-from bakeoff.core.watchdog import health_problem
+from bakeoff.core.analysis.phases import compare_phases
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.checks import check_live_config
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.engine.launcher import free_port
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.run.live import redact
+from bakeoff.core.run.watchdog import health_problem
 from bakeoff.engines.sim import SERVER
 
 SERVICE = Path(__file__).resolve().parents[1] / "fixtures" / "live_service.py"
@@ -341,8 +342,8 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("live-
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_live_examples_are_valid_and_keep_the_guard_rails(example: Path) -> None:
-    from bakeoff.core.loader import load_bakeoff
-    from bakeoff.core.phases import check_phases_config
+    from bakeoff.core.config.checks import check_phases_config
+    from bakeoff.core.config.loader import load_bakeoff
 
     config = load_bakeoff(example)
     check_live_config(config)
@@ -355,7 +356,7 @@ def test_numbers_in_an_argv_are_words_and_dry_run_lists_every_apply_and_revert(t
                            "phases: {duration_s: 5, knobs: [{name: pl, apply: [nvidia-smi, -pl, 400], "
                            "revert: [nvidia-smi, -pl, 700]}]}\n")
     assert config.phases is not None and config.phases.knobs[0].apply == ["nvidia-smi", "-pl", "400"]
-    from bakeoff.core.live import dry_run_lines
+    from bakeoff.core.run.live import dry_run_lines
 
     lines = dry_run_lines(config)
     assert any("phase p01-pl: apply: nvidia-smi -pl 400; 5 s of requests; revert: nvidia-smi -pl 700" in x
@@ -380,7 +381,7 @@ def test_secrets_in_live_commands_stay_out_of_run_json_and_logs(tmp_path: Path, 
 
 
 def test_the_phase_table_shows_gpu_readings_where_a_phase_has_them() -> None:
-    from bakeoff.core.phases import phase_rows
+    from bakeoff.core.reports.tables import phase_rows
 
     records = [{"phase": "p00-baseline", "setting": "baseline", "probes": 3, "unhealthy_probes": 0,
                 "gpu": {"power_mean_w": 612.4, "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0, "temp_max_c": 61.0}},

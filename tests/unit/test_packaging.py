@@ -18,7 +18,7 @@ def test_wheel_and_editable_import_the_same_names(tmp_path: Path) -> None:
                     "-w", str(tmp_path / "dist"), str(ROOT)], check=True)
     wheel = next((tmp_path / "dist").glob("bakeoff-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    assert "bakeoff/core/config.py" in names and "bakeoff/engines/llamacpp/adapter.py" in names
+    assert "bakeoff/core/config/schema.py" in names and "bakeoff/engines/llamacpp/adapter.py" in names
     assert "bakeoff/engines/demo.yaml" in names and "bakeoff/__main__.py" in names
     entry_points = zipfile.ZipFile(wheel).read("bakeoff-0.1.0.dist-info/entry_points.txt").decode()
     assert "[bakeoff.engines]" in entry_points and "llamacpp = bakeoff.engines.llamacpp:LlamaCppAdapter" in entry_points

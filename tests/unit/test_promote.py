@@ -16,12 +16,12 @@ import yaml
 from test_compose import compose_cli, compose_config
 from test_live import LiveSim, live  # noqa: F401 - the fixture
 
-from bakeoff.core.errors import PromoteError
-from bakeoff.core.live import service_commands
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.promote import prepare, promote, record_path, revert
-from bakeoff.core.store import RunDir
-from bakeoff.core.watchdog import health_problem
+from bakeoff.core.common.errors import PromoteError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.results.store import RunDir
+from bakeoff.core.run.live import service_commands
+from bakeoff.core.run.promote import prepare, promote, record_path, revert
+from bakeoff.core.run.watchdog import health_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 

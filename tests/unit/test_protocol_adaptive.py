@@ -1,4 +1,4 @@
-"""Adaptive passes (--until-ci) and plan-time warnings in core/protocol.py, with a fake adapter: no engine runs."""
+"""Adaptive passes (--until-ci) and plan-time warnings in core/run/protocol.py, with a fake adapter: no engine runs."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from bakeoff.core import plan as plan_module
-from bakeoff.core import protocol
-from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
-from bakeoff.core.config import Arm
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.store import RunDir
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.schema import Arm
+from bakeoff.core.engine.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
+from bakeoff.core.results.store import RunDir
+from bakeoff.core.run import plan as plan_module
+from bakeoff.core.run import protocol
 
 
 class StatefulFake(EngineAdapter):

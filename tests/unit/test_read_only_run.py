@@ -1,6 +1,6 @@
 """Reading a run changes nothing in it: ``bakeoff report``, ``compare``, ``runs`` and resume's reading phase
 leave a real run directory's files, sizes and mtimes as they were, with no SQLite -wal/-shm files or journal
-left beside its index (core/db.py reads the index read-only)."""
+left beside its index (core/results/db.py reads the index read-only)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
-from bakeoff.core.db import DB_NAME
+from bakeoff.core.results.db import DB_NAME
 
 SIM = """\
 name: ro

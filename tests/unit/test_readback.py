@@ -1,10 +1,10 @@
-"""core/readback.py's EngineLog: the log core hands an adapter, and the short wait for a late line."""
+"""core/engine/readback.py's EngineLog: the log core hands an adapter, and the short wait for a late line."""
 
 from __future__ import annotations
 
 import time
 
-from bakeoff.core.readback import EngineLog
+from bakeoff.core.engine.readback import EngineLog
 
 
 def test_text_is_what_the_request_wrote() -> None:

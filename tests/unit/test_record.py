@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bakeoff.core.errors import NewerRunRecordError, NewerSchemaError, RunRecordError
-from bakeoff.core.record import RUN_SCHEMA_VERSION, RunRecord, parse_run_record
-from bakeoff.core.store import RunDir
+from bakeoff.core.common.errors import NewerRunRecordError, NewerSchemaError, RunRecordError
+from bakeoff.core.results.record import RUN_SCHEMA_VERSION, RunRecord, parse_run_record
+from bakeoff.core.results.store import RunDir
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "reports" / "llamacpp-run"
 

@@ -6,15 +6,15 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from bakeoff.core import registry
-from bakeoff.core.adapter import EngineAdapter
-from bakeoff.core.errors import EngineUnavailable, UnknownEngineError
+from bakeoff.core.common.errors import EngineUnavailable, UnknownEngineError
+from bakeoff.core.engine import registry
+from bakeoff.core.engine.adapter import EngineAdapter
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 
 FAKE = {
     "llamacpp": EntryPoint("llamacpp", "bakeoff.engines.llamacpp:LlamaCppAdapter", registry.GROUP),
     "broken": EntryPoint("broken", "bakeoff_no_such_module:Adapter", registry.GROUP),
-    "notadapter": EntryPoint("notadapter", "bakeoff.core.config:Arm", registry.GROUP),
+    "notadapter": EntryPoint("notadapter", "bakeoff.core.config.schema:Arm", registry.GROUP),
 }
 
 

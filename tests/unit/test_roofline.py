@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from fake_nvml import fake_nvml
 
-from bakeoff.core.roofline import host_copy_bandwidth_gbs, model_bytes, roofline_for
+from bakeoff.core.host.roofline import host_copy_bandwidth_gbs, model_bytes, roofline_for
 from bakeoff.engines.llamacpp.synth import Dims, SynthSpec, synthesize, toy_tokenizer
 
 DIMS = Dims(hidden=64, layers=3, heads=4, kv_heads=2, ffn=128, experts=4, experts_used=2, expert_ffn=32,
@@ -128,7 +128,7 @@ def test_not_a_gguf_is_a_clear_error(tmp_path: Path) -> None:
 def test_floor_and_efficiency_match_the_h200_facts() -> None:
     """3.3B F16 (6.24 GB/token): ~673 tok/s floor at 4.2 TB/s measured, ~771 at NVML's 4.81 TB/s;
     334 tok/s measured is then ~50 % and ~43 %."""
-    from bakeoff.core.roofline import ModelBytes
+    from bakeoff.core.host.roofline import ModelBytes
 
     facts = ModelBytes(weights=6_240_000_000, kv_per_position=0.0, file_bytes=6_240_000_000)
     roof = roofline_for(facts, {"gbs": 4200.0, "source": "measured device copy", "theoretical_gbs": 4814.3}, 334.0,
@@ -149,8 +149,9 @@ def test_host_copy_bandwidth_is_measured() -> None:
 
 
 def test_hardware_record_picks_host_or_gpu_bandwidth_per_arm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff.core import hardware, telemetry
-    from bakeoff.core.config import Arm, Settings
+    from bakeoff.core.config.schema import Arm, Settings
+    from bakeoff.core.engine import hardware
+    from bakeoff.core.host import telemetry
 
     path = synthesize(SynthSpec("target", dims=DIMS), toy_tokenizer(300), tmp_path)
     cpu_arm = Arm(name="cpu", engine="llamacpp", model=str(path))
@@ -180,9 +181,9 @@ def test_hardware_record_picks_host_or_gpu_bandwidth_per_arm(tmp_path: Path, mon
 def test_engine_holding_too_little_gpu_memory_is_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from bakeoff.core import hardware
-    from bakeoff.core.config import Arm, Settings
-    from bakeoff.core.telemetry import open_monitor
+    from bakeoff.core.config.schema import Arm, Settings
+    from bakeoff.core.engine import hardware
+    from bakeoff.core.host.telemetry import open_monitor
     monitor = open_monitor(nvml=fake_nvml())  # pid 4242 holds 6 GiB
     assert monitor is not None
     arm = Arm(name="a", engine="llamacpp", model="m.gguf", settings=Settings(gpu_layers=99))

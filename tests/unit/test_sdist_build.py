@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core import EngineUnavailable, sdist_build
-from bakeoff.core.sdist_build import SdistBuild, build_from_sdist, cached_binary
+from bakeoff.core import EngineUnavailable
+from bakeoff.core.engine import sdist_build
+from bakeoff.core.engine.sdist_build import SdistBuild, build_from_sdist, cached_binary
 
 pytestmark = pytest.mark.skipif(not shutil.which("cmake") or not shutil.which("cc"), reason="needs cmake and cc")
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from bakeoff.core.config import Arm, Settings
-from bakeoff.core.errors import ConfigError, EngineStartupError
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.protocol import _headers, plan_run
+from bakeoff.core.common.errors import ConfigError, EngineStartupError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.schema import Arm, Settings
+from bakeoff.core.run.protocol import _headers, plan_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,8 +99,8 @@ def _leaks(root: Path, *texts: str) -> list[str]:
 
 def test_run_metadata_keeps_names_and_masks_env_values_url_credentials_and_key_flags(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff.core.protocol import run_metadata
-    from bakeoff.core.redact import redact_config
+    from bakeoff.core.common.redact import redact_config
+    from bakeoff.core.run.protocol import run_metadata
 
     monkeypatch.setenv("BAKEOFF_T_PLANTED_KEY", API_KEY)
     config = parse_bakeoff(_secret_config("http://127.0.0.1:9/m/ok", "http://127.0.0.1:9/m/echo_key")
@@ -150,8 +150,8 @@ def test_no_planted_secret_reaches_the_run_directory_logs_or_reports(
 
 
 def test_a_resumed_run_takes_the_masked_values_from_the_bakeoff_file(tmp_path: Path) -> None:
-    from bakeoff.core.resume import load_resume
-    from bakeoff.core.store import RunDir
+    from bakeoff.core.results.store import RunDir
+    from bakeoff.core.run.resume import load_resume
 
     text = f"arms: [{{name: a, engine: sim, model: sim, env: {{HF_TOKEN: {ENV_SECRET}}}}}]\n"
     bakeoff = tmp_path / "b.yaml"
@@ -171,9 +171,9 @@ def test_a_resumed_run_takes_the_masked_values_from_the_bakeoff_file(tmp_path: P
 def test_stored_error_texts_arm_records_argv_and_logs_are_masked(tmp_path: Path) -> None:
     import base64
 
-    from bakeoff.core.redact import Redactor, redact_argv
-    from bakeoff.core.sample import Sample
-    from bakeoff.core.store import RunDir
+    from bakeoff.core.common.redact import Redactor, redact_argv
+    from bakeoff.core.results.sample import Sample
+    from bakeoff.core.results.store import RunDir
 
     run = RunDir(tmp_path / "r", redactor=Redactor([ENV_SECRET, API_KEY]))
     basic = base64.b64encode(f"admin:{URL_PASSWORD}".encode()).decode()
@@ -206,7 +206,7 @@ def test_exllama_docker_argv_names_env_variables_without_values(tmp_path: Path) 
 def test_compose_file_names_env_variables_and_the_cli_gets_the_values(tmp_path: Path) -> None:
     import yaml
 
-    from bakeoff.core.compose import ComposeEngine
+    from bakeoff.core.engine.compose import ComposeEngine
     from bakeoff.engines.llamacpp import LlamaCppAdapter
 
     model = tmp_path / "m.gguf"
@@ -227,8 +227,8 @@ def test_compose_file_names_env_variables_and_the_cli_gets_the_values(tmp_path: 
 
 
 def test_promote_refuses_an_arm_whose_env_values_were_masked(tmp_path: Path) -> None:
-    from bakeoff.core.promote import prepare
-    from bakeoff.core.store import RunDir
+    from bakeoff.core.results.store import RunDir
+    from bakeoff.core.run.promote import prepare
 
     run = RunDir(tmp_path / "r")
     run.write_run({"config": parse_bakeoff(
@@ -242,9 +242,9 @@ def test_promote_refuses_an_arm_whose_env_values_were_masked(tmp_path: Path) -> 
 
 def test_masking_by_value_never_touches_arm_names_orders_or_the_prompts(tmp_path: Path) -> None:
     """An env value that happens to equal an arm's name must not break resume's pass orders."""
-    from bakeoff.core.redact import Redactor
-    from bakeoff.core.sample import Sample
-    from bakeoff.core.store import RunDir
+    from bakeoff.core.common.redact import Redactor
+    from bakeoff.core.results.sample import Sample
+    from bakeoff.core.results.store import RunDir
 
     run = RunDir(tmp_path / "r", redactor=Redactor(["turbo"]))
     run.write_run({"orders": [["turbo", "base"]], "baseline": "turbo", "prompts": [{"name": "turbo"}],
@@ -260,8 +260,8 @@ def test_an_unexpected_error_that_quotes_a_secret_is_masked_in_its_traceback_fil
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hostile_server: Any) -> None:
     from typer.testing import CliRunner
 
-    from bakeoff.core import protocol
     from bakeoff.core.cli import app
+    from bakeoff.core.run import protocol
 
     monkeypatch.setenv("BAKEOFF_T_PLANTED_KEY", API_KEY)
 

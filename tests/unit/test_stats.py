@@ -1,4 +1,4 @@
-"""core/stats.py: intervals, pairing, verdicts, descriptive figures, the adaptive-pass rule, coverage."""
+"""core/analysis/stats.py: intervals, pairing, verdicts, descriptive figures, the adaptive-pass rule, coverage."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bakeoff.core.plan import stateful_warning
-from bakeoff.core.sample import Sample
-from bakeoff.core.stats import (
+from bakeoff.core.analysis.stats import (
     Interval,
     bootstrap_ci,
     compare_to_baseline,
@@ -24,6 +22,8 @@ from bakeoff.core.stats import (
     unpaired_ratio,
     verdict,
 )
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.run.plan import stateful_warning
 
 
 def _samples(arm: str, rates: list[float], *, prompt: str = "p", passes: int = 1, **kw: object) -> list[Sample]:

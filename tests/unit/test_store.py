@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bakeoff.core import protocol
 from bakeoff.core.cli import app
-from bakeoff.core.config import ARM_NAME_MAX
-from bakeoff.core.db import DB_NAME
-from bakeoff.core.errors import BakeoffError, ConfigError, NewerSchemaError, RunDirError
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.record import RunRecord
+from bakeoff.core.common.errors import BakeoffError, ConfigError, NewerSchemaError, RunDirError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.schema import ARM_NAME_MAX
 from bakeoff.core.reports.model import summarize_run
-from bakeoff.core.resume import load_resume
-from bakeoff.core.sample import Sample
-from bakeoff.core.store import SET_ASIDE, RunDir, read_samples
+from bakeoff.core.results.db import DB_NAME
+from bakeoff.core.results.record import RunRecord
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import SET_ASIDE, RunDir, read_samples
+from bakeoff.core.run import protocol
+from bakeoff.core.run.resume import load_resume
 from bakeoff.engines.sim import SimAdapter
 
 CONFIG = """\

@@ -9,15 +9,15 @@ from typing import Any, ClassVar
 
 import pytest
 
-from bakeoff.core import plan as plan_module
-from bakeoff.core import protocol
-from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
-from bakeoff.core.config import Arm, RequestOverrides, Workload
-from bakeoff.core.errors import CapabilityNotSupported, ConfigError
-from bakeoff.core.launcher import SharedEngine
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.plan import effective_workload, order_for_sharing, server_key
-from bakeoff.core.sweep import arm_name_for, expand_sweeps
+from bakeoff.core.common.errors import CapabilityNotSupported, ConfigError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.schema import Arm, RequestOverrides, Workload
+from bakeoff.core.config.sweep import arm_name_for, expand_sweeps
+from bakeoff.core.engine.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
+from bakeoff.core.engine.launcher import SharedEngine
+from bakeoff.core.run import plan as plan_module
+from bakeoff.core.run import protocol
+from bakeoff.core.run.plan import effective_workload, order_for_sharing, server_key
 
 ARM_SWEEP = """\
 name: s

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fake_nvml import NVMLError, fake_nvml
 
-from bakeoff.core import telemetry
-from bakeoff.core.telemetry import GpuMonitor, open_monitor
+from bakeoff.core.host import telemetry
+from bakeoff.core.host.telemetry import GpuMonitor, open_monitor
 
 
 def test_energy_from_the_counter_and_power_clock_temperature_summary() -> None:
@@ -93,14 +93,14 @@ def test_absent_nvml_or_driver_is_silently_off(monkeypatch: pytest.MonkeyPatch) 
 def test_a_run_records_gpus_and_telemetry_on_every_sample(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     """Through the protocol with a real (sim) engine process and a fake NVML: run.json gets the GPUs and each
     arm's idle power and limits; every timed request gets energy and tokens per joule."""
-    from bakeoff.core import protocol
-    from bakeoff.core.loader import parse_bakeoff
+    from bakeoff.core.config.loader import parse_bakeoff
     from bakeoff.core.reports import summarize_run
-    from bakeoff.core.store import RunDir
+    from bakeoff.core.results.store import RunDir
+    from bakeoff.core.run import protocol
 
     nvml = fake_nvml()
     monkeypatch.setattr(telemetry, "_load_nvml", lambda: nvml)
-    monkeypatch.setattr("bakeoff.core.hardware.gpu_copy_bandwidth_gbs", lambda *a, **k: (4200.0, "torch"))
+    monkeypatch.setattr("bakeoff.core.engine.hardware.gpu_copy_bandwidth_gbs", lambda *a, **k: (4200.0, "torch"))
     plan = protocol.plan_run(parse_bakeoff(
         "name: t\narms:\n  - {name: a, engine: sim, model: sim}\n"
         "workload: {prompts: [prose], reps: 2, max_tokens: 16, gpu_sample_interval_s: 0.01}\n"))

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from bakeoff.core.sample import Sample
-from bakeoff.core.store import RunDir
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import RunDir
 
 
 def _module() -> ModuleType:

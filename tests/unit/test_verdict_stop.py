@@ -1,4 +1,4 @@
-"""--stop-on-verdict (core/stats.py): an early stop on a clear verdict whose looks share one alpha.
+"""--stop-on-verdict (core/analysis/stats.py): an early stop on a clear verdict whose looks share one alpha.
 
 Simulated runs with a known truth: every arm-pass gets its own launch effect (log-normal, sd 0.1) and every
 request its own noise (sd 0.2), two prompts, one rep, as in the time-to-verdict pool. The rule is asked after
@@ -13,20 +13,20 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from bakeoff.core import plan as plan_module
-from bakeoff.core.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
-from bakeoff.core.cli.run import execute
-from bakeoff.core.config import Arm
-from bakeoff.core.errors import ConfigError
-from bakeoff.core.loader import parse_bakeoff
-from bakeoff.core.sample import Sample
-from bakeoff.core.stats import (
+from bakeoff.core.analysis.stats import (
     MIN_ADAPTIVE_PASSES,
     VERDICT_ALPHA,
     clear_verdicts,
     needs_more_passes,
     verdict_stop_level,
 )
+from bakeoff.core.cli.run import execute
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.schema import Arm
+from bakeoff.core.engine.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.run import plan as plan_module
 
 N_BOOT = 1000
 MAX_PASSES = 6

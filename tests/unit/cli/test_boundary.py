@@ -16,7 +16,7 @@ from bakeoff.core.cli import app
 from bakeoff.core.cli import report as report_cli
 from bakeoff.core.cli.boundary import guard_commands, is_guarded, stop_message
 from bakeoff.core.cli.exit_codes import ExitCode, exit_code_for
-from bakeoff.core.errors import ConfigError, EngineStartupError, PreflightError, RunDirError
+from bakeoff.core.common.errors import ConfigError, EngineStartupError, PreflightError, RunDirError
 
 runner = CliRunner()
 

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from bakeoff.core.cli import app
 from bakeoff.core.cli import calibrate as calibrate_cli
 from bakeoff.core.cli.exit_codes import ExitCode
-from bakeoff.core.config import BakeoffFile
-from bakeoff.core.loader import load_bakeoff
+from bakeoff.core.config.loader import load_bakeoff
+from bakeoff.core.config.schema import BakeoffFile
 from bakeoff.engines.llamacpp import synth as llamacpp_synth
 
 runner = CliRunner()

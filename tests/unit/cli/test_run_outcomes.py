@@ -15,10 +15,11 @@ import pytest
 from hostile_server import HostileServer
 from typer.testing import CliRunner
 
-from bakeoff.core import measure, protocol
 from bakeoff.core.cli import app
 from bakeoff.core.cli.exit_codes import ExitCode
-from bakeoff.core.store import RunDir, read_samples
+from bakeoff.core.measure import definitions as measure
+from bakeoff.core.results.store import RunDir, read_samples
+from bakeoff.core.run import protocol
 
 runner = CliRunner()
 
@@ -104,7 +105,7 @@ def test_an_unexpected_error_in_one_arm_fails_that_arm_with_its_cause_and_resume
     def second_request_of_broken_raises(arm: Any, adapter: Any, result: Any, stats: Any, run_id: str, prompt: str,
                                         mode: str, rep: int, *rest: Any, **kw: Any) -> Any:
         if arm.name == "broken" and rep == 1:  # what an unforeseen engine answer does to pydantic
-            from bakeoff.core.sample import Sample
+            from bakeoff.core.results.sample import Sample
             Sample.model_validate({"finish_reason": 7})
         return real(arm, adapter, result, stats, run_id, prompt, mode, rep, *rest, **kw)
 
@@ -134,7 +135,7 @@ def test_an_unexpected_error_in_one_arm_fails_that_arm_with_its_cause_and_resume
 def test_a_failing_concurrency_stream_keeps_its_cause(monkeypatch: pytest.MonkeyPatch) -> None:
     import httpx
 
-    from bakeoff.core import concurrency
+    from bakeoff.core.measure import concurrency
 
     def explode(*args: Any, **kwargs: Any) -> Any:
         raise OverflowError("int too large to convert")
@@ -194,7 +195,7 @@ def test_dns_failure_reads_as_such() -> None:
 
     import httpx
 
-    from bakeoff.core.attach import _connect_cause
+    from bakeoff.core.engine.attach import _connect_cause
 
     exc = httpx.ConnectError("[Errno -2] Name or service not known")
     exc.__cause__ = socket.gaierror(-2, "Name or service not known")
@@ -266,7 +267,7 @@ def test_an_out_path_that_is_a_file_is_a_config_error(tmp_path: Path, hostile_se
 
 def test_a_disk_that_fills_mid_run_exits_5_and_keeps_the_stored_samples(
         tmp_path: Path, hostile_server: HostileServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff.core.errors import RunDirError
+    from bakeoff.core.common.errors import RunDirError
 
     real = RunDir.append
     calls = {"n": 0}

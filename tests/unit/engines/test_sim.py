@@ -11,10 +11,10 @@ import pytest
 from sse_fakes import split_events
 
 from bakeoff.core import EngineLog
-from bakeoff.core.client import stream_chat
-from bakeoff.core.config import Arm
-from bakeoff.core.errors import ConfigError
-from bakeoff.core.measure import account
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.schema import Arm
+from bakeoff.core.engine.client import stream_chat
+from bakeoff.core.measure.definitions import account
 from bakeoff.engines.sim import SERVER, SimAdapter, SimOptions
 from bakeoff.engines.sim.server import DEFAULTS, stream_actions
 

@@ -16,20 +16,20 @@ import pytest
 from sse_fakes import split_events
 
 from bakeoff.core import EngineLog
-from bakeoff.core.adapter import check_arm_capabilities, read_effective
-from bakeoff.core.client import stream_chat
-from bakeoff.core.config import Arm, Workload
-from bakeoff.core.errors import (
+from bakeoff.core.common.errors import (
     CapabilityNotSupported,
     ConfigError,
     EngineUnavailable,
     MeasurementError,
     PreflightError,
 )
-from bakeoff.core.loader import load_bakeoff
-from bakeoff.core.measure import account, request_fields
-from bakeoff.core.metrics import parse_metrics
-from bakeoff.core.models import cache_root
+from bakeoff.core.config.loader import load_bakeoff
+from bakeoff.core.config.schema import Arm, Workload
+from bakeoff.core.engine.adapter import check_arm_capabilities, read_effective
+from bakeoff.core.engine.client import stream_chat
+from bakeoff.core.engine.metrics import parse_metrics
+from bakeoff.core.engine.models import cache_root
+from bakeoff.core.measure.definitions import account, request_fields
 from bakeoff.engines.vllm import install as vllm_install
 from bakeoff.engines.vllm.adapter import M_DRAFTS, M_PER_POS, VllmAdapter, acceptance_from_metrics, speculative_config
 

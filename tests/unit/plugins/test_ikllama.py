@@ -21,7 +21,7 @@ from bakeoff.core import (
     Workload,
     read_effective,
 )
-from bakeoff.core.adapter import check_arm_capabilities
+from bakeoff.core.engine.adapter import check_arm_capabilities
 from bakeoff_ikllama import adapter as ik_module
 from bakeoff_ikllama import build as ik_build
 from bakeoff_ikllama.adapter import (

@@ -26,10 +26,10 @@ from bakeoff.core import (
     Workload,
     read_effective,
 )
-from bakeoff.core.acceptance import acceptance_detail
-from bakeoff.core.adapter import check_arm_capabilities
-from bakeoff.core.compose import build_project
-from bakeoff.core.measure import request_fields
+from bakeoff.core.analysis.acceptance import acceptance_detail
+from bakeoff.core.engine.adapter import check_arm_capabilities
+from bakeoff.core.engine.compose import build_project
+from bakeoff.core.measure.definitions import request_fields
 from bakeoff_sglang import adapter as sglang_module
 from bakeoff_sglang.adapter import (
     IMAGE,

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bakeoff.core.sample import Sample
-from bakeoff.core.store import RunDir
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import RunDir
 
 Maker = Callable[..., Path]
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
-from bakeoff.core.errors import ConfigError
+from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.reports.compare import compare_runs, render_comparison_markdown
 
 Maker = Callable[..., Path]

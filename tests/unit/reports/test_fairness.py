@@ -11,13 +11,14 @@ import httpx
 import pytest
 from rich.console import Console
 
-from bakeoff.core.config import Arm
-from bakeoff.core.errors import ConfigError
-from bakeoff.core.fairness import OUTPUTS_FILE, finish_flags, output_line
-from bakeoff.core.gates import check_schema, run_gates, score_gates
+from bakeoff.core.analysis.fairness import OUTPUTS_FILE, finish_flags, output_line
+from bakeoff.core.analysis.gates import score_gates
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.schema import Arm
+from bakeoff.core.measure.gates import check_schema, run_gates
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
-from bakeoff.core.sample import Sample
-from bakeoff.core.store import RunDir
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import RunDir
 
 
 def _write(path: Path, arms: dict[str, dict[str, Any]], samples: list[Sample],

@@ -58,7 +58,7 @@ def test_terminal_prints_intervals_verdicts_and_warnings(make_run: Maker) -> Non
 
 def test_plots_are_real_images(make_run: Maker) -> None:
     path = _run(make_run)
-    from bakeoff.core.store import read_samples
+    from bakeoff.core.results.store import read_samples
 
     plots = render_plots(summarize_run(path), read_samples(path))
     assert set(plots) == set(PLOTS)

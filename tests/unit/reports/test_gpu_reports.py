@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from bakeoff.core.host.telemetry import GpuSample
 from bakeoff.core.reports import (
     print_summary,
     render_html,
@@ -17,8 +18,7 @@ from bakeoff.core.reports import (
     summarize_run,
     write_reports,
 )
-from bakeoff.core.store import RunDir
-from bakeoff.core.telemetry import GpuSample
+from bakeoff.core.results.store import RunDir
 
 Maker = Callable[..., Path]
 

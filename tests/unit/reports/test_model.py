@@ -79,8 +79,8 @@ def test_samples_under_foreign_load_can_be_left_out(real_run: Path) -> None:
 
 def test_samples_without_a_rate_are_counted_per_arm_with_the_reason(make_run: Maker) -> None:
     """AUDIT H2 / FAULTS D3: the report says how many successful samples gave no rate, and why."""
-    from bakeoff.core.sample import Sample
-    from bakeoff.core.store import RunDir
+    from bakeoff.core.results.sample import Sample
+    from bakeoff.core.results.store import RunDir
 
     path = make_run({"base": 100.0, "proxy": 100.0}, passes=1, reps=2)
     run = RunDir(path)

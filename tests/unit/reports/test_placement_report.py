@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff.core.reports.model import summarize_run
-from bakeoff.core.sample import Sample
-from bakeoff.core.store import RunDir
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.results.store import RunDir
 
 RATES = {"base@a": 100.0, "fast": 150.0, "base@b": 50.0, "slow": 40.0}  # host b is half as fast as host a
 

@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
-from bakeoff.core.config import Arm, Speculative
+from bakeoff.core.config.schema import Arm, Speculative
 from bakeoff.core.reports import render_html, render_markdown, summarize_run, write_reports
 from bakeoff.core.reports.points import concurrency_table, depth_table, sweep_table
 from bakeoff.core.reports.tables import point_rows
-from bakeoff.core.sample import Sample
+from bakeoff.core.results.sample import Sample
 
 Maker = Callable[..., Path]
 

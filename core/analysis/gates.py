@@ -1,0 +1,149 @@
+"""Quality gates scored, and spec correctness: does an arm still answer, and does it write what spec-off writes?
+
+core/measure/gates.py sends the probes and keeps the raw answers in the arm's record. Here, when a run is
+summarized, a failed probe is compared with the arm's reference (the spec-off arm of the same engine and
+model, else the run's baseline); when the reference fails too — tiny models do not know arithmetic — the
+arm is "same-as-baseline" if it answered what the reference answered (or runs another engine or model),
+and "regressed" otherwise. Spec correctness compares greedy outputs (``arms/<arm>/outputs.jsonl``) of an
+arm with its reference: the fraction identical, and for a mismatch the first diverging position and both
+continuations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..config.schema import Arm, SamplingMode
+from .fairness import read_outputs
+
+__all__ = ["CONTEXT_CHARS", "FAILING", "Divergence", "GateStatus", "SpecCheck", "first_difference", "reference_arm",
+           "score_gates", "spec_identity"]
+
+FAILING = ("fail", "regressed")
+CONTEXT_CHARS = 40  # of each continuation shown after a divergence
+
+
+class GateStatus(BaseModel):
+    status: str = Field(description="pass | fail | same-as-baseline | regressed | skipped")
+    detail: str = ""
+    answer: str | None = Field(None, description="The raw answer (first 500 characters).")
+
+
+class Divergence(BaseModel):
+    point: str
+    position: int = Field(description="First differing character of the output text.")
+    reference: str
+    arm: str
+
+
+class SpecCheck(BaseModel):
+    reference: str
+    compared: int
+    identical: int
+    fraction: float | None
+    same_engine: bool = Field(description="False: another engine or model; agreement is reported, not judged.")
+    divergences: list[Divergence] = Field(default_factory=list)
+
+
+def first_difference(a: str, b: str) -> int:
+    """The first character position where ``a`` and ``b`` differ (the shorter length if one is a prefix)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def _gate_results(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return next((r["gates"] for r in records if r.get("gates")), {})
+
+
+def _server(arm: Arm | None) -> tuple[str | None, str | None, str | None]:
+    """What answers an arm's requests: its engine, model and URL (all None for an arm not in the config)."""
+    return (arm.engine, arm.model, arm.url) if arm is not None else (None, None, None)
+
+
+def reference_arm(arm: str, arms: Mapping[str, Arm], baseline: str | None) -> tuple[str | None, bool]:
+    """(the arm's reference, same engine and model): the spec-off arm of the same engine and model, else the
+    run's baseline; None for the reference itself."""
+    cfg = arms.get(arm)
+    key = _server(cfg)
+    spec_off = [n for n, c in arms.items() if n != arm and _server(c) == key and not c.speculative.enabled]
+    if cfg is not None and cfg.speculative.enabled and spec_off:
+        ref = baseline if baseline in spec_off else spec_off[0]
+        return ref, True
+    if baseline is None or baseline == arm:
+        return None, True
+    return baseline, _server(arms.get(baseline)) == key
+
+
+def score_gates(records: dict[str, list[dict[str, Any]]], arms: Mapping[str, Arm],
+                baseline: str | None) -> dict[str, dict[str, GateStatus]]:
+    """Per arm and gate: pass | fail | same-as-baseline | regressed | skipped."""
+    raw = {arm: _gate_results(records.get(arm, [])) for arm in arms}
+    out: dict[str, dict[str, GateStatus]] = {}
+    for arm, gates in raw.items():
+        ref, same = reference_arm(arm, arms, baseline)
+        scored = {}
+        for name, g in gates.items():
+            if g.get("passed") is None:
+                scored[name] = GateStatus(status="skipped", detail=g.get("detail", ""), answer=g.get("answer"))
+                continue
+            if g["passed"]:
+                scored[name] = GateStatus(status="pass", detail=g["detail"], answer=g.get("answer"))
+                continue
+            r = raw.get(ref or "", {}).get(name)
+            if ref is None or r is None or r.get("passed") is None or r.get("passed"):
+                status, detail = "fail", g["detail"] + (f"; {ref} passes" if r and r.get("passed") else "")
+            elif not same or r.get("answer") == g.get("answer"):
+                status, detail = "same-as-baseline", f"{g['detail']}; {ref} fails too"
+            else:
+                status, detail = "regressed", f"{g['detail']}; {ref} fails too but answered differently"
+            scored[name] = GateStatus(status=status, detail=detail, answer=g.get("answer"))
+        out[arm] = scored
+    return out
+
+
+def _is_greedy(mode: str, sampling: Mapping[str, SamplingMode]) -> bool:
+    m = sampling.get(mode)
+    return (m.temperature if m is not None else 0.0 if mode == "greedy" else 1.0) == 0.0
+
+
+def spec_identity(run_path: Path, arms: Mapping[str, Arm], baseline: str | None,
+                  sampling: Mapping[str, SamplingMode]) -> dict[str, SpecCheck]:
+    """Per arm with a reference: how many greedy outputs equal the reference's at the same point.
+
+    :param sampling: the run's sampling modes by name; a mode is greedy when its temperature is 0.
+    """
+    out: dict[str, SpecCheck] = {}
+    outputs = {arm: read_outputs(run_path, arm) for arm in arms}
+    for arm in arms:
+        ref, same = reference_arm(arm, arms, baseline)
+        if ref is None:
+            continue
+        mine, theirs = outputs[arm], outputs.get(ref, {})
+        keys = [k for k in mine if _is_greedy(k[1], sampling) and (k in theirs or _any_pass(k, theirs))]
+        if not keys:
+            continue
+        check = SpecCheck(reference=ref, compared=len(keys), identical=0, fraction=None, same_engine=same)
+        for k in sorted(keys, key=str):
+            other = theirs.get(k) if k in theirs else _any_pass(k, theirs)
+            assert other is not None
+            if mine[k] == other:
+                check.identical += 1
+                continue
+            pos = first_difference(mine[k], other)
+            if len(check.divergences) < 5:
+                check.divergences.append(Divergence(point=f"{k[0]}/{k[1]} rep {k[2]} pass {k[3]}", position=pos,
+                                                    reference=other[pos:pos + CONTEXT_CHARS],
+                                                    arm=mine[k][pos:pos + CONTEXT_CHARS]))
+        check.fraction = check.identical / check.compared
+        out[arm] = check
+    return out
+
+
+def _any_pass(key: tuple[Any, ...], outputs: dict[tuple[Any, ...], str]) -> str | None:
+    """Greedy output of the reference at the same prompt, mode, depth and length (another rep or pass)."""
+    prompt, mode, _rep, _pass, depth, max_tokens = key
+    return next((t for k, t in outputs.items() if (k[0], k[1], k[4], k[5]) == (prompt, mode, depth, max_tokens)),
+                None)

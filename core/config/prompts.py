@@ -1,0 +1,55 @@
+"""bakeoff's built-in prompt suite, written for this project.
+
+Six kinds that stress speculation differently: code (Python and Bash) repeats identifiers and is easy
+to draft; prose and story are hard; math and explanation sit between.
+"""
+
+from __future__ import annotations
+
+from ..common.errors import ConfigError
+from .schema import Prompt, Workload
+
+__all__ = ["SUITES", "resolve_prompts"]
+
+
+def _user(name: str, kind: str, text: str) -> Prompt:
+    return Prompt(name=name, kind=kind, messages=[{"role": "user", "content": text}])
+
+
+DEFAULT_SUITE = [
+    _user("code_python", "code", "Write a Python class `LRUCache` with get and put methods in O(1) time, "
+          "using a dict and a doubly linked list. Include type hints, docstrings and a short usage example."),
+    _user("prose", "prose", "Write a short essay about why small harbour towns change slowly, told through "
+          "the daily routine of a ferry operator, a baker and a retired teacher."),
+    _user("code_bash", "code", "Write a Bash script that backs up every directory given as an argument into "
+          "a dated tar.gz archive, keeps only the seven newest archives per directory, and logs each step."),
+    _user("math", "math", "Solve step by step: a tank is filled by two pipes in 6 and 9 hours and drained "
+          "by a third in 12 hours. With all three open, how long does it take to fill, and why?"),
+    _user("explain", "explanation", "Explain to a new programmer how a hash map works: hashing, buckets, "
+          "collisions, load factor and resizing, with a small worked example."),
+    _user("story", "story", "Tell a story about a lighthouse keeper who finds a message in a bottle that "
+          "appears to be written in her own handwriting."),
+]
+
+SUITES: dict[str, list[Prompt]] = {"default": DEFAULT_SUITE, "code": [DEFAULT_SUITE[0], DEFAULT_SUITE[2]]}
+
+
+def resolve_prompts(workload: Workload) -> list[Prompt]:
+    """The prompts a workload runs, in suite order.
+
+    :raises ConfigError: unknown suite or prompt name.
+    """
+    if isinstance(workload.suite, str):
+        if workload.suite not in SUITES:
+            raise ConfigError(f"workload.suite: unknown suite {workload.suite!r}; built-in: {', '.join(SUITES)}")
+        prompts = SUITES[workload.suite]
+    else:
+        prompts = workload.suite
+    if workload.prompts:
+        by_name = {p.name: p for p in prompts}
+        missing = [n for n in workload.prompts if n not in by_name]
+        if missing:
+            raise ConfigError(f"workload.prompts: {', '.join(missing)} not in the suite "
+                              f"(has: {', '.join(by_name)})")
+        prompts = [by_name[n] for n in workload.prompts]
+    return list(prompts)

@@ -1,0 +1,424 @@
+"""The bakeoff file: arms (engine + model + speculation + settings) and one workload for all of them.
+
+Every model here forbids unknown keys, so a typo is an error that names the key and the line it is on,
+never a silently ignored setting. Engine-specific keys live under an arm's ``options:`` and are
+validated by that engine's own pydantic model when the run is planned.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .live import LiveService, Phases
+from .placement import ExecutorSpec, Host, check_placement
+
+__all__ = [
+    "SPEC_METHODS",
+    "ARM_NAME_MAX",
+    "Speculative",
+    "Settings",
+    "Arm",
+    "RequestOverrides",
+    "Prompt",
+    "Workload",
+    "BakeoffFile",
+    "CalibrateSection",
+    "format_validation_error",
+    "yaml_line",
+]
+
+SPEC_METHODS = ("none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram", "suffix")
+SpecMethod = Literal["none", "mtp", "dflash", "dspark", "eagle3", "draft", "ngram", "suffix"]
+ARM_NAME_MAX = 100
+_ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+GateName = Literal["arithmetic", "factual", "tool_call", "needle", "stream_equality"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Speculative(Strict):
+    """One speculative vocabulary for every engine; each adapter maps it to its own flags."""
+
+    method: SpecMethod = Field("none", description="Speculative method; 'none' switches speculation off.")
+    n_max: int | None = Field(None, ge=1, description="Most draft tokens per step (llama.cpp --spec-draft-n-max, "
+                                                     "vLLM num_speculative_tokens, TabbyAPI draft_num_tokens).")
+    n_min: int | None = Field(None, ge=0, description="Fewest draft tokens per step (llama.cpp --spec-draft-n-min).")
+    p_min: float | None = Field(None, ge=0, le=1, description="Minimum draft probability to keep drafting.")
+    draft_model: str | None = Field(None, description="Path of the draft model (GGUF file or model directory).")
+    variant: str | None = Field(None, description="The engine's own sub-type, e.g. llama.cpp ngram 'mod', 'simple', "
+                                                  "'map-k', 'map-k4v', 'cache'.")
+    lookup_min: int | None = Field(None, ge=1,
+                                   description="n-gram: shortest match to look up (vLLM prompt_lookup_min).")
+    lookup_max: int | None = Field(None, ge=1, description="n-gram: longest match to look up (vLLM prompt_lookup_max).")
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none"
+
+    def set_fields(self) -> set[str]:
+        """Knobs the user set explicitly (besides method), so adapters can refuse those they lack."""
+        return {k for k in self.model_fields_set if k != "method" and getattr(self, k) is not None}
+
+
+class Settings(Strict):
+    """Engine-neutral launch settings; an adapter refuses any it cannot map (see its capabilities)."""
+
+    ctx: int | None = Field(None, ge=1,
+                            description="Context length per request (llama.cpp -c per slot, vLLM --max-model-len).")
+    parallel: int | None = Field(None, ge=1,
+                                 description="Concurrent sequences/slots (llama.cpp -np, vLLM --max-num-seqs).")
+    threads: int | None = Field(None, ge=1, description="CPU threads for generation (llama.cpp -t).")
+    gpu_layers: int | Literal["auto", "all"] | None = Field(None, description="Layers on the GPU (llama.cpp -ngl).")
+    split: Literal["none", "layer", "row", "tensor"] | None = Field(None, description="Multi-GPU split mode.")
+    tensor_split: list[float] | None = Field(None, description="Share of the model per GPU (llama.cpp -ts, "
+                                                               "TabbyAPI gpu_split).")
+    tensor_parallel: int | None = Field(None, ge=1, description="Tensor-parallel size (vLLM -tp).")
+    pipeline_parallel: int | None = Field(None, ge=1, description="Pipeline-parallel size (vLLM -pp).")
+    gpus: list[int] | None = Field(None, min_length=1, description="GPU indices the engine may use: bakeoff sets "
+                                   "CUDA_VISIBLE_DEVICES for the engine and records telemetry of these GPUs only.")
+    kv_type: str | None = Field(None, description="KV cache type (llama.cpp -ctk/-ctv, vLLM --kv-cache-dtype).")
+    flash_attn: Literal["on", "off", "auto"] | None = Field(None, description="Flash attention (llama.cpp -fa).")
+    batch: int | None = Field(None, ge=1, description="Logical batch size (llama.cpp -b).")
+    ubatch: int | None = Field(None, ge=1, description="Physical batch size (llama.cpp -ub).")
+    dtype: str | None = Field(None, description="Weights/activation dtype (vLLM --dtype).")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="vLLM --gpu-memory-utilization.")
+    enforce_eager: bool | None = Field(None, description="vLLM --enforce-eager (no compile/graphs: fast boot).")
+    host: str = Field("127.0.0.1", description="Interface the engine binds to; loopback unless you say otherwise.")
+    port: int | None = Field(None, ge=1, le=65535, description="Port; a free one is picked when unset.")
+
+    def set_fields(self) -> set[str]:
+        return {k for k in self.model_fields_set if k not in ("host", "port") and getattr(self, k) is not None}
+
+
+class RequestOverrides(Strict):
+    """Per-arm request-level workload values: arms differing only in these share one engine start."""
+
+    max_tokens: int | None = Field(None, ge=1, description="Output tokens per request for this arm "
+                                                          "(an output-length sweep).")
+    fixed_length: bool | None = Field(None, description="Force exactly max_tokens for this arm.")
+    thinking: bool | None = Field(None, description="Let reasoning models think, for this arm.")
+
+
+SWEEP_DESCRIPTION = ("Matrix sweep: dotted arm keys to lists of values, e.g. {speculative.n_max: [1, 2, 3], "
+                     "settings.split: [layer, tensor]}; every combination becomes a named arm.")
+
+
+class Arm(Strict):
+    """One contestant: an engine, a model and how it runs."""
+
+    name: str = Field(description="Unique arm name, used in tables and file names.")
+    engine: str = Field(description="Engine entry-point name (see `bakeoff engines`).")
+    model: str | None = Field(None, description="Model path, or a built-in name such as 'smollm2'.")
+    url: str | None = Field(None,
+                            description="Attach mode: base URL of an already-running server; nothing is launched.")
+    api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key "
+                                                      "(the key itself is never written anywhere).")
+    launch: Literal["native", "docker", "compose"] = Field("native", description="How the engine is started.")
+    speculative: Speculative = Field(default_factory=Speculative)
+    settings: Settings = Field(default_factory=Settings)
+    extra_args: list[str] = Field(default_factory=list, description="Extra engine flags, passed verbatim and recorded.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the engine process.")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="Engine-specific options, validated by the adapter.")
+    workload: RequestOverrides = Field(default_factory=RequestOverrides,
+                                       description="Request-level workload values for this arm only.")
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description=SWEEP_DESCRIPTION)
+    swept: dict[str, Any] = Field(default_factory=dict, description="Set by sweep expansion: the sweep point "
+                                                                    "this arm stands for (key -> value).")
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_filename_safe(cls, v: str) -> str:
+        if not _ARM_NAME.match(v):
+            raise ValueError("use letters, digits, '.', '_', '+' or '-' (it becomes a file name)")
+        if len(v) > ARM_NAME_MAX:  # file systems refuse names over 255 bytes; tables need far fewer
+            raise ValueError(f"{len(v)} characters; at most {ARM_NAME_MAX} (it becomes a directory name)")
+        return v
+
+    @field_validator("url")
+    @classmethod
+    def _url_is_http(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            parts = urlsplit(v)
+            port = parts.port  # parses it: a bad port fails here, not at the first request
+        except ValueError as exc:
+            raise ValueError(f"not a valid URL ({exc})") from None
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"use an http:// or https:// URL, not {parts.scheme or 'no scheme'!r}")
+        if not parts.hostname:
+            raise ValueError("the URL names no host")
+        if port == 0:
+            raise ValueError("port 0 is not a port a server listens on")
+        return v
+
+    @model_validator(mode="after")
+    def _model_or_url(self) -> Arm:
+        if self.url is None and self.model is None:
+            raise ValueError("an arm needs 'model' (to launch an engine) or 'url' (to attach to a running server)")
+        return self
+
+    @property
+    def attached(self) -> bool:
+        return self.url is not None
+
+
+class Prompt(Strict):
+    name: str = Field(description="Short prompt name; a column in the tables.")
+    kind: str = Field("custom", description="What the prompt exercises: code, prose, math, ...")
+    messages: list[dict[str, str]] = Field(description="Chat messages sent as-is.")
+
+
+class SamplingMode(Strict):
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+
+
+DEFAULT_MODES: dict[str, SamplingMode] = {
+    "greedy": SamplingMode(temperature=0.0),
+    "sampled": SamplingMode(temperature=0.7, top_p=0.8, top_k=20, seed=1234),
+}
+
+
+def _no_repeats(values: list[Any], what: str) -> None:
+    """A value listed twice would measure the same point twice (and stop the run when it is stored)."""
+    seen: set[Any] = set()
+    for v in values:
+        if v in seen:
+            raise ValueError(f"{what} {v!r} is listed twice")
+        seen.add(v)
+
+
+class Workload(Strict):
+    """What every arm is asked to do, identically."""
+
+    suite: str | list[Prompt] = Field("default", description="Built-in suite name or a list of prompts.")
+    prompts: list[str] | None = Field(None, description="Run only these prompts of the suite, by name.")
+    max_tokens: int = Field(512, ge=1, le=10_000_000, description="Output tokens per request.")
+    fixed_length: bool = Field(True,
+                               description="Force exactly max_tokens (ignore_eos / min_tokens, the engine's way).")
+    modes: list[str] = Field(default_factory=lambda: ["greedy"], description="Sampling modes to run: names from "
+                                                                             "'sampling' or built-ins greedy/sampled.")
+    sampling: dict[str, SamplingMode] = Field(default_factory=dict, description="Extra or overridden sampling modes.")
+    reps: int = Field(3, ge=1, le=1_000_000, description="Timed requests per prompt and mode, per pass.")
+    passes: int = Field(1, ge=1, le=10_000, description="Interleaved passes over all arms.")
+    warmup: int = Field(1, ge=0, le=10_000, description="Untimed requests after each engine start.")
+    thinking: bool = Field(False, description="Let reasoning models think (off by default, via chat_template_kwargs).")
+    request_timeout_s: float = Field(300.0, gt=0, le=86_400,
+                                     description="Per-request limit; a stalled stream becomes an error sample.")
+    boot_timeout_s: float = Field(600.0, gt=0, le=86_400, description="Limit for an engine to become ready.")
+    seed: int = Field(0, description="Seed for the order of arms in each pass (recorded).")
+    gpu_sample_interval_s: float = Field(0.1, gt=0, le=5, description="GPU telemetry: seconds between NVML readings "
+                                         "during each timed request (only where nvidia-ml-py finds a GPU).")
+    depths: list[int] | None = Field(None, description="Context-depth sweep: exact prompt sizes in tokens "
+                                                       "(chat template included, counted by the engine).")
+    concurrency: list[int] | None = Field(None, description="Concurrency sweep: numbers of simultaneous streams.")
+    needle: bool = Field(False, description="Depth sweep: hide a code in the filler; the answer must repeat it.")
+    gates: list[GateName] = Field(
+        default_factory=lambda: list(get_args(GateName)),
+        description="Quality probes sent once per arm after its timed requests (greedy, short); an arm failing "
+                    "one is marked in every table and never reported faster. [] turns them off.")
+
+    @field_validator("depths", "concurrency")
+    @classmethod
+    def _positive_levels(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(x < 1 for x in v)):
+            raise ValueError("give a non-empty list of positive integers")
+        _no_repeats(v or [], "level")
+        return v
+
+    @field_validator("prompts")
+    @classmethod
+    def _prompts_listed_once(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and not v:
+            raise ValueError("an empty list runs nothing; name at least one prompt, or leave 'prompts' out "
+                             "to run the whole suite")
+        _no_repeats(v or [], "prompt")
+        return v
+
+    @field_validator("modes")
+    @classmethod
+    def _modes_listed_once(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("an empty list runs nothing; name at least one mode (greedy, sampled)")
+        _no_repeats(v, "mode")
+        return v
+
+    @field_validator("suite")
+    @classmethod
+    def _suite_names_unique(cls, v: str | list[Prompt]) -> str | list[Prompt]:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("an empty suite runs nothing; give at least one prompt")
+            _no_repeats([p.name for p in v], "prompt name")
+        return v
+
+    def sampling_modes(self) -> dict[str, SamplingMode]:
+        return {**DEFAULT_MODES, **self.sampling}
+
+    @model_validator(mode="after")
+    def _modes_known(self) -> Workload:
+        known = self.sampling_modes()
+        for mode in self.modes:
+            if mode not in known:
+                raise ValueError(f"unknown sampling mode {mode!r}; known: {', '.join(sorted(known))}")
+        return self
+
+
+class CalibrateSection(Strict):
+    """Forced-acceptance calibration (core/config/calibration.py): speedup over spec-off per acceptance x n_max."""
+
+    engine: Literal["llamacpp", "vllm"] = Field(description="llamacpp: models synthesized with the chosen "
+                                                "acceptance; vllm: synthetic rejection sampling.")
+    method: SpecMethod = Field("mtp", description="llamacpp: mtp (any acceptance) or dflash (0 and 1 only); "
+                                                  "vllm: ngram or draft (the drafter whose drafts are forced).")
+    n_max: list[int] = Field(default_factory=lambda: [1, 2, 3], description="Draft lengths to calibrate.")
+    acceptance: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0],
+                                    description="Forced acceptance (accepted / drafted) per point.")
+    shape: Literal["tiny"] | dict[str, int] = Field("tiny", description="llamacpp: the synthesized model's "
+                                                    "dimensions (tiny, or e.g. {hidden: 256, layers: 4}).")
+    model: str | None = Field(None, description="vllm: the model served (default smollm2 converted).")
+    settings: Settings = Field(default_factory=Settings)
+    options: dict[str, Any] = Field(default_factory=dict, description="Engine options for every calibration arm.")
+
+    @field_validator("n_max")
+    @classmethod
+    def _n_max_positive(cls, v: list[int]) -> list[int]:
+        if not v or any(n < 1 for n in v):
+            raise ValueError("give a non-empty list of draft lengths >= 1")
+        _no_repeats(v, "n_max")
+        return v
+
+    @field_validator("acceptance")
+    @classmethod
+    def _acceptance_in_range(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0.0 <= a <= 1.0 for a in v):
+            raise ValueError("give a non-empty list of acceptances within [0, 1]")
+        _no_repeats(v, "acceptance")
+        return v
+
+    @model_validator(mode="after")
+    def _method_fits_engine(self) -> CalibrateSection:
+        allowed = {"llamacpp": ("mtp", "dflash"), "vllm": ("ngram", "draft")}[self.engine]
+        if self.method not in allowed:
+            raise ValueError(f"method {self.method!r} cannot be calibrated on {self.engine}; use "
+                             f"{' or '.join(allowed)}")
+        if self.engine == "llamacpp" and self.method == "dflash" and set(self.acceptance) - {0.0, 1.0}:
+            raise ValueError("llamacpp dflash synthesizes acceptance 0 and 1 only (random or agreeing pair)")
+        return self
+
+
+class BakeoffFile(Strict):
+    """A whole bakeoff: arms, workload and the arm others are compared with."""
+
+    name: str = Field("bakeoff", description="Title of the run.")
+    arms: list[Arm] = Field(default_factory=list, description="The contestants (may be [] with a calibrate: "
+                                                              "section).")
+    calibrate: list[CalibrateSection] | None = Field(None, description="Forced-acceptance calibration sections; "
+                                                     "`bakeoff run` adds their arms (core/config/calibration.py).")
+    workload: Workload = Field(default_factory=Workload)
+    baseline: str | None = Field(None, description="Arm the others are compared with (default: the first).")
+    sweep: dict[str, list[Any]] = Field(default_factory=dict, description=SWEEP_DESCRIPTION + " Applies to "
+                                                                                             "every arm.")
+    live: LiveService | None = Field(None, description="The service serving real traffic: stopped for the run "
+                                                       "and restored after it, with a watchdog (docs/live.md).")
+    phases: Phases | None = Field(None, description="Live knobs in timed phases against one server that stays "
+                                                    "up (docs/live.md).")
+    executor: ExecutorSpec | None = Field(None, description="Where the run executes: local (default) or ray "
+                                                            "(docs/ray.md); --executor overrides it.")
+    hosts: list[Host] | None = Field(None, description="Ray only: which host runs which paired block of arms "
+                                                       "(docs/ray.md).")
+
+    @model_validator(mode="after")
+    def _unique_names_and_baseline(self) -> BakeoffFile:
+        if not self.arms and not self.calibrate:
+            raise ValueError("arms: give at least one arm (or a calibrate: section)")
+        seen: set[str] = set()
+        for arm in self.arms:
+            if arm.name in seen:
+                raise ValueError(f"two arms are named {arm.name!r}")
+            seen.add(arm.name)
+        swept = bool(self.sweep) or any(a.sweep for a in self.arms)  # names checked after expansion
+        if self.baseline is not None and self.baseline not in seen and not swept:
+            raise ValueError(f"baseline {self.baseline!r} is not an arm name")
+        if self.hosts is not None and not swept:  # a swept file is checked again once expanded
+            check_placement(self.hosts, [a.name for a in self.arms], self.baseline_arm)
+        return self
+
+    @field_validator("calibrate", mode="before")
+    @classmethod
+    def _one_section_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, dict) else v
+
+    @property
+    def baseline_arm(self) -> str:
+        return self.baseline or self.arms[0].name
+
+
+def _yaml_node(root: yaml.Node | None, loc: tuple[int | str, ...]) -> tuple[yaml.Node | None, int | None]:
+    """The deepest node along ``loc`` in the composed YAML tree, and its 1-based line (that of its key, when
+    the path stops at a key); the node is None when ``loc`` does not reach the end."""
+    node, line = root, None
+    for part in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == part), None)
+            if match is None:
+                return None, line
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            return None, line
+    if node is not None:
+        line = node.start_mark.line + 1
+    return node, line
+
+
+def yaml_line(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
+    """1-based line of the deepest node along ``loc`` in the composed YAML tree."""
+    return _yaml_node(root, loc)[1]
+
+
+def _boolean_hint(node: yaml.Node | None, value: Any) -> str:
+    """YAML 1.1 reads unquoted on/off/yes/no/true/false as booleans: say so where text was expected."""
+    if isinstance(value, bool) and isinstance(node, yaml.ScalarNode) and node.style is None:
+        return (f"; YAML reads the unquoted {node.value!r} as the boolean {str(value).lower()}: "
+                f"quote it (\"{node.value}\")")
+    return ""
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def format_validation_error(exc: ValidationError, source: str, root: yaml.Node | None = None,
+                            prefix: tuple[int | str, ...] = ()) -> str:
+    """One line per problem: ``file:line: arms[0].settings.ctxx: unknown key``."""
+    lines = []
+    for err in exc.errors():
+        loc = prefix + tuple(p for p in err["loc"]
+                             if not (isinstance(p, str) and p.startswith(("function-after", "union"))))
+        node, line = _yaml_node(root, loc)
+        where = f"{source}:{line}" if line else source
+        msg = "unknown key (not a field here; check the spelling)" if err["type"] == "extra_forbidden" else err["msg"]
+        msg += _boolean_hint(node, err.get("input"))
+        lines.append(f"{where}: {_dotted(loc) or '(top level)'}: {msg}")
+    return "\n".join(lines)

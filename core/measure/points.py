@@ -1,0 +1,174 @@
+"""Measurement points of an arm: prompt × mode × rep, times depth and concurrency when swept.
+
+This is the glue between the protocol's request loop and the sweeps: it lists an arm's points,
+refuses the ones the running engine cannot serve (a depth past its context, more streams than its
+slots), rewrites a request for its point (depth filler, fixed work the engine's way), runs concurrent
+batches, and stamps each Sample with its point and the checks that belong to it (exact depth, exact
+output length under fixed work, needle found).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..config.schema import Arm, Prompt, SamplingMode, Workload
+from ..engine.adapter import Effective, EngineAdapter
+from ..engine.client import StreamResult
+from ..engine.readback import EngineLog
+from ..host.hostinfo import CpuMeter
+from ..results.sample import Sample
+from .concurrency import Batch, effective_slots, refused_levels, run_batch
+from .definitions import build_request, make_sample
+from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
+
+__all__ = ["Point", "arm_points", "is_done", "samples_expected", "PointRunner"]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One request (or one batch of ``concurrency`` requests) of an arm in a pass."""
+
+    prompt: Prompt
+    mode: str
+    rep: int
+    depth: int | None = None
+    concurrency: int | None = None
+
+    @property
+    def label(self) -> str:
+        parts = [f"depth {self.depth}" if self.depth else "", f"{self.concurrency} streams" if self.concurrency else ""]
+        return ", ".join(p for p in parts if p) or "plain"
+
+
+def arm_points(workload: Workload, prompts: Sequence[Prompt], modes: Collection[str]) -> list[Point]:
+    """Every point, depth outermost so one depth's requests run back to back."""
+    depths: list[int | None] = [*workload.depths] if workload.depths else [None]
+    levels: list[int | None] = [*workload.concurrency] if workload.concurrency else [None]
+    return [Point(p, m, r, d, c) for d in depths for c in levels for p in prompts for m in modes
+            for r in range(workload.reps)]
+
+
+def is_done(done: Collection[tuple[Any, ...]], arm: str, point: Point, pass_index: int) -> bool:
+    """Resume: plain points are keyed (arm, prompt, mode, rep, pass); swept points add (depth, concurrency)."""
+    key: tuple[Any, ...] = (arm, point.prompt.name, point.mode, point.rep, pass_index)
+    if point.depth is None and point.concurrency is None:
+        return key in done
+    return (*key, point.depth, point.concurrency) in done
+
+
+def samples_expected(workload: Workload, prompts: int, modes: int) -> int:
+    """Samples one arm writes per pass (a batch of N streams writes N)."""
+    levels = workload.concurrency or [1]
+    return len(workload.depths or [None]) * sum(levels) * prompts * modes * workload.reps
+
+
+def _salted(messages: list[dict[str, str]], salt: str) -> list[dict[str, str]]:
+    out = [dict(m) for m in messages]
+    for m in reversed(out):
+        if m.get("role") == "user":
+            m["content"] = f"(request {salt})\n{m.get('content', '')}"
+            break
+    return out
+
+
+@dataclass
+class PointRunner:
+    """Per engine start: what this engine can run, and how each point's request is shaped."""
+
+    adapter: EngineAdapter
+    arm: Arm
+    workload: Workload
+    http: httpx.Client
+    eff: Effective
+    warn: Callable[[str], None] = lambda msg: None
+    refused: dict[str, str] = field(default_factory=dict)
+    _builder: DepthBuilder | None = None
+    _template_kwargs: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        w = self.workload
+        if w.depths:
+            for depth, why in refused_depths(w.depths, w.max_tokens, effective_context(self.eff, self.arm)).items():
+                self.refused[f"depth {depth}"] = why
+            self._builder = DepthBuilder(self._count, needle=w.needle)
+        if w.concurrency:
+            slots = effective_slots(self.eff, self.arm)
+            if slots is None and max(w.concurrency) > 1:
+                self.warn(f"{self.arm.name}: the engine does not report its slots; concurrency levels are unchecked")
+            for level, why in refused_levels(w.concurrency, slots).items():
+                self.refused[f"{level} streams"] = why
+        for what, why in self.refused.items():
+            self.warn(f"{self.arm.name}: {what} refused: {why}")
+        if w.fixed_length and self.adapter.capabilities.fixed_length_field == "none":
+            self.warn(f"{self.arm.name}: {self.adapter.name} has no way to force fixed-length output; "
+                      "short answers are flagged")
+
+    def accept(self, todo: list[Point]) -> list[Point]:
+        """The points this engine can serve (refused ones are warned about once and recorded)."""
+        return [p for p in todo if not ((p.depth and f"depth {p.depth}" in self.refused)
+                                        or (p.concurrency and f"{p.concurrency} streams" in self.refused))]
+
+    def _count(self, messages: list[dict[str, str]]) -> int:
+        return self.adapter.count_prompt_tokens(self.http, messages, self._template_kwargs)
+
+    def prepare(self, body: dict[str, Any], point: Point) -> DepthInfo | None:
+        """Shape one request for its point: salt, depth filler. Untimed."""
+        salt = uuid.uuid4().hex[:10]
+        if point.depth is not None and self._builder is not None:
+            self._template_kwargs = body.get("chat_template_kwargs")
+            body["messages"], info = self._builder.messages(point.prompt, point.depth, salt)
+            return info
+        if point.concurrency is not None:  # N copies of one prompt must not share a prefix cache
+            body["messages"] = _salted(body["messages"], salt)
+        return None
+
+    def finish(self, sample: Sample, point: Point, body: dict[str, Any], result: StreamResult,
+               info: DepthInfo | None) -> Sample:
+        """Stamp the sample with its point and the checks the point owes."""
+        sample.max_tokens = body.get("max_tokens")
+        sample.depth, sample.concurrency = point.depth, point.concurrency
+        sample.needle_found = needle_found(info, result.text)
+        if sample.status != "ok":
+            return sample
+        if point.depth is not None and sample.prompt_tokens != point.depth:
+            sample.flags.append(f"depth-mismatch: usage.prompt_tokens {sample.prompt_tokens}, target {point.depth}")
+        if sample.needle_found is False:
+            sample.flags.append("needle-missed")
+        if self.workload.fixed_length and sample.completion_tokens is not None \
+                and sample.completion_tokens != sample.max_tokens:
+            sample.flags.append(f"fixed-length-missed: {sample.completion_tokens} of {sample.max_tokens} tokens")
+        return sample
+
+    def run_batch(self, point: Point, mode: SamplingMode, model_id: str | None, meter: CpuMeter, run_id: str,
+                  pass_index: int) -> list[Sample]:
+        """``point.concurrency`` streams at once; one Sample per stream, all sharing the batch's id and wall.
+
+        Each stream's request and Sample are built as a single request's are (core/measure/definitions.py). Server stats
+        come from each response only (``/metrics`` deltas and log lines would mix streams).
+        """
+        n = point.concurrency or 1
+        bodies, infos = [], []
+        for _ in range(n):
+            body = build_request(self.arm, self.adapter, self.workload, point.prompt, mode, model_id)
+            infos.append(self.prepare(body, point))
+            bodies.append(body)
+        started_at = time.time()
+        meter.start()
+        batch: Batch = run_batch(self.http, bodies, self.workload.request_timeout_s, self.adapter.chunk_token_count)
+        foreign = meter.stop()
+        samples = []
+        for body, info, result in zip(bodies, infos, batch.results, strict=True):
+            stats = self.adapter.server_stats(self.http, result.final, None, EngineLog())  # streams share the log
+            sample = make_sample(self.arm, self.adapter, result, stats, run_id, point.prompt.name, point.mode,
+                                 point.rep, pass_index, foreign, started_at, meter.foreign_limit(),
+                                 settings_mismatch=bool(self.eff.mismatches))
+            sample = self.finish(sample, point, body, result, info)
+            sample.batch_id, sample.batch_wall_s = batch.batch_id, batch.wall_s
+            samples.append(sample)
+        return samples

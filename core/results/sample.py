@@ -1,0 +1,112 @@
+"""One timed request = one Sample, stored as a line of ``samples.jsonl``.
+
+Field descriptions say which clock and which event each timing comes from (DESIGN.md, "Measurement
+definitions"). A failed request is a sample with ``status="error"``, never a lost exception.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..host.telemetry import GpuSample
+
+__all__ = ["SCHEMA_VERSION", "Sample"]
+
+SCHEMA_VERSION = 1
+
+
+class Sample(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str = ""
+    arm: str
+    engine: str
+    prompt: str
+    mode: str
+    rep: int = Field(description="Repetition index within a pass (0-based).")
+    pass_index: int = Field(0, description="Interleaved pass (0-based).")
+    status: Literal["ok", "error"] = "ok"
+    error: str | None = None
+    flags: list[str] = Field(default_factory=list, description="Every accounting disagreement or caveat.")
+    started_at: float = Field(0.0, description="time.time() when the request was sent (wall clock, seconds).")
+
+    # true token accounting
+    completion_tokens: int | None = Field(None, description="N = usage.completion_tokens (the true count).")
+    prompt_tokens: int | None = Field(None, description="usage.prompt_tokens.")
+    cached_tokens: int | None = Field(None, description="usage.prompt_tokens_details.cached_tokens, if reported.")
+    usage_present: bool = False
+    n_first: int | None = Field(None, description="Tokens in the first token-bearing event.")
+    n_first_source: Literal["usage", "one-per-event", "estimated"] | None = Field(
+        None, description="usage: the engine's per-chunk count; estimated: the first event's share of the text.")
+    events: int = Field(0, description="SSE data events received (excluding [DONE]).")
+    reads: int = Field(0, description="Network reads the stream arrived in (events sharing a read arrived together).")
+    token_events: int = Field(0, description="Events carrying output tokens.")
+    max_tokens_per_event: int | None = None
+    mean_tokens_per_event: float | None = None
+
+    # timings (perf_counter_ns on arrival of each SSE event, converted to seconds)
+    ttft_s: float | None = Field(None, description="t_first - t_send: first event carrying output tokens.")
+    decode_s: float | None = Field(None, description="t_last - t_first: first to last token-bearing event.")
+    e2e_s: float | None = Field(None, description="t_done - t_send: stream closed.")
+    decode_tps: float | None = Field(None, description="(N - n_first) / (t_last - t_first).")
+    prefill_tps: float | None = Field(None, description="Uncached prompt tokens / TTFT.")
+    event_count_decode_tps: float | None = Field(
+        None, description="What a client counting SSE events as tokens would report: (token_events-1)/decode_s.")
+
+    # the server's own figures
+    server_completion_tokens: int | None = None
+    server_decode_tps: float | None = None
+    server_prefill_tps: float | None = None
+    drafted: int | None = Field(None, description="Draft tokens proposed (0: speculation proposed nothing).")
+    accepted: int | None = None
+    drafts: int | None = None
+    acceptance: float | None = Field(None, description="accepted / drafted.")
+    mean_accepted_len: float | None = Field(None, description="1 + accepted / drafts.")
+    accepted_per_position: list[int] | None = Field(
+        None, description="Accepted draft tokens by position in the draft (0 first), where the engine counts them.")
+    acceptance_per_position: list[float] | None = Field(
+        None, description="Position i (0 first): accepted_per_position[i] / drafts, the fraction of draft steps "
+                          "whose (i+1)-th draft token was accepted.")
+    accepted_histogram: list[int] | None = Field(
+        None, description="Draft steps that accepted 0, 1, 2, ... draft tokens (index = tokens accepted).")
+    acceptance_unavailable: dict[str, str] = Field(
+        default_factory=dict,
+        description="Acceptance field left None while speculating -> why (core/analysis/acceptance.py).")
+    acceptance_derived: dict[str, str] = Field(
+        default_factory=dict, description="Acceptance field computed rather than read from the engine -> how.")
+    acceptance_source: str | None = None
+
+    # output
+    output_sha256: str | None = None
+    output_chars: int | None = None
+    finish_reason: str | None = None
+
+    # sweep points (absent in samples written before sweeps existed)
+    max_tokens: int | None = Field(None, description="max_tokens requested (an output-length sweep varies it).")
+    depth: int | None = Field(None, description="Depth sweep: target prompt tokens, chat template included.")
+    needle_found: bool | None = Field(None, description="Depth sweep with needle: the hidden code was in the answer.")
+    concurrency: int | None = Field(None, description="Concurrency sweep: streams sent at once (None: not a sweep).")
+    batch_id: str | None = Field(None, description="Concurrency sweep: the batch of simultaneous streams.")
+    batch_wall_s: float | None = Field(
+        None, description="Concurrency sweep: first t_send to last t_done of the batch (perf_counter_ns, seconds).")
+
+    phase: str | None = Field(None, description="Live-knob phase run: the phase id (arm is the knob or 'baseline').")
+
+    # noise guard
+    client_cpu_s: float | None = Field(
+        None, description="CPU seconds bakeoff's recording thread used from send to close (harness self-cost).")
+    arrival_clock: Literal["kernel", "user"] | None = Field(
+        None, description="What stamped each event's arrival: kernel (Linux receive timestamps, immune to the "
+                          "reader's wake-up latency) or user (the clock read when the read returned).")
+    client_lag_s: float | None = Field(
+        None, description="Longest time bakeoff's reader was away from the socket between two reads (flagged "
+                          "harness-lag above 1 % of the decode window).")
+    foreign_cpu_cores: float | None = Field(
+        None, description="Average cores used by processes other than the engine and bakeoff during the request.")
+
+    # GPU telemetry (NVML; None on machines without one, and for concurrency batches)
+    gpu: GpuSample | None = Field(None, description="Energy, power, clocks, temperature, VRAM and throttle reasons "
+                                                    "of the watched GPUs during this request.")
