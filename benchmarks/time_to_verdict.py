@@ -199,7 +199,7 @@ def warmup_effect(path: Path) -> str:
     """One line: the pool's warm-up setting, its median engine-change cost, and the first timed request of each
     arm-pass against the later requests of the same prompt in that pass (log ratio: 0 = no cold-start effect)."""
     pool = load_pool(path)
-    config = RunDir.open(path).read_run().get("config") or {}
+    config = RunDir.open(path).read_record().to_json().get("config") or {}
     warm = (config.get("workload") or {}).get("warmup", "?")
     firsts = []
     for p in pool.passes:
@@ -247,7 +247,7 @@ def _end(s: Sample) -> float:
 def load_pool(path: Path) -> Pool:
     """The complete passes of a pool run, with each arm-pass's real costs."""
     run = RunDir.open(path)
-    meta = run.read_run()
+    meta = run.read_record().to_json()
     orders: list[list[str]] = meta.get("orders") or []
     by: dict[tuple[int, str], list[Sample]] = defaultdict(list)
     for s in run.samples():

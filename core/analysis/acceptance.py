@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from ..results.sample import Sample
 
 __all__ = ["AcceptanceField", "ACCEPTANCE_FIELDS", "AcceptanceDetail", "ArmAcceptance", "acceptance_detail",
-           "histogram_from_positions", "arm_acceptance", "run_acceptance"]
+           "acceptance_rate", "histogram_from_positions", "arm_acceptance", "mean_accepted_length", "run_acceptance"]
 
 AcceptanceField = Literal["drafted", "accepted", "drafts", "acceptance", "mean_accepted_len",
                           "accepted_per_position", "acceptance_per_position", "accepted_histogram"]
@@ -63,6 +63,17 @@ class AcceptanceDetail(BaseModel):
     flags: list[str] = Field(default_factory=list)
 
 
+def acceptance_rate(accepted: int | None, drafted: int | None) -> float | None:
+    """The acceptance rate: accepted / drafted draft tokens (None when nothing was drafted). The one place it is
+    computed, for a request, an arm, a sweep point, a calibration point or a self-test."""
+    return (accepted or 0) / drafted if drafted else None
+
+
+def mean_accepted_length(accepted: int | None, drafts: int | None) -> float | None:
+    """Tokens committed per verify step: 1 + accepted / draft steps (None without draft steps)."""
+    return 1 + (accepted or 0) / drafts if drafts else None
+
+
 def histogram_from_positions(per_position: Sequence[int], drafts: int) -> list[int] | None:
     """Draft steps that accepted 0, 1, … n tokens, from accepted-per-position counts; None when the counts
     cannot come from prefix acceptance (a position above the one before it, or above the step count)."""
@@ -90,10 +101,8 @@ def acceptance_detail(drafted: int | None, accepted: int | None, drafts: int | N
     unavailable = dict(unavailable or {})
     out = AcceptanceDetail(drafted=drafted, accepted=accepted, drafts=drafts,
                            acceptance_derived=dict(derived or {}))
-    if drafted:
-        out.acceptance = (accepted or 0) / drafted
-    if drafts:
-        out.mean_accepted_len = 1 + (accepted or 0) / drafts
+    out.acceptance = acceptance_rate(accepted, drafted)
+    out.mean_accepted_len = mean_accepted_length(accepted, drafts)
     if (per_position is None and engine_histogram is not None and sum(engine_histogram) == drafts
             and sum(k * c for k, c in enumerate(engine_histogram)) == accepted):
         # the reverse identity: position k's count is the steps that accepted more than k tokens
@@ -193,12 +202,11 @@ def arm_acceptance(arm: str, samples: Sequence[Sample]) -> ArmAcceptance | None:
         return None
     out = ArmAcceptance(arm=arm, engine=own[0].engine, requests=len(own),
                         drafted=sum(s.drafted or 0 for s in own), accepted=sum(s.accepted or 0 for s in own))
-    out.acceptance = out.accepted / out.drafted if out.drafted else None
+    out.acceptance = acceptance_rate(out.accepted, out.drafted)
     stepped = [s for s in own if s.drafts is not None]
     if stepped:
         out.drafts = sum(s.drafts or 0 for s in stepped)
-        if out.drafts:
-            out.mean_accepted_len = 1 + sum(s.accepted or 0 for s in stepped) / out.drafts
+        out.mean_accepted_len = mean_accepted_length(sum(s.accepted or 0 for s in stepped), out.drafts)
         lens = [s.mean_accepted_len for s in stepped if s.mean_accepted_len is not None]
         out.mean_accepted_len_range = (min(lens), max(lens)) if lens else None
     positioned = [s for s in own if s.accepted_per_position is not None and s.drafts]

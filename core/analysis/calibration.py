@@ -19,7 +19,9 @@ from pydantic import BaseModel, Field
 
 from ..config.calibration import CalPoint, plan_points
 from ..config.schema import CalibrateSection
+from ..results.record import ArmAttempt
 from ..results.sample import Sample
+from .acceptance import acceptance_rate
 from .stats import LEVEL, N_BOOT, paired_ratio
 
 __all__ = [
@@ -126,10 +128,10 @@ def _pairs(arm: Iterable[Sample], ref: Iterable[Sample]) -> list[tuple[Sample, S
     return [(s, by_key[_key(s)]) for s in arm if s.status == "ok" and _key(s) in by_key]
 
 
-def _first_error(samples: Sequence[Sample], records: Sequence[dict[str, Any]]) -> str | None:
+def _first_error(samples: Sequence[Sample], records: Sequence[ArmAttempt]) -> str | None:
     for r in records:
-        if r.get("status") == "failed" and r.get("error"):
-            return str(r["error"])
+        if r.failed and r.error:
+            return r.error
     return next((s.error for s in samples if s.status == "error" and s.error), None)
 
 
@@ -151,7 +153,7 @@ def engine_log_error(arm_dir: Path | None) -> str | None:
     return None
 
 
-def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Sequence[dict[str, Any]],
+def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Sequence[ArmAttempt],
              n_boot: int, level: float, seed: int, arm_dir: Path | None = None) -> CalibrationPoint:
     assert point.n_max is not None and point.target_acceptance is not None
     out = CalibrationPoint(engine=point.engine, method=point.method, n_max=point.n_max,
@@ -167,16 +169,16 @@ def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Seq
     drafted = sum(s.drafted or 0 for s in ok if s.drafted is not None)
     accepted = sum(s.accepted or 0 for s in ok if s.accepted is not None)
     if any(s.drafted is not None for s in ok):
-        out.measured_acceptance = accepted / drafted if drafted else 0.0
+        out.measured_acceptance = acceptance_rate(accepted, drafted) or 0.0
     else:
         out.flags.append("the engine reported no draft counts")
-    ratio = paired_ratio(ok, ref, n_boot=n_boot, level=level, seed=seed, key=f"cal/{point.arm}")
+    ratio = paired_ratio(ok, ref, n_boot=n_boot, level=level, seed=seed)
     if ratio is not None:
         out.speedup, out.ci_low, out.ci_high = ratio.estimate, ratio.lo, ratio.hi
     else:
         out.flags.append("no request paired with spec-off")
-    engine = paired_ratio(ok, ref, n_boot=n_boot, level=level, seed=seed, key=f"cal-engine/{point.arm}",
-                          value=lambda s: s.server_decode_tps)
+    engine = paired_ratio(ok, ref, n_boot=n_boot, level=level, seed=seed, value=lambda s: s.server_decode_tps,
+                          value_name="engine decode")
     out.engine_speedup = engine.estimate if engine is not None else None
     if out.speedup is not None and out.engine_speedup:
         out.speedup_vs_engine = out.speedup / out.engine_speedup - 1
@@ -233,7 +235,7 @@ def break_even(points: Sequence[CalibrationPoint]) -> BreakEven | None:
 
 
 def analyze_calibration(config: dict[str, Any], samples: Sequence[Sample],
-                        records: dict[str, list[dict[str, Any]]] | None = None, *, n_boot: int = N_BOOT,
+                        records: dict[str, list[ArmAttempt]] | None = None, *, n_boot: int = N_BOOT,
                         level: float = LEVEL, seed: int = 0, run_path: Path | None = None) -> Calibration | None:
     """The calibration of a run from its resolved config (run.json) and samples; None without a section.
 

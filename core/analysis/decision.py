@@ -12,11 +12,12 @@ verdict (``cells``), which the reports show as one decision-map table per catego
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..config.schema import Speculative
 from ..results.sample import Sample
 from .stats import LEVEL, N_BOOT, ArmStats, Comparison, Interval, Verdict, paired_ratio, verdict
 
@@ -54,18 +55,12 @@ class Recommendation(BaseModel):
     line: str = ""
 
 
-def setting_label(spec: dict[str, Any] | None) -> str:
+def setting_label(spec: Speculative | None) -> str:
     """'draft n-max 3', 'ngram', 'mtp n-max 2 p-min 0.75'; 'off' without speculation."""
-    spec = spec or {}
-    method = spec.get("method") or "none"
-    if method == "none":
+    if spec is None or not spec.enabled:
         return "off"
-    parts = [str(method)]
-    if spec.get("variant"):
-        parts.append(str(spec["variant"]))
-    for key, name in (("n_max", "n-max"), ("p_min", "p-min")):
-        if spec.get(key) is not None:
-            parts.append(f"{name} {spec[key]}")
+    parts = [spec.method, *([spec.variant] if spec.variant else [])]
+    parts += [f"{name} {value}" for name, value in (("n-max", spec.n_max), ("p-min", spec.p_min)) if value is not None]
     return " ".join(parts)
 
 
@@ -116,12 +111,12 @@ def _exclusion(arm: str, stats: dict[str, ArmStats], comparisons: dict[str, Comp
     return None
 
 
-def _decide(rec: Recommendation, candidates: Sequence[str], within: Any, ref: list[Sample],
-            specs: dict[str, dict[str, Any]], baseline: str, key: str, boot: dict[str, Any]) -> Recommendation:
+def _decide(rec: Recommendation, candidates: Sequence[str], within: Callable[[str], list[Sample]], ref: list[Sample],
+            specs: dict[str, Speculative], baseline: str, boot: dict[str, Any]) -> Recommendation:
     """Fill one use case: every arm's paired ratio, the best arm, its plateau, the losses and the line."""
     measured: dict[str, Interval] = {}
     for arm in candidates:
-        r = paired_ratio(within(arm), ref, key=f"decision/{key}/{arm}", **boot)
+        r = paired_ratio(within(arm), ref, **boot)
         if r is not None:
             measured[arm] = r
     ratios = {a: r for a, r in measured.items() if r.n >= MIN_PAIRS}  # only these get a verdict
@@ -137,7 +132,7 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Any, ref: li
         for other in ratios:
             if other == best:
                 continue
-            vs = paired_ratio(within(other), within(best), key=f"decision/{key}/{other}/vs/{best}", **boot)
+            vs = paired_ratio(within(other), within(best), **boot)
             if vs is not None and vs.lo <= 1 <= vs.hi:
                 rec.plateau.append(other)
         r = ratios[best]
@@ -161,7 +156,7 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Any, ref: li
 
 
 def recommend(samples: Sequence[Sample], baseline: str, arms: Sequence[ArmStats], comparisons: Sequence[Comparison],
-              kinds: dict[str, str], specs: dict[str, dict[str, Any]], *, n_boot: int = N_BOOT,
+              kinds: dict[str, str], specs: dict[str, Speculative], *, n_boot: int = N_BOOT,
               level: float = LEVEL, seed: int = 0) -> list[Recommendation]:
     """One recommendation per use case (category x depth x streams, as the run swept them); [] when no
     arm speculates.
@@ -199,8 +194,7 @@ def recommend(samples: Sequence[Sample], baseline: str, arms: Sequence[ArmStats]
             condition = "all points" if point is None else condition_label(depth, streams)
             rec = Recommendation(category=category, depth=depth, streams=streams, prompts=prompts,
                                  use_case=f"{category}, {condition}" if condition else category)
-            key = f"{category}/{depth}/{streams}" if condition else category
-            rec = _decide(rec, candidates, within, within(baseline), specs, baseline, key, boot)
+            rec = _decide(rec, candidates, within, within(baseline), specs, baseline, boot)
             if excluded:
                 rec.excluded = excluded
                 rec.line += f"; left out: {'; '.join(excluded)}"

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..config.schema import Arm, BakeoffFile
+from ..results.record import ArmAttempt
 from ..results.sample import Sample
 from .stats import median_or_none
 
@@ -125,9 +126,9 @@ CONTEXT_KEYS = ("context_tokens", "n_ctx_per_slot", "max_model_len", "n_ctx")
 SLOT_KEYS = ("slots", "total_slots", "max_num_seqs")
 
 
-def _effective(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> Any:
+def _effective(records: Sequence[ArmAttempt], keys: Sequence[str]) -> Any:
     for r in reversed(records):
-        values = r.get("effective") or {}
+        values = r.effective
         for k in keys:
             if values.get(k) is not None:
                 return values[k]
@@ -153,7 +154,7 @@ def _near(x: float, y: float) -> bool:
 class _ArmFacts:
     """What one arm did, as the guard needs it."""
 
-    def __init__(self, name: str, samples: list[Sample], records: list[dict[str, Any]], arm: Arm | None,
+    def __init__(self, name: str, samples: list[Sample], records: list[ArmAttempt], arm: Arm | None,
                  outputs: dict[tuple[Any, ...], str], max_tokens: int | None, fixed_length: bool) -> None:
         self.name = name
         self.prompt_tokens = _by_point(samples, "prompt_tokens")
@@ -167,9 +168,9 @@ class _ArmFacts:
         self.thinking = sum(1 for t in outputs.values() if THINK_RE.search(t))
         self.ctx = _effective(records, CONTEXT_KEYS)
         self.slots = _effective(records, SLOT_KEYS)
-        self.offload = [m for r in records for m in r.get("mismatches", [])
+        self.offload = [m for r in records for m in r.mismatches
                         if any(w in m.lower() for w in ("offload", "gpu", "layers"))]
-        self.gpu_state = next((r["gpu_state"] for r in reversed(records) if r.get("gpu_state")), None)
+        self.gpu_state = next((r.gpu_state for r in reversed(records) if r.gpu_state), None)
         asked = max_tokens if fixed_length else None
         short = [(int(s.completion_tokens), s.max_tokens or asked) for s in ok if asked is not None
                  and s.completion_tokens is not None and s.completion_tokens != (s.max_tokens or asked)
@@ -218,7 +219,7 @@ def _pair(a: _ArmFacts, b: _ArmFacts) -> Comparable:
     return c
 
 
-def equal_work(samples: Sequence[Sample], config: BakeoffFile | None, records: dict[str, list[dict[str, Any]]],
+def equal_work(samples: Sequence[Sample], config: BakeoffFile | None, records: dict[str, list[ArmAttempt]],
                run_path: Path, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Comparable]:
     """The guard for each (arm, reference) pair.
 

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..config.schema import Arm, SamplingMode
+from ..results.record import ArmAttempt, GateAnswer
 from .fairness import read_outputs
 
 __all__ = ["CONTEXT_CHARS", "FAILING", "Divergence", "GateStatus", "SpecCheck", "first_difference", "reference_arm",
@@ -54,8 +55,8 @@ def first_difference(a: str, b: str) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
-def _gate_results(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return next((r["gates"] for r in records if r.get("gates")), {})
+def _gate_results(records: Sequence[ArmAttempt]) -> dict[str, GateAnswer]:
+    return next((r.gates for r in records if r.gates), {})
 
 
 def _server(arm: Arm | None) -> tuple[str | None, str | None, str | None]:
@@ -77,7 +78,7 @@ def reference_arm(arm: str, arms: Mapping[str, Arm], baseline: str | None) -> tu
     return baseline, _server(arms.get(baseline)) == key
 
 
-def score_gates(records: dict[str, list[dict[str, Any]]], arms: Mapping[str, Arm],
+def score_gates(records: Mapping[str, Sequence[ArmAttempt]], arms: Mapping[str, Arm],
                 baseline: str | None) -> dict[str, dict[str, GateStatus]]:
     """Per arm and gate: pass | fail | same-as-baseline | regressed | skipped."""
     raw = {arm: _gate_results(records.get(arm, [])) for arm in arms}
@@ -86,20 +87,20 @@ def score_gates(records: dict[str, list[dict[str, Any]]], arms: Mapping[str, Arm
         ref, same = reference_arm(arm, arms, baseline)
         scored = {}
         for name, g in gates.items():
-            if g.get("passed") is None:
-                scored[name] = GateStatus(status="skipped", detail=g.get("detail", ""), answer=g.get("answer"))
+            if g.passed is None:
+                scored[name] = GateStatus(status="skipped", detail=g.detail, answer=g.answer)
                 continue
-            if g["passed"]:
-                scored[name] = GateStatus(status="pass", detail=g["detail"], answer=g.get("answer"))
+            if g.passed:
+                scored[name] = GateStatus(status="pass", detail=g.detail, answer=g.answer)
                 continue
             r = raw.get(ref or "", {}).get(name)
-            if ref is None or r is None or r.get("passed") is None or r.get("passed"):
-                status, detail = "fail", g["detail"] + (f"; {ref} passes" if r and r.get("passed") else "")
-            elif not same or r.get("answer") == g.get("answer"):
-                status, detail = "same-as-baseline", f"{g['detail']}; {ref} fails too"
+            if ref is None or r is None or r.passed is None or r.passed:
+                status, detail = "fail", g.detail + (f"; {ref} passes" if r and r.passed else "")
+            elif not same or r.answer == g.answer:
+                status, detail = "same-as-baseline", f"{g.detail}; {ref} fails too"
             else:
-                status, detail = "regressed", f"{g['detail']}; {ref} fails too but answered differently"
-            scored[name] = GateStatus(status=status, detail=detail, answer=g.get("answer"))
+                status, detail = "regressed", f"{g.detail}; {ref} fails too but answered differently"
+            scored[name] = GateStatus(status=status, detail=detail, answer=g.answer)
         out[arm] = scored
     return out
 

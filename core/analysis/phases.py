@@ -10,6 +10,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from ..config.live import BASELINE
+from ..results.record import PhaseRecord
 from ..results.sample import Sample
 from .stats import Interval, Verdict, bootstrap_ci, verdict
 
@@ -39,7 +40,7 @@ def _rates(samples: list[Sample]) -> dict[tuple[str, str, int], float]:
             if s.status == "ok" and s.decode_tps and s.decode_tps > 0}
 
 
-def compare_phases(samples: list[Sample], records: list[dict[str, Any]], seed: int = 0) -> list[PhaseResult]:
+def compare_phases(samples: list[Sample], records: list[PhaseRecord], seed: int = 0) -> list[PhaseResult]:
     """Each knob phase against the baseline phases either side of it, paired on (prompt, mode, round).
 
     The reference for a request is the geometric mean of the same request in the neighbouring baselines
@@ -51,22 +52,22 @@ def compare_phases(samples: list[Sample], records: list[dict[str, Any]], seed: i
             by_phase.setdefault(s.phase, []).append(s)
     out = []
     for i, rec in enumerate(records):
-        mine = _rates(by_phase.get(rec["phase"], []))
-        res = PhaseResult(phase=rec["phase"], setting=rec["setting"], n=len(mine), gpu=rec.get("gpu"),
-                          probes=rec.get("probes", 0), unhealthy_probes=rec.get("unhealthy_probes", 0),
-                          median=bootstrap_ci(list(mine.values()), seed=seed, key=f"phase-{rec['phase']}"))
-        if rec["setting"] != BASELINE:
+        mine = _rates(by_phase.get(rec.phase, []))
+        res = PhaseResult(phase=rec.phase, setting=rec.setting, n=len(mine), gpu=rec.gpu, probes=rec.probes,
+                          unhealthy_probes=rec.unhealthy_probes,
+                          median=bootstrap_ci(list(mine.values()), seed=seed, key=f"phase-{rec.phase}"))
+        if rec.setting != BASELINE:
             neighbours = [records[j] for j in (i - 1, i + 1)
-                          if 0 <= j < len(records) and records[j]["setting"] == BASELINE]
-            refs = [_rates(by_phase.get(r["phase"], [])) for r in neighbours]
+                          if 0 <= j < len(records) and records[j].setting == BASELINE]
+            refs = [_rates(by_phase.get(r.phase, [])) for r in neighbours]
             refs = [r for r in refs if r]
             logs = [math.log(v) - float(np.mean([math.log(r[k]) for r in refs if k in r]))
                     for k, v in mine.items() if any(k in r for r in refs)]
-            ci = bootstrap_ci(logs, seed=seed, key=f"phase-ratio-{rec['phase']}")
+            ci = bootstrap_ci(logs, seed=seed, key=f"phase-ratio-{rec.phase}")
             if ci is not None:
                 res.ratio = ci.model_copy(update={"estimate": math.exp(ci.estimate), "lo": math.exp(ci.lo),
                                                   "hi": math.exp(ci.hi)})
                 res.verdict = verdict(res.ratio)
-            res.baselines = [r["phase"] for r in neighbours]
+            res.baselines = [r.phase for r in neighbours]
         out.append(res)
     return out

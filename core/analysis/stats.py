@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from ..host.roofline import Roofline
 from ..results.sample import Sample
+from .acceptance import acceptance_rate
 
 __all__ = [
     "LEVEL",
@@ -182,7 +183,7 @@ class ArmStats(BaseModel):
 
     @property
     def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return acceptance_rate(self.accepted, self.drafted)
 
     def prompt(self, name: str) -> PromptStats | None:
         return next((p for p in self.per_prompt if p.prompt == name), None)
@@ -335,13 +336,25 @@ def _keyed(samples: Iterable[Sample]) -> dict[tuple[object, ...], Sample]:
     return out
 
 
+# Every paired ratio computed in this process, by what it compares (see paired_ratio); bounded, and pure:
+# the key holds the values themselves, so a stale entry cannot be returned for other data.
+_PAIRED: dict[tuple[object, ...], Interval | None] = {}
+_PAIRED_MAX = 20_000
+
+
 def paired_ratio(arm: Iterable[Sample], reference: Iterable[Sample], *, prompt: str | None = None,
                  n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0, key: str = "",
-                 value: Callable[[Sample], float | None] | None = None) -> Interval | None:
+                 value: Callable[[Sample], float | None] | None = None, value_name: str = "decode") -> Interval | None:
     """Median of per-request ratios arm/reference, paired on (prompt, mode, rep, pass), with its interval.
 
     Ratios are resampled in log space (the median commutes with the logarithm), passes first.
-    :param value: what to compare (default the decode rate; e.g. tokens per joule).
+
+    One comparison per pair: the random draws depend only on what is compared — the value, the two arms and
+    the requests paired (in a fixed order) — so every table, plot, decision-map cell and summary section that
+    pairs the same requests shows the same interval and verdict, and it is computed once.
+
+    :param value: what to compare (default the decode rate; e.g. tokens per joule, named by ``value_name``).
+    :param key: an extra salt for independent trials on the same requests (benchmarks); reports leave it empty.
     :returns: None when no request has a partner.
     """
     get = value or _rate
@@ -351,17 +364,23 @@ def paired_ratio(arm: Iterable[Sample], reference: Iterable[Sample], *, prompt: 
             return _ok_rates(group)
         return [s for s in group if s.status == "ok" and (v := value(s)) is not None and v > 0]
 
+    mine = [s for s in usable(arm) if prompt is None or s.prompt == prompt]
     ref = _keyed(s for s in usable(reference) if prompt is None or s.prompt == prompt)
-    logs, passes = [], []
-    for k, s in _keyed(s for s in usable(arm) if prompt is None or s.prompt == prompt).items():
-        if k in ref:
-            logs.append(float(np.log(float(get(s) or 0) / float(get(ref[k]) or 1))))
-            passes.append(s.pass_index)
-    ci = bootstrap_ci(logs, passes, n_boot=n_boot, level=level, seed=seed, key=key)
-    if ci is None:
-        return None
-    return ci.model_copy(update={"estimate": float(np.exp(ci.estimate)), "lo": float(np.exp(ci.lo)),
-                                 "hi": float(np.exp(ci.hi))})
+    pairs = sorted(((k, s, ref[k]) for k, s in _keyed(mine).items() if k in ref), key=lambda p: repr(p[0]))
+    logs = [float(np.log(float(get(s) or 0) / float(get(r) or 1))) for _, s, r in pairs]
+    passes = [s.pass_index for _, s, _ in pairs]
+    names = (sorted({s.arm for _, s, _ in pairs}), sorted({r.arm for _, _, r in pairs}))
+    identity = f"{value_name}|{names}|{zlib.crc32(repr([k for k, _, _ in pairs]).encode())}|{key}"
+    memo = (identity, tuple(logs), tuple(passes), n_boot, level, seed)
+    if memo in _PAIRED:
+        return _PAIRED[memo]
+    ci = bootstrap_ci(logs, passes, n_boot=n_boot, level=level, seed=seed, key=identity)
+    out = None if ci is None else ci.model_copy(update={
+        "estimate": float(np.exp(ci.estimate)), "lo": float(np.exp(ci.lo)), "hi": float(np.exp(ci.hi))})
+    if len(_PAIRED) >= _PAIRED_MAX:
+        _PAIRED.clear()
+    _PAIRED[memo] = out
+    return out
 
 
 def unpaired_ratio(arm: Iterable[Sample], reference: Iterable[Sample], *, n_boot: int = N_BOOT,
@@ -470,13 +489,13 @@ def compare_to_baseline(samples: Iterable[Sample], baseline: str, arm_order: Seq
     for name, group in groups.items():
         if name == baseline:
             continue
-        ratio = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed, key=f"ratio/{name}/{baseline}")
+        ratio = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed)
         if ratio is None:
             continue
         names = list(prompts) or sorted({s.prompt for s in group})
         per_prompt = {p: r for p in names
-                      if (r := paired_ratio(group, ref, prompt=p, n_boot=n_boot, level=level, seed=seed,
-                                            key=f"ratio/{name}/{baseline}/{p}")) is not None}
+                      if (r := paired_ratio(group, ref, prompt=p, n_boot=n_boot, level=level, seed=seed))
+                      is not None}
         caveat = first_event_caveat(group, ref)
         out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio),
                               per_prompt=per_prompt, notes=[caveat] if caveat else []))
@@ -492,8 +511,8 @@ def compare_energy(samples: Iterable[Sample], baseline: str, arm_order: Sequence
     for name, group in groups.items():
         if name == baseline:
             continue
-        ratio = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed, key=f"tpj-ratio/{name}/{baseline}",
-                             value=tokens_per_joule)
+        ratio = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed, value=tokens_per_joule,
+                             value_name="tokens per joule")
         if ratio is not None:
             out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio)))
     return out
@@ -523,7 +542,7 @@ def ratio_half_widths(samples: Iterable[Sample], baseline: str, *, n_boot: int =
     out = {}
     for name, group in groups.items():
         if name != baseline:
-            ci = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed, key=f"ratio/{name}/{baseline}")
+            ci = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed)
             out[f"{name}/{baseline}"] = ci.half_width_rel if ci else float("inf")
     return out
 
@@ -553,8 +572,7 @@ def clear_verdicts(samples: Iterable[Sample], baseline: str, level: float, *, n_
     out: dict[str, Verdict] = {}
     for name, group in groups.items():
         if name != baseline:
-            ci = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed,
-                              key=f"verdict-stop/{name}/{baseline}")
+            ci = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed)
             out[f"{name}/{baseline}"] = verdict(ci) if ci else "not separable"
     return out
 

@@ -1,7 +1,7 @@
 """``bakeoff calibrate``: forced-acceptance calibration from a file's ``calibrate:`` section or from flags.
 
 Either way it becomes a bakeoff file holding only that section (``arms: []``), run exactly as ``bakeoff
-run`` runs one (core/cli/run.py ``run_loaded``): the same arms, run directory, reports and exit codes.
+run`` runs one (core/cli/running.py ``run_loaded``): the same arms, run directory, reports and exit codes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import yaml
 from ..common.errors import ConfigError
 from ..config.loader import load_bakeoff, parse_bakeoff
 from .exit_codes import EXIT_CODES_HELP
-from .run import run_loaded
+from .running import run_loaded
 
 __all__ = ["calibrate_command", "calibration_file"]
 

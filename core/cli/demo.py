@@ -15,7 +15,7 @@ from rich.console import Console
 from ..common.errors import EngineUnavailable
 from ..config.loader import parse_bakeoff
 from ..engine.registry import load_engine
-from .run import execute
+from .running import execute
 
 console = Console()
 

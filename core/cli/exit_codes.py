@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import IntEnum
-from typing import Any
 
 from ..common.errors import BakeoffError, RunDirError
 from ..results.sample import Sample
 
-__all__ = ["ExitCode", "EXIT_CODES_HELP", "exit_code_for", "run_outcome", "is_valid", "failed_arms"]
+__all__ = ["ExitCode", "EXIT_CODES_HELP", "exit_code_for", "run_outcome", "is_valid"]
 
 
 class ExitCode(IntEnum):
@@ -48,16 +47,6 @@ def exit_code_for(exc: BaseException) -> ExitCode:
 def is_valid(sample: Sample) -> bool:
     """A sample the statistics can use: no error, and a positive decode rate."""
     return sample.status == "ok" and sample.decode_tps is not None and sample.decode_tps > 0
-
-
-def failed_arms(arm_records: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """Arms whose latest record for some pass is a failure (a resume that finished the pass supersedes it)."""
-    out = []
-    for arm, records in arm_records.items():
-        last_per_pass = {r.get("pass"): r for r in records}
-        if any(r.get("status") == "failed" for r in last_per_pass.values()):
-            out.append(arm)
-    return out
 
 
 def run_outcome(samples: Iterable[Sample], arms: list[str], failed: Iterable[str] = ()

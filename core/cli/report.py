@@ -6,37 +6,14 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from ..analysis.phases import compare_phases
 from ..analysis.stats import N_BOOT
 from ..common.errors import ConfigError
-from ..reports import print_summary, render_markdown, report_dir, summarize_run, write_reports
-from ..reports.markdown import markdown_table
-from ..reports.tables import phase_rows
-from ..results.store import RunDir, read_samples
+from ..reports import print_run, render_markdown, summarize_run, write_reports
 
-__all__ = ["print_tables", "print_phase_table", "report_command"]
+__all__ = ["report_command"]
 
 console = Console()
-
-
-def print_tables(run_path: Path, out: Console, *, write: bool = True, n_boot: int = N_BOOT,
-                 seed: int | None = None, drop_foreign_load: bool = False, files_dir: Path | None = None,
-                 baseline: str | None = None) -> None:
-    """Print the run's tables (called by ``bakeoff run`` after a run) and write its report files.
-
-    :param files_dir: where the report files go (default ``run_path/report``).
-    """
-    summary = summarize_run(run_path, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load, baseline=baseline)
-    print_summary(summary, out)  # with the n-max / depth / concurrency sections, when the run has them
-    print_phase_table(run_path, out, write=write, files_dir=files_dir)  # live-knob phases, when the run has them
-    if write:
-        files = write_reports(run_path, summary, out=files_dir)
-        for failure in files.plot_failures:
-            out.print(f"[bold yellow]WARNING[/bold yellow] {failure}", highlight=False)
-        out.print(f"reports: {files.markdown}, {files.json}, {files.html} (+{len(files.plots)} plot files)",
-                  highlight=False, soft_wrap=True)
 
 
 def report_command(
@@ -66,25 +43,5 @@ def report_command(
         if not no_files:
             write_reports(run_dir, summary, out=files_dir)
         return
-    print_tables(run_dir, console, write=not no_files, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load,
+    print_run(run_dir, console, write=not no_files, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load,
                  files_dir=files_dir, baseline=baseline)
-
-
-def print_phase_table(run_path: Path, out: Console, *, write: bool = True, files_dir: Path | None = None) -> None:
-    """Print the phase table of a phase run (nothing for other runs) and write ``phases.md`` beside the other
-    report files."""
-    record = RunDir.open(run_path).read_record()  # empty when the run wrote no run.json
-    if not record.phases:
-        return
-    header, rows = phase_rows(compare_phases(read_samples(run_path), record.phases, seed=record.seed or 0))
-    table = Table(*header, title="phases: each knob against its neighbouring baselines (paired, 95 % CI)")
-    for row in rows:
-        table.add_row(*row)
-    out.print(table)
-    if write:
-        target = report_dir(run_path, files_dir)
-        target.mkdir(parents=True, exist_ok=True)
-        (target / "phases.md").write_text(
-            "## Phases\n\nEach knob phase against the baseline phases either side of it, paired on prompt, mode "
-            "and round; ratios are medians of paired ratios with bootstrap 95 % intervals.\n\n"
-            + markdown_table(header, rows) + "\n")

@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..common.errors import BakeoffError, RunRecordError, StoreError
-from ..results.db import RunDB, RunSummary, arm_records_of, failed_arms
-from ..results.record import RunRecord
+from ..results.db import RunDB, RunSummary, arm_records_of
+from ..results.record import RunRecord, failed_arms
 from ..results.store import RunDir, read_samples
 
 __all__ = ["runs_command", "list_runs"]
@@ -36,7 +36,7 @@ def _from_files(path: Path) -> RunSummary:
                       started_at=record.started_at, finished_at=record.finished_at,
                       samples=len(samples), errors=sum(s.status == "error" for s in samples),
                       flagged=sum(bool(s.flags) for s in samples), arms=record.arm_names,
-                      failed_arms=failed_arms({"arm_records": arm_records_of(path, record.to_json())}), indexed=False)
+                      failed_arms=failed_arms(arm_records_of(path, record)), indexed=False)
 
 
 def list_runs(base: Path) -> list[RunSummary]:

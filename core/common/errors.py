@@ -24,6 +24,8 @@ The command line maps each to an exit code in one place (``core/cli/exit_codes.p
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "BakeoffError",
     "ConfigError",
@@ -123,3 +125,13 @@ class DuplicateSampleError(StoreError):
 
 class PromoteError(BakeoffError):
     """A promotion or revert that did not complete (the message says what is serving now)."""
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
+_PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ENOTDIR}
+
+
+def is_write_failure(exc: BaseException) -> bool:
+    """An OSError that means the run directory cannot be written: the whole run stops, not one arm."""
+    return isinstance(exc, OSError) and (exc.errno in _DISK_ERRNOS
+                                         or (exc.errno in _PATH_ERRNOS and exc.filename is not None))

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..analysis.acceptance import acceptance_rate
 from ..common.errors import CapabilityNotSupported, ConfigError, EngineStartupError
 from ..config.schema import SPEC_METHODS, Arm, Prompt, Speculative, Workload, format_validation_error
 from .client import SETUP_TIMEOUT_S, TokenCounts, bounded_get
@@ -240,7 +241,7 @@ class SelftestRow:
 
     @property
     def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted and self.accepted is not None else None
+        return acceptance_rate(self.accepted, self.drafted) if self.accepted is not None else None
 
     @property
     def ok(self) -> bool:

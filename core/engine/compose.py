@@ -36,6 +36,7 @@ import yaml
 
 from ..common.errors import ConfigError, EngineStartupError, EngineUnavailable
 from ..config.schema import Arm
+from ..host.hostinfo import CpuMeter
 from .adapter import EngineAdapter
 from .launcher import startup_error_from_log
 
@@ -349,6 +350,18 @@ class ComposeEngine:
         """The service container's id: its processes are the engine's own CPU for the noise guard."""
         cid = self.state().get("ID")
         return [str(cid)] if cid else []
+
+    def noise_guard(self) -> CpuMeter:
+        return CpuMeter(set(), containers=self.container_ids())
+
+    @property
+    def pid(self) -> int | None:
+        return None  # the engine runs in the container; NVML's per-process memory does not see it from here
+
+    @property
+    def exit_code(self) -> int | None:
+        code = self.state().get("ExitCode")
+        return code if isinstance(code, int) else None
 
     @property
     def alive(self) -> bool:

@@ -18,6 +18,7 @@ import psutil
 from ..config.schema import Arm
 from ..host.roofline import gpu_copy_bandwidth_gbs, host_copy_bandwidth_gbs, model_bytes
 from ..host.telemetry import GpuMonitor, GpuSample, open_monitor
+from ..results.sample import Sample
 
 __all__ = [
     "arm_device",
@@ -112,7 +113,7 @@ def offload_mismatch(monitor: GpuMonitor, arm: Arm, pgid: int, weights: int | No
     return held, None
 
 
-def attach_gpu_sample(sample: Any, gpu: GpuSample) -> None:
+def attach_gpu_sample(sample: Sample, gpu: GpuSample) -> None:
     """Put one request's telemetry on its sample: tokens per joule, and a flag for power/thermal slowdown."""
     if gpu.energy_j and sample.completion_tokens:
         gpu.tokens_per_joule = sample.completion_tokens / gpu.energy_j

@@ -25,12 +25,13 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from ..common.errors import EngineStartupError, EngineUnavailable
+from ..host.hostinfo import CpuMeter, docker_container_ids
 from .adapter import EngineAdapter, LaunchSpec, first_matching_line
 
 __all__ = ["free_port", "port_is_free", "Engine", "stop_all", "LogCursor", "startup_error_from_log",
@@ -212,6 +213,32 @@ class LogCursor:
         return data.decode(errors="replace")
 
 
+class RunningEngine(Protocol):
+    """What a run asks of an engine bakeoff started: a process (:class:`Engine`) or a compose service
+    (core/engine/compose.py ``ComposeEngine``)."""
+
+    base_url: str
+    boot_s: float | None
+    log_path: Path
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def exit_code(self) -> int | None: ...
+
+    @property
+    def pid(self) -> int | None:
+        """The engine's main process on this machine (its process group's leader), None in a container."""
+
+    def log_text(self) -> str: ...
+
+    def log_tail(self, lines: int = 30) -> str: ...
+
+    def noise_guard(self) -> CpuMeter:
+        """A CPU meter that counts the engine's own processes as its own, everything else as foreign load."""
+
+
 class Engine:
     """A running engine: context manager that launches, waits for readiness and stops it.
 
@@ -308,6 +335,20 @@ class Engine:
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.proc.returncode if self.proc is not None else None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def noise_guard(self) -> CpuMeter:
+        """The engine's process group, and its container's processes when the LaunchSpec names one."""
+        pgids = {os.getpgid(self.proc.pid)} if self.proc else set()
+        name = self.spec.container
+        return CpuMeter(pgids, containers=docker_container_ids([name]) if name else None)
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -51,7 +51,7 @@ def _products(seed: int) -> list[tuple[int, int]]:
     return [(rng.randint(12, 49), rng.randint(12, 49)) for _ in range(3)]
 
 
-def _arithmetic(ask: Any, seed: int) -> tuple[bool, str, str]:
+def _arithmetic(ask: Callable[[str], str], seed: int) -> tuple[bool, str, str]:
     answers, right = [], 0
     for a, b in _products(seed):
         text = ask(f"What is {a} * {b}? Reply with the number only.")
@@ -61,14 +61,14 @@ def _arithmetic(ask: Any, seed: int) -> tuple[bool, str, str]:
         " | ".join(answers)
 
 
-def _factual(ask: Any, seed: int) -> tuple[bool, str, str]:
+def _factual(ask: Callable[[str], str], seed: int) -> tuple[bool, str, str]:
     text = ask("Which gas do green plants take in from the air to make sugar by photosynthesis? "
                "Answer in one short sentence.")
     found = any(k in text.lower() for k in ("carbon dioxide", "co2", "co₂"))
     return found, "key point 'carbon dioxide' " + ("present" if found else "missing"), text
 
 
-def _needle(ask: Any, seed: int) -> tuple[bool, str, str]:
+def _needle(ask: Callable[[str], str], seed: int) -> tuple[bool, str, str]:
     rng = random.Random(f"gates/needle/{seed}")
     code = str(rng.randint(10000, 99999))
     lines = [f"Line {i}: the ferry leaves the harbour at dawn and returns before the evening market."

@@ -1,15 +1,13 @@
 """Measurement points of an arm: prompt × mode × rep, times depth and concurrency when swept.
 
-This is the glue between the protocol's request loop and the sweeps: it lists an arm's points,
-refuses the ones the running engine cannot serve (a depth past its context, more streams than its
-slots), rewrites a request for its point (depth filler, fixed work the engine's way), runs concurrent
-batches, and stamps each Sample with its point and the checks that belong to it (exact depth, exact
-output length under fixed work, needle found).
+This is the glue between the arm session's requests (core/run/arm.py) and the sweeps: it lists an arm's
+points, refuses the ones the running engine cannot serve (a depth past its context, more streams than its
+slots), rewrites a request for its point (depth filler, a salt per stream), and stamps each Sample with its
+point and the checks that belong to it (exact depth, exact output length under fixed work, needle found).
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -17,17 +15,17 @@ from typing import Any
 
 import httpx
 
-from ..config.schema import Arm, Prompt, SamplingMode, Workload
+from ..config.schema import Arm, Prompt, Workload
 from ..engine.adapter import Effective, EngineAdapter
 from ..engine.client import StreamResult
-from ..engine.readback import EngineLog
-from ..host.hostinfo import CpuMeter
 from ..results.sample import Sample
-from .concurrency import Batch, effective_slots, refused_levels, run_batch
-from .definitions import build_request, make_sample
+from .concurrency import effective_slots, refused_levels
 from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
 
-__all__ = ["Point", "arm_points", "is_done", "samples_expected", "PointRunner"]
+__all__ = ["DoneKeys", "Point", "arm_points", "is_done", "samples_expected", "PointRunner"]
+
+# Resume keys of the samples a run already holds (core/results/db.py done_key): points to skip.
+DoneKeys = Collection[tuple[object, ...]]
 
 
 @dataclass(frozen=True)
@@ -54,9 +52,9 @@ def arm_points(workload: Workload, prompts: Sequence[Prompt], modes: Collection[
             for r in range(workload.reps)]
 
 
-def is_done(done: Collection[tuple[Any, ...]], arm: str, point: Point, pass_index: int) -> bool:
+def is_done(done: DoneKeys, arm: str, point: Point, pass_index: int) -> bool:
     """Resume: plain points are keyed (arm, prompt, mode, rep, pass); swept points add (depth, concurrency)."""
-    key: tuple[Any, ...] = (arm, point.prompt.name, point.mode, point.rep, pass_index)
+    key: tuple[object, ...] = (arm, point.prompt.name, point.mode, point.rep, pass_index)
     if point.depth is None and point.concurrency is None:
         return key in done
     return (*key, point.depth, point.concurrency) in done
@@ -144,31 +142,3 @@ class PointRunner:
                 and sample.completion_tokens != sample.max_tokens:
             sample.flags.append(f"fixed-length-missed: {sample.completion_tokens} of {sample.max_tokens} tokens")
         return sample
-
-    def run_batch(self, point: Point, mode: SamplingMode, model_id: str | None, meter: CpuMeter, run_id: str,
-                  pass_index: int) -> list[Sample]:
-        """``point.concurrency`` streams at once; one Sample per stream, all sharing the batch's id and wall.
-
-        Each stream's request and Sample are built as a single request's are (core/measure/definitions.py). Server stats
-        come from each response only (``/metrics`` deltas and log lines would mix streams).
-        """
-        n = point.concurrency or 1
-        bodies, infos = [], []
-        for _ in range(n):
-            body = build_request(self.arm, self.adapter, self.workload, point.prompt, mode, model_id)
-            infos.append(self.prepare(body, point))
-            bodies.append(body)
-        started_at = time.time()
-        meter.start()
-        batch: Batch = run_batch(self.http, bodies, self.workload.request_timeout_s, self.adapter.chunk_token_count)
-        foreign = meter.stop()
-        samples = []
-        for body, info, result in zip(bodies, infos, batch.results, strict=True):
-            stats = self.adapter.server_stats(self.http, result.final, None, EngineLog())  # streams share the log
-            sample = make_sample(self.arm, self.adapter, result, stats, run_id, point.prompt.name, point.mode,
-                                 point.rep, pass_index, foreign, started_at, meter.foreign_limit(),
-                                 settings_mismatch=bool(self.eff.mismatches))
-            sample = self.finish(sample, point, body, result, info)
-            sample.batch_id, sample.batch_wall_s = batch.batch_id, batch.wall_s
-            samples.append(sample)
-        return samples

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Console
+
+from ..analysis.stats import N_BOOT
 from ..common.errors import MeasurementError
 from .html import render_html
 from .markdown import render_markdown
@@ -17,7 +20,7 @@ from .plots import render_plots, write_plots
 from .terminal import print_summary
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RunSummary", "ReportFiles", "summarize_run", "write_reports", "report_dir",
-           "print_summary", "render_markdown", "render_html"]
+           "print_summary", "print_run", "render_markdown", "render_html"]
 
 
 def report_dir(run_path: Path, out: Path | None = None) -> Path:
@@ -58,3 +61,20 @@ def write_reports(run_path: Path, summary: RunSummary | None = None, *, plots: b
     except OSError as exc:
         raise MeasurementError(f"cannot write reports into {out}: {exc.strerror or exc}") from exc
     return files
+
+
+def print_run(run_path: Path, out: Console, *, write: bool = True, n_boot: int = N_BOOT, seed: int | None = None,
+              drop_foreign_load: bool = False, files_dir: Path | None = None, baseline: str | None = None) -> None:
+    """Print a run's tables (``bakeoff run`` after a run, ``bakeoff report``) and write its report files, all
+    from one summary.
+
+    :param files_dir: where the report files go (default ``run_path/report``).
+    """
+    summary = summarize_run(run_path, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load, baseline=baseline)
+    print_summary(summary, out)
+    if write:
+        files = write_reports(run_path, summary, out=files_dir)
+        for failure in files.plot_failures:
+            out.print(f"[bold yellow]WARNING[/bold yellow] {failure}", highlight=False)
+        out.print(f"reports: {files.markdown}, {files.json}, {files.html} (+{len(files.plots)} plot files)",
+                  highlight=False, soft_wrap=True)

@@ -104,11 +104,17 @@ def _differences(a: RunSummary, b: RunSummary, pairs: Mapping[str, str]) -> list
         if va != vb:
             out.append(f"{label}: {va} → {vb}")
     for arm_a, arm_b in pairs.items():
-        ea, eb = a.engines.get(arm_a, {}), b.engines.get(arm_b, {})
+        ea, eb = a.engines.get(arm_a), b.engines.get(arm_b)
         for key in ("engine", "version", "model", "speculative"):
-            if ea.get(key) != eb.get(key):
-                out.append(f"{arm_a}: {key} {ea.get(key)} → {eb.get(key)}")
+            va, vb = getattr(ea, key, None), getattr(eb, key, None)
+            if va != vb:
+                out.append(f"{arm_a}: {key} {_shown(va)} → {_shown(vb)}")
     return out
+
+
+def _shown(value: object) -> object:
+    """A recorded value as the change line prints it (speculative settings: only the knobs that were set)."""
+    return value.model_dump(exclude_none=True) if isinstance(value, BaseModel) else value
 
 
 def comparison_table(c: RunComparison) -> tuple[list[str], list[list[str]]]:

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from ..analysis.acceptance import ArmAcceptance, run_acceptance
+from ..analysis.acceptance import ArmAcceptance, mean_accepted_length, run_acceptance
 from ..analysis.calibration import Calibration, analyze_calibration
 from ..analysis.decision import Recommendation, recommend
 from ..analysis.fairness import equal_work, finish_counts
@@ -33,7 +33,7 @@ from ..analysis.stats import (
 )
 from ..common.errors import ConfigError
 from ..common.redact import redact_text, redact_url
-from ..config.schema import DEFAULT_MODES
+from ..config.schema import DEFAULT_MODES, Speculative
 from ..host.roofline import ModelBytes, roofline_for
 from ..results.record import ArmAttempt, PlacementRecord, RunRecord
 from ..results.sample import Sample
@@ -45,6 +45,7 @@ __all__ = [
     "FOREIGN_LOAD_FLAG",
     "REPORT_SCHEMA_VERSION",
     "ArmFailure",
+    "EngineSummary",
     "Bootstrap",
     "RunData",
     "RunSummary",
@@ -70,11 +71,23 @@ class ArmFailure(BaseModel):
     error: str
 
 
+class EngineSummary(BaseModel):
+    """What answered an arm: the engine, the build it reported, the model (URL credentials masked), the speculation."""
+
+    engine: str
+    version: str | None = None
+    model: str | None = None
+    binary: dict[str, Any] | None = Field(None, description="The build of the engine binary that ran (llama.cpp: "
+                                          "backend, CUDA architectures, where it was found).")
+    speculative: Speculative = Field(default_factory=Speculative)
+
+
 class RunSummary(BaseModel):
     """Summary of one run directory; ``schema_version`` changes when a field changes meaning."""
 
     schema_version: int = REPORT_SCHEMA_VERSION
     kind: str = "bakeoff-run-summary"
+    path: Path | None = Field(None, exclude=True, description="The run directory read (not written to summary.json).")
     tool: dict[str, Any] = Field(default_factory=dict)
     run_id: str
     name: str
@@ -86,7 +99,7 @@ class RunSummary(BaseModel):
     passes: int = Field(0, description="Passes recorded in run.json orders (including adaptive ones).")
     orders: list[list[str]] = Field(default_factory=list)
     bootstrap: Bootstrap = Field(default_factory=Bootstrap)
-    engines: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per arm: engine, version, model.")
+    engines: dict[str, EngineSummary] = Field(default_factory=dict, description="Per arm: engine, version, model.")
     host: dict[str, Any] = Field(default_factory=dict)
     arms: list[ArmStats] = Field(default_factory=list)
     comparisons: list[Comparison] = Field(default_factory=list)
@@ -143,21 +156,12 @@ class RunData:
     run_id: str
     record: RunRecord
     samples: list[Sample]
-    records: dict[str, list[dict[str, Any]]]
+    records: dict[str, list[ArmAttempt]]
     warnings: list[str] = field(default_factory=list)
 
     def attempts(self, arm: str) -> list[ArmAttempt]:
-        """The arm's starts, typed; one that does not read is left out and said in the warnings."""
-        out = []
-        for i, raw in enumerate(self.records.get(arm, [])):
-            try:
-                out.append(ArmAttempt.model_validate(raw))
-            except ValidationError as exc:
-                where = ".".join(str(p) for p in exc.errors()[0]["loc"])
-                warning = f"arm {arm}: record {i + 1} left out ({where}: {exc.errors()[0]['msg']})"
-                if warning not in self.warnings:
-                    self.warnings.append(warning)
-        return out
+        """The arm's starts (one that did not read was left out and said in the warnings)."""
+        return self.records.get(arm, [])
 
 
 def read_run_data(path: Path) -> RunData:
@@ -169,7 +173,7 @@ def read_run_data(path: Path) -> RunData:
     run = RunDir.open(path)
     record = run.read_record(strict=False)
     stored = run.stored_samples()
-    records = run.arm_records(record.to_json())
+    records = run.arm_records()
     return RunData(run.run_id, record, stored.samples, records, [*run.warnings, *stored.warnings])
 
 
@@ -260,8 +264,7 @@ def _rooflines(record: RunRecord, samples: list[Sample], summary: RunSummary) ->
         prompt = median_or_none([float(s.prompt_tokens) for s in ok if s.prompt_tokens is not None])
         output = median_or_none([float(s.completion_tokens) for s in ok if s.completion_tokens is not None])
         depth = (prompt or 0.0) + (output or 0.0) / 2
-        drafts = sum(s.drafts or 0 for s in ok)
-        per_pass = 1 + sum(s.accepted or 0 for s in ok) / drafts if drafts else None
+        per_pass = mean_accepted_length(sum(s.accepted or 0 for s in ok), sum(s.drafts or 0 for s in ok))
         facts = ModelBytes.model_validate({k: model[k] for k in ("weights", "kv_per_position", "file_bytes", "notes")})
         a.roofline = roofline_for(facts, bandwidth[device], a.median.estimate if a.median else None, depth,
                                   per_pass)
@@ -299,9 +302,9 @@ def _blocks(placement: PlacementRecord | None, baseline: str | None,
             for host, b in placement.baselines.items() if b]
 
 
-def _engines(record: RunRecord, data: RunData) -> dict[str, dict[str, Any]]:
+def _engines(record: RunRecord, data: RunData) -> dict[str, EngineSummary]:
     """Per arm: engine, version and binary the engine reported, model (URL credentials masked), speculative knobs."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, EngineSummary] = {}
     by_name = {a.name: a for a in record.config.arms} if record.config else {}
     placed = record.placement.arm_order if record.placement else []  # Ray: one entry per stored arm (arm@host)
     stored = [(n, by_name[n.split("@")[0]]) for n in placed if n.split("@")[0] in by_name]
@@ -309,10 +312,9 @@ def _engines(record: RunRecord, data: RunData) -> dict[str, dict[str, Any]]:
         attempts = list(reversed(data.attempts(name)))
         version = next((a.version for a in attempts if a.version), None)
         binary = next((a.effective["binary"] for a in attempts if a.effective.get("binary")), None)
-        out[name] = {"engine": arm.engine, "version": version,
-                         "model": arm.model or (redact_url(arm.url) if arm.url else None),
-                         **({"binary": binary} if binary else {}),
-                         "speculative": arm.speculative.model_dump(mode="json", exclude_none=True)}
+        out[name] = EngineSummary(engine=arm.engine, version=version,
+                                  model=arm.model or (redact_url(arm.url) if arm.url else None),
+                                  binary=binary, speculative=arm.speculative)
     return out
 
 
@@ -382,7 +384,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
                             for c in compare_energy([s for s in samples if s.arm in block], host_baseline, block,
                                                     **boot)],
         tool=record.tool.model_dump(exclude_none=True) if "tool" in record.model_fields_set else {},
-        run_id=data.run_id, name=record.name or path.name, baseline=baseline,
+        path=path, run_id=data.run_id, name=record.name or path.name, baseline=baseline,
         prompts=prompts,
         modes=list(workload.modes) if workload and workload.modes else sorted({s.mode for s in samples}),
         max_tokens=workload.max_tokens if workload else None, reps=workload.reps if workload else None,
@@ -404,7 +406,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     summary.warnings = data.warnings + _warnings(record, data, summary)
     if baseline and not (config and config.calibrate):
         kinds = {str(p["name"]): str(p.get("kind") or p["name"]) for p in record.prompts}
-        specs = {arm: e.get("speculative", {}) for arm, e in summary.engines.items()}
+        specs = {arm: e.speculative for arm, e in summary.engines.items()}
         summary.recommendations = recommend(samples, baseline, summary.arms, summary.comparisons, kinds, specs,
                                             **boot)
     return summary

@@ -14,24 +14,14 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ..analysis.acceptance import ArmAcceptance, arm_acceptance
 from ..analysis.stats import LEVEL, N_BOOT, Comparison, Interval, bootstrap_ci, describe_arm, paired_ratio, verdict
 from ..config.schema import Arm
 from ..results.sample import Sample
 
-__all__ = ["Acceptance", "PointRow", "PointTable", "acceptance_of", "concurrency_table", "depth_table",
-           "sweep_table"]
+__all__ = ["PointRow", "PointTable", "concurrency_table", "depth_table", "sweep_table"]
 
 PointValue = int | float | str | bool | None
-
-
-class Acceptance(BaseModel):
-    """Draft acceptance over a group of requests, from the engine's own counts."""
-
-    drafted: int = 0
-    accepted: int = 0
-    drafts: int = 0
-    rate: float | None = Field(None, description="accepted / drafted.")
-    mean_accepted_len: float | None = Field(None, description="1 + accepted / drafts: tokens per verify step.")
 
 
 class PointRow(BaseModel):
@@ -45,7 +35,7 @@ class PointRow(BaseModel):
     vs_baseline: Comparison | None = Field(None, description="Paired ratio against the baseline arm at the same "
                                            "point; None for the baseline itself or without partners.")
     is_baseline: bool = False
-    acceptance: Acceptance | None = None
+    acceptance: ArmAcceptance | None = Field(None, description="Pooled over the row's requests.")
     ttft_s: float | None = Field(None, description="Median time to first token.")
     prefill_tps: float | None = Field(None, description="Median prefill tok/s.")
     prompt_tokens: list[int] = Field(default_factory=list, description="Prompt token counts seen (depth).")
@@ -62,34 +52,19 @@ class PointTable(BaseModel):
     rows: list[PointRow] = Field(default_factory=list)
 
 
-def acceptance_of(samples: Sequence[Sample]) -> Acceptance | None:
-    """Drafted, accepted and drafts summed over successful requests; None when the engine reported none."""
-    counted = [s for s in samples if s.status == "ok" and s.drafted is not None]
-    if not counted:
-        return None
-    drafted = sum(s.drafted or 0 for s in counted)
-    accepted = sum(s.accepted or 0 for s in counted)
-    drafts = sum(s.drafts or 0 for s in counted)
-    return Acceptance(drafted=drafted, accepted=accepted, drafts=drafts,
-                      rate=accepted / drafted if drafted else None,
-                      mean_accepted_len=1 + accepted / drafts if drafts else None)
-
-
 class _Stats:
     """The bootstrap settings of one summary, shared by every row."""
 
     def __init__(self, baseline: str | None, n_boot: int, level: float, seed: int) -> None:
         self.baseline, self.n_boot, self.level, self.seed = baseline, n_boot, level, seed
 
-    def row(self, arm: str, point: dict[str, PointValue], group: list[Sample], reference: list[Sample],
-            key: str) -> PointRow:
+    def row(self, arm: str, point: dict[str, PointValue], group: list[Sample], reference: list[Sample]) -> PointRow:
         described = describe_arm(arm, group, n_boot=self.n_boot, level=self.level, seed=self.seed)
         row = PointRow(arm=arm, point=point, n=described.n, errors=described.errors, decode=described.median,
-                       is_baseline=arm == self.baseline, acceptance=acceptance_of(group),
+                       is_baseline=arm == self.baseline, acceptance=arm_acceptance(arm, group),
                        ttft_s=described.ttft_median, prefill_tps=described.prefill_median)
         if arm != self.baseline and reference:
-            ratio = paired_ratio(group, reference, n_boot=self.n_boot, level=self.level, seed=self.seed,
-                                 key=f"ratio/{key}/{arm}/{self.baseline}")
+            ratio = paired_ratio(group, reference, n_boot=self.n_boot, level=self.level, seed=self.seed)
             if ratio is not None and self.baseline is not None:
                 row.vs_baseline = Comparison(arm=arm, reference=self.baseline, ratio=ratio, verdict=verdict(ratio))
         return row
@@ -123,7 +98,7 @@ def sweep_table(samples: Sequence[Sample], arms: Sequence[Arm], baseline: str | 
     for a in arms:
         point: dict[str, PointValue] = {
             k: a.swept.get(k, n_max[a.name] if k == "speculative.n_max" else None) for k in keys}
-        rows.append(stats.row(a.name, point, [s for s in use if s.arm == a.name], reference, "sweep"))
+        rows.append(stats.row(a.name, point, [s for s in use if s.arm == a.name], reference))
     title = "n-max sweep" if "speculative.n_max" in keys else "sweep"
     return PointTable(kind="sweep", title=title, keys=keys, rows=rows)
 
@@ -140,7 +115,7 @@ def depth_table(samples: Sequence[Sample], arm_order: Sequence[str], baseline: s
         for depth in sorted({s.depth for s in at_depth if s.arm == arm and s.depth is not None}):
             group = [s for s in at_depth if s.arm == arm and s.depth == depth]
             reference = [s for s in at_depth if s.arm == baseline and s.depth == depth]
-            row = stats.row(arm, {"depth": depth}, group, reference, f"depth{depth}")
+            row = stats.row(arm, {"depth": depth}, group, reference)
             ok = [s for s in group if s.status == "ok"]
             row.prompt_tokens = sorted({s.prompt_tokens for s in ok if s.prompt_tokens is not None})
             found = [s.needle_found for s in ok if s.needle_found is not None]
@@ -161,7 +136,7 @@ def concurrency_table(samples: Sequence[Sample], arm_order: Sequence[str], basel
         for level_ in sorted({s.concurrency for s in swept if s.arm == arm and s.concurrency is not None}):
             group = [s for s in swept if s.arm == arm and s.concurrency == level_]
             reference = [s for s in swept if s.arm == baseline and s.concurrency == level_]
-            row = stats.row(arm, {"streams": level_}, group, reference, f"streams{level_}")
+            row = stats.row(arm, {"streams": level_}, group, reference)
             batches: dict[str, list[Sample]] = {}
             for s in group:
                 batches.setdefault(s.batch_id or "", []).append(s)

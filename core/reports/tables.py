@@ -113,8 +113,7 @@ def footnotes(s: RunSummary) -> list[str]:
              f"{s.passes} pass(es) × {s.reps} rep(s) × {len(s.prompts)} prompt(s) × {len(s.modes)} mode(s) "
              f"({', '.join(s.modes)}), {s.max_tokens} output tokens; bootstrap {s.bootstrap.n_boot} resamples, "
              f"seed {s.bootstrap.seed}, passes then requests."]
-    engines = sorted({f"{e.get('engine')} {e.get('version') or ''}".strip() + _binary_note(e.get("binary"))
-                      for e in s.engines.values()})
+    engines = sorted({f"{e.engine} {e.version or ''}".strip() + _binary_note(e.binary) for e in s.engines.values()})
     if engines:
         notes.append("engines: " + ", ".join(engines))
     return notes + hardware_lines(s)
@@ -217,7 +216,7 @@ def _acceptance_cells(row: PointRow) -> list[str]:
     acc = row.acceptance
     if acc is None:
         return [DASH, DASH]
-    rate = f"{acc.rate:.1%} ({acc.accepted}/{acc.drafted})" if acc.rate is not None else "0 drafted"
+    rate = f"{acc.acceptance:.1%} ({acc.accepted}/{acc.drafted})" if acc.acceptance is not None else "0 drafted"
     return [rate, fmt(acc.mean_accepted_len, 2)]
 
 

@@ -20,6 +20,7 @@ from .tables import (
     fmt_interval,
     footnotes,
     gpu_table,
+    phase_rows,
     roofline_note,
     roofline_table,
     sections,
@@ -95,7 +96,9 @@ def print_summary(s: RunSummary, out: Console) -> None:
     for row in rows:
         audit.add_row(*row)
     out.print(audit)
-    for title, table_rows in (("correctness: quality gates, spec correctness, equal work", correctness_table(s)),
+    phases = phase_rows(s.phases) if s.phases else None
+    for title, table_rows in (("phases: each knob against its neighbouring baselines (paired, 95 % CI)", phases),
+                              ("correctness: quality gates, spec correctness, equal work", correctness_table(s)),
                               ("roofline: decode vs the memory-bandwidth floor", roofline_table(s)),
                               ("GPU telemetry (medians over requests; energy includes prefill)", gpu_table(s))):
         if table_rows is None:

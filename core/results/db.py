@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from ..common.errors import BakeoffError, DuplicateSampleError, StoreError
-from .record import RunRecord, parse_run_record
+from .record import ArmAttempt, RunRecord, failed_arms, parse_run_record
 from .sample import Sample
 from .sample_lines import parse_sample, read_json_lines
 
@@ -343,12 +345,12 @@ class RunDB:
         out = RunSummary(run_id=run_id, path=path, samples=counts[0], errors=counts[1], flagged=counts[2])
         if run is not None:
             out.name, out.started_at, out.finished_at = run[0], run[1], run[2]
-            meta = json.loads(run[3])
             try:
-                out.arms = parse_run_record(meta, f"{self.path} (copy of run.json)").arm_names
+                record = parse_run_record(json.loads(run[3]), f"{self.path} (copy of run.json)")
             except BakeoffError:  # written by a newer bakeoff: listed with its counts, arms unknown
-                out.arms = []
-            out.failed_arms = failed_arms({"arm_records": arm_records_of(path, meta)})
+                record = RunRecord()
+            out.arms = record.arm_names
+            out.failed_arms = failed_arms(arm_records_of(path, record))
         return out
 
 
@@ -361,29 +363,28 @@ def _file_state(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def arm_records_of(run_dir: Path, meta: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Per arm, its records: the append-only arm_records.jsonl, or run.json's copy in older runs."""
+def arm_records_of(run_dir: Path, record: RunRecord, warnings: list[str] | None = None
+                   ) -> dict[str, list[ArmAttempt]]:
+    """Per arm, its attempts: the append-only arm_records.jsonl, or run.json's copy in older runs.
+
+    :param warnings: receives a line per record that does not read as an attempt (left out, never a crash).
+    """
     file = run_dir / ARM_RECORDS
     if not file.exists():
-        records = meta.get("arm_records")
-        return records if isinstance(records, dict) else {}
-    out: dict[str, list[dict[str, Any]]] = {}
+        return record.arm_records
+    out: dict[str, list[ArmAttempt]] = {}
     for item in read_json_lines(file)[0]:
-        if isinstance(item.get("record"), dict):
-            out.setdefault(str(item.get("arm")), []).append(item["record"])
+        if not isinstance(item.get("record"), dict):
+            continue
+        arm = str(item.get("arm"))
+        try:
+            out.setdefault(arm, []).append(ArmAttempt.model_validate(item["record"]))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            if warnings is not None:
+                warnings.append(f"arm {arm}: record {len(out[arm]) + 1} left out ({where}: {first['msg']})")
     return out
-
-
-def failed_arms(meta: dict[str, Any]) -> list[str]:
-    """Arms whose latest attempt at some pass failed (a resumed pass that succeeded clears it)."""
-    failed = []
-    for arm, records in (meta.get("arm_records") or {}).items():
-        latest: dict[Any, str] = {}
-        for rec in records:
-            latest[rec.get("pass", 0)] = str(rec.get("status", ""))
-        if any(status == "failed" for status in latest.values()):
-            failed.append(arm)
-    return failed
 
 
 def uid_of(line: str) -> str:
@@ -391,4 +392,4 @@ def uid_of(line: str) -> str:
     return hashlib.sha256(line.strip().encode()).hexdigest()
 
 
-__all__ += ["ARM_RECORDS", "arm_records_of", "failed_arms"]
+__all__ += ["ARM_RECORDS", "arm_records_of"]

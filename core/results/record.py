@@ -22,10 +22,15 @@ __all__ = [
     "RUN_SCHEMA_VERSION",
     "ArmAttempt",
     "EngineRecord",
+    "GateAnswer",
     "HostRecord",
+    "LiveRecord",
+    "PhaseRecord",
     "PlacementRecord",
     "RunRecord",
     "ToolInfo",
+    "WarmupRecord",
+    "failed_arms",
     "parse_run_record",
 ]
 
@@ -56,10 +61,28 @@ class EngineRecord(_Open):
         return [str(x) for x in self.capabilities.get("stateful_speculators") or []]
 
 
+class GateAnswer(_Open):
+    """One quality probe's raw answer on an arm's first start (core/measure/gates.py); scored when summarized."""
+
+    passed: bool | None = Field(None, description="None: the probe could not be asked (skipped).")
+    detail: str = ""
+    answer: str | None = Field(None, description="The raw answer (first 500 characters).")
+
+
+class WarmupRecord(_Open):
+    """The untimed requests of one engine start, and whether the decode rate settled before the timed ones."""
+
+    requests: int = 0
+    decode_tps: list[float | None] = Field(default_factory=list, description="Each warm-up request's decode rate.")
+    settled: bool | None = Field(None, description="Two consecutive rates within the workload's warmup_settle "
+                                                   "(None: not asked, or no rate to judge).")
+
+
 class ArmAttempt(_Open):
     """One start of one arm in one pass: how it went, what the engine said it runs with.
 
-    Features add their own keys (gates, GPU state, phase knobs); they are kept as extra fields.
+    Built by the arm session (core/run/arm.py) as the arm goes and appended to arm_records.jsonl when the
+    attempt ends. Keys of older or newer bakeoffs are kept as extra fields when read, never written by this one.
     """
 
     status: str = Field("ok", description="ok, failed, or skipped (already complete).")
@@ -75,11 +98,61 @@ class ArmAttempt(_Open):
     reason: str | None = None
     log_tail: str | None = None
     gpu_state: dict[str, Any] | None = None
-    gpu_idle_power_w: float | None = None
+    gpu_idle_power_w: float | None = Field(None, description="Board power before this arm's engine loaded (W).")
+    gpu_engine_mib: float | None = Field(None, description="GPU memory the engine's processes hold (NVML, MiB).")
+    gpu_vram_peak_mib: float | None = Field(None, description="Highest GPU memory in use during a request (MiB).")
+    gates: dict[str, GateAnswer] | None = Field(None, description="Quality probes' raw answers, first start only.")
+    host: str | None = Field(None, description="Ray: the host whose block ran this attempt.")
+    warmup: WarmupRecord | None = Field(None, description="Warm-up on a fresh engine start.")
 
     @property
     def failed(self) -> bool:
         return self.status == "failed"
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object arm_records.jsonl holds: ``pass`` by its alias, fields never set left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def failed_arms(records: dict[str, list[ArmAttempt]]) -> list[str]:
+    """Arms whose latest attempt at some pass failed (a resumed pass that succeeded clears it)."""
+    out = []
+    for arm, attempts in records.items():
+        latest = {a.pass_index: a.status for a in attempts}
+        if any(status == "failed" for status in latest.values()):
+            out.append(arm)
+    return out
+
+
+class PhaseRecord(_Open):
+    """One timed phase of a phase run (core/run/phases.py): its knob, its clock, its probes and GPU readings."""
+
+    phase: str
+    setting: str
+    started_at: float | None = None
+    ended_at: float | None = None
+    requests: int = 0
+    probes: int = 0
+    unhealthy_probes: int = 0
+    gpu: dict[str, Any] | None = Field(None, description="Mean power, clocks, temperature (NVML) over the phase.")
+    applied: dict[str, Any] | None = Field(None, description="The knob's apply command: argv, exit code, time.")
+    reverted: dict[str, Any] | None = Field(None, description="The knob's revert, as the run's guard performed it.")
+    problem: str | None = Field(None, description="The probe failure that ended the phase run.")
+
+
+class LiveRecord(_Open):
+    """The live service a run stopped and restored (core/run/live.py): when, by whom, and its health."""
+
+    name: str | None = None
+    kind: str | None = None
+    health: str | None = None
+    model: str | None = None
+    healthy_before: bool | None = None
+    stopped_at: float | None = None
+    restored_at: float | None = None
+    restored_by: str | None = Field(None, description="bakeoff, or the watchdog when bakeoff could not.")
+    healthy_after: bool | None = None
+    log_dir: str | None = None
 
 
 class HostRecord(_Open):
@@ -129,8 +202,8 @@ class RunRecord(_Open):
     arm_records: dict[str, list[ArmAttempt]] = Field(
         default_factory=dict, description="A copy of arm_records.jsonl, written when a run ends (older runs kept "
                                           "them only here).")
-    phases: list[dict[str, Any]] = Field(default_factory=list, description="Live-knob phase records.")
-    live: dict[str, Any] | None = None
+    phases: list[PhaseRecord] = Field(default_factory=list, description="Live-knob phase records.")
+    live: LiveRecord | None = None
     watchdog: list[dict[str, Any]] = Field(default_factory=list)
     executor: str | None = Field(None, description="ray for a run on a Ray cluster; absent for a local run.")
     placement: PlacementRecord | None = None
@@ -146,13 +219,7 @@ class RunRecord(_Open):
         return self.config.name if self.config else None
 
     def failed_arms(self) -> list[str]:
-        """Arms whose latest attempt at some pass failed (a resumed pass that succeeded clears it)."""
-        out = []
-        for arm, attempts in self.arm_records.items():
-            latest = {a.pass_index: a.status for a in attempts}
-            if any(status == "failed" for status in latest.values()):
-                out.append(arm)
-        return out
+        return failed_arms(self.arm_records)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document run.json holds: fields as given (set ones only), arm records with ``pass``."""

@@ -35,7 +35,7 @@ from ..common.errors import (
 )
 from ..common.redact import Redactor, redact_config
 from .db import ARM_RECORDS, DB_NAME, RunDB, arm_records_of, done_key, point_of, slots_of, uid_of
-from .record import RUN_SCHEMA_VERSION, RunRecord, parse_run_record
+from .record import RUN_SCHEMA_VERSION, ArmAttempt, RunRecord, parse_run_record
 from .sample import Sample
 from .sample_lines import parse_sample, read_json_lines, scan_lines
 
@@ -248,20 +248,8 @@ class RunDir:
         self.write_record(record)
         return record
 
-    # Untyped views for callers not yet moved to RunRecord; both go through the record.
-    def read_run(self, *, strict: bool = True) -> dict[str, Any]:
-        """run.json as a JSON dict, read through :meth:`read_record`."""
-        return self.read_record(strict=strict).to_json()
-
-    def write_run(self, data: dict[str, Any]) -> None:
-        """Write a JSON dict as run.json, validated as a :class:`RunRecord` on the way."""
-        self.write_record(parse_run_record(_jsonable(data), str(self.run_json)))
-
-    def update_run(self, **changes: Any) -> None:
-        self.update_record(**changes)
-
     # -- arm records (append-only) -------------------------------------------------------------
-    def arm_records(self, meta: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
+    def arm_records(self) -> dict[str, list[ArmAttempt]]:
         """Per arm, one record per start (pass), oldest first: arm_records.jsonl, or run.json for a run
         written before records were appended."""
         if self.records_path.exists():
@@ -271,16 +259,15 @@ class RunDir:
                 raise _fs_error("cannot read", self.records_path, exc) from None
             if bad:
                 self.warnings.append(f"{self.records_path}: {bad} unreadable line(s) skipped")
-            return arm_records_of(self.path, {})
-        return arm_records_of(self.path, self.read_run(strict=False) if meta is None else meta)
+        return arm_records_of(self.path, self.read_record(strict=False), self.warnings)
 
-    def append_arm_record(self, arm: str, record: dict[str, Any]) -> None:
-        """Append one arm record (secrets masked); a run's first append moves run.json's records over."""
+    def append_attempt(self, arm: str, attempt: ArmAttempt) -> None:
+        """Append one arm attempt (secrets masked); a run's first append moves run.json's records over."""
         lines = []
         if not self.records_path.exists():
             for name, old in self.arm_records().items():
-                lines += [json.dumps({"arm": name, "record": r}, default=str) for r in old]
-        lines.append(json.dumps({"arm": arm, "record": self.redactor.value(record)}, default=str))
+                lines += [json.dumps({"arm": name, "record": a.to_json()}, default=str) for a in old]
+        lines.append(json.dumps({"arm": arm, "record": self.redactor.value(attempt.to_json())}, default=str))
         self._append(self.records_path, "".join(line + "\n" for line in lines))
 
     # -- samples -------------------------------------------------------------------------------

@@ -23,9 +23,12 @@ from ..config.schema import Arm, BakeoffFile
 from ..engine.hardware import hardware_record
 from ..engine.launcher import stop_all, stop_leftover_engines
 from ..host.hostinfo import host_info
+from ..results.record import ArmAttempt, RunRecord
 from ..results.sample import Sample
 from ..results.store import RunDir
-from .protocol import ProtocolEvents, plan_run, run_plan
+from .events import ProtocolEvents
+from .plan import plan_run
+from .protocol import run_plan
 
 __all__ = ["APPENDED", "Message", "block_config", "run_block"]
 
@@ -62,9 +65,9 @@ class _StreamingRunDir(RunDir):
         self._out.put(("sample", sample.model_dump_json()))
         return sample
 
-    def append_arm_record(self, arm: str, record: dict[str, Any]) -> None:
+    def append_attempt(self, arm: str, attempt: ArmAttempt) -> None:
         self.ship_files()  # the arm's logs first: a record may point at them
-        self._out.put(("record", arm, self.redactor.value(record)))
+        self._out.put(("record", arm, self.redactor.value(attempt.to_json())))
 
     def ship_files(self) -> None:
         """Send what the arm files gained since the last call (rewritten files whole)."""
@@ -102,7 +105,7 @@ def run_block(payload: dict[str, Any]) -> Iterator[Message]:
     out: queue.Queue[Message] = queue.Queue()
     scratch = Path(tempfile.mkdtemp(prefix=f"bakeoff-{host}-"))
     run = _StreamingRunDir(scratch, str(payload["run_id"]), out)
-    run.write_run(dict(payload["meta"]))
+    run.write_record(RunRecord.model_validate(payload["meta"]))
 
     def measure() -> None:
         error = None

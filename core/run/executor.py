@@ -9,12 +9,15 @@ the run directory's single write path (``RunDir.append``), wherever it was measu
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..common.errors import ConfigError
 from ..config.schema import BakeoffFile
+from ..measure.points import DoneKeys
 from ..results.store import RunDir
-from .protocol import Plan, ProtocolEvents, run_plan
+from .events import ProtocolEvents
+from .plan import Plan
+from .protocol import run_plan
 
 __all__ = ["Executor", "LocalExecutor", "RAY_INSTALL_HINT", "executor_for"]
 
@@ -24,7 +27,7 @@ RAY_INSTALL_HINT = "pip install 'bakeoff[ray]'"
 class Executor(Protocol):
     name: str
 
-    def run(self, plan: Plan, run: RunDir, events: ProtocolEvents, done: set[tuple[Any, ...]]) -> None:
+    def run(self, plan: Plan, run: RunDir, events: ProtocolEvents, done: DoneKeys) -> None:
         """Run every arm of ``plan`` not in ``done`` into ``run``."""
 
 
@@ -33,7 +36,7 @@ class LocalExecutor:
 
     name = "local"
 
-    def run(self, plan: Plan, run: RunDir, events: ProtocolEvents, done: set[tuple[Any, ...]]) -> None:
+    def run(self, plan: Plan, run: RunDir, events: ProtocolEvents, done: DoneKeys) -> None:
         run_plan(plan, run, events, done)
 
 

@@ -25,6 +25,7 @@ from ..common.redact import redact_argv, redact_text
 from ..config.checks import check_live_config, stops_live
 from ..config.live import LiveService
 from ..config.schema import BakeoffFile
+from ..results.record import LiveRecord
 from ..results.store import RunDir
 from .plan import plan_run
 from .watchdog import Guard, health_problem, run_command, shown
@@ -114,11 +115,9 @@ class LiveRun:
         if live is not None:
             commands = service_commands(live)
             problem = health_problem(live.health, live.model)
-            record: dict[str, Any] = {"name": live.name, "kind": live.kind, "health": live.health,
-                                      "model": live.model, "healthy_before": problem is None,
-                                      "stopped_at": None, "restored_at": None, "restored_by": None,
-                                      "healthy_after": None, "log_dir": "live"}
-            self.run.update_run(live=record)
+            self.run.update_record(live=LiveRecord(name=live.name, kind=live.kind, health=live.health,
+                                                   model=live.model, healthy_before=problem is None,
+                                                   log_dir="live"))
             if problem is not None:
                 if live.if_unhealthy == "refuse":
                     raise EngineError(f"live service {live.name!r} is unhealthy before the run: {problem}; nothing "
@@ -139,7 +138,7 @@ class LiveRun:
         self.say(f"stopping live service {live.name!r}: {shown(commands['stop'])}")
         self.stopped = True
         code, _ = run_command(commands["stop"], live.stop_timeout_s, self.guard.log_path)
-        self.run.update_run(live={**self.run.read_run()["live"], "stopped_at": time.time()})
+        self._update_live(stopped_at=time.time())
         if code != 0:
             raise EngineError(f"live service {live.name!r}: stop command {commands['stop'][0]!r} "
                               f"{'exited with ' + str(code) if code is not None else 'did not finish'} "
@@ -152,6 +151,10 @@ class LiveRun:
             time.sleep(0.5)
         self.guard.log("bakeoff", f"live service {live.name} stopped")
 
+    def _update_live(self, **changes: object) -> None:
+        live = self.run.read_record().live or LiveRecord()
+        self.run.update_record(live=live.model_copy(update=changes))
+
     def close(self) -> None:
         """Restore the live service (unless the watchdog did) and release the watchdog."""
         if self.guard is None:
@@ -161,16 +164,13 @@ class LiveRun:
             self.say(f"restoring live service {live.name!r}")
             result = self.guard.undo(LIVE_UNDO)
             if result is not None:
-                record = {**self.run.read_run().get("live", {}), "restored_at": result["at"],
-                          "restored_by": result["by"], "healthy_after": result.get("healthy_after")}
-                self.run.update_run(live=record)
+                self._update_live(restored_at=result["at"], restored_by=result["by"],
+                                  healthy_after=result.get("healthy_after"))
                 colour = "green" if result.get("healthy_after") else "red"
                 self.say(f"[{colour}]live service {live.name!r}: {result['detail']} "
                          f"(restored by {result['by']})[/{colour}]")
         elif live is not None:
-            record = {**self.run.read_run().get("live", {}),
-                      "healthy_after": health_problem(live.health, live.model) is None}
-            self.run.update_run(live=record)
+            self._update_live(healthy_after=health_problem(live.health, live.model) is None)
         if not self.guard.read().get("pending"):
             self.guard.finish()
         else:

@@ -18,22 +18,19 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from ..common.errors import EngineError, MeasurementError
 from ..config.live import BASELINE, KernelLogCheck, Phases
-from ..engine.adapter import read_effective
-from ..engine.client import stream_chat
-from ..engine.readback import EngineLog
 from ..host.telemetry import open_monitor
-from ..measure.definitions import build_request, make_sample
-from ..results.sample import Sample
+from ..measure.points import Point
+from ..results.record import PhaseRecord
 from ..results.store import RunDir
-from .protocol import engine_for
+from .arm import ArmSession, SampleLabel
+from .events import ProtocolEvents
+from .plan import Plan, effective_workload
 from .watchdog import Guard, health_problem, run_command, shown
 
 __all__ = ["run_phases"]
@@ -102,11 +99,11 @@ class _Phase:
     index: int
     phase: str
     setting: str
-    record: dict[str, Any] = field(default_factory=dict)
+    record: PhaseRecord
 
 
 @contextmanager
-def _knob(guard: Guard, phases: Phases, setting: str, phase: str, log: Path, record: dict[str, Any]
+def _knob(guard: Guard, phases: Phases, setting: str, phase: str, log: Path, record: PhaseRecord
           ) -> Iterator[None]:
     """Apply a knob for the body of the ``with``; its revert is registered first and runs on every way out."""
     knob = next(k for k in phases.knobs if k.name == setting)
@@ -115,7 +112,7 @@ def _knob(guard: Guard, phases: Phases, setting: str, phase: str, log: Path, rec
                 "timeout_s": phases.command_timeout_s})
     try:
         code, _ = run_command(knob.apply, phases.command_timeout_s, log)
-        record["applied"] = {"argv": knob.apply, "exit_code": code, "at": time.time()}
+        record.applied = {"argv": knob.apply, "exit_code": code, "at": time.time()}
         if code != 0:
             raise EngineError(f"knob {knob.name!r}: apply command {knob.apply[0]!r} "
                               f"{'exited with ' + str(code) if code is not None else 'did not finish'} (log: {log}); "
@@ -123,88 +120,82 @@ def _knob(guard: Guard, phases: Phases, setting: str, phase: str, log: Path, rec
         yield
     finally:
         result = guard.undo(undo_id)
-        record["reverted"] = result
+        record.reverted = result
         if result is not None and not result.get("ok"):
             raise EngineError(f"knob {knob.name!r}: revert {shown(knob.revert)} failed ({result['detail']}); "
                               f"the setting may still be applied (log: {log})")
 
 
-def run_phases(plan: Any, run: RunDir, events: Any, guard: Guard) -> list[dict[str, Any]]:
-    """Run every phase against the server arm; returns the phase records also written to run.json ``phases``."""
+def run_phases(plan: Plan, run: RunDir, events: ProtocolEvents, guard: Guard) -> list[PhaseRecord]:
+    """Run every phase against the server arm; returns the phase records also written to run.json ``phases``.
+
+    The server arm is one :class:`~bakeoff.core.run.arm.ArmSession` for the whole run: every phase's requests
+    go through its ``measure``, so phase samples carry the same guards and flags as any other sample.
+    """
     config = plan.config
-    phases: Phases = config.phases
+    phases = config.phases
+    assert phases is not None
     planned = plan.arms[0]
-    arm, w = planned.arm, config.workload
+    arm, w = planned.arm, effective_workload(config.workload, planned.arm)
     live = config.live
-    records: list[dict[str, Any]] = []
-    run.update_run(baseline=BASELINE, phases=records)
+    records: list[PhaseRecord] = []
+    run.update_record(baseline=BASELINE, phases=records)
     probes_path = run.path / "live" / "probes.jsonl"
     log = guard.log_path
     known = _kernel_lines(phases.kernel_log, phases.command_timeout_s) if phases.kernel_log else set()
     events.on_arm_start(arm.name, 0)
-    with engine_for(planned, run, 0, w.boot_timeout_s) as (base, engine):
-        health = live.health if live is not None and base.startswith(live.base_url) else f"{base}/health"
-        with httpx.Client(base_url=base) as http:
-            eff = read_effective(planned.adapter, http, arm, EngineLog(engine.log_text()) if engine else None)
-            run.update_run(arm_records={arm.name: [{"status": "ok", "pass": 0, "effective": eff.record(),
-                                                    "mismatches": eff.mismatches, "version": eff.version,
-                                                    "model_id": eff.model_id}]})
-            events.on_arm_ready(arm.name, eff, engine.boot_s if engine else None)
-            cycle = [(p, m) for p in plan.prompts for m in plan.modes]
-            for i in range(w.warmup):
-                warm = build_request(arm, planned.adapter, w, cycle[i % len(cycle)][0],
-                                     plan.modes[cycle[i % len(cycle)][1]], eff.model_id, min(w.max_tokens, 32))
-                stream_chat(http, warm, w.request_timeout_s)
+    session = ArmSession(planned, run, 0, w, prompts=plan.prompts, modes=plan.modes, events=events)
+    try:
+        with session:
+            base = str(session.http.base_url).rstrip("/")
+            health = live.health if live is not None and base.startswith(live.base_url) else f"{base}/health"
+            session.warm_up()
             for index, (phase, setting) in enumerate(phases.phase_names):
-                p = _Phase(index, phase, setting, {"phase": phase, "setting": setting})
+                p = _Phase(index, phase, setting, PhaseRecord(phase=phase, setting=setting))
                 records.append(p.record)
-                if setting == BASELINE:
-                    _measure(p, phases, planned, w, plan, http, eff, run, events, health, known, probes_path)
-                else:
-                    try:
+                try:
+                    if setting == BASELINE:
+                        _measure(p, phases, session, plan, health, known, probes_path)
+                    else:
                         with _knob(guard, phases, setting, phase, log, p.record):
-                            _measure(p, phases, planned, w, plan, http, eff, run, events, health, known,
-                                     probes_path)
-                    finally:
-                        run.update_run(phases=records)
-                run.update_run(phases=records)
+                            _measure(p, phases, session, plan, health, known, probes_path)
+                finally:
+                    run.update_record(phases=records)
+    except BaseException as exc:
+        session.attempt = session.attempt.model_copy(update={"status": "failed", "error": str(exc)[:500]})
+        raise
+    finally:
+        run.append_attempt(arm.name, session.attempt)
     return records
 
 
-def _measure(p: _Phase, phases: Phases, planned: Any, w: Any, plan: Any, http: httpx.Client, eff: Any,
-             run: RunDir, events: Any, health: str, known: set[str], probes_path: Path) -> None:
+def _measure(p: _Phase, phases: Phases, session: ArmSession, plan: Plan, health: str, known: set[str],
+             probes_path: Path) -> None:
     """Requests until the phase's duration ends (at least one round), with the probe thread running."""
     prober = Prober(p.phase, health, phases.probe_interval_s, phases.kernel_log, known, probes_path)
     gpu = open_monitor(interval_s=1.0)  # None without NVML, a driver or a GPU
-    p.record["started_at"] = time.time()
+    p.record.started_at = time.time()
     prober.start()
     if gpu is not None:
         gpu.start()
+    label = SampleLabel(arm=p.setting, phase=p.phase, pass_index=p.index)
     try:
         cycle = [(pr, m) for pr in plan.prompts for m in plan.modes]
         end = time.monotonic() + phases.duration_s
         n = 0
         while n < len(cycle) or time.monotonic() < end:
             prompt, mode = cycle[n % len(cycle)]
-            body = build_request(planned.arm, planned.adapter, w, prompt, plan.modes[mode], eff.model_id)
-            before = planned.adapter.before_request(http)
-            started = time.time()
-            result = stream_chat(http, body, w.request_timeout_s, planned.adapter.chunk_token_count)
-            stats = planned.adapter.server_stats(http, result.final, before, EngineLog())
-            sample: Sample = make_sample(planned.arm, planned.adapter, result, stats, run.run_id, prompt.name, mode,
-                                         n // len(cycle), p.index, None, started)
-            sample.arm, sample.phase, sample.max_tokens = p.setting, p.phase, w.max_tokens
-            run.append(sample)
-            events.on_sample(sample)
+            session.measure(Point(prompt, mode, n // len(cycle)), label)
             n += 1
             if prober.problem is not None:
                 break
     finally:
         prober.finish()
-        p.record.update(ended_at=time.time(), requests=n, probes=len(prober.readings),
-                        unhealthy_probes=sum(1 for r in prober.readings if not r["healthy"]))
+        p.record.ended_at, p.record.requests = time.time(), n
+        p.record.probes = len(prober.readings)
+        p.record.unhealthy_probes = sum(1 for r in prober.readings if not r["healthy"])
         if gpu is not None:
-            p.record["gpu"] = gpu.stop().model_dump(exclude_none=True)
+            p.record.gpu = gpu.stop().model_dump(exclude_none=True)
     if prober.problem is not None:
-        p.record["problem"] = prober.problem
+        p.record.problem = prober.problem
         raise MeasurementError(f"phase {p.phase}: probe failed: {prober.problem}; stopping the phase run")

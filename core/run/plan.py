@@ -5,7 +5,7 @@ launches, what the run could not measure honestly: a knob the engine lacks (core
 :func:`~bakeoff.core.engine.adapter.check_arm_capabilities`, beside the declarations it enforces), a missing API
 key, an arm whose differences from another have no effect, a depth or concurrency level the arm's own
 settings rule out; then each adapter's preflight inspects its files. It draws the per-pass arm orders from
-the recorded seed and regroups them so arms that share a server run back to back. :func:`run_metadata` is
+the recorded seed and regroups them so arms that share a server run back to back. :func:`run_record` is
 what run.json records before the first request; :func:`plan_warnings` the design caveats known now.
 
 Arms that differ only in request-level values (``workload.max_tokens``, ``fixed_length``, ``thinking``)
@@ -25,7 +25,6 @@ from importlib.metadata import version
 from typing import Any
 
 from ..common.errors import CapabilityNotSupported, ConfigError
-from ..common.redact import redact_config
 from ..config.prompts import resolve_prompts
 from ..config.schema import Arm, BakeoffFile, Prompt, SamplingMode, Workload
 from ..engine.adapter import EngineAdapter, check_arm_capabilities, launch_fingerprint, method_key
@@ -34,8 +33,9 @@ from ..engine.registry import load_engine
 from ..host.hostinfo import host_info
 from ..measure.depth import refused_depths
 from ..measure.points import samples_expected
+from ..results.record import EngineRecord, RunRecord, ToolInfo
 
-__all__ = ["PlannedArm", "Plan", "plan_run", "add_pass", "plan_warnings", "run_metadata", "effective_workload",
+__all__ = ["PlannedArm", "Plan", "plan_run", "add_pass", "plan_warnings", "run_record", "effective_workload",
            "server_key", "order_for_sharing", "refuse_ineffective_arms", "check_depths_before_launch",
            "check_levels_before_launch", "stateful_warning"]
 
@@ -242,20 +242,23 @@ def plan_warnings(plan: Plan) -> list[str]:
     return out
 
 
-def run_metadata(plan: Plan) -> dict[str, Any]:
+def run_record(plan: Plan) -> RunRecord:
     """What run.json records before the first request: resolved config (env values, URL credentials and
-    key-flag values masked), order, seed, host, capabilities."""
-    return {
-        "tool": {"name": "bakeoff", "version": version("bakeoff")},
-        "config": redact_config(plan.config.model_dump(mode="json")),
-        "baseline": plan.config.baseline_arm,
-        "orders": plan.orders,
-        "seed": plan.config.workload.seed,
-        "prompts": [p.model_dump() for p in plan.prompts],
-        "engines": {a.arm.name: {"engine": a.adapter.name,
-                                 "capabilities": a.adapter.capabilities.model_dump(mode="json")}
-                    for a in plan.arms},
-        "host": host_info(),
-        **hardware_record([a.arm for a in plan.arms]),
-        "started_at": time.time(),
-    }
+    key-flag values masked when written), order, seed, host, capabilities."""
+    hardware = hardware_record([a.arm for a in plan.arms])
+    return RunRecord(
+        tool=ToolInfo(name="bakeoff", version=version("bakeoff")),
+        config=plan.config,
+        baseline=plan.config.baseline_arm,
+        orders=plan.orders,
+        seed=plan.config.workload.seed,
+        prompts=[p.model_dump() for p in plan.prompts],
+        engines={a.arm.name: EngineRecord(engine=a.adapter.name,
+                                          capabilities=a.adapter.capabilities.model_dump(mode="json"))
+                 for a in plan.arms},
+        host=host_info(),
+        gpus=hardware["gpus"],
+        bandwidth=hardware["bandwidth"],
+        roofline_models=hardware["roofline_models"],
+        started_at=time.time(),
+    )

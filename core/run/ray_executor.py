@@ -21,10 +21,13 @@ import ray
 
 from ..common.errors import ConfigError, DuplicateSampleError
 from ..config.placement import Block, blocks_of, placement_record
+from ..measure.points import DoneKeys
+from ..results.record import ArmAttempt
 from ..results.sample import Sample
 from ..results.store import RunDir
 from .block import APPENDED, Message, run_block
-from .protocol import Plan, ProtocolEvents
+from .events import ProtocolEvents
+from .plan import Plan
 
 __all__ = ["RayExecutor"]
 
@@ -41,7 +44,7 @@ class RayExecutor:
         self.address = address
         self.failed_hosts: dict[str, str] = {}
 
-    def run(self, plan: Plan, run: RunDir, events: ProtocolEvents, done: set[tuple[Any, ...]]) -> None:
+    def run(self, plan: Plan, run: RunDir, events: ProtocolEvents, done: DoneKeys) -> None:
         config = plan.config
         if not config.hosts:
             raise ConfigError("--executor ray: the file has no hosts: section saying which node runs which "
@@ -50,16 +53,17 @@ class RayExecutor:
         blocks = blocks_of(config.hosts, names, config.baseline_arm)
         record = placement_record(blocks, names)
         first = next(b.baseline for b in blocks if b.baseline)
-        run.update_run(placement=record, baseline=first, executor="ray")
+        run.update_record(placement=record, baseline=first, executor="ray")
         started_here = not ray.is_initialized()
         if started_here:
             ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
                      logging_level=logging.WARNING, configure_logging=False)
-        hosts: dict[str, Any] = dict(run.read_run().get("hosts") or {})
+        hosts: dict[str, Any] = {k: v.model_dump(mode="json", exclude_unset=True)
+                                 for k, v in run.read_record().hosts.items()}
         lock = threading.Lock()
         try:
             payload = {"config": config.model_dump(mode="json"), "orders": plan.orders, "run_id": run.run_id,
-                       "meta": run.read_run()}
+                       "meta": run.read_record().to_json()}
             streams = []
             for block in blocks:
                 mine = [list(k) for k in done if k[0] in block.stored.values()]
@@ -83,7 +87,7 @@ class RayExecutor:
                 raise
         finally:
             with lock:
-                run.update_run(hosts=hosts, finished_at=time.time(), arm_records=run.arm_records())
+                run.update_record(hosts=hosts, finished_at=time.time(), arm_records=run.arm_records())
             if started_here:
                 ray.shutdown()
 
@@ -117,14 +121,14 @@ class RayExecutor:
                 return
             events.on_sample(stored)
         elif kind == "record":
-            arm, record = message[1], dict(message[2])
-            record["host"] = name
-            run.append_arm_record(arm, record)
+            arm = message[1]
+            attempt = ArmAttempt.model_validate({**message[2], "host": name})
+            run.append_attempt(arm, attempt)
             engines = hosts.setdefault(name, {}).setdefault("engines", {})
-            if record.get("version"):
-                engines[arm] = record["version"]
-            if record.get("status") == "failed":
-                events.on_arm_failed(arm, str(record.get("error")))
+            if attempt.version:
+                engines[arm] = attempt.version
+            if attempt.failed:
+                events.on_arm_failed(arm, str(attempt.error))
         elif kind == "file":
             _land_file(run.path, message[1], message[2], message[3])
         elif kind == "host":

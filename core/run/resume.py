@@ -12,12 +12,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..common.errors import ConfigError, RunFileError, RunRecordError
 from ..common.redact import masked_settings, redact_config
 from ..config.loader import load_bakeoff
 from ..config.schema import BakeoffFile
+from ..measure.points import DoneKeys
 from ..results.record import RunRecord
 from ..results.store import RunDir
 from .plan import Plan
@@ -31,7 +31,7 @@ class Resume:
 
     run: RunDir
     config: BakeoffFile
-    done: set[tuple[Any, ...]]
+    done: DoneKeys
     record: RunRecord
     warnings: list[str] = field(default_factory=list)  # what reading and repairing the run found
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..common.errors import BakeoffError
 from ..config.schema import BakeoffFile, Prompt, Workload
-from ..engine.adapter import SelftestCase, SelftestRow
+from ..engine.adapter import EngineAdapter, SelftestCase, SelftestRow
 from ..results.store import RunDir, new_run_dir, read_samples
-from .plan import plan_run, run_metadata
+from .plan import plan_run, run_record
 from .protocol import run_plan
 
 # SelftestCase and SelftestRow live beside the adapter hook that returns them (core/engine/adapter.py); re-exported.
@@ -35,7 +34,7 @@ def selftest_workload(max_tokens: int = 48, prompt: Prompt = SELFTEST_PROMPT) ->
                     request_timeout_s=120, boot_timeout_s=120)
 
 
-def _engine_log_problems(adapter: Any, arm_dir: Path) -> list[str]:
+def _engine_log_problems(adapter: EngineAdapter, arm_dir: Path) -> list[str]:
     """The adapter's startup-failure classifier must not trip on the log of an engine that started fine."""
     logs = sorted(arm_dir.glob("engine-*.log"))
     text = logs[0].read_text(errors="replace") if logs else ""
@@ -63,16 +62,16 @@ def run_case(case: SelftestCase, workdir: Path, workload: Workload | None = None
         return row
     run = RunDir(new_run_dir(workdir, case.label))
     row.run_dir = run.path
-    run.write_run(run_metadata(plan))
+    run.write_record(run_record(plan))
     records = run_plan(plan, run)
     row.seconds = time.perf_counter() - t0
     record = records[case.arm.name][0]
-    if record.get("status") != "ok":
-        row.problems.append(str(record.get("error") or record.get("status")))
+    if record.status != "ok":
+        row.problems.append(str(record.error or record.status))
         return row
     row.started = True
-    row.version = record.get("version")
-    effective = record.get("effective") or {}
+    row.version = record.version
+    effective = record.effective
     row.speculative = effective.get("speculative") if isinstance(effective.get("speculative"), bool) else None
     samples = read_samples(run.path)
     for s in samples:
@@ -85,7 +84,7 @@ def run_case(case: SelftestCase, workdir: Path, workload: Workload | None = None
     accepted = [s.accepted for s in samples if s.accepted is not None]
     row.drafted = sum(drafted) if drafted else None
     row.accepted = sum(accepted) if accepted else None
-    row.problems += [f"settings: {m}" for m in record.get("mismatches") or []]
+    row.problems += [f"settings: {m}" for m in record.mismatches]
     if case.expect_speculation:
         if row.speculative is False:
             row.problems.append("the engine started but reports speculation off")

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ def _child_groups(parent: int, skip: set[int]) -> dict[int, int]:
     return out
 
 
-def _kill_groups(groups: dict[int, int], log: Any) -> None:
+def _kill_groups(groups: dict[int, int], log: Callable[[str], None]) -> None:
     """SIGTERM, then SIGKILL, every group whose leader is still the process we saw."""
     for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
         live = {g: s for g, s in groups.items() if _alive(g, s)}
@@ -116,7 +116,7 @@ def wait_healthy(url: str, model: str | None, timeout_s: float) -> str | None:
         time.sleep(0.5)
 
 
-def run_command(argv: list[str], timeout_s: float, log_path: Path, keep_running_if: Any = None
+def run_command(argv: list[str], timeout_s: float, log_path: Path, keep_running_if: Callable[[], bool] | None = None
                 ) -> tuple[int | None, int | None]:
     """Run argv in its own session with output appended to ``log_path``.
 
@@ -283,12 +283,13 @@ def _record_in_run(run_dir: str | None, results: list[dict[str, Any]]) -> None:
     from ..results.store import RunDir
 
     run = RunDir(Path(run_dir))
-    data = run.read_run()
-    data["watchdog"] = [*data.get("watchdog", []), *results]
+    record = run.read_record()
+    live = record.live
     for r in results:
-        if r.get("what") == "live" and isinstance(data.get("live"), dict):
-            data["live"].update(restored_at=r["at"], restored_by="watchdog", healthy_after=r.get("healthy_after"))
-    run.write_run(data)
+        if r.get("what") == "live" and live is not None:
+            live = live.model_copy(update={"restored_at": r["at"], "restored_by": "watchdog",
+                                           "healthy_after": r.get("healthy_after")})
+    run.update_record(watchdog=[*record.watchdog, *results], live=live)
 
 
 def watch(directory: Path) -> int:

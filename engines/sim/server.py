@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "require_api_key": False,
     "model_id": "sim",
     "prompt_tokens": 20,
+    "slow_requests": 0,
 }
 
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
@@ -110,8 +111,8 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
             else:  # reset, kill: the stream ends here
                 yield (fault, None)
                 return
-        if sent and b["itl_ms"]:
-            yield ("sleep", b["itl_ms"] / 1000)
+        if sent and b["itl_ms"]:  # the first slow_requests stream at half speed: an engine still warming up
+            yield ("sleep", b["itl_ms"] / 1000 * (2 if request_no <= b["slow_requests"] else 1))
         n = min(b["tokens_per_event"], max_tokens - sent)
         text = "".join(WORDS[(sent + i) % len(WORDS)] + " " for i in range(n))
         sent += n

@@ -86,7 +86,7 @@ def test_forced_acceptance_matches_and_agrees_with_the_engine_timings(calibratio
         assert b["source"] in ("measured crossing", "cost model"), b
     records = RunDir(calibration_run).arm_records()
     for arm in ("cal-llamacpp-mtp-n1-a0.50", "cal-llamacpp-mtp-n2-a1.00"):
-        assert "draft-mtp" in records[arm][0]["effective"]["spec_types"].split(","), records[arm][0]
+        assert "draft-mtp" in records[arm][0].effective["spec_types"].split(","), records[arm][0]
 
 
 def test_the_calibration_report_renders_in_headless_chromium(calibration_run: Path, tmp_path: Path) -> None:

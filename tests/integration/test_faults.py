@@ -29,7 +29,9 @@ from rich.console import Console
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import RunDir, read_samples
-from bakeoff.core.run.protocol import ProtocolEvents, plan_run, run_metadata, run_plan
+from bakeoff.core.run.events import ProtocolEvents
+from bakeoff.core.run.plan import plan_run, run_record
+from bakeoff.core.run.protocol import run_plan
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +58,7 @@ def run_yaml(tmp_path: Path, text: str, recorder: Recorder | None = None) -> tup
     recorder = recorder or Recorder()
     plan = plan_run(parse_bakeoff(text))
     run = RunDir(tmp_path / "run")
-    run.write_run(run_metadata(plan))
+    run.write_record(run_record(plan))
     records = run_plan(plan, run, recorder.events())
     return run, {name: recs[-1] for name, recs in records.items()}, recorder
 
@@ -111,7 +113,7 @@ arms:
 workload: {prompts: [prose], max_tokens: 16, reps: 2, warmup: 1}
 """)
     samples = assert_nothing_lost(run, rec)
-    first, second = run.read_run()["orders"][0]
+    first, second = run.read_record().to_json()["orders"][0]
     assert records[first]["status"] == "failed" and records[first]["reason"] == "died"
     # the second arm got a fresh engine (booted, warmed up): its own request 2 died mid-stream the same way,
     # where a reused dead engine would have refused the connection
@@ -141,7 +143,7 @@ workload: {prompts: [prose], max_tokens: 16, reps: 3, warmup: 1, request_timeout
     assert "timeout" in stalls[1].flags and "timeout after 1.5 s" in (stalls[1].error or "")
     assert records["stalls"]["status"] == "failed" and records["stalls"]["reason"] == "stalled"
     assert "stalls for 3600 s" in records["stalls"]["log_tail"]
-    stalled_engine = engines_seen[run.read_run()["orders"][0].index("stalls")]
+    stalled_engine = engines_seen[run.read_record().to_json()["orders"][0].index("stalls")]
     assert len(stalled_engine) == 1
     assert not set(stalled_engine) & set(live_test_processes())  # stopped, not left hanging
     assert [s.status for s in by_arm(samples, "fine")] == ["ok"] * 3
@@ -533,16 +535,16 @@ workload: {prompts: [prose], max_tokens: 8, reps: 2, warmup: 1}
 """)
     samples = assert_nothing_lost(run, rec)
     assert [s.status for s in samples] == ["ok", "ok"]  # the server refused requests without it
-    from bakeoff.core.cli.report import print_tables
+    from bakeoff.core.reports import print_run
 
     console_out = StringIO()
-    print_tables(run.path, Console(file=console_out, width=200))
+    print_run(run.path, Console(file=console_out, width=200))
     files = [p for p in run.path.rglob("*") if p.is_file()]
     assert any(p.name == "samples.jsonl" for p in files) and any(p.suffix == ".log" for p in files)
     leaks = [str(p) for p in files if key.encode() in p.read_bytes()]
     assert leaks == []
     assert key not in console_out.getvalue()
-    assert "BAKEOFF_SIM_KEY" in json.dumps(run.read_run())  # the variable's name is recorded, not its value
+    assert "BAKEOFF_SIM_KEY" in run.run_json.read_text()  # the variable's name is recorded, not its value
 
 
 def test_the_engine_really_checks_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -39,8 +39,8 @@ def test_n_max_changes_the_draft_length_llama_server_uses(llama_server: Path, sm
     per_step = {}
     for arm in ("draft-n_max1", "draft-n_max3"):
         record = records[arm][0]
-        assert record["status"] == "ok" and not record["mismatches"], json.dumps(record)[:2000]
-        assert "draft-simple" in record["effective"]["spec_types"].split(",")  # what /slots says it runs
+        assert record.status == "ok" and not record.mismatches, json.dumps(record.to_json())[:2000]
+        assert "draft-simple" in record.effective["spec_types"].split(",")  # what /slots says it runs
         (sample,) = [s for s in read_samples(run_dir) if s.arm == arm]
         assert sample.status == "ok" and sample.drafted and sample.drafts, sample
         assert not [f for f in sample.flags if "crosscheck" in f or "missing" in f or "unavailable" in f

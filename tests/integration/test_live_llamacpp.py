@@ -23,6 +23,7 @@ import yaml
 
 from bakeoff.core.common.errors import PromoteError
 from bakeoff.core.engine.launcher import free_port
+from bakeoff.core.results.record import RunRecord
 from bakeoff.core.run.promote import promote, revert
 from bakeoff.core.run.watchdog import health_problem
 
@@ -131,8 +132,9 @@ def test_a_failing_health_gate_rolls_back_to_the_live_llama_server(
     crashes = {"name": "crashes", "engine": "sim", "model": "sim", "options": {"fault": "kill",
                                                                               "fault_on_requests": [2]}}
     run = RunDir(tmp_path / "runs" / "r")
-    run.write_run({"config": parse_bakeoff(yaml.safe_dump({"arms": [crashes], "live": live.section()}))
-                   .model_dump(mode="json")})
+    run.write_record(RunRecord.model_validate({
+        "config": parse_bakeoff(yaml.safe_dump({"arms": [crashes], "live": live.section()}))
+                   .model_dump(mode="json")}))
     old_pid = live.pidfile.read_text()
     with pytest.raises(PromoteError, match=r"rolled back .*smoke request 2.* is healthy again"):
         promote(run.path, "crashes", say=lambda m: None)

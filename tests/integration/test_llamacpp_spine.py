@@ -13,7 +13,8 @@ import pytest
 from bakeoff.core.common.errors import PreflightError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.results.store import RunDir, read_samples
-from bakeoff.core.run.protocol import plan_run, run_plan
+from bakeoff.core.run.plan import plan_run
+from bakeoff.core.run.protocol import run_plan
 
 pytestmark = pytest.mark.integration
 
@@ -103,8 +104,8 @@ def test_attach_mode_against_a_server_bakeoff_did_not_start(running_llama_server
     plan = plan_run(cfg)
     run = RunDir(tmp_path / "run")
     records = run_plan(plan, run)
-    assert records["attached"][0]["status"] == "ok"
-    assert records["attached"][0]["boot_s"] is None  # nothing was launched
+    assert records["attached"][0].status == "ok"
+    assert records["attached"][0].boot_s is None  # nothing was launched
     samples = read_samples(run.path)
     assert len(samples) == 2
     for s in samples:

@@ -115,7 +115,7 @@ def test_a_run_split_over_two_hosts_reports_like_a_local_run(cluster: LocalClust
     for name, host in record.hosts.items():
         assert host.host.get("cpu_model") is not None and host.ray_node_id and host.lost is None
         assert host.engines and all(host.engines.values()), (name, host.engines)  # the engine build per arm
-    assert {(a, r[-1].get("host")) for a, r in RunDir.open(run).arm_records().items()} == {
+    assert {(a, r[-1].host) for a, r in RunDir.open(run).arm_records().items()} == {
         ("spec-off@a", "a"), ("ngram", "a"), ("spec-off@b", "b"), ("draft", "b")}
     assert (run / "arms" / "draft" / "engine-pass0.log").stat().st_size > 0  # engine logs came home
 

@@ -25,6 +25,7 @@ from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import CalibrateSection
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
 from bakeoff.core.reports.plots import CALIBRATION_PLOTS, render_plots
+from bakeoff.core.results.record import RunRecord
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import RunDir
 from bakeoff.engines.llamacpp import synth as llamacpp_synth
@@ -133,12 +134,12 @@ def _write_calibration_run(path: Path, noise: float = 0.01) -> Path:
     arms = [{"name": p.arm, "engine": "llamacpp", "model": "m.gguf",
              "speculative": {"method": "none"} if p.method == "off" else {"method": "mtp", "n_max": p.n_max}}
             for p in points]
-    run.write_run({"tool": {"name": "bakeoff", "version": "0"},
+    run.write_record(RunRecord.model_validate({"tool": {"name": "bakeoff", "version": "0"},
                    "config": {"name": "cal", "arms": arms, "calibrate": [section.model_dump(mode="json")],
                               "workload": {"reps": 4, "passes": 1, "max_tokens": 120, "modes": ["greedy"]}},
                    "baseline": points[0].arm, "orders": [[p.arm for p in points]], "seed": 0,
                    "prompts": [{"name": "code_python", "kind": "x", "messages": []}], "host": {},
-                   "arm_records": {p.arm: [{"status": "ok", "pass": 0}] for p in points}})
+                   "arm_records": {p.arm: [{"status": "ok", "pass": 0}] for p in points}}))
     n = 121
     for rep in range(4):
         load = math.exp(rng.normal(0, 0.05))  # the whole box slows down or speeds up for this rep
@@ -226,10 +227,10 @@ def test_every_format_shows_the_calibration(tmp_path: Path) -> None:
 def test_a_point_the_engine_refused_is_flagged_with_its_error(tmp_path: Path) -> None:
     path = _write_calibration_run(tmp_path / "run")
     run = RunDir(path, create=False)
-    meta = run.read_run()
+    meta = run.read_record().to_json()
     meta["arm_records"]["cal-llamacpp-mtp-n2-a1.00"] = [
         {"status": "failed", "pass": 0, "error": "Synthetic acceptance not supported with CPU sampling"}]
-    run.write_run(meta)
+    run.write_record(RunRecord.model_validate(meta))
     kept = [x for x in run.stored_samples().samples if x.arm != "cal-llamacpp-mtp-n2-a1.00"]
     (path / "samples.jsonl").write_text("".join(x.model_dump_json() + "\n" for x in kept))
     (path / "bakeoff.sqlite").unlink(missing_ok=True)

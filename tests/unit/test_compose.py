@@ -36,7 +36,6 @@ from bakeoff.core.engine.compose import (
     project_name,
     validate_service,
 )
-from bakeoff.core.run import protocol
 from bakeoff.engines.llamacpp.adapter import COMPOSE_IMAGE_CPU, COMPOSE_IMAGE_CUDA, LlamaCppAdapter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -330,7 +329,7 @@ def test_up_healthy_attach_and_always_down(tmp_path: Path, fake_cli: tuple[list[
         assert eng.alive
         assert eng.proc is None
         assert eng.container_ids() == ["0123456789abcdef" * 4]  # the noise guard counts its processes as ours
-        assert protocol._cpu_meter(eng).containers == ("0123456789abcdef" * 4,)
+        assert eng.noise_guard().containers == ("0123456789abcdef" * 4,)
     verbs = [c[0] for c in calls(state)]
     assert verbs[:2] == ["create", "start"] and verbs[-1] == "down"
     assert calls(state)[0] == ["create", "--pull", "missing", "--quiet-pull"]
@@ -384,7 +383,8 @@ def test_a_container_that_dies_mid_run_fails_the_arm(tmp_path: Path, fake_cli: t
 def test_protocol_launches_compose_arms_through_compose(tmp_path: Path, fake_cli: tuple[list[str], Path],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from bakeoff.core.results.store import RunDir
-    from bakeoff.core.run.protocol import PlannedArm, engine_for
+    from bakeoff.core.run.arm import engine_for
+    from bakeoff.core.run.plan import PlannedArm
 
     cli, state = fake_cli
     monkeypatch.setenv("BAKEOFF_COMPOSE", " ".join(cli))

@@ -168,23 +168,3 @@ def test_runner_pads_to_depth_and_flags_what_did_not_happen() -> None:
     assert "fixed-length-missed: 40 of 64 tokens" in sample.flags
 
 
-def test_runner_batch_writes_one_sample_per_stream_with_salted_prompts() -> None:
-    engine = InFlight(3)
-    runner = _runner(Workload(concurrency=[3], max_tokens=15))
-    runner.http = httpx.Client(transport=httpx.MockTransport(engine), base_url="http://engine")
-
-    class Meter:
-        def start(self) -> None: ...
-
-        def stop(self) -> float:
-            return 0.0
-
-        def foreign_limit(self) -> float:
-            return 0.25
-
-    greedy = runner.workload.sampling_modes()["greedy"]
-    samples = runner.run_batch(Point(PROMPTS[0], "greedy", 0, None, 3), greedy, "m", Meter(), "run", 0)  # type: ignore[arg-type]
-    assert engine.most == 3 and len(samples) == 3
-    assert len({s.batch_id for s in samples}) == 1 and samples[0].batch_wall_s
-    assert all(s.concurrency == 3 and not s.flags for s in samples)  # 15 of 15 tokens: fixed work held
-    assert len(set(engine.bodies)) == 3  # each stream salted: no shared prefix to cache

@@ -16,10 +16,11 @@ from bakeoff.core.cli import app
 from bakeoff.core.cli.runs import list_runs
 from bakeoff.core.common.errors import ConfigError, DuplicateSampleError
 from bakeoff.core.config.loader import parse_bakeoff
-from bakeoff.core.results.db import DB_NAME, RunDB, failed_arms
+from bakeoff.core.results.db import DB_NAME, RunDB
+from bakeoff.core.results.record import RunRecord, failed_arms
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import RunDir, read_samples
-from bakeoff.core.run.protocol import Plan, PlannedArm
+from bakeoff.core.run.plan import Plan, PlannedArm
 from bakeoff.core.run.resume import load_resume
 from bakeoff.engines.sim import SimAdapter
 
@@ -119,8 +120,9 @@ def test_an_unusable_index_never_costs_a_sample(tmp_path: Path) -> None:
 
 def test_run_dir_and_index_are_owner_only(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "r")
-    run.write_run({"config": {"name": "t", "arms": [{"name": "a", "engine": "sim", "model": "m"}]},
-                   "started_at": 1.0})
+    run.write_record(RunRecord.model_validate({
+        "config": {"name": "t", "arms": [{"name": "a", "engine": "sim", "model": "m"}]},
+                   "started_at": 1.0}))
     run.append(_sample(run))
     assert stat.S_IMODE(run.path.stat().st_mode) == 0o700
     assert stat.S_IMODE((run.path / DB_NAME).stat().st_mode) == 0o600
@@ -128,29 +130,31 @@ def test_run_dir_and_index_are_owner_only(tmp_path: Path) -> None:
 
 def test_write_run_is_mirrored_in_the_runs_table(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "r")
-    run.write_run({"config": {"name": "t", "arms": [{"name": "a", "engine": "sim", "model": "m"}]}, "started_at": 5.0,
-                   "tool": {"version": "9"}})
-    run.update_run(finished_at=7.0, arm_records={"a": [{"status": "failed", "pass": 0}]})
+    run.write_record(RunRecord.model_validate({
+        "config": {"name": "t", "arms": [{"name": "a", "engine": "sim", "model": "m"}]}, "started_at": 5.0,
+                   "tool": {"version": "9"}}))
+    run.update_record(finished_at=7.0, arm_records={"a": [{"status": "failed", "pass": 0}]})
     summary = run.db.summary(run.run_id, run.path)
     assert (summary.name, summary.started_at, summary.finished_at) == ("t", 5.0, 7.0)
     assert summary.arms == ["a"] and summary.failed_arms == ["a"]
 
 
 def test_failed_arms_looks_at_the_latest_attempt_of_each_pass() -> None:
-    meta = {"arm_records": {
+    record = RunRecord.model_validate({"arm_records": {
         "a": [{"status": "failed", "pass": 0}, {"status": "ok", "pass": 0}],
         "b": [{"status": "ok", "pass": 0}, {"status": "failed", "pass": 1}],
         "c": [{"status": "failed", "pass": 0}, {"status": "skipped (already complete)", "pass": 0}],
-    }}
-    assert failed_arms(meta) == ["b"]
+    }})
+    assert failed_arms(record.arm_records) == record.failed_arms() == ["b"]
 
 
 # -- resume --------------------------------------------------------------------------------------
 def _started_run(tmp_path: Path) -> RunDir:
     config = parse_bakeoff(CONFIG)
     run = RunDir(tmp_path / "runs" / "r1")
-    run.write_run({"config": config.model_dump(mode="json"), "orders": [["b", "a"], ["a", "b"]],
-                   "started_at": 1.0})
+    run.write_record(RunRecord.model_validate({
+        "config": config.model_dump(mode="json"), "orders": [["b", "a"], ["a", "b"]],
+                   "started_at": 1.0}))
     run.append(_sample(run))
     return run
 
@@ -168,7 +172,7 @@ def test_resume_uses_the_recorded_config_orders_and_stored_samples(tmp_path: Pat
     plan = _plan(resume.config)
     resume.apply(plan)
     assert plan.orders == [["b", "a"], ["a", "b"]]
-    meta = run.read_run()
+    meta = run.read_record().to_json()
     assert meta["finished_at"] is None and len(meta["resumed_at"]) == 1
 
 
@@ -190,7 +194,7 @@ def test_resume_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
 
 def test_resume_refuses_orders_that_do_not_match_the_arms(tmp_path: Path) -> None:
     run = _started_run(tmp_path)
-    run.update_run(orders=[["a", "zzz"]])
+    run.update_record(orders=[["a", "zzz"]])
     resume = load_resume(run.path)
     with pytest.raises(ConfigError, match="pass orders"):
         resume.apply(_plan(resume.config))
@@ -200,8 +204,9 @@ def test_resume_refuses_orders_that_do_not_match_the_arms(tmp_path: Path) -> Non
 def test_runs_lists_indexed_and_legacy_runs_with_their_state(tmp_path: Path) -> None:
     base = tmp_path / "runs"
     done = RunDir(base / "20250101-000000-done")
-    done.write_run({"config": {"name": "done", "arms": [{"name": "a", "engine": "sim", "model": "m"}]},
-                    "started_at": 1.0, "finished_at": 2.0})
+    done.write_record(RunRecord.model_validate({
+        "config": {"name": "done", "arms": [{"name": "a", "engine": "sim", "model": "m"}]},
+                    "started_at": 1.0, "finished_at": 2.0}))
     done.append(_sample(done))
     legacy = base / "20250102-000000-old"  # written before the index existed: jsonl only
     legacy.mkdir(parents=True)

@@ -11,7 +11,9 @@ import numpy as np
 from rich.console import Console
 
 from bakeoff.core.analysis.decision import plateau_text, setting_label
+from bakeoff.core.config.schema import Speculative
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
+from bakeoff.core.results.record import RunRecord
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import RunDir
 
@@ -27,11 +29,11 @@ def _write(path: Path) -> Path:
     arms = [{"name": a, "engine": "llamacpp", "model": "m.gguf",
              "speculative": {"method": "none"} if a == "off" else {"method": "draft", "n_max": int(a[-1])}}
             for a in RATES]
-    run.write_run({"tool": {"name": "bakeoff", "version": "0"},
+    run.write_record(RunRecord.model_validate({"tool": {"name": "bakeoff", "version": "0"},
                    "config": {"name": "map", "arms": arms, "workload": {"reps": 6, "passes": 2, "max_tokens": 64}},
                    "baseline": "off", "orders": [list(RATES)] * 2, "seed": 0, "host": {},
                    "prompts": [{"name": p, "kind": k, "messages": []} for p, k in PROMPTS.items()],
-                   "arm_records": {a: [{"status": "ok", "pass": 0}] for a in RATES}})
+                   "arm_records": {a: [{"status": "ok", "pass": 0}] for a in RATES}}))
     for p in range(2):
         for rep in range(6):
             for prompt, kind in PROMPTS.items():
@@ -66,9 +68,9 @@ def test_each_category_gets_its_best_setting_its_plateau_and_its_losses(tmp_path
 
 
 def test_setting_labels() -> None:
-    assert setting_label({"method": "none"}) == "off" and setting_label(None) == "off"
-    assert setting_label({"method": "mtp", "n_max": 3, "p_min": 0.75}) == "mtp n-max 3 p-min 0.75"
-    assert setting_label({"method": "ngram", "variant": "simple"}) == "ngram simple"
+    assert setting_label(Speculative(method="none")) == "off" and setting_label(None) == "off"
+    assert setting_label(Speculative(method="mtp", n_max=3, p_min=0.75)) == "mtp n-max 3 p-min 0.75"
+    assert setting_label(Speculative(method="ngram", variant="simple")) == "ngram simple"
 
 
 def test_plateau_text_merges_settings_that_differ_in_one_number() -> None:
@@ -87,13 +89,13 @@ def _write_streams(path: Path, reps: int = 4, passes: int = 2) -> Path:
     arms = [{"name": a, "engine": "llamacpp", "model": "m.gguf",
              "speculative": {"method": "none"} if a == "off" else {"method": "draft", "n_max": int(a[-1])}}
             for a in STREAM_RATES]
-    run.write_run({"tool": {"name": "bakeoff", "version": "0"},
+    run.write_record(RunRecord.model_validate({"tool": {"name": "bakeoff", "version": "0"},
                    "config": {"name": "map", "arms": arms,
                               "workload": {"reps": reps, "passes": passes, "max_tokens": 64,
                                            "concurrency": [1, 4]}},
                    "baseline": "off", "orders": [list(STREAM_RATES)] * passes, "seed": 0, "host": {},
                    "prompts": [{"name": "code_python", "kind": "code", "messages": []}],
-                   "arm_records": {a: [{"status": "ok", "pass": 0}] for a in STREAM_RATES}})
+                   "arm_records": {a: [{"status": "ok", "pass": 0}] for a in STREAM_RATES}}))
     for p in range(passes):
         for rep in range(reps):
             for streams in (1, 4):
@@ -153,11 +155,11 @@ def test_an_arm_that_drafted_nothing_is_left_out_and_the_line_says_why(tmp_path:
     arms = [{"name": "off", "engine": "llamacpp", "model": "m.gguf", "speculative": {"method": "none"}},
             *({"name": f"ngram-n{n}", "engine": "llamacpp", "model": "m.gguf",
                "speculative": {"method": "ngram", "variant": "simple", "n_max": n}} for n in (2, 4))]
-    run.write_run({"tool": {"name": "bakeoff", "version": "0"},
+    run.write_record(RunRecord.model_validate({"tool": {"name": "bakeoff", "version": "0"},
                    "config": {"name": "map", "arms": arms, "workload": {"reps": 4, "passes": 1, "max_tokens": 64}},
                    "baseline": "off", "orders": [["off", "ngram-n2", "ngram-n4"]], "seed": 0, "host": {},
                    "prompts": [{"name": "code_python", "kind": "code", "messages": []}],
-                   "arm_records": {a["name"]: [{"status": "ok", "pass": 0}] for a in arms}})
+                   "arm_records": {a["name"]: [{"status": "ok", "pass": 0}] for a in arms}}))
     for rep in range(4):
         for arm in ("off", "ngram-n2", "ngram-n4"):
             zero = None if arm == "off" else 0  # the n-gram arms report their counts: nothing drafted

@@ -12,13 +12,15 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from bakeoff.core.engine import launcher
+from bakeoff.core.engine.adapter import LaunchSpec
 from bakeoff.core.host import hostinfo
 from bakeoff.core.host.hostinfo import CpuMeter, docker_container_ids
-from bakeoff.core.run import protocol
+from bakeoff.engines.sim import SimAdapter
 
 CID = "f00dfeedcafe" + "0" * 52  # a container id as Docker prints it (64 hex)
 
@@ -102,11 +104,15 @@ def test_docker_run_containers_are_found_by_name(tmp_path: Path) -> None:
     assert docker_container_ids(["x"], docker=str(tmp_path / "missing")) == []
 
 
-def test_the_protocol_meters_a_docker_arm_by_its_container(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(protocol, "docker_container_ids", lambda names: [CID] if names == ["bakeoff-a-1"] else [])
-    engine = SimpleNamespace(proc=SimpleNamespace(pid=os.getpid()), spec=SimpleNamespace(container="bakeoff-a-1"))
-    meter = protocol._cpu_meter(engine)
+def test_the_protocol_meters_a_docker_arm_by_its_container(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(launcher, "docker_container_ids", lambda names: [CID] if names == ["bakeoff-a-1"] else [])
+
+    def engine(container: str | None) -> launcher.Engine:
+        spec = LaunchSpec(argv=["engine"], container=container)
+        eng = launcher.Engine(SimAdapter(), spec, "http://127.0.0.1:9", tmp_path / "engine.log")
+        eng.proc = cast(Any, SimpleNamespace(pid=os.getpid()))  # this test's process group stands in for it
+        return eng
+
+    meter = engine("bakeoff-a-1").noise_guard()
     assert meter.containers == (CID,) and meter.in_containers
-    native = protocol._cpu_meter(SimpleNamespace(proc=SimpleNamespace(pid=os.getpid()),
-                                                 spec=SimpleNamespace(container=None)))
-    assert not native.in_containers
+    assert not engine(None).noise_guard().in_containers

@@ -188,7 +188,22 @@ def test_core_never_imports_an_engine_or_a_plugin() -> None:
 def test_the_graph_reader_sees_late_and_relative_imports() -> None:
     """The reader itself: function-level imports and ``from . import x`` are edges (else the tests prove nothing)."""
     graph = _core_graph()
-    assert "measure.definitions" in graph["run.protocol"]  # from ..measure import definitions
-    assert "measure.points" in graph["run.protocol"]
+    assert "measure.definitions" in graph["run.arm"] and "measure.points" in graph["run.protocol"]
     assert "engine.compose" in graph["run.live"]  # imported inside a function
-    assert "cli.run" in graph["cli"] and "config.schema" in graph[""]  # a package's own modules, and its __init__
+    assert "cli.run" in graph["cli"] and "config.schema" in graph[""]  # from . import run; a package's __init__
+
+
+CLI_HELPERS = {"cli", "cli.boundary", "cli.exit_codes", "cli.running"}  # what every command may share
+
+
+def test_a_command_imports_no_other_command_and_no_run_loop() -> None:
+    """The CLI is a shell: one module per command over the library (core/run/session.py, core/api.py); a
+    command that imported another, or drove a run loop itself, would be orchestration in the CLI again."""
+    graph = _core_graph()
+    commands = [m for m in graph if m.startswith("cli.") and m not in CLI_HELPERS]
+    assert "cli.run" in commands
+    crossing = {m: sorted(d for d in graph[m] if d in commands) for m in commands}
+    assert not any(crossing.values()), f"commands importing commands: {crossing}"
+    loops = {"run.protocol", "run.phases", "run.arm", "run.block", "run.ray_executor"}
+    driving = {m: sorted(graph[m] & loops) for m in [*commands, *CLI_HELPERS] if graph[m] & loops}
+    assert not driving, f"the CLI drives a run loop itself: {driving}"

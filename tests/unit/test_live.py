@@ -26,6 +26,7 @@ from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.checks import check_live_config
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.engine.launcher import free_port
+from bakeoff.core.results.record import PhaseRecord
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.run.live import redact
 from bakeoff.core.run.watchdog import health_problem
@@ -268,7 +269,7 @@ def test_phases_revert_on_success_and_the_report_compares_neighbours(tmp_path: P
     assert {s.phase for s in samples} == {"p00-baseline", "p01-toggled", "p02-baseline"}
     assert {s.arm for s in samples} == {"baseline", "toggled"}
     assert "each knob against its neighbouring baselines" in out and "p01-toggled" in out
-    assert (rd / "report" / "phases.md").exists()
+    assert "**Phases**" in (rd / "report" / "report.md").read_text()  # one report, the phase table in it
     summary = json.loads((rd / "report" / "summary.json").read_text())
     assert [p["phase"] for p in summary["phases"]] == ["p00-baseline", "p01-toggled", "p02-baseline"]
     knob_result = summary["phases"][1]
@@ -331,7 +332,7 @@ def test_compare_phases_pairs_each_knob_with_both_neighbours() -> None:
     samples = [sample("p00-baseline", "baseline", r, 100 + r) for r in range(20)]
     samples += [sample("p01-slow", "slow", r, 0.8 * (100 + r) * 1.1 ** 0.5) for r in range(20)]  # geometric mean
     samples += [sample("p02-baseline", "baseline", r, (100 + r) * 1.1) for r in range(20)]  # drift of +10 %
-    slow = compare_phases(samples, records)[1]
+    slow = compare_phases(samples, [PhaseRecord.model_validate(r) for r in records])[1]
     assert slow.baselines == ["p00-baseline", "p02-baseline"]
     assert slow.ratio is not None and abs(slow.ratio.estimate - 0.8) < 1e-6  # the drift cancels out
     assert slow.verdict == "slower"
@@ -387,7 +388,7 @@ def test_the_phase_table_shows_gpu_readings_where_a_phase_has_them() -> None:
                 "gpu": {"power_mean_w": 612.4, "sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0, "temp_max_c": 61.0}},
                {"phase": "p01-pl400", "setting": "pl400", "probes": 3, "unhealthy_probes": 1,
                 "gpu": {"power_mean_w": 398.7, "sm_clock_mhz": 1410.0, "mem_clock_mhz": 3201.0, "temp_max_c": 52.0}}]
-    header, rows = phase_rows(compare_phases([], records))
+    header, rows = phase_rows(compare_phases([], [PhaseRecord.model_validate(r) for r in records]))
     assert header[-4:] == ["power W", "SM MHz", "mem MHz", "temp C"]
     assert rows[1][-4:] == ["399", "1410", "3201", "52"] and rows[1][6] == "2/3 healthy"
-    assert phase_rows(compare_phases([], [{"phase": "p00-baseline", "setting": "baseline"}]))[0][-1] == "probes"
+    assert phase_rows(compare_phases([], [PhaseRecord(phase="p00-baseline", setting="baseline")]))[0][-1] == "probes"

@@ -18,6 +18,7 @@ from test_live import LiveSim, live  # noqa: F401 - the fixture
 
 from bakeoff.core.common.errors import PromoteError
 from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.results.record import RunRecord
 from bakeoff.core.results.store import RunDir
 from bakeoff.core.run.live import service_commands
 from bakeoff.core.run.promote import prepare, promote, record_path, revert
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def recorded_run(tmp: Path, text: str) -> Path:
     """A run directory whose run.json records this bakeoff file (as `bakeoff run` writes it)."""
     run = RunDir(tmp / "runs" / "r1")
-    run.write_run({"config": parse_bakeoff(text).model_dump(mode="json")})
+    run.write_record(RunRecord.model_validate({"config": parse_bakeoff(text).model_dump(mode="json")}))
     return run.path
 
 

@@ -10,9 +10,12 @@ import pytest
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm
 from bakeoff.core.engine.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
+from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.results.store import RunDir
 from bakeoff.core.run import plan as plan_module
 from bakeoff.core.run import protocol
+from bakeoff.core.run.events import ProtocolEvents
+from bakeoff.core.run.plan import run_record
 
 
 class StatefulFake(EngineAdapter):
@@ -36,9 +39,9 @@ def fake_engines(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_added_pass_has_the_order_a_longer_plan_would_have() -> None:
-    longer = protocol.plan_run(parse_bakeoff(_config(4)))
-    plan = protocol.plan_run(parse_bakeoff(_config(2)))
-    assert protocol.add_pass(plan) == 2 and protocol.add_pass(plan) == 3
+    longer = plan_module.plan_run(parse_bakeoff(_config(4)))
+    plan = plan_module.plan_run(parse_bakeoff(_config(2)))
+    assert plan_module.add_pass(plan) == 2 and plan_module.add_pass(plan) == 3
     assert plan.orders == longer.orders
     assert len({tuple(o) for o in plan.orders}) > 1  # shuffled per pass
 
@@ -47,31 +50,31 @@ def test_run_extra_pass_runs_only_the_new_pass_and_records_its_order(monkeypatch
                                                                      tmp_path: Path) -> None:
     calls: list[tuple[str, int]] = []
 
-    def fake_run_arm(plan: Any, planned: Any, run: Any, pass_index: int, *args: Any) -> dict[str, Any]:
+    def fake_run_arm(plan: Any, planned: Any, run: Any, pass_index: int, *args: Any) -> ArmAttempt:
         calls.append((planned.arm.name, pass_index))
-        return {"status": "ok", "pass": pass_index}
+        return ArmAttempt(status="ok", pass_index=pass_index)
 
     monkeypatch.setattr(protocol, "_run_arm", fake_run_arm)
-    plan = protocol.plan_run(parse_bakeoff(_config(1)))
+    plan = plan_module.plan_run(parse_bakeoff(_config(1)))
     run = RunDir(tmp_path / "run")
-    run.write_run(protocol.run_metadata(plan))
+    run.write_record(run_record(plan))
     protocol.run_plan(plan, run)
     assert {p for _, p in calls} == {0}
     calls.clear()
     assert protocol.run_extra_pass(plan, run) == 1
     assert calls == [(name, 1) for name in plan.orders[1]]
-    meta = run.read_run()
+    meta = run.read_record().to_json()
     assert meta["orders"] == plan.orders and len(meta["orders"]) == 2
     assert [r["pass"] for r in meta["arm_records"]["arm0"]] == [0, 1]
 
 
 def test_stateful_speculator_with_reps_warns_at_plan_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(protocol, "_run_arm", lambda *a, **k: {"status": "ok", "pass": 0})
+    monkeypatch.setattr(protocol, "_run_arm", lambda *a, **k: ArmAttempt(status="ok", pass_index=0))
     warnings: list[str] = []
-    events = protocol.ProtocolEvents(on_warning=warnings.append)
-    plan = protocol.plan_run(parse_bakeoff(_config(1, reps=3)))
+    events = ProtocolEvents(on_warning=warnings.append)
+    plan = plan_module.plan_run(parse_bakeoff(_config(1, reps=3)))
     protocol.run_plan(plan, RunDir(tmp_path / "a"), events)
     assert len(warnings) == 1 and warnings[0].startswith("ngram: the ngram-mod speculator")
     warnings.clear()
-    protocol.run_plan(protocol.plan_run(parse_bakeoff(_config(1, reps=1))), RunDir(tmp_path / "b"), events)
+    protocol.run_plan(plan_module.plan_run(parse_bakeoff(_config(1, reps=1))), RunDir(tmp_path / "b"), events)
     assert warnings == []

@@ -40,11 +40,11 @@ def test_the_committed_version_1_run_reads_as_a_typed_record(tmp_path: Path) -> 
 def test_a_run_json_without_schema_version_or_with_keys_it_does_not_model_reads_and_keeps_them() -> None:
     record = parse_run_record({"config": {"name": "x", "arms": [{"name": "a", "engine": "fake", "model": "m"}]},
                                "orders": [["a"]], "someone_elses": {"kept": True},
-                               "arm_records": {"a": [{"status": "failed", "pass": 1, "gates": {"g": 1}}]}})
+                               "arm_records": {"a": [{"status": "failed", "pass": 1, "retired_field": {"g": 1}}]}})
     assert record.name == "x" and record.failed_arms() == ["a"]
     out = record.to_json()
     assert out["someone_elses"] == {"kept": True}  # a feature's own key survives a rewrite
-    assert out["arm_records"]["a"][0] == {"status": "failed", "pass": 1, "gates": {"g": 1}}
+    assert out["arm_records"]["a"][0] == {"status": "failed", "pass": 1, "retired_field": {"g": 1}}
 
 
 def test_config_keys_of_an_older_bakeoff_are_dropped_with_a_warning_not_a_refusal() -> None:

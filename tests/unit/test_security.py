@@ -14,7 +14,9 @@ import pytest
 from bakeoff.core.common.errors import ConfigError, EngineStartupError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm, Settings
-from bakeoff.core.run.protocol import _headers, plan_run
+from bakeoff.core.results.record import ArmAttempt, RunRecord
+from bakeoff.core.run.arm import _headers
+from bakeoff.core.run.plan import plan_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,16 +99,19 @@ def _leaks(root: Path, *texts: str) -> list[str]:
     return found
 
 
-def test_run_metadata_keeps_names_and_masks_env_values_url_credentials_and_key_flags(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_json_keeps_names_and_masks_env_values_url_credentials_and_key_flags(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from bakeoff.core.common.redact import redact_config
-    from bakeoff.core.run.protocol import run_metadata
+    from bakeoff.core.results.store import RunDir
+    from bakeoff.core.run.plan import run_record
 
     monkeypatch.setenv("BAKEOFF_T_PLANTED_KEY", API_KEY)
     config = parse_bakeoff(_secret_config("http://127.0.0.1:9/m/ok", "http://127.0.0.1:9/m/echo_key")
                            .replace("options: {itl_ms: 1}", f"options: {{itl_ms: 1}}, extra_args: [--api-key, "
                                                            f"{FLAG_SECRET}]"))
-    meta = json.dumps(run_metadata(plan_run(config)))
+    run = RunDir(tmp_path / "run")
+    run.write_record(run_record(plan_run(config)))
+    meta = run.run_json.read_text()
     assert [s for s in SECRETS if s in meta] == []  # main: the env value and the URL password are recorded
     arms = {a["name"]: a for a in json.loads(meta)["config"]["arms"]}
     assert arms["launched"]["env"] == {"HF_TOKEN": "***", "SIM_FLAVOUR": "***"}
@@ -157,7 +162,8 @@ def test_a_resumed_run_takes_the_masked_values_from_the_bakeoff_file(tmp_path: P
     bakeoff = tmp_path / "b.yaml"
     bakeoff.write_text(text)
     run = RunDir(tmp_path / "r")
-    run.write_run({"config": parse_bakeoff(text).model_dump(mode="json")})
+    run.write_record(RunRecord.model_validate({
+        "config": parse_bakeoff(text).model_dump(mode="json")}))
     assert ENV_SECRET not in run.run_json.read_text()
     with pytest.raises(ConfigError, match=r"does not record secret values \(arm 'a' env\)"):
         load_resume(run.path)
@@ -180,7 +186,8 @@ def test_stored_error_texts_arm_records_argv_and_logs_are_masked(tmp_path: Path)
     run.append(Sample(arm="a", engine="openai", prompt="p", mode="greedy", rep=0, status="error",
                       error=f'HTTP 401: {{"error": "invalid key: Bearer {API_KEY}", "basic": "Basic {basic}", '
                             f'"url": "http://admin:{URL_PASSWORD}@127.0.0.1:1/v1?key={QUERY_SECRET}"}}'))
-    run.append_arm_record("a", {"status": "failed", "error": f"engine said {ENV_SECRET}", "log_tail": API_KEY})
+    run.append_attempt("a", ArmAttempt.model_validate({"status": "failed", "error": f"engine said {ENV_SECRET}",
+                                                    "log_tail": API_KEY}))
     run.write_arm_text("a", "argv.txt", " ".join(redact_argv(["srv", "--api-key", FLAG_SECRET, "--hf-token="
                                                               + FLAG_SECRET, "-e", f"K={ENV_SECRET}"])))
     log = run.arm_dir("a") / "engine-pass0.log"
@@ -231,10 +238,11 @@ def test_promote_refuses_an_arm_whose_env_values_were_masked(tmp_path: Path) -> 
     from bakeoff.core.run.promote import prepare
 
     run = RunDir(tmp_path / "r")
-    run.write_run({"config": parse_bakeoff(
+    run.write_record(RunRecord.model_validate({
+        "config": parse_bakeoff(
         f"arms: [{{name: w, engine: llamacpp, model: smollm2, launch: compose, env: {{HF_TOKEN: {ENV_SECRET}}}}}]\n"
         "live: {kind: compose, name: live, health: 'http://127.0.0.1:8094/health', port: 8094}\n"
-    ).model_dump(mode="json")})
+    ).model_dump(mode="json")}))
     with pytest.raises(ConfigError, match=r"does not record the secret values of arm 'w' env"):
         prepare(run.path, "w", None, None)  # not a launch definition with HF_TOKEN=***
     assert not (run.path / "promote").exists()
@@ -247,9 +255,10 @@ def test_masking_by_value_never_touches_arm_names_orders_or_the_prompts(tmp_path
     from bakeoff.core.results.store import RunDir
 
     run = RunDir(tmp_path / "r", redactor=Redactor(["turbo"]))
-    run.write_run({"orders": [["turbo", "base"]], "baseline": "turbo", "prompts": [{"name": "turbo"}],
-                   "arm_records": {"turbo": [{"error": "mode turbo failed"}]}})
-    meta = run.read_run()
+    run.write_record(RunRecord.model_validate({
+        "orders": [["turbo", "base"]], "baseline": "turbo", "prompts": [{"name": "turbo"}],
+                   "arm_records": {"turbo": [{"error": "mode turbo failed"}]}}))
+    meta = run.read_record().to_json()
     assert meta["orders"] == [["turbo", "base"]] and meta["baseline"] == "turbo"
     assert meta["arm_records"] == {"turbo": [{"error": "mode *** failed"}]}
     stored = run.append(Sample(arm="turbo", engine="sim", prompt="turbo", mode="greedy", rep=0, error="turbo"))
@@ -261,14 +270,14 @@ def test_an_unexpected_error_that_quotes_a_secret_is_masked_in_its_traceback_fil
     from typer.testing import CliRunner
 
     from bakeoff.core.cli import app
-    from bakeoff.core.run import protocol
+    from bakeoff.core.run import arm as arm_module
 
     monkeypatch.setenv("BAKEOFF_T_PLANTED_KEY", API_KEY)
 
     def raising(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"bug while handling the key {API_KEY}")
 
-    monkeypatch.setattr(protocol, "make_sample", raising)
+    monkeypatch.setattr(arm_module, "make_sample", raising)
     bakeoff = tmp_path / "b.yaml"
     bakeoff.write_text(f"arms: [{{name: gw, engine: openai, url: '{hostile_server.url('ok')}', "
                        f"api_key_env: BAKEOFF_T_PLANTED_KEY}}]\n"

@@ -20,10 +20,12 @@ from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import ARM_NAME_MAX
 from bakeoff.core.reports.model import summarize_run
 from bakeoff.core.results.db import DB_NAME
-from bakeoff.core.results.record import RunRecord
+from bakeoff.core.results.record import ArmAttempt, RunRecord
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import SET_ASIDE, RunDir, read_samples
+from bakeoff.core.run import plan as plan_module
 from bakeoff.core.run import protocol
+from bakeoff.core.run.plan import run_record
 from bakeoff.core.run.resume import load_resume
 from bakeoff.engines.sim import SimAdapter
 
@@ -40,8 +42,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(path: Path, reps: int = 3, prompt: str = "prose") -> RunDir:
     """A run of arms a and b, ``reps`` samples each, written the way `bakeoff run` writes one."""
     run = RunDir(path)
-    run.write_run({"config": parse_bakeoff(CONFIG).model_dump(mode="json"), "orders": [["a", "b"]],
-                   "started_at": 1.0})
+    run.write_record(RunRecord.model_validate({
+        "config": parse_bakeoff(CONFIG).model_dump(mode="json"), "orders": [["a", "b"]],
+                   "started_at": 1.0}))
     for arm in ("a", "b"):
         for rep in range(reps):
             run.append(Sample(arm=arm, engine="sim", prompt=prompt, mode="greedy", rep=rep,
@@ -200,8 +203,8 @@ def test_a_truncated_run_json_is_read_from_the_index_copy(tmp_path: Path) -> Non
     assert summary.name == "t" and summary.arm("a") is not None
     assert any("run.json is damaged" in w and "copy kept in bakeoff.sqlite" in w for w in summary.warnings)
     resume = load_resume(run.path)
-    arms = [protocol.PlannedArm(a, SimAdapter(), i) for i, a in enumerate(resume.config.arms)]
-    resume.apply(protocol.Plan(resume.config, arms, [], {}, []))  # resuming writes run.json whole again
+    arms = [plan_module.PlannedArm(a, SimAdapter(), i) for i, a in enumerate(resume.config.arms)]
+    resume.apply(plan_module.Plan(resume.config, arms, [], {}, []))  # resuming writes run.json whole again
     assert json.loads(run.run_json.read_text())["config"]["name"] == "t"
 
 
@@ -220,12 +223,12 @@ def test_a_truncated_run_json_without_an_index_copy(tmp_path: Path) -> None:
 def test_arm_records_are_appended_and_run_json_is_written_only_at_the_end(monkeypatch: pytest.MonkeyPatch,
                                                                           tmp_path: Path) -> None:
     arms = "\n".join(f"  - {{name: a{i}, engine: sim, model: sim}}" for i in range(40))
-    plan = protocol.plan_run(parse_bakeoff(f"name: big\narms:\n{arms}\nworkload: {{prompts: [prose]}}\n"))
-    monkeypatch.setattr(protocol, "_run_arm", lambda plan, planned, run, pass_index, *a: {
-        "status": "failed" if planned.arm.name == "a7" else "ok", "pass": pass_index, "boot_s": 1.0,
-        "error": "boom" if planned.arm.name == "a7" else None})
+    plan = plan_module.plan_run(parse_bakeoff(f"name: big\narms:\n{arms}\nworkload: {{prompts: [prose]}}\n"))
+    monkeypatch.setattr(protocol, "_run_arm", lambda plan, planned, run, pass_index, *a: ArmAttempt(
+        status="failed" if planned.arm.name == "a7" else "ok", pass_index=pass_index, boot_s=1.0,
+        error="boom" if planned.arm.name == "a7" else None))
     run = RunDir(tmp_path / "r")
-    run.write_run(protocol.run_metadata(plan))
+    run.write_record(run_record(plan))
     writes: list[float] = []
     real_write = RunDir.write_record  # the one way run.json is written
 
@@ -244,10 +247,10 @@ def test_arm_records_are_appended_and_run_json_is_written_only_at_the_end(monkey
 
 def test_records_of_an_older_run_move_to_the_append_only_file_on_resume(tmp_path: Path) -> None:
     run = _run(tmp_path / "r")
-    run.update_run(arm_records={"a": [{"status": "failed", "pass": 0, "error": "old"}]})
-    run.append_arm_record("a", {"status": "ok", "pass": 0})
-    assert [r["status"] for r in run.arm_records()["a"]] == ["failed", "ok"]
-    assert [r["status"] for r in RunDir(run.path, create=False).arm_records()["a"]] == ["failed", "ok"]
+    run.update_record(arm_records={"a": [{"status": "failed", "pass": 0, "error": "old"}]})
+    run.append_attempt("a", ArmAttempt.model_validate({"status": "ok", "pass": 0}))
+    assert [r.status for r in run.arm_records()["a"]] == ["failed", "ok"]
+    assert [r.status for r in RunDir(run.path, create=False).arm_records()["a"]] == ["failed", "ok"]
 
 
 # -- D13: file-system errors -------------------------------------------------------------------------
@@ -284,7 +287,7 @@ def test_a_full_disk_mid_run_is_an_error_naming_the_file_and_keeps_what_was_stor
     assert len(read_samples(run.path)) == 2 and len(run.db.samples(run.run_id)) == 2
     monkeypatch.setattr(os, "write", full)
     with pytest.raises(RunDirError, match=r"cannot write .*arm_records\.jsonl"):
-        run.append_arm_record("a", {"status": "ok"})
+        run.append_attempt("a", ArmAttempt.model_validate({"status": "ok"}))
     monkeypatch.undo()
     assert not run.records_path.read_bytes()  # nothing half-written
 
@@ -308,4 +311,4 @@ def test_a_read_only_run_directory_is_an_error_naming_the_file(monkeypatch: pyte
 
     monkeypatch.setattr(Path, "open", read_only)
     with pytest.raises(RunDirError, match=r"cannot write .*run.json: Read-only file system"):
-        run.update_run(finished_at=2.0)
+        run.update_record(finished_at=2.0)

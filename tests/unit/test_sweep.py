@@ -15,6 +15,7 @@ from bakeoff.core.config.schema import Arm, RequestOverrides, Workload
 from bakeoff.core.config.sweep import arm_name_for, expand_sweeps
 from bakeoff.core.engine.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
 from bakeoff.core.engine.launcher import SharedEngine
+from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.run import plan as plan_module
 from bakeoff.core.run import protocol
 from bakeoff.core.run.plan import effective_workload, order_for_sharing, server_key
@@ -174,7 +175,7 @@ def _forgetful_plan(monkeypatch: pytest.MonkeyPatch, sweep: str, twins: bool = F
     text = (f"name: s\narms:\n  - {{name: plain, engine: forgetful, model: m.gguf}}\n{twin}"
             f"  - name: ng\n    engine: forgetful\n    model: m.gguf\n    speculative: {{method: ngram}}\n"
             f"    sweep: {{{sweep}}}\nworkload: {{prompts: [prose]}}\n")
-    return protocol.plan_run(parse_bakeoff(text))
+    return plan_module.plan_run(parse_bakeoff(text))
 
 
 def test_a_sweep_whose_arms_launch_the_same_command_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,13 +201,13 @@ def test_a_launch_error_is_raised_at_plan_time_before_any_arm_starts(monkeypatch
     text = ("name: s\narms:\n  - {name: good, engine: forgetful, model: m.gguf}\n"
             "  - {name: bad, engine: forgetful, model: bad.gguf}\nworkload: {prompts: [prose]}\n")
     started: list[str] = []
-    def run_arm(*args: object, **kwargs: object) -> dict[str, object]:
+    def run_arm(*args: object, **kwargs: object) -> ArmAttempt:
         started.append("arm")
-        return {}
+        return ArmAttempt()
 
     monkeypatch.setattr(protocol, "_run_arm", run_arm)
     with pytest.raises(ConfigError, match="cannot build this launch"):
-        protocol.run_plan(protocol.plan_run(parse_bakeoff(text)), None)  # type: ignore[arg-type]
+        protocol.run_plan(plan_module.plan_run(parse_bakeoff(text)), None)  # type: ignore[arg-type]
     assert started == []
 
 
@@ -233,4 +234,4 @@ def test_llamacpp_bad_knob_arm_beside_a_good_arm_is_refused_at_plan_time(tmp_pat
                 f"  - {{name: bad, engine: llamacpp, model: {model}, options: {{binary: /bin/true}}, "
                 f"speculative: {bad}}}\nworkload: {{prompts: [prose]}}\n")
         with pytest.raises(CapabilityNotSupported, match=message):
-            protocol.plan_run(parse_bakeoff(text))
+            plan_module.plan_run(parse_bakeoff(text))

@@ -12,6 +12,7 @@ from fake_nvml import NVMLError, fake_nvml
 
 from bakeoff.core.host import telemetry
 from bakeoff.core.host.telemetry import GpuMonitor, open_monitor
+from bakeoff.core.run.plan import run_record
 
 
 def test_energy_from_the_counter_and_power_clock_temperature_summary() -> None:
@@ -97,17 +98,18 @@ def test_a_run_records_gpus_and_telemetry_on_every_sample(monkeypatch: pytest.Mo
     from bakeoff.core.reports import summarize_run
     from bakeoff.core.results.store import RunDir
     from bakeoff.core.run import protocol
+    from bakeoff.core.run.plan import plan_run
 
     nvml = fake_nvml()
     monkeypatch.setattr(telemetry, "_load_nvml", lambda: nvml)
     monkeypatch.setattr("bakeoff.core.engine.hardware.gpu_copy_bandwidth_gbs", lambda *a, **k: (4200.0, "torch"))
-    plan = protocol.plan_run(parse_bakeoff(
+    plan = plan_run(parse_bakeoff(
         "name: t\narms:\n  - {name: a, engine: sim, model: sim}\n"
         "workload: {prompts: [prose], reps: 2, max_tokens: 16, gpu_sample_interval_s: 0.01}\n"))
     run = RunDir(tmp_path / "r")
-    run.write_run(protocol.run_metadata(plan))
+    run.write_record(run_record(plan))
     protocol.run_plan(plan, run)
-    meta = run.read_run()
+    meta = run.read_record().to_json()
     assert meta["gpus"][0]["name"] == "NVIDIA H200"
     samples = run.samples()
     assert len(samples) == 2

@@ -27,7 +27,7 @@ def _pool_run(tmp_path: Path, passes: int, jitter: float = 0.0) -> Path:
     run = RunDir(tmp_path / "pool")
     t0 = 1_000.0
     orders = [["base", "twin", "other"] if p % 2 == 0 else ["other", "base", "twin"] for p in range(passes + 1)]
-    run.update_run(orders=orders, started_at=t0)
+    run.update_record(orders=orders, started_at=t0)
     clock = t0
     for p, order in enumerate(orders):
         for arm in order[: 2 if p == passes else 3]:

@@ -20,13 +20,13 @@ from bakeoff.core.analysis.stats import (
     needs_more_passes,
     verdict_stop_level,
 )
-from bakeoff.core.cli.run import execute
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm
 from bakeoff.core.engine.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.run import plan as plan_module
+from bakeoff.core.run.session import run_bakeoff
 
 N_BOOT = 1000
 MAX_PASSES = 6
@@ -95,13 +95,13 @@ def test_stop_on_verdict_without_until_ci_is_refused_before_anything_runs(tmp_pa
     config = parse_bakeoff("name: t\narms:\n  - {name: a, engine: llamacpp, model: m.gguf}\n"
                            "workload: {prompts: [prose]}\n")
     with pytest.raises(ConfigError, match=r"--stop-on-verdict .* give --until-ci"):
-        execute(config, tmp_path / "runs", None, stop_on_verdict=True)
+        run_bakeoff(config, tmp_path / "runs", stop_on_verdict=True)
     assert not (tmp_path / "runs").exists()
 
 
-def test_bakeoff_run_hands_the_option_to_the_rule_after_each_pass(monkeypatch: pytest.MonkeyPatch,
+def test_the_run_hands_the_option_to_the_rule_after_each_pass(monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
-    from bakeoff.core.cli import run as run_cli
+    from bakeoff.core.run import session
 
     asked: list[dict[str, object]] = []
 
@@ -115,12 +115,11 @@ def test_bakeoff_run_hands_the_option_to_the_rule_after_each_pass(monkeypatch: p
         asked.append({"passes": passes, "target": target, **kw})
         return False, "stop"
 
-    monkeypatch.setattr(run_cli, "needs_more_passes", rule)
-    monkeypatch.setattr(run_cli, "print_tables", lambda *a: None)
+    monkeypatch.setattr(session, "needs_more_passes", rule)
     monkeypatch.setattr(plan_module, "load_engine", lambda name: FakeEngine())
     config = parse_bakeoff("name: t\nbaseline: a\narms:\n  - {name: a, engine: fake, model: a.gguf}\n"
                            "  - {name: b, engine: fake, model: b.gguf}\nworkload: {prompts: [prose]}\n")
-    execute(config, tmp_path / "runs", 0.2, executor=NoEngines(), stop_on_verdict=True)
+    run_bakeoff(config, tmp_path / "runs", until_ci=0.2, executor=NoEngines(), stop_on_verdict=True)
     assert asked == [{"passes": 1, "target": 0.2, "baseline": "a", "seed": config.workload.seed,
                       "stop_on_verdict": True}]
 

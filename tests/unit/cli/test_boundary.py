@@ -12,6 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from bakeoff.core import reports
 from bakeoff.core.cli import app
 from bakeoff.core.cli import report as report_cli
 from bakeoff.core.cli.boundary import guard_commands, is_guarded, stop_message
@@ -91,7 +92,7 @@ def test_ctrl_c_in_any_command_exits_130_with_one_line(tmp_path: Path, monkeypat
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(report_cli, "summarize_run", interrupted)
+    monkeypatch.setattr(reports, "summarize_run", interrupted)  # what `bakeoff report` prints from
     result = runner.invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == ExitCode.INTERRUPTED == 130
     assert result.stderr == "interrupted\n"

@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 from bakeoff.core.cli import app
 from bakeoff.core.cli.exit_codes import ExitCode
 from bakeoff.core.measure import definitions as measure
+from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.results.store import RunDir, read_samples
-from bakeoff.core.run import protocol
+from bakeoff.core.run import arm as arm_module
 
 runner = CliRunner()
 
@@ -109,14 +110,14 @@ def test_an_unexpected_error_in_one_arm_fails_that_arm_with_its_cause_and_resume
             Sample.model_validate({"finish_reason": 7})
         return real(arm, adapter, result, stats, run_id, prompt, mode, rep, *rest, **kw)
 
-    monkeypatch.setattr(protocol, "make_sample", second_request_of_broken_raises)
+    monkeypatch.setattr(arm_module, "make_sample", second_request_of_broken_raises)
     code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
     assert code == ExitCode.PARTIAL, out
     run = only_run(tmp_path / "runs")
     meta = json.loads((run / "run.json").read_text())
     [record] = RunDir(run).arm_records()["broken"]
-    assert record["status"] == "failed" and record["reason"] == "internal-error"
-    assert "ValidationError" in record["error"]
+    assert record.status == "failed" and record.reason == "internal-error"
+    assert "ValidationError" in str(record.error)
     assert "finish_reason" in (run / "arms/broken/traceback-pass0.txt").read_text()
     assert "unexpected ValidationError" in out
     stored = read_samples(run)
@@ -125,7 +126,7 @@ def test_an_unexpected_error_in_one_arm_fails_that_arm_with_its_cause_and_resume
     assert sorted(s.rep for s in stored if s.arm == "last") == [0, 1, 2]  # the run went on to the next arm
     assert meta["finished_at"] is not None
 
-    monkeypatch.setattr(protocol, "make_sample", real)
+    monkeypatch.setattr(arm_module, "make_sample", real)
     code, out = run_cli("--resume", str(run))
     assert code == ExitCode.OK, out
     keys = [(s.arm, s.rep) for s in read_samples(run)]
@@ -147,7 +148,7 @@ def test_a_failing_concurrency_stream_keeps_its_cause(monkeypatch: pytest.Monkey
 
 
 # -- attach mode: probe before the first request; the arm's model is the one measured ------------------------
-def _failed_record(tmp_path: Path) -> dict[str, Any]:
+def _failed_record(tmp_path: Path) -> ArmAttempt:
     return RunDir(only_run(tmp_path / "runs")).arm_records()["a"][-1]
 
 
@@ -159,7 +160,7 @@ def test_a_dead_url_fails_the_arm_with_one_line_and_sends_nothing(tmp_path: Path
     file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{url}'}}"])
     code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
     assert code == ExitCode.NOTHING_MEASURED, out
-    assert _failed_record(tmp_path)["error"] == expected
+    assert str(_failed_record(tmp_path).error) == expected
     assert read_samples(only_run(tmp_path / "runs")) == []  # not 2 error samples: no request was sent
     assert out.count("connection refused") == 2  # the failure as it happens, and the closing explanation
 
@@ -176,7 +177,7 @@ def test_an_attached_server_that_refuses_fails_before_any_request(
     file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{hostile_server.url(mode)}'}}"])
     code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
     assert code == ExitCode.NOTHING_MEASURED, out
-    error = _failed_record(tmp_path)["error"]
+    error = str(_failed_record(tmp_path).error)
     assert error.startswith(f"arm 'a': cannot reach http://127.0.0.1:{hostile_server.port}/m/{mode}: ")
     assert words in error
     assert chat_requests(hostile_server, mode) == []
@@ -187,7 +188,7 @@ def test_tls_to_a_plain_http_server_is_a_clear_tls_failure(tmp_path: Path, hosti
     file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{url}'}}"])
     code, _ = run_cli(str(file), "--out", str(tmp_path / "runs"))
     assert code == ExitCode.NOTHING_MEASURED
-    assert "TLS handshake failed" in _failed_record(tmp_path)["error"]
+    assert "TLS handshake failed" in str(_failed_record(tmp_path).error)
 
 
 def test_dns_failure_reads_as_such() -> None:
@@ -223,7 +224,7 @@ def test_a_model_the_server_does_not_serve_or_an_ambiguous_one_is_refused(
     file = write_file(tmp_path, [f"{{name: a, engine: openai, {model}url: '{hostile_server.url('two_models')}'}}"])
     code, _out = run_cli(str(file), "--out", str(tmp_path / "runs"))
     assert code == ExitCode.NOTHING_MEASURED
-    assert words.format(port=hostile_server.port) in _failed_record(tmp_path)["error"]
+    assert words.format(port=hostile_server.port) in str(_failed_record(tmp_path).error)
     assert len(chat_requests(hostile_server, "two_models")) == before
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bakeoff.core.results.record import RunRecord
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import RunDir
 
@@ -27,7 +28,7 @@ def write_run(path: Path, arms: dict[str, float], *, passes: int = 3, reps: int 
     run = RunDir(path)
     speculative = speculative or {}
     orders = [list(arms) for _ in range(passes)]
-    run.write_run({
+    run.write_record(RunRecord.model_validate({
         "tool": {"name": "bakeoff", "version": "0.1.0"},
         "config": {"name": name, "arms": [{"name": a, "engine": "fake", "model": "m.gguf",
                                            "speculative": speculative.get(a, {"method": "none"}),
@@ -39,12 +40,12 @@ def write_run(path: Path, arms: dict[str, float], *, passes: int = 3, reps: int 
         "host": {"cpu_model": "Test CPU"},
         "arm_records": {a: [{"status": "ok", "pass": p, "boot_s": 1.0 + p, "version": "b1"} for p in range(passes)]
                         for a in arms},
-    })
+    }))
     if failed:
-        meta = run.read_run()
+        meta = run.read_record().to_json()
         for a, err in failed.items():
             meta["arm_records"][a].append({"status": "failed", "pass": 0, "error": err})
-        run.write_run(meta)
+        run.write_record(RunRecord.model_validate(meta))
     for p in range(passes):
         for a, rate in arms.items():
             for prompt in prompts:

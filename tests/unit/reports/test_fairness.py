@@ -17,6 +17,7 @@ from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.schema import Arm
 from bakeoff.core.measure.gates import check_schema, run_gates
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
+from bakeoff.core.results.record import ArmAttempt, RunRecord
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import RunDir
 
@@ -25,14 +26,15 @@ def _write(path: Path, arms: dict[str, dict[str, Any]], samples: list[Sample],
            records: dict[str, dict[str, Any]] | None = None, outputs: dict[str, list[tuple[Sample, str]]] | None = None
            ) -> Path:
     run = RunDir(path)
-    run.write_run({"config": {"name": "t", "arms": [{"name": n, **cfg} for n, cfg in arms.items()],
+    run.write_record(RunRecord.model_validate({
+        "config": {"name": "t", "arms": [{"name": n, **cfg} for n, cfg in arms.items()],
                               "workload": {"max_tokens": 16, "modes": ["greedy"], "reps": 2}},
                    "baseline": next(iter(arms)), "orders": [list(arms)], "seed": 0,
-                   "prompts": [{"name": "p", "kind": "x", "messages": []}]})
+                   "prompts": [{"name": "p", "kind": "x", "messages": []}]}))
     for s in samples:
         run.append(s)
     for arm, rec in (records or {}).items():
-        run.append_arm_record(arm, {"status": "ok", "pass": 0, **rec})
+        run.append_attempt(arm, ArmAttempt.model_validate({"status": "ok", "pass": 0, **rec}))
     for arm, pairs in (outputs or {}).items():
         (run.arm_dir(arm) / OUTPUTS_FILE).write_text("".join(output_line(s, text) for s, text in pairs))
     return path
@@ -115,8 +117,8 @@ def test_spec_arm_divergence_is_shown_with_position_and_both_continuations(tmp_p
     assert any("first divergence p/greedy rep 0 pass 0 at character 9" in w for w in s.warnings)
 
 
-def _gates(passed: bool | None, answer: str) -> dict[str, Any]:
-    return {"gates": {"arithmetic": {"passed": passed, "detail": "x", "answer": answer}}}
+def _gates(passed: bool | None, answer: str) -> ArmAttempt:
+    return ArmAttempt.model_validate({"gates": {"arithmetic": {"passed": passed, "detail": "x", "answer": answer}}})
 
 
 def test_gate_scoring_compares_with_the_spec_off_arm_when_it_fails_too() -> None:

@@ -18,6 +18,7 @@ from bakeoff.core.reports import (
     summarize_run,
     write_reports,
 )
+from bakeoff.core.results.record import RunRecord
 from bakeoff.core.results.store import RunDir
 
 Maker = Callable[..., Path]
@@ -41,7 +42,7 @@ def _add_gpu(path: Path, joules: dict[str, float], *, throttle: str | None = Non
         s.gpu = gpu
         s.prompt_tokens = 40
         run.append(s)
-    meta = run.read_run()
+    meta = run.read_record().to_json()
     meta["gpus"] = [H200]
     meta["bandwidth"] = {"gpu": {"gbs": 4200.0, "source": "measured device copy (torch, read + write)",
                                  "theoretical_gbs": 4814.3}}
@@ -52,7 +53,7 @@ def _add_gpu(path: Path, joules: dict[str, float], *, throttle: str | None = Non
         for r in recs:
             r["gpu_idle_power_w"] = 80.0
             r["gpu_state"] = {"0": {"power_limit_w": (power_limits or {}).get(arm, 700.0)}}
-    run.write_run(meta)
+    run.write_record(RunRecord.model_validate(meta))
     return path
 
 
@@ -112,9 +113,9 @@ def test_cpu_run_has_no_gpu_sections(make_run: Maker) -> None:
 def test_mismatches_of_each_arm_are_report_warnings(make_run: Maker) -> None:
     path = make_run({"base": 100.0}, seed=1)
     run = RunDir(path)
-    meta = run.read_run()
+    meta = run.read_record().to_json()
     meta["arm_records"]["base"][0]["mismatches"] = ["settings.gpu_layers 99 asked, but llama-server runs on the CPU"]
-    run.write_run(meta)
+    run.write_record(RunRecord.model_validate(meta))
     s = summarize_run(path)
     assert "base: MISMATCH: settings.gpu_layers 99 asked, but llama-server runs on the CPU" in s.warnings
     assert "MISMATCH" in render_markdown(s)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from bakeoff.core.reports.model import summarize_run
+from bakeoff.core.results.record import RunRecord
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import RunDir
 
@@ -18,7 +19,7 @@ RATES = {"base@a": 100.0, "fast": 150.0, "base@b": 50.0, "slow": 40.0}  # host b
 def _ray_run(path: Path) -> Path:
     rng = np.random.default_rng(0)
     run = RunDir(path)
-    run.write_run({
+    run.write_record(RunRecord.model_validate({
         "config": {"name": "two-hosts", "arms": [{"name": a, "engine": "fake", "model": "m.gguf"}
                                                  for a in ("base", "fast", "slow")],
                    "workload": {"reps": 3, "passes": 2, "max_tokens": 128, "modes": ["greedy"]}},
@@ -27,7 +28,7 @@ def _ray_run(path: Path) -> Path:
         "placement": {"blocks": {"a": ["base@a", "fast"], "b": ["base@b", "slow"]},
                       "baselines": {"a": "base@a", "b": "base@b"},
                       "arm_order": ["base@a", "base@b", "fast", "slow"],
-                      "copies": {"base": {"a": "base@a", "b": "base@b"}}}})
+                      "copies": {"base": {"a": "base@a", "b": "base@b"}}}}))
     for p in range(2):
         for arm, rate in RATES.items():
             for r in range(3):

@@ -49,7 +49,7 @@ def test_nmax_rows_carry_median_intervals_acceptance_and_paired_verdicts() -> No
     assert one.point == {"speculative.n_max": 1} and one.n == 6
     assert one.decode is not None and one.decode.estimate == pytest.approx(70.0)
     assert one.decode.lo < 70.0 < one.decode.hi  # an interval, not a bare median
-    assert one.acceptance is not None and one.acceptance.rate == pytest.approx(0.9)
+    assert one.acceptance is not None and one.acceptance.acceptance == pytest.approx(0.9)
     assert one.acceptance.mean_accepted_len == pytest.approx(1.9)
     assert one.vs_baseline is not None and one.vs_baseline.ratio.estimate == pytest.approx(1.4, rel=0.02)
     assert one.vs_baseline.verdict == "faster" and one.vs_baseline.ratio.lo > 1

@@ -1,4 +1,4 @@
-"""`bakeoff report RUN_DIR` and print_tables (which `bakeoff run` calls after a run)."""
+"""`bakeoff report RUN_DIR` and print_run (which `bakeoff run` calls after a run)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
-from bakeoff.core.cli.report import print_tables
+from bakeoff.core.reports import print_run
 
 Maker = Callable[..., Path]
 
@@ -39,11 +39,11 @@ def test_report_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "not a bakeoff run directory" in res.output
 
 
-def test_print_tables_for_the_run_command(make_run: Maker) -> None:
+def test_print_run_for_the_run_command(make_run: Maker) -> None:
     path = make_run({"base": 100.0, "b": 100.0})
     console = Console(record=True, width=250)
-    print_tables(path, console, write=False)
+    print_run(path, console, write=False)
     text = console.export_text()
     assert "not separable" in text and not (path / "report").exists()
-    print_tables(path, console)
+    print_run(path, console)
     assert "reports:" in console.export_text() and (path / "report" / "report.md").exists()

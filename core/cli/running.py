@@ -1,0 +1,182 @@
+"""Running a loaded bakeoff from the command line: progress, signals, the closing tables and the exit code.
+
+Shared by the commands that run a bakeoff (``run``, ``calibrate``, ``demo``); the run itself is the library
+call core/run/session.py ``run_bakeoff``.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from types import FrameType
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..common.errors import BakeoffError, ConfigError, RunDirError, is_write_failure
+from ..config.schema import BakeoffFile
+from ..reports import print_run
+from ..results.record import failed_arms
+from ..results.sample import Sample
+from ..results.store import RunDir
+from ..run.events import ProtocolEvents
+from ..run.executor import Executor, executor_for
+from ..run.live import dry_run_lines
+from ..run.resume import Resume
+from ..run.session import run_bakeoff
+from .exit_codes import ExitCode, run_outcome
+
+__all__ = ["execute", "finish", "percent", "run_loaded"]
+
+console = Console()
+
+
+def percent(text: str | None) -> float | None:
+    """'3%' or '0.03' -> 0.03."""
+    if text is None:
+        return None
+    try:
+        value = float(text.strip().rstrip("%")) / (100 if text.strip().endswith("%") else 1)
+    except ValueError:
+        raise ConfigError(f"--until-ci {text!r}: give a percentage such as 3%") from None
+    if not 0 < value < 1:
+        raise ConfigError(f"--until-ci {text!r}: give a percentage between 0 and 100 %")
+    return value
+
+
+# Signals that end a run like Ctrl-C does: engines stopped, samples kept. SIGHUP is a closed terminal or SSH.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _signal_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
+            resume: Resume | None = None, executor: Executor | None = None,
+            stop_on_verdict: bool = False) -> RunDir:
+    """Run one bakeoff (core/run/session.py) with a progress bar and signals as Ctrl-C, then print its tables."""
+    # A signal the caller ignores stays ignored: `nohup bakeoff run` must survive a closed terminal.
+    previous = {sig: signal.signal(sig, _signal_as_interrupt) for sig in _STOP_SIGNALS
+                if signal.getsignal(sig) is not signal.SIG_IGN}
+    # The bar appears once the run directory exists: a file refused before that is one error line, nothing more.
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, transient=False)
+    task = progress.add_task("starting", total=0)
+
+    def started(run: RunDir, total: int, done: int) -> None:
+        progress.console.print(f"run directory: [bold]{run.path}[/bold]")
+        progress.update(task, total=total, completed=done)
+        progress.start()
+
+    def warn(msg: str) -> None:
+        progress.console.print(f"[bold yellow]WARNING[/bold yellow] {escape(msg)}", highlight=False, soft_wrap=True)
+
+    events = ProtocolEvents(
+        on_run_start=started,
+        on_note=lambda msg: progress.console.print(msg, highlight=False, soft_wrap=True),
+        on_pass_added=lambda n: progress.update(task, total=(progress.tasks[0].total or 0) + n),
+        on_arm_start=lambda arm, p: progress.update(task, description=f"{arm} (pass {p + 1}): starting"),
+        on_arm_ready=lambda arm, eff, boot: progress.update(
+            task, description=f"{arm}: measuring" + (f" (boot {boot:.1f} s)" if boot else "")),
+        on_sample=lambda sample: progress.advance(task),
+        on_arm_failed=lambda arm, why: progress.console.print(
+            f"[red]{'failed' if why.startswith(f'arm {arm!r}') else f'arm {arm} failed'}:[/red] {why}",
+            highlight=False, soft_wrap=True),
+        on_warning=warn,
+    )
+    try:
+        run = run_bakeoff(config, out, until_ci=until_ci, max_passes=max_passes, resume=resume,
+                          executor=executor, stop_on_verdict=stop_on_verdict, events=events)
+    finally:
+        if progress.live.is_started:
+            progress.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    try:
+        print_run(run.path, console)
+    except (BakeoffError, OSError, ValueError) as exc:  # the samples are stored; `bakeoff report` can retry
+        # not the boundary's business: the run itself succeeded, so this is a warning and the exit code stands
+        console.print(f"[bold yellow]WARNING[/bold yellow] the report could not be written "
+                      f"({type(exc).__name__}: {escape(str(exc))}); the samples are in {run.path}; "
+                      "`bakeoff report RUN_DIR` retries", highlight=False, soft_wrap=True)
+    console.print(f"run directory: [bold]{run.path}[/bold]")
+    return run
+
+
+def _explain_empty(run: RunDir, arm: str, samples: list[Sample]) -> str:
+    """Why an arm has no valid sample, in a few words: its failure, its first error, or its flags."""
+    records = run.arm_records().get(arm, [])
+    if any(r.failed for r in records):
+        return "the arm failed (above)"
+    mine = [s for s in samples if s.arm == arm]
+    if not mine:
+        return "no request was sent"
+    errors = [s.error for s in mine if s.error]
+    if errors:
+        return f"{len(errors)} of {len(mine)} requests failed, e.g. {errors[0]}"
+    flags = sorted({f.split(":")[0] for s in mine for f in s.flags})
+    return f"none of {len(mine)} samples has a decode rate (flags: {', '.join(flags) or 'none'})"
+
+
+def _measured_names(config: BakeoffFile, run: RunDir) -> list[str]:
+    """The names samples are stored under: the arms, or with ``phases:`` each phase's setting."""
+    record = run.read_record()
+    if record.placement is not None and record.placement.arm_order:  # Ray: an arm run on several hosts is
+        return list(record.placement.arm_order)                      # stored once per host
+    if config.phases is None:
+        return [a.name for a in config.arms]
+    settings = [p.setting for p in record.phases]
+    return list(dict.fromkeys(settings)) or [a.name for a in config.arms]
+
+
+def _exit_code(run: RunDir, arms: list[str]) -> ExitCode:
+    samples = run.samples()
+    failed = failed_arms(run.arm_records())
+    code, empty = run_outcome(samples, arms, failed)
+    for arm in empty:
+        console.print(f"[red]arm {arm!r} has no valid sample:[/red] {_explain_empty(run, arm, samples)}",
+                      highlight=False, soft_wrap=True)
+    if code is ExitCode.NOTHING_MEASURED:
+        console.print("[red]nothing valid was measured[/red] (exit 3)")
+    elif code is ExitCode.PARTIAL:
+        midway = [a for a in failed if a not in empty]
+        console.print(f"[yellow]partial result (exit 4):[/yellow] {len(empty)} of {len(arms)} arms without a valid "
+                      f"sample" + (f"; failed midway: {', '.join(midway)} (`bakeoff run --resume {run.path}` "
+                                   "retries the missing points)" if midway else ""), highlight=False, soft_wrap=True)
+    return code
+
+
+def run_loaded(config: BakeoffFile, out: Path, *, dry_run: bool = False, until_ci: float | None = None,
+               max_passes: int = 10, executor_kind: str | None = None, address: str | None = None,
+               stop_on_verdict: bool = False, resume: Resume | None = None) -> None:
+    """Run a loaded bakeoff (or finish ``resume``'s): its dry run (nothing launched, also with a resume), or
+    the run, its reports and its exit code."""
+    if dry_run:
+        for line in dry_run_lines(config):
+            typer.echo(line)
+        return
+    executor = executor_for(config, executor_kind, address)
+    try:
+        run = execute(config, out, until_ci, max_passes, resume=resume, executor=executor,
+                      stop_on_verdict=stop_on_verdict)
+    except OSError as exc:  # a write that failed outside RunDir: the boundary reports it like one inside
+        if not is_write_failure(exc):
+            raise
+        raise RunDirError(f"cannot write {exc.filename or 'the run directory'}: {exc.strerror or exc}") from exc
+    finish(config, run, executor)
+
+
+def finish(config: BakeoffFile, run: RunDir, executor: Executor) -> None:
+    """The exit code of a finished run (typer.Exit unless every arm has a valid sample)."""
+    code = _exit_code(run, _measured_names(config, run))
+    lost = getattr(executor, "failed_hosts", {})
+    if lost and code is ExitCode.OK:  # every arm has samples, but a host's block stopped short
+        console.print(f"[yellow]partial result (exit 4):[/yellow] the block of {', '.join(sorted(lost))} stopped "
+                      f"before its end; `bakeoff run --resume {run.path}` measures the rest",
+                      highlight=False, soft_wrap=True)
+        code = ExitCode.PARTIAL
+    if code is not ExitCode.OK:
+        raise typer.Exit(code)

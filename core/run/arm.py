@@ -1,0 +1,307 @@
+"""One arm on one engine start: launch, compose or attach; read back; warm up; every timed request.
+
+This is the one place a timed request is made. Plain runs, depth and concurrency points, phase runs,
+calibration arms, Ray blocks, self-tests and live runs all open an :class:`ArmSession` and call
+:meth:`ArmSession.measure`, so every sample gets the same guards whatever the run kind: the noise guard
+(CPU used by foreign processes), ``settings-mismatch`` when the read-back differs from what was asked,
+the finish flags, the point's own checks (exact depth, fixed length, needle), GPU telemetry, the kept
+greedy output, and the check that the engine is still alive and not stalled. The session fills the arm's
+typed :class:`~bakeoff.core.results.record.ArmAttempt` as it goes; the caller appends it to the run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass
+from types import TracebackType
+
+import httpx
+from pydantic import SecretStr
+
+from ..analysis.fairness import OUTPUTS_FILE, finish_flags, output_line
+from ..common.errors import EngineStartupError
+from ..common.redact import redact_argv
+from ..config.schema import Arm, Prompt, SamplingMode, Workload
+from ..engine.adapter import Effective, read_effective
+from ..engine.attach import attach_base, probe_attached
+from ..engine.client import StreamResult, stream_chat
+from ..engine.compose import ComposeEngine, project_name
+from ..engine.hardware import attach_gpu_sample, offload_mismatch, visible_devices_env
+from ..engine.launcher import Engine, LogCursor, RunningEngine, SharedEngine, free_port, port_is_free
+from ..engine.readback import EngineLog
+from ..host.hostinfo import CpuMeter
+from ..host.telemetry import GpuMonitor, open_monitor
+from ..measure.concurrency import Batch, run_batch
+from ..measure.definitions import account, build_request, make_sample, request_fields
+from ..measure.gates import run_gates
+from ..measure.points import Point, PointRunner
+from ..results.record import ArmAttempt, GateAnswer, WarmupRecord
+from ..results.sample import Sample
+from ..results.store import RunDir
+from .events import ProtocolEvents
+from .plan import PlannedArm, server_key
+
+__all__ = ["ArmSession", "SampleLabel", "engine_for"]
+
+
+@dataclass(frozen=True)
+class SampleLabel:
+    """How a sample is stored when it is not the arm's own: a phase run stores each phase under its setting."""
+
+    arm: str
+    phase: str | None = None
+    pass_index: int = 0
+
+
+def _headers(arm: Arm) -> dict[str, str]:
+    """The Authorization header from the variable named by ``api_key_env``; the key is written nowhere."""
+    if arm.api_key_env:
+        key = SecretStr(os.environ.get(arm.api_key_env, ""))
+        if key.get_secret_value():
+            return {"Authorization": f"Bearer {key.get_secret_value()}"}
+    return {}
+
+
+@contextmanager
+def engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_s: float
+               ) -> Iterator[tuple[str, RunningEngine | None]]:
+    """The arm's server for one start: its base URL, and the engine bakeoff started (None when attached)."""
+    arm = planned.arm
+    if arm.attached:
+        assert arm.url is not None
+        yield attach_base(arm.url), None
+        return
+    port = arm.settings.port or free_port(arm.settings.host)
+    port_taken = bool(arm.settings.port) and not port_is_free(arm.settings.host, port)
+    log_path = run.arm_dir(arm.name) / f"engine-pass{pass_index}.log"
+    try:
+        if arm.launch == "compose":  # the adapter's compose service, up until healthy, always brought down
+            with ComposeEngine(planned.adapter, arm, port, run.arm_dir(arm.name), log_path, boot_timeout_s,
+                               project=project_name(run.run_id, arm.name)) as compose_engine:
+                yield compose_engine.base_url, compose_engine
+            return
+        spec = planned.adapter.launch_spec(arm, port, run.arm_dir(arm.name))
+        spec.env.update(visible_devices_env(arm))
+        host = "127.0.0.1" if arm.settings.host in ("0.0.0.0", "::") else arm.settings.host
+        base = f"http://{host}:{port}"
+        run.write_arm_text(arm.name, "argv.txt", " ".join(redact_argv(spec.argv)) + "\n")
+        with Engine(planned.adapter, spec, base, log_path, boot_timeout_s, port_taken=port_taken) as engine:
+            yield base, engine
+    finally:  # the engine wrote its log itself: mask any secret of this run it printed
+        with suppress(OSError):
+            run.redactor.file(log_path)
+
+
+def _keep_output(run: RunDir, sample: Sample, text: str) -> None:
+    """A greedy output's text in ``arms/<arm>/outputs.jsonl`` (samples keep only its hash)."""
+    try:
+        with (run.arm_dir(sample.arm) / OUTPUTS_FILE).open("a") as f:
+            f.write(run.redactor.text(output_line(sample, text)))
+    except OSError:
+        pass  # the sample itself is what must not be lost
+
+
+def _settled(rates: Sequence[float | None], tolerance: float | None) -> bool | None:
+    """Whether the last two warm-up rates agree within ``tolerance`` (None: not asked, or nothing to judge yet)."""
+    if tolerance is None:
+        return None
+    if len(rates) < 2:
+        return False
+    a, b = rates[-2], rates[-1]
+    if not a or not b:
+        return None  # a request without a decode rate (too short, burst delivery): nothing to judge
+    return abs(b / a - 1) <= tolerance
+
+
+class ArmSession:
+    """One arm on one engine start (launched, composed or attached), from read-back to the last request.
+
+    Use as a context manager: entering starts (or reuses, through ``shared``) the engine, reads back what it
+    runs with and checks it; leaving releases it. ``attempt`` is the arm's record of this start.
+
+    :param shared: keeps one engine up across consecutive arms with the same server key (the caller's,
+        which outlives this arm); without one the engine is stopped when the session ends.
+    """
+
+    def __init__(self, planned: PlannedArm, run: RunDir, pass_index: int, workload: Workload, *,
+                 prompts: Sequence[Prompt], modes: Mapping[str, SamplingMode], shared: SharedEngine | None = None,
+                 events: ProtocolEvents | None = None) -> None:
+        self.planned, self.arm, self.adapter = planned, planned.arm, planned.adapter
+        self.run, self.pass_index, self.workload = run, pass_index, workload
+        self.prompts, self.modes = list(prompts), dict(modes)
+        self.events = events or ProtocolEvents()
+        self._own_shared, self.shared = shared is None, shared or SharedEngine()
+        self.attempt = ArmAttempt(status="ok", pass_index=pass_index)
+        self.fresh = False
+        self.engine: RunningEngine | None = None
+        self._stack = ExitStack()
+
+    # -- opening ---------------------------------------------------------------------------------
+    def __enter__(self) -> ArmSession:
+        try:
+            self._open()
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is not None and not self._own_shared:
+            self.shared.close()  # an engine that failed its arm is not handed to the next one
+        self._close()
+
+    def _close(self) -> None:
+        self._stack.close()
+        if self._own_shared:
+            self.shared.close()
+
+    def _open(self) -> None:
+        arm, w = self.arm, self.workload
+        self.monitor: GpuMonitor | None = open_monitor(arm.settings.gpus, w.gpu_sample_interval_s)
+        if self.monitor is not None:
+            self.attempt.gpu_state = self.monitor.settings_state()
+            if not arm.attached:  # before this arm's engine loads anything
+                self.attempt.gpu_idle_power_w = self.monitor.idle_power_w()
+        (base, self.engine), self.fresh = self._stack.enter_context(self.shared.use(
+            server_key(arm), lambda: engine_for(self.planned, self.run, self.pass_index, w.boot_timeout_s)))
+        engine = self.engine
+        self.attempt.boot_s = engine.boot_s if engine is not None and self.fresh else None
+        self.attempt.shared_engine = not self.fresh
+        self.http = self._stack.enter_context(httpx.Client(base_url=base, headers=_headers(arm)))
+        served = probe_attached(arm, self.http) if arm.attached else None  # a dead URL fails here, in seconds
+        eff = read_effective(self.adapter, self.http, arm, EngineLog(engine.log_text()) if engine else None)
+        if served is not None:
+            eff.model_id = served  # the arm's model, never whichever the server lists first
+        if engine is not None and self.fresh:
+            eff.mismatches += self.adapter.log_mismatches(arm, engine.log_text())
+            pid = engine.pid
+            if self.monitor is not None and pid is not None:
+                facts = self.run.read_record().roofline_models.get(arm.name) or {}
+                self.attempt.gpu_engine_mib, problem = offload_mismatch(
+                    self.monitor, arm, pid, facts.get("weights"), facts.get("layers", 0))
+                eff.mismatches += [problem] if problem else []
+        self.effective: Effective = eff
+        self.attempt.effective, self.attempt.mismatches = eff.record(), eff.mismatches
+        self.attempt.version, self.attempt.model_id = eff.version, eff.model_id
+        for msg in eff.mismatches:
+            self.events.on_warning(f"{arm.name}: {msg}")
+        self.events.on_arm_ready(arm.name, eff, self.attempt.boot_s)
+        self.runner = PointRunner(self.adapter, arm, w, self.http, eff, self.events.on_warning)
+        self.attempt.refused = self.runner.refused
+        self._log = LogCursor(engine.log_path if engine else None)
+        self._meter = engine.noise_guard() if engine is not None else CpuMeter(set())
+
+    # -- before the timed part -------------------------------------------------------------------
+    def accept(self, points: Sequence[Point]) -> list[Point]:
+        """The points this engine can serve (refused ones were warned about and recorded)."""
+        return self.runner.accept(list(points))
+
+    def warm_up(self) -> None:
+        """Untimed requests on a fresh engine (first-request allocations and caches; none on a reused one):
+        ``warmup`` of them, then more until two consecutive decode rates agree within ``warmup_settle`` (an
+        engine can come up in a slow state that passes), at most ``warmup_max``; recorded in the attempt."""
+        w = self.workload
+        if not self.fresh or w.warmup == 0:
+            return
+        mode = next(iter(self.modes.values()))
+        record = self.attempt.warmup = WarmupRecord()
+        most = max(w.warmup, w.warmup_max) if w.warmup_settle is not None else w.warmup
+        for i in range(most):
+            if i >= w.warmup and record.settled in (True, None):
+                break
+            body = build_request(self.arm, self.adapter, w, self.prompts[i % len(self.prompts)], mode,
+                                 self.effective.model_id, min(w.max_tokens, 32))
+            result = stream_chat(self.http, body, w.request_timeout_s, self.adapter.chunk_token_count)
+            record.decode_tps.append(account(result, self.adapter.capabilities.token_counts).get("decode_tps"))
+            record.requests += 1
+            record.settled = _settled(record.decode_tps, w.warmup_settle)
+
+    # -- the timed requests ----------------------------------------------------------------------
+    def measure(self, point: Point, label: SampleLabel | None = None) -> list[Sample]:
+        """One point: a request, or ``point.concurrency`` streams at once (a sample per stream). Every sample
+        is flagged, stored and announced here; a dead or stalled engine ends the arm after it."""
+        mode = self.modes[point.mode]
+        samples = self._batch(point, mode) if point.concurrency is not None else [self._single(point, mode)]
+        stored = []
+        for sample in samples:
+            if label is not None:
+                sample.arm, sample.phase, sample.pass_index = label.arm, label.phase, label.pass_index
+            sample.flags += finish_flags(sample, self.workload.fixed_length)
+            stored.append(self.run.append(sample))
+            self.events.on_sample(stored[-1])
+        self._check_engine(stored)
+        return stored
+
+    def _sample(self, point: Point, result: StreamResult, stats_log: EngineLog, before: object,
+                started_at: float, foreign: float | None) -> Sample:
+        stats = self.adapter.server_stats(self.http, result.final, before, stats_log)
+        return make_sample(self.arm, self.adapter, result, stats, self.run.run_id, point.prompt.name, point.mode,
+                           point.rep, self.pass_index, foreign, started_at, self._meter.foreign_limit(),
+                           settings_mismatch=bool(self.effective.mismatches))
+
+    def _single(self, point: Point, mode: SamplingMode) -> Sample:
+        body = build_request(self.arm, self.adapter, self.workload, point.prompt, mode, self.effective.model_id)
+        depth_info = self.runner.prepare(body, point)
+        before = self.adapter.before_request(self.http)
+        self._log.read_new()
+        started_at = time.time()
+        self._meter.start()
+        if self.monitor is not None:
+            self.monitor.start()
+        result = stream_chat(self.http, body, self.workload.request_timeout_s, self.adapter.chunk_token_count)
+        gpu = self.monitor.stop() if self.monitor is not None else None
+        foreign = self._meter.stop()
+        request_log = EngineLog(self._log.read_new(), self._log.read_new if self.engine else None)
+        sample = self._sample(point, result, request_log, before, started_at, foreign)
+        if gpu is not None:
+            attach_gpu_sample(sample, gpu)
+            self.attempt.gpu_vram_peak_mib = max(self.attempt.gpu_vram_peak_mib or 0.0, gpu.vram_used_mib or 0.0)
+        sample = self.runner.finish(sample, point, body, result, depth_info)
+        if mode.temperature == 0.0:  # greedy: kept for spec correctness
+            _keep_output(self.run, sample, result.text)
+        return sample
+
+    def _batch(self, point: Point, mode: SamplingMode) -> list[Sample]:
+        """``point.concurrency`` streams at once, all sharing the batch's id and wall. Server stats come from
+        each response only (``/metrics`` deltas and log lines would mix streams)."""
+        n = point.concurrency or 1
+        bodies = [build_request(self.arm, self.adapter, self.workload, point.prompt, mode, self.effective.model_id)
+                  for _ in range(n)]
+        infos = [self.runner.prepare(body, point) for body in bodies]
+        started_at = time.time()
+        self._meter.start()
+        batch: Batch = run_batch(self.http, bodies, self.workload.request_timeout_s, self.adapter.chunk_token_count)
+        foreign = self._meter.stop()
+        samples = []
+        for body, info, result in zip(bodies, infos, batch.results, strict=True):
+            sample = self._sample(point, result, EngineLog(), None, started_at, foreign)
+            sample = self.runner.finish(sample, point, body, result, info)
+            sample.batch_id, sample.batch_wall_s = batch.batch_id, batch.wall_s
+            samples.append(sample)
+        return samples
+
+    def _check_engine(self, samples: Sequence[Sample]) -> None:
+        """:raises EngineStartupError: the engine died, or a request got no data until its timeout."""
+        engine = self.engine
+        if engine is not None and not engine.alive:
+            raise EngineStartupError(f"{self.adapter.name} died during the run (exit {engine.exit_code})",
+                                     reason="died", log_tail=engine.log_tail())
+        if any("timeout" in s.flags for s in samples):  # a hung engine would stall every request
+            raise EngineStartupError(
+                f"{self.adapter.name} stalled: no data for {self.workload.request_timeout_s:g} s; engine stopped",
+                reason="stalled", log_tail=engine.log_tail() if engine else "")
+
+    # -- after the timed part --------------------------------------------------------------------
+    def gates(self) -> None:
+        """Quality probes, once per arm (first pass, fresh engine), after the timed part; answers recorded."""
+        w = self.workload
+        if not (self.fresh and self.pass_index == 0 and w.gates):
+            return
+        fields = request_fields(self.arm, self.adapter, w, None)  # probes answer freely
+        raw = run_gates(self.http, w.gates, self.effective.model_id or self.arm.name, fields,
+                        self.adapter.stream_options(), w.seed, w.request_timeout_s)
+        self.attempt.gates = {name: GateAnswer.model_validate(g) for name, g in raw.items()}

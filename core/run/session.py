@@ -1,0 +1,88 @@
+"""Running a bakeoff as a library call: plan, run every pass (and the adaptive ones), guard the live box.
+
+:func:`run_bakeoff` is what ``bakeoff run`` does, without a terminal: the CLI (core/cli/run.py) adds only its
+flags, signal handling and progress bar, and ``bakeoff.run`` (core/api.py) adds the reports. Engines are
+stopped on every way out; every sample is on disk the moment it completes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..analysis.stats import needs_more_passes
+from ..common.errors import ConfigError, RunDirError
+from ..config.checks import check_phases_config
+from ..config.schema import BakeoffFile
+from ..engine.launcher import stop_leftover_engines
+from ..results.store import RunDir, new_run_dir
+from .events import ProtocolEvents
+from .executor import Executor, LocalExecutor
+from .live import LiveRun
+from .phases import run_phases
+from .plan import Plan, plan_run, run_record
+from .protocol import run_extra_pass
+from .resume import Resume
+
+__all__ = ["run_bakeoff"]
+
+
+def _new_run(out: Path, plan: Plan) -> RunDir:
+    """The run directory under ``out``; a path that cannot hold it is a one-line error, before any launch."""
+    try:
+        run = RunDir(new_run_dir(out, plan.config.name))
+        run.write_record(run_record(plan))
+    except RunDirError as exc:
+        raise ConfigError(f"--out {out}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot create the run directory: {exc.strerror or exc} "
+                          f"({exc.filename or out})") from None
+    return run
+
+
+def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None, max_passes: int = 10,
+                resume: Resume | None = None, executor: Executor | None = None, stop_on_verdict: bool = False,
+                events: ProtocolEvents | None = None) -> RunDir:
+    """Plan and run one bakeoff (or finish ``resume``'s) into a new run directory under ``out``.
+
+    :param until_ci: add passes until every ratio's 95 % interval half-width is at most this fraction.
+    :param stop_on_verdict: with ``until_ci``, also stop once every verdict is clear.
+    :param events: progress callbacks; ``on_warning`` also receives the adaptive-pass decisions.
+    :raises ConfigError: a file or flag combination that cannot run, before any engine starts.
+    """
+    executor = executor or LocalExecutor()
+    events = events or ProtocolEvents()
+    if stop_on_verdict and until_ci is None:
+        raise ConfigError("--stop-on-verdict ends the passes --until-ci adds: give --until-ci too (e.g. 20%)")
+    if until_ci is not None and executor.name != "local":
+        raise ConfigError("--until-ci adds passes on this machine; it cannot be combined with --executor ray")
+    check_phases_config(config)
+    plan = plan_run(config)
+    for line in stop_leftover_engines():  # engines a killed bakeoff could not stop (its port, its memory)
+        events.on_warning(line)
+    if resume is None:
+        run = _new_run(out, plan)
+    else:  # same directory, recorded orders, stored samples skipped
+        run = resume.run
+        resume.apply(plan)
+    done = resume.done if resume else set()
+    events.on_run_start(run, plan.requests_total, len(done))
+    live = LiveRun(config, run, events.on_note)  # live: and phases: (docs/live.md); a no-op without them
+    try:
+        live.open()
+        if config.phases is not None:
+            assert live.guard is not None  # open() arms the undo guard whenever phases: is set
+            run_phases(plan, run, events, live.guard)
+            return run
+        executor.run(plan, run, events, done)
+        while until_ci is not None:  # adaptive passes: --until-ci
+            more, why = needs_more_passes(run.samples(), len(plan.orders), until_ci, max_passes,
+                                          baseline=config.baseline_arm, seed=config.workload.seed,
+                                          stop_on_verdict=stop_on_verdict)
+            events.on_note(why)
+            if not more:
+                break
+            events.on_pass_added(plan.requests_total // config.workload.passes)
+            run_extra_pass(plan, run, events)
+    finally:
+        live.close()
+    return run
