@@ -123,6 +123,13 @@ class Capabilities(BaseModel):
     thinking_field: Literal["chat_template_kwargs", "none"] = Field("none", description=(
         "How core sends workload.thinking on every request: chat_template_kwargs.enable_thinking, or not at "
         "all (a server that would refuse an unknown field)."))
+    build_options: tuple[str, ...] = Field((), description=(
+        "Options that choose the engine build rather than how it runs (llama.cpp's binary, a vLLM venv's python, "
+        "an image): the configuration fingerprint leaves them out, and the two arms of a regression gate may "
+        "differ in these only."))
+    setting_defaults: dict[str, Any] = Field(default_factory=dict, description=(
+        "Settings whose value is what the engine gets when they are unset (llama.cpp: parallel 1, since bakeoff "
+        "passes -np 1): the fingerprint counts them as unset."))
 
     @model_validator(mode="before")
     @classmethod

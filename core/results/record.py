@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..common.errors import NewerRunRecordError, RunRecordError
+from ..config.fingerprint import ArmFingerprint
 from ..config.schema import BakeoffFile
 
 __all__ = [
@@ -208,6 +209,8 @@ class RunRecord(_Open):
     executor: str | None = Field(None, description="ray for a run on a Ray cluster; absent for a local run.")
     placement: PlacementRecord | None = None
     hosts: dict[str, HostRecord] = Field(default_factory=dict, description="Ray: every host that ran a block.")
+    fingerprints: dict[str, ArmFingerprint] = Field(default_factory=dict, description="Per arm: its configuration "
+                                                   "fingerprint and canonical form (core/config/fingerprint.py).")
 
     # -- what readers ask ----------------------------------------------------------------------
     @property

@@ -28,6 +28,7 @@ from ..common.errors import CapabilityNotSupported, ConfigError
 from ..config.prompts import resolve_prompts
 from ..config.schema import Arm, BakeoffFile, Prompt, SamplingMode, Workload
 from ..engine.adapter import EngineAdapter, check_arm_capabilities, launch_fingerprint, method_key
+from ..engine.fingerprint import arm_fingerprint
 from ..engine.hardware import hardware_record
 from ..engine.registry import load_engine
 from ..host.hostinfo import host_info
@@ -260,5 +261,7 @@ def run_record(plan: Plan) -> RunRecord:
         gpus=hardware["gpus"],
         bandwidth=hardware["bandwidth"],
         roofline_models=hardware["roofline_models"],
+        fingerprints={a.arm.name: arm_fingerprint(a.adapter, a.arm, effective_workload(plan.config.workload, a.arm))
+                      for a in plan.arms},
         started_at=time.time(),
     )

@@ -306,6 +306,7 @@ class ExllamaAdapter(EngineAdapter):
         stateful_speculators=(),
         fixed_length_field="min_tokens",
         thinking_field="chat_template_kwargs",
+        build_options=("tabby_dir", "python", "docker_image"),
     )
     Options = ExllamaOptions
     display_name = "TabbyAPI"

@@ -166,6 +166,8 @@ class LlamaCppAdapter(EngineAdapter):
         stateful_speculators=("ngram-mod", "ngram-cache"),
         fixed_length_field="ignore_eos",
         thinking_field="chat_template_kwargs",
+        build_options=("binary", "build_version"),
+        setting_defaults={"parallel": 1},  # launch_spec passes -np 1 when parallel is unset
     )
     Options = LlamaCppOptions
     display_name = "llama-server"

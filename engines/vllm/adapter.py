@@ -213,6 +213,7 @@ class VllmAdapter(EngineAdapter):
         stateful_speculators=("suffix",),
         fixed_length_field="ignore_eos",
         thinking_field="chat_template_kwargs",
+        build_options=("python", "binary", "venv_version", "docker_image"),
     )
     Options = VllmOptions
     display_name = "vLLM"

@@ -169,6 +169,8 @@ class IkLlamaAdapter(EngineAdapter):
         stateful_speculators=("ngram-mod", "ngram-cache", "ngram-map-k", "ngram-map-k4v"),
         fixed_length_field="ignore_eos",
         thinking_field="chat_template_kwargs",
+        build_options=("binary", "build_version"),
+        setting_defaults={"parallel": 1},  # launch_spec passes -np 1 when parallel is unset
     )
     Options = IkLlamaOptions
     display_name = "ik_llama.cpp llama-server"

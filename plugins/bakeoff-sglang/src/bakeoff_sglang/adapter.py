@@ -221,6 +221,7 @@ class SglangAdapter(EngineAdapter):
         stateful_speculators=("ngram",),
         fixed_length_field="ignore_eos",
         thinking_field="chat_template_kwargs",
+        build_options=("python", "image"),
     )
     Options = SglangOptions
     display_name = "SGLang"
