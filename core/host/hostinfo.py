@@ -14,9 +14,17 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["host_info", "CpuMeter", "usable_cores", "FOREIGN_LOAD_FLOOR", "FOREIGN_LOAD_SHARE", "docker_container_ids"]
+from .rig import rig_report
+
+__all__ = ["host_info", "host_id", "CpuMeter", "usable_cores", "FOREIGN_LOAD_FLOOR", "FOREIGN_LOAD_SHARE",
+           "docker_container_ids"]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def host_id() -> str:
+    """This machine, by a hash of its host name (the name itself is not recorded)."""
+    return hashlib.sha256(platform.node().encode()).hexdigest()[:12]
 
 
 def host_info() -> dict[str, object]:
@@ -29,7 +37,7 @@ def host_info() -> dict[str, object]:
     except OSError:
         pass
     info: dict[str, object] = {
-        "host_id": hashlib.sha256(platform.node().encode()).hexdigest()[:12],
+        "host_id": host_id(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_model": cpu_model,
@@ -38,6 +46,7 @@ def host_info() -> dict[str, object]:
     }
     with contextlib.suppress(ValueError, OSError):
         info["mem_total_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    info["rig"] = rig_report()  # power limit vs default, PCIe link, governor: what a bundle shows (core/host/rig.py)
     return info
 
 

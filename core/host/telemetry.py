@@ -75,6 +75,10 @@ def _try(fn: Callable[..., Any], *args: Any) -> Any:
         return None
 
 
+def _absent(*args: Any) -> None:
+    """An NVML call this nvidia-ml-py lacks: its figure is unknown."""
+
+
 def _text(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -118,9 +122,11 @@ class GpuMonitor:
                 "mem_clock_max_mhz": _try(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_MEM),
                 "sm_clock_app_mhz": _try(n.nvmlDeviceGetApplicationsClock, h, n.NVML_CLOCK_SM),
                 "persistence_mode": _try(n.nvmlDeviceGetPersistenceMode, h),
+                "vbios": _text(_try(getattr(n, "nvmlDeviceGetVbiosVersion", None) or _absent, h)),
                 "pcie_gen": _try(n.nvmlDeviceGetCurrPcieLinkGeneration, h),
                 "pcie_gen_max": _try(n.nvmlDeviceGetMaxPcieLinkGeneration, h),
                 "pcie_width": _try(n.nvmlDeviceGetCurrPcieLinkWidth, h),
+                "pcie_width_max": _try(getattr(n, "nvmlDeviceGetMaxPcieLinkWidth", None) or _absent, h),
                 "energy_counter": _try(n.nvmlDeviceGetTotalEnergyConsumption, h) is not None,
             }
             peers = {}

@@ -17,7 +17,6 @@ from .tables import (
     audit_table,
     community_table,
     correctness_table,
-    fmt_interval,
     footnotes,
     gpu_table,
     phase_rows,
@@ -86,9 +85,6 @@ def print_summary(s: RunSummary, out: Console) -> None:
         out.print(extra)
         if section.note:
             out.print(f"[dim]{section.note}[/dim]", highlight=False)
-    for c in s.hardware:  # Ray: the same arm on two hosts is a hardware difference, not an arm effect
-        out.print(f"hosts as hardware: {c.arm} / {c.reference} = {fmt_interval(c.ratio, 3)}× ({c.verdict}, "
-                  "unpaired)", highlight=False)
     header, rows = audit_table(s)
     audit = Table(title="token accounting and timing (medians)")
     for col in header:
