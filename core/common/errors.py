@@ -17,7 +17,8 @@
     ├── NewerSchemaError            a record written by a newer bakeoff whose schema this one cannot read
     ├── StoreError                  the run's SQLite index cannot be read or written
     │   └── DuplicateSampleError    a sample for a point that already has all its samples
-    └── PromoteError                a promotion or revert that did not complete
+    ├── PromoteError                a promotion or revert that did not complete
+    └── BundleError                 a bundle that does not verify, or bundles that cannot be merged
 
 The command line maps each to an exit code in one place (``core/cli/exit_codes.py:exit_code_for``).
 """
@@ -44,6 +45,7 @@ __all__ = [
     "StoreError",
     "DuplicateSampleError",
     "PromoteError",
+    "BundleError",
 ]
 
 
@@ -125,6 +127,11 @@ class DuplicateSampleError(StoreError):
 
 class PromoteError(BakeoffError):
     """A promotion or revert that did not complete (the message says what is serving now)."""
+
+
+class BundleError(BakeoffError):
+    """A result bundle that does not verify (a file changed, missing or added), or bundles that cannot be
+    merged (the same samples twice); the message names the bundle and the file."""
 
 
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
