@@ -57,5 +57,7 @@ def compare_command(
                   "(passes, then requests).[/dim]", highlight=False)
     for diff in result.differences:
         console.print(f"[yellow]differs:[/yellow] {diff}", highlight=False)
+    for line in result.comparable:
+        console.print(line, highlight=False, soft_wrap=True)
     if result.unmatched_a or result.unmatched_b:
         console.print(f"not matched: A {result.unmatched_a or '–'}, B {result.unmatched_b or '–'} (use --pair)")

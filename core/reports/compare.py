@@ -16,8 +16,11 @@ from pydantic import BaseModel, Field
 
 from ..analysis.stats import LEVEL, N_BOOT, Comparison, unpaired_ratio, verdict
 from ..common.errors import ConfigError
+from ..config.fingerprint import fingerprint_differences
+from ..host.rig import hardware_differences, hardware_key
+from ..results.record import RunRecord
 from ..results.sample import Sample
-from ..results.store import read_samples
+from ..results.store import RunDir, read_samples
 from .markdown import markdown_table
 from .model import REPORT_SCHEMA_VERSION, RunSummary, summarize_run
 from .tables import fmt, fmt_interval
@@ -45,6 +48,8 @@ class RunComparison(BaseModel):
     unmatched_a: list[str] = Field(default_factory=list)
     unmatched_b: list[str] = Field(default_factory=list)
     differences: list[str] = Field(default_factory=list, description="What differs between the runs' setups.")
+    comparable: list[str] = Field(default_factory=list, description="Per matched arm: the same configuration "
+                                  "fingerprint on the same hardware, or what differs (configuration, hardware).")
     bootstrap_seed: int = 0
 
 
@@ -84,7 +89,32 @@ def compare_runs(path_a: Path, path_b: Path, mapping: Mapping[str, str] | None =
     return RunComparison(run_a=path_a.name, run_b=path_b.name, prompts=[p for p in sa.prompts if p in sb.prompts],
                          arms=changes, unmatched_a=[a for a in names_a if a not in pairs],
                          unmatched_b=[b for b in names_b if b not in pairs.values()],
-                         differences=_differences(sa, sb, pairs) + skipped, bootstrap_seed=seed)
+                         differences=_differences(sa, sb, pairs) + skipped, bootstrap_seed=seed,
+                         comparable=comparability(RunDir.open(path_a).read_record(strict=False),
+                                                  RunDir.open(path_b).read_record(strict=False), pairs))
+
+
+def comparability(a: RunRecord, b: RunRecord, pairs: Mapping[str, str]) -> list[str]:
+    """Per matched arm: comparable (same configuration fingerprint, same hardware) or what differs."""
+    hw = hardware_differences(hardware_key(a.host, a.gpus), hardware_key(b.host, b.gpus))
+    out = []
+    for arm_a, arm_b in pairs.items():
+        name = arm_a if arm_a == arm_b else f"{arm_a} → {arm_b}"
+        fa, fb = a.fingerprints.get(arm_a), b.fingerprints.get(arm_b)
+        if fa is None or fb is None:
+            out.append(f"{name}: no configuration fingerprint recorded in {'A' if fa is None else 'B'} (a run made "
+                       "before fingerprints): cannot tell whether the configurations are the same")
+            continue
+        config = fingerprint_differences(fa.canonical, fb.canonical) if fa.id != fb.id else []
+        if not config and not hw:
+            out.append(f"{name}: comparable: the same configuration ({fa.id}) on the same hardware")
+            continue
+        parts = [f"configuration differs ({fa.id} → {fb.id}): {'; '.join(config)}"] if config else \
+            [f"the same configuration ({fa.id})"]
+        if hw:
+            parts.append(f"hardware differs: {'; '.join(hw)}")
+        out.append(f"{name}: not comparable as an arm effect: " + ", ".join(parts))
+    return out
 
 
 def _with_lengths(samples: list[Sample], s: RunSummary) -> list[Sample]:
@@ -136,4 +166,5 @@ def render_comparison_markdown(c: RunComparison) -> str:
     if c.unmatched_a or c.unmatched_b:
         lines.append(f"- not matched: A {c.unmatched_a or '–'}, B {c.unmatched_b or '–'}")
     lines += [f"- differs: {d}" for d in c.differences]
+    lines += [f"- {line}" for line in c.comparable]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,55 @@
+"""``bakeoff merge BUNDLE...``: one report across bundles from several machines or people."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..analysis.stats import N_BOOT
+from ..common.errors import MeasurementError
+from ..reports import print_summary, render_html
+from ..reports.merge import bundle_rows, merge_bundles, render_merge_markdown
+
+__all__ = ["merge_command"]
+
+console = Console()
+
+
+def merge_command(
+    bundles: list[Path] = typer.Argument(help="Two or more bundles made by `bakeoff bundle`"),
+    out: Path | None = typer.Option(None, "--out", help="Directory for the unpacked runs and the merged report "
+                                    "(default: runs/merge-TIMESTAMP)"),
+    label: list[str] = typer.Option([], "--label", help="A name per bundle, in order (default: its GPU or CPU)"),
+    json_out: bool = typer.Option(False, "--json", help="Print the merged summary as JSON."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the merged report as markdown."),
+    n_boot: int = typer.Option(N_BOOT, "--n-boot", min=200, max=1_000_000, help="Bootstrap resamples per interval."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed of the comparisons across bundles."),
+) -> None:
+    """Merge verified bundles into one report: each run's arms with their own paired comparisons, and arms
+    with the same configuration fingerprint on other hardware compared as hardware (unpaired, labelled)."""
+    target = out or Path("runs") / time.strftime("merge-%Y%m%d-%H%M%S")
+    merged = merge_bundles(bundles, target / "bundles", labels=label, n_boot=n_boot, seed=seed)
+    text = render_merge_markdown(merged)
+    try:
+        (target / "report.md").write_text(text)
+        (target / "summary.json").write_text(merged.model_dump_json(indent=2) + "\n")
+        (target / "report.html").write_text(render_html(merged.summary, {}))
+    except OSError as exc:
+        raise MeasurementError(f"cannot write the merged report into {target}: {exc.strerror or exc}") from exc
+    if json_out or markdown:
+        typer.echo(merged.model_dump_json(indent=2) if json_out else text)
+        return
+    header, rows = bundle_rows(merged)
+    table = Table(*header, title=f"merged bundles ({len(rows)})")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    for note in merged.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+    print_summary(merged.summary, console)
+    console.print(f"merged report: {target / 'report.md'}, {target / 'summary.json'}, {target / 'report.html'}",
+                  highlight=False, soft_wrap=True)
