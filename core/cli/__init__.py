@@ -13,7 +13,23 @@ import typer
 if not sys.stdout.isatty():
     os.environ["COLUMNS"] = os.environ.get("BAKEOFF_WIDTH", "200")
 
-from . import calibrate, compare, demo, engines, gpu, promote, report, run, runs, schema, selftest
+from . import (
+    bundle,
+    calibrate,
+    compare,
+    demo,
+    engines,
+    export,
+    gate,
+    gpu,
+    merge,
+    promote,
+    report,
+    run,
+    runs,
+    schema,
+    selftest,
+)
 from .boundary import guard_commands
 
 __all__ = ["app", "main"]
@@ -30,6 +46,11 @@ app.command("compare")(compare.compare_command)
 app.command("selftest")(selftest.selftest_command)
 app.command("promote")(promote.promote_command)
 app.command("gpu")(gpu.gpu_command)
+app.command("gate")(gate.gate_command)
+app.command("bundle")(bundle.bundle_command)
+app.command("verify")(bundle.verify_command)
+app.command("merge")(merge.merge_command)
+app.command("export")(export.export_command)
 app.add_typer(engines.app, name="engines")
 
 # What still holds after Ctrl-C or a write failure, and the way on (the boundary's one line says it).
@@ -37,6 +58,8 @@ _AFTER_STOP = {
     "run": "engines stopped; samples stored so far are kept; `bakeoff run --resume RUN_DIR` finishes the run",
     "calibrate": "engines stopped; samples stored so far are kept; `bakeoff run --resume RUN_DIR` finishes the run",
     "demo": "engines stopped",
+    "gate": "engines stopped; samples stored so far are kept; `bakeoff run --resume RUN_DIR` finishes the run, "
+            "then run the gate again",
 }
 guard_commands(app, _AFTER_STOP)
 

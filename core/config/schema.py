@@ -28,6 +28,8 @@ __all__ = [
     "Workload",
     "BakeoffFile",
     "CalibrateSection",
+    "GateSpec",
+    "parse_share",
     "format_validation_error",
     "yaml_line",
 ]
@@ -326,6 +328,48 @@ class CalibrateSection(Strict):
         return self
 
 
+def parse_share(value: Any, what: str = "value") -> float:
+    """``'3%'``, ``'3 %'``, ``0.03`` or ``'0.03'`` as 0.03; a share must lie in (0, 1).
+
+    :raises ValueError: naming ``what``: not a number, a bare number of 1 or more (write 3% or 0.03), or out of
+        range.
+    """
+    text = str(value).strip()
+    percent = text.endswith("%")
+    try:
+        number = float(text.rstrip("%").strip())
+    except ValueError:
+        raise ValueError(f"{what} {value!r}: give a percentage such as 3% (or a share such as 0.03)") from None
+    if not percent and number >= 1:
+        raise ValueError(f"{what} {value!r}: write 3% or 0.03; a bare number of 1 or more is ambiguous")
+    share = number / 100 if percent else number
+    if not 0 < share < 1:
+        raise ValueError(f"{what} {value!r}: give a percentage between 0 and 100 %")
+    return share
+
+
+class GateSpec(Strict):
+    """A regression gate (``bakeoff gate FILE``): two builds of one engine, interleaved and paired."""
+
+    reference: str = Field(description="The arm running the build you trust (today's engine).")
+    candidate: str = Field(description="The arm running the build under test; it may differ from the reference "
+                                       "only in the engine build (options.binary, a venv's python, an image).")
+    max_slowdown: float = Field(0.03, description="Fail when the candidate is slower than this with confidence: "
+                                "the upper bound of the paired ratio's interval below 1 - max_slowdown. "
+                                "'3%' or 0.03.")
+
+    @field_validator("max_slowdown", mode="before")
+    @classmethod
+    def _share(cls, v: Any) -> float:
+        return parse_share(v, "max_slowdown")
+
+    @model_validator(mode="after")
+    def _two_arms(self) -> GateSpec:
+        if self.reference == self.candidate:
+            raise ValueError(f"reference and candidate are both {self.reference!r}: name two arms")
+        return self
+
+
 class BakeoffFile(Strict):
     """A whole bakeoff: arms, workload and the arm others are compared with."""
 
@@ -346,6 +390,8 @@ class BakeoffFile(Strict):
                                                             "(docs/ray.md); --executor overrides it.")
     hosts: list[Host] | None = Field(None, description="Ray only: which host runs which paired block of arms "
                                                        "(docs/ray.md).")
+    gate: GateSpec | None = Field(None, description="A regression gate between two builds (`bakeoff gate FILE`, "
+                                                    "docs/sharing.md); `bakeoff run` runs the arms without judging.")
 
     @model_validator(mode="after")
     def _unique_names_and_baseline(self) -> BakeoffFile:
@@ -359,6 +405,11 @@ class BakeoffFile(Strict):
         swept = bool(self.sweep) or any(a.sweep for a in self.arms)  # names checked after expansion
         if self.baseline is not None and self.baseline not in seen and not swept:
             raise ValueError(f"baseline {self.baseline!r} is not an arm name")
+        if self.gate is not None and not swept:
+            for role in ("reference", "candidate"):
+                if getattr(self.gate, role) not in seen:
+                    raise ValueError(f"gate.{role} {getattr(self.gate, role)!r} is not an arm name "
+                                     f"(arms: {', '.join(seen)})")
         if self.hosts is not None and not swept:  # a swept file is checked again once expanded
             check_placement(self.hosts, [a.name for a in self.arms], self.baseline_arm)
         return self

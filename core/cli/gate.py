@@ -1,0 +1,93 @@
+"""``bakeoff gate FILE``: a regression gate between two engine builds, for CI (docs/sharing.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..analysis.regression import GateVerdict, judge_gate
+from ..analysis.stats import Comparison
+from ..common.errors import ConfigError
+from ..config.loader import load_bakeoff
+from ..config.schema import parse_share
+from ..reports import report_dir, summarize_run
+from ..reports.model import RunSummary
+from ..run.executor import LocalExecutor
+from ..run.gate import gate_config
+from .exit_codes import ExitCode
+from .run import execute, finish
+
+__all__ = ["gate_command", "gate_points", "GATE_EXIT_HELP"]
+
+console = Console()
+
+GATE_EXIT_HELP = ("Exit codes: 0 the candidate is not separably slower than --max-slowdown; 1 it is (or fails a "
+                  "quality gate the reference passes); 2 configuration error, nothing ran; 3 no verdict (nothing "
+                  "valid measured, or a point without paired requests); 4 an arm failed or has no valid sample; "
+                  "130 interrupted.")
+
+
+def gate_points(summary: RunSummary, candidate: str) -> list[tuple[str, Comparison | None]]:
+    """Where the gate looks: each depth and stream count the run swept, else the run as a whole."""
+    points: list[tuple[str, Comparison | None]] = []
+    for table, unit in ((summary.depth, "depth"), (summary.concurrency, "streams")):
+        for row in table.rows if table else []:
+            if row.arm == candidate:
+                value = next(iter(row.point.values()), None)
+                points.append((f"depth {value}" if unit == "depth" else f"{value} streams", row.vs_baseline))
+    return points or [("overall", summary.comparison(candidate))]
+
+
+def _broken_gates(summary: RunSummary, reference: str, candidate: str) -> list[str]:
+    ref, cand = summary.arm(reference), summary.arm(candidate)
+    if ref is None or cand is None:
+        return []
+    return [g for g in cand.failed_gates if g not in ref.failed_gates]
+
+
+def _verdict(summary: RunSummary, reference: str, candidate: str, max_slowdown: float) -> GateVerdict:
+    return judge_gate(reference, candidate, max_slowdown, gate_points(summary, candidate),
+                      _broken_gates(summary, reference, candidate))
+
+
+def gate_command(
+    file: Path = typer.Argument(help="Bakeoff YAML file with a gate: section (two arms, two builds)"),
+    out: Path = typer.Option(Path("runs"), "--out", help="Directory that receives the run directory"),
+    max_slowdown: str | None = typer.Option(None, "--max-slowdown", help="Fail when the candidate is slower than "
+                                            "this with confidence (the interval's upper bound below 1 - it), e.g. "
+                                            "3%; default: the file's gate.max_slowdown (3 %)"),
+) -> None:
+    try:
+        share = parse_share(max_slowdown, "--max-slowdown") if max_slowdown is not None else None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    config, gate, notes = gate_config(load_bakeoff(file), share)
+    for note in notes:
+        console.print(note, highlight=False, soft_wrap=True)
+    executor = LocalExecutor()
+    run = execute(config, out, executor=executor)
+    try:
+        finish(config, run, executor)  # an arm without a valid sample: exit 3 or 4, no verdict
+    except typer.Exit as stop:
+        console.print(f"[red]gate: no verdict[/red]: the run is incomplete (exit {stop.exit_code})", highlight=False)
+        raise
+    verdict = _verdict(summarize_run(run.path), gate.reference, gate.candidate, gate.max_slowdown)
+    target = report_dir(run.path)
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "gate.json").write_text(verdict.model_dump_json(indent=2) + "\n")
+    style = {"passed": "green", "failed": "red", "no verdict": "yellow"}[verdict.outcome]
+    console.print(f"[{style}]{escape(verdict.line)}[/{style}]", highlight=False, soft_wrap=True)
+    if verdict.outcome == "failed":
+        raise typer.Exit(1)
+    if verdict.outcome == "no verdict":
+        raise typer.Exit(ExitCode.NOTHING_MEASURED)
+
+
+gate_command.__doc__ = f"""Run a regression gate: the gate: section's reference and candidate builds, interleaved and
+paired on this machine, and judge whether the candidate is slower than allowed.
+
+{GATE_EXIT_HELP}
+"""

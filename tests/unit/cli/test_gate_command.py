@@ -1,0 +1,46 @@
+"""`bakeoff gate FILE` end to end through `bakeoff run`'s path, on the simulated engine: an A/A gate passes
+with one line and gate.json; arms that differ in more than the build are refused before anything starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from bakeoff.core.cli import app
+
+AA = """\
+name: aa
+arms:
+  - {name: old, engine: sim, model: sim, options: {itl_ms: 2}}
+  - {name: new, engine: sim, model: sim, options: {itl_ms: 2}}
+gate: {reference: old, candidate: new, max_slowdown: 50%}
+workload: {prompts: [prose], max_tokens: 16, reps: 2, passes: 2, warmup: 0, gates: []}
+"""
+
+
+def test_an_identical_build_passes(tmp_path: Path) -> None:
+    cfg = tmp_path / "aa.yaml"
+    cfg.write_text(AA)
+    res = CliRunner().invoke(app, ["gate", str(cfg), "--out", str(tmp_path / "runs")])
+    assert res.exit_code == 0, res.output
+    assert "run the same build (an A/A check of the gate itself)" in res.output
+    assert "gate passed: new against old:" in res.output and "not separably slower than the 50.0% allowed" in res.output
+    [run] = (tmp_path / "runs").iterdir()
+    verdict = json.loads((run / "report" / "gate.json").read_text())
+    assert verdict["outcome"] == "passed" and verdict["points"][0]["where"] == "overall"
+    record = json.loads((run / "run.json").read_text())
+    assert record["baseline"] == "old" and len(record["orders"]) == 2
+    assert record["fingerprints"]["old"]["id"] == record["fingerprints"]["new"]["id"]
+
+
+def test_arms_that_differ_in_their_configuration_are_refused(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(AA.replace("{itl_ms: 2}}\ngate", "{itl_ms: 9}}\ngate"))
+    res = CliRunner().invoke(app, ["gate", str(cfg), "--out", str(tmp_path / "runs"), "--max-slowdown", "3%"])
+    assert res.exit_code == 2, res.output
+    assert "must differ only in the engine build" in res.output and "options.itl_ms: 2 → 9" in res.output
+    assert not (tmp_path / "runs").exists()
+    res = CliRunner().invoke(app, ["gate", str(cfg), "--max-slowdown", "3"])
+    assert res.exit_code == 2 and "write 3% or 0.03" in res.output

@@ -1,0 +1,88 @@
+"""The regression gate's verdict (core/analysis/regression.py) and its plan (core/run/gate.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bakeoff.core.analysis.regression import judge_gate
+from bakeoff.core.analysis.stats import Comparison, Interval, verdict
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.schema import parse_share
+from bakeoff.core.run.gate import GATE_PASSES, gate_config
+
+
+def _c(estimate: float, lo: float, hi: float, comparable: bool = True) -> Comparison:
+    ratio = Interval(estimate=estimate, lo=lo, hi=hi, n=12, clusters=3)
+    return Comparison(arm="new", reference="old", ratio=ratio, verdict=verdict(ratio),
+                      comparable={"ok": comparable, "reasons": [] if comparable else ["outputs differ in length"]})
+
+
+def test_fails_only_when_the_interval_bound_is_beyond_the_threshold() -> None:
+    slow = judge_gate("old", "new", 0.03, [("overall", _c(0.58, 0.55, 0.62))])
+    assert slow.outcome == "failed"
+    assert slow.line.startswith("gate FAILED: new is 42.0% slower than old at overall (0.580×, 95% CI 0.550–0.620: "
+                                "at least 38.0% slower, more than the 3.0% allowed)")
+    # slower, separably, but by less than allowed: passes
+    assert judge_gate("old", "new", 0.03, [("overall", _c(0.985, 0.975, 0.995))]).outcome == "passed"
+    # a low estimate with a wide interval is not a failure; the line says more passes would tell
+    wide = judge_gate("old", "new", 0.03, [("overall", _c(0.9, 0.7, 1.05))])
+    assert wide.outcome == "passed" and "more passes would tell" in wide.line
+    same = judge_gate("old", "new", 0.03, [("overall", _c(1.0, 0.98, 1.02))])
+    assert same.outcome == "passed" and same.line.startswith("gate passed: new against old: 1.000× (0.980–1.020)")
+
+
+def test_each_depth_is_judged_and_the_worst_is_named() -> None:
+    v = judge_gate("old", "new", 0.05, [("depth 512", _c(0.99, 0.96, 1.01)), ("depth 4096", _c(0.7, 0.65, 0.74)),
+                                        ("depth 2048", _c(0.8, 0.78, 0.82))])
+    assert v.outcome == "failed" and "at depth 4096" in v.line and "also slower beyond it at depth 2048" in v.line
+    assert [p.failed for p in v.points] == [False, True, True]
+
+
+def test_no_pairs_or_unequal_work_is_no_verdict() -> None:
+    assert judge_gate("old", "new", 0.03, [("overall", None)]).outcome == "no verdict"
+    v = judge_gate("old", "new", 0.03, [("overall", _c(0.5, 0.4, 0.6, comparable=False))])
+    assert v.outcome == "no verdict" and "outputs differ in length" in v.line
+
+
+def test_a_broken_quality_gate_fails_even_a_fast_build() -> None:
+    v = judge_gate("old", "new", 0.03, [("overall", _c(1.5, 1.4, 1.6))], broken_gates=["arithmetic"])
+    assert v.outcome == "failed" and "fails quality gate(s) arithmetic" in v.line
+
+
+def test_shares() -> None:
+    assert parse_share("3%") == pytest.approx(0.03) and parse_share(0.05) == 0.05 and parse_share("2.5 %") == 0.025
+    for bad in ("3", "abc", "0%", "120%"):
+        with pytest.raises(ValueError):
+            parse_share(bad)
+
+
+GATE = """\
+arms:
+  - {name: old, engine: llamacpp, model: smollm2, settings: {threads: 2}, options: {binary: /opt/a/llama-server}}
+  - {name: new, engine: llamacpp, model: smollm2, settings: {threads: 2}, options: {binary: /opt/b/llama-server}}
+  - {name: other, engine: llamacpp, model: smollm2, settings: {threads: 1}}
+gate: {reference: old, candidate: new, max_slowdown: 5%}
+workload: {prompts: [code_python], max_tokens: 32}
+"""
+
+
+def test_gate_config_runs_two_builds_interleaved() -> None:
+    config, gate, notes = gate_config(parse_bakeoff(GATE), max_slowdown=0.1)
+    assert [a.name for a in config.arms] == ["old", "new"] and config.baseline == "old"
+    assert config.workload.passes == GATE_PASSES and gate.max_slowdown == 0.1
+    assert "left out: other" in notes[0] and "3 interleaved passes" in notes[1]
+
+
+def test_gate_arms_may_differ_in_the_build_only() -> None:
+    text = GATE.replace("settings: {threads: 2}, options: {binary: /opt/b", "settings: {threads: 1}, options: "
+                        "{binary: /opt/b")
+    with pytest.raises(ConfigError, match=r"differ only in the engine build \(options.binary, "
+                                          r"options.build_version\), but differ in: settings.threads: 2 → 1"):
+        gate_config(parse_bakeoff(text))
+    with pytest.raises(ConfigError, match="at least 2 passes"):
+        gate_config(parse_bakeoff(GATE.replace("max_tokens: 32", "max_tokens: 32, passes: 1")))
+    with pytest.raises(ConfigError, match="no 'gate:' section"):
+        gate_config(parse_bakeoff(GATE.replace("gate: {reference: old, candidate: new, max_slowdown: 5%}", "")))
+    with pytest.raises(ConfigError, match=r"gate\.candidate 'nope' is not an arm name"):
+        parse_bakeoff(GATE.replace("candidate: new", "candidate: nope"))
