@@ -46,6 +46,8 @@ def redact_url(url: str) -> str:
     """The URL with its password and query values masked: ``http://user:***@host/p?key=***``."""
     try:
         parts = urlsplit(url)
+        if "@" not in parts.netloc and not parts.query and not parts.fragment:
+            return url  # nothing to mask: kept byte for byte (``…/ns#`` keeps its empty fragment)
         netloc = parts.netloc
         if "@" in netloc:
             userinfo, host = netloc.rsplit("@", 1)

@@ -38,6 +38,8 @@ def run(tmp_path: Path) -> Path:
     path: Path = shared_run(tmp_path / "run", {"base": 100.0, "ngram": 120.0}, passes=2, reps=2)
     (path / "arms" / "base").mkdir(parents=True)
     (path / "arms" / "base" / "engine-pass0.log").write_text("main: server is listening on http://127.0.0.1:8080\n")
+    (path / "report").mkdir()  # a plot as matplotlib writes it: namespace URLs ending in '#' are no secret
+    (path / "report" / "plot.svg").write_text('<rdf:RDF xmlns:cc="http://creativecommons.org/ns#"/>\n')
     return path
 
 
@@ -107,7 +109,7 @@ def test_secrets_stay_out(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     path, _, manifest = bundle_run(run, tmp_path / "s.tar.gz")
     text = _members(path)["run/arms/base/engine-pass0.log"].decode()
     assert "sk-live-0123456789" not in text and "abcdef0123456789" not in text
-    assert manifest.masked == ["arms/base/engine-pass0.log"]
+    assert manifest.masked == ["arms/base/engine-pass0.log"]  # not the plot
     assert verify_bundle(path).ok
     # a bundle made by something that did not mask is caught
     members = _members(path)
