@@ -196,8 +196,12 @@ def _hardware_comparisons(opened: Sequence[_Opened], *, n_boot: int, level: floa
 
 
 def _build_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The engine builds of two copies of a configuration, when they differ: versions, else binaries."""
     va, vb = ", ".join(a.get("versions") or []) or "?", ", ".join(b.get("versions") or []) or "?"
-    return f"engine build {va} → {vb}" if va != vb else ""
+    if va != vb:
+        return f"engine build {va} → {vb}"
+    pa, pb = (a.get("binary") or {}).get("path"), (b.get("binary") or {}).get("path")
+    return f"engine binary {pa} → {pb} (same version {va})" if pa and pb and pa != pb else ""
 
 
 def merge_bundles(bundles: Sequence[Path], workdir: Path, *, labels: Sequence[str] = (), n_boot: int = N_BOOT,
@@ -237,7 +241,7 @@ def merge_bundles(bundles: Sequence[Path], workdir: Path, *, labels: Sequence[st
         comparisons=[_renamed_comparison(c, o.label) for o in opened for c in o.summary.comparisons],
         energy_comparisons=[_renamed_comparison(c, o.label) for o in opened for c in o.summary.energy_comparisons],
         mismatches={f"{arm}@{o.label}": m for o in opened for arm, m in o.summary.mismatches.items()},
-        warnings=[f"[{o.label}] {w}" for o in opened for w in o.summary.warnings],
+        warnings=[f"{o.label}: {w}" for o in opened for w in o.summary.warnings],
         failures=[f.model_copy(update={"arm": f"{f.arm}@{o.label}"}) for o in opened for f in o.summary.failures],
         acceptance=[a.model_copy(update={"arm": f"{a.arm}@{o.label}"}) for o in opened for a in o.summary.acceptance],
         sweep=_merged_points([(o.label, o.summary.sweep) for o in opened]),

@@ -82,3 +82,19 @@ def test_lengths_recorded_or_not_are_matched_through_the_workload(make_run: Make
     other = compare_runs(old, recorded(make_run({"x": 110.0}), 64))
     assert other.arms == [] and "x: no prompt, mode and length measured by both runs" in other.differences
     assert "max_tokens: 128 → 64" in other.differences
+
+
+def test_compare_says_whether_two_runs_are_comparable(tmp_path: Path) -> None:
+    from sharing_runs import H200_RIG, canonical, shared_run
+
+    a = shared_run(tmp_path / "a", {"off": 50.0, "ngram": 60.0}, configs={"ngram": canonical(method="ngram")})
+    b = shared_run(tmp_path / "b", {"off": 50.0, "ngram": 61.0}, seed=3,
+                   configs={"ngram": canonical(threads=8, method="ngram")})
+    c = compare_runs(a, b)
+    assert c.comparable[0].startswith("off: comparable: the same configuration (")
+    assert c.comparable[1].startswith("ngram: not comparable as an arm effect: configuration differs (")
+    assert c.comparable[1].endswith("settings.threads: 2 → 8")
+    gpu = shared_run(tmp_path / "g", {"off": 500.0}, rig=H200_RIG)
+    [line] = compare_runs(a, gpu).comparable
+    assert "hardware differs: cpu_model: Test CPU → Xeon 8480; cpu_count: 2 → 16; gpus: none → ['NVIDIA H200']" in line
+    assert "- off: comparable" in render_comparison_markdown(c)
