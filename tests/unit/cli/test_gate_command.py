@@ -44,3 +44,23 @@ def test_arms_that_differ_in_their_configuration_are_refused(tmp_path: Path) -> 
     assert not (tmp_path / "runs").exists()
     res = CliRunner().invoke(app, ["gate", str(cfg), "--max-slowdown", "3"])
     assert res.exit_code == 2 and "write 3% or 0.03" in res.output
+
+
+def test_the_gate_reads_each_depth() -> None:
+    from bakeoff.core.analysis.stats import Comparison, Interval
+    from bakeoff.core.cli.gate import gate_points
+    from bakeoff.core.reports.model import RunSummary
+    from bakeoff.core.reports.points import PointRow, PointTable
+
+    def row(arm: str, depth: int, ratio: float | None) -> PointRow:
+        cmp = None if ratio is None else Comparison(arm=arm, reference="old", verdict="not separable",
+                                                   ratio=Interval(estimate=ratio, lo=ratio - 0.1, hi=ratio + 0.1, n=4))
+        return PointRow(arm=arm, point={"depth": depth}, vs_baseline=cmp, is_baseline=arm == "old")
+
+    depth = PointTable(kind="depth", title="depth sweep", keys=["depth"],
+                       rows=[row("old", 512, None), row("old", 4096, None), row("new", 512, 0.99),
+                             row("new", 4096, 0.6)])
+    points = gate_points(RunSummary(run_id="r", name="n", baseline="old", depth=depth), "new")
+    assert [(where, c.ratio.estimate if c else None) for where, c in points] == [("depth 512", 0.99),
+                                                                                ("depth 4096", 0.6)]
+    assert gate_points(RunSummary(run_id="r", name="n", baseline="old"), "new") == [("overall", None)]
