@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..common.errors import BundleError
 from ..results.bundle import bundle_run, verify_bundle
@@ -28,8 +29,8 @@ def bundle_command(
                   highlight=False, soft_wrap=True)
     console.print(f"sha256: {sha}", highlight=False)
     for rel in manifest.masked:
-        console.print(f"[bold yellow]WARNING[/bold yellow] secrets masked in {rel} (the bundle holds the masked "
-                      "copy)", highlight=False)
+        console.print(f"[bold yellow]WARNING[/bold yellow] secrets masked in {escape(rel)} (the bundle holds the "
+                      "masked copy)", highlight=False)
     for arm, fp in manifest.fingerprints.items():
         console.print(f"  {arm}: fingerprint {fp.id}", highlight=False)
     if not manifest.fingerprints:
@@ -37,8 +38,8 @@ def bundle_command(
                       "match its arms with other bundles'[/yellow]", highlight=False)
     absent = manifest.rig.get("absent") or {}
     if absent:
-        console.print(f"rig report ({manifest.rig_source}); not known: " + "; ".join(
-            f"{k} ({why})" for k, why in absent.items()), highlight=False, soft_wrap=True)
+        console.print(escape(f"rig report ({manifest.rig_source}); not known: " + "; ".join(
+            f"{k} ({why})" for k, why in absent.items())), highlight=False, soft_wrap=True)
 
 
 def verify_command(
@@ -54,5 +55,5 @@ def verify_command(
                       f"samples, {len(m.fingerprints)} fingerprinted arm(s)", highlight=False)
         return
     for problem in result.problems:
-        console.print(f"[red]problem:[/red] {problem}", highlight=False, soft_wrap=True)
+        console.print(f"[red]problem:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
     raise BundleError(f"{bundle} does not verify ({len(result.problems)} problem(s))")

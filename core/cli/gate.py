@@ -66,7 +66,7 @@ def gate_command(
         raise ConfigError(str(exc)) from None
     config, gate, notes = gate_config(load_bakeoff(file), share)
     for note in notes:
-        console.print(note, highlight=False, soft_wrap=True)
+        console.print(escape(note), highlight=False, soft_wrap=True)
     executor = LocalExecutor()
     run = execute(config, out, executor=executor)
     try:

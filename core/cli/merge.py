@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..analysis.stats import N_BOOT
@@ -49,7 +50,7 @@ def merge_command(
         table.add_row(*row)
     console.print(table)
     for note in merged.notes:
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
     print_summary(merged.summary, console)
     console.print(f"merged report: {target / 'report.md'}, {target / 'summary.json'}, {target / 'report.html'}",
                   highlight=False, soft_wrap=True)

@@ -129,6 +129,7 @@ def test_bundle_and_verify_commands(run: Path, tmp_path: Path) -> None:
     res = runner.invoke(app, ["bundle", str(run), "--out", str(target)])
     assert res.exit_code == 0, res.output
     assert "sha256:" in res.output and "base: fingerprint" in res.output
+    assert "gpus (nvidia-ml-py is not installed (pip install 'bakeoff[gpu]'))" in res.output  # not read as markup
     res = runner.invoke(app, ["verify", str(target)])
     assert res.exit_code == 0 and "verified" in res.output, res.output
     members = _members(target)
