@@ -8,12 +8,15 @@ with the build options the engine allows. The reference is the baseline, so ever
 candidate/reference, paired request by request.
 
 Both builds run on this machine in the same run: passes interleave them in orders drawn from the seed (each
-pass starts both engines), so a drift of the machine during the run falls on both. At least two passes are
-needed to interleave; a file that does not set ``workload.passes`` gets :data:`GATE_PASSES`.
+pass starts both engines), so a drift of the machine during the run falls on both. A gate needs at least
+:data:`~bakeoff.core.analysis.stats.MIN_ADAPTIVE_PASSES` passes: the interval resamples passes first, and two
+give it only three distinct draws, too few to trust its bound (an A/A gate of two vLLM venvs with 2 passes on a
+busy machine read 0.595x (0.399-0.880)); a file that does not set ``workload.passes`` gets :data:`GATE_PASSES`.
 """
 
 from __future__ import annotations
 
+from ..analysis.stats import MIN_ADAPTIVE_PASSES
 from ..common.errors import ConfigError
 from ..config.fingerprint import fingerprint_differences
 from ..config.schema import BakeoffFile, GateSpec
@@ -62,9 +65,10 @@ def gate_config(config: BakeoffFile, max_slowdown: float | None = None) -> tuple
     if "passes" not in workload.model_fields_set:
         workload = workload.model_copy(update={"passes": GATE_PASSES})
         notes.append(f"gate: {GATE_PASSES} interleaved passes (workload.passes sets another number)")
-    elif workload.passes < 2:
+    elif workload.passes < MIN_ADAPTIVE_PASSES:
         raise ConfigError(f"gate: workload.passes is {workload.passes}; a gate interleaves the builds over at least "
-                          "2 passes (each pass starts both in a drawn order): set 3 or more")
+                          f"{MIN_ADAPTIVE_PASSES} passes (each starts both in a drawn order; the interval resamples "
+                          "passes, and fewer give it too few distinct draws to trust its bound)")
     if ref.options == cand.options and ref.env == cand.env:
         notes.append(f"gate: {ref.name} and {cand.name} run the same build (an A/A check of the gate itself)")
     gated = config.model_copy(update={"arms": [ref, cand], "baseline": ref.name, "workload": workload,

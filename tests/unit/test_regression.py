@@ -80,8 +80,8 @@ def test_gate_arms_may_differ_in_the_build_only() -> None:
     with pytest.raises(ConfigError, match=r"differ only in the engine build \(options.binary, "
                                           r"options.build_version\), but differ in: settings.threads: 2 → 1"):
         gate_config(parse_bakeoff(text))
-    with pytest.raises(ConfigError, match="at least 2 passes"):
-        gate_config(parse_bakeoff(GATE.replace("max_tokens: 32", "max_tokens: 32, passes: 1")))
+    with pytest.raises(ConfigError, match="at least 3 passes"):
+        gate_config(parse_bakeoff(GATE.replace("max_tokens: 32", "max_tokens: 32, passes: 2")))
     with pytest.raises(ConfigError, match="no 'gate:' section"):
         gate_config(parse_bakeoff(GATE.replace("gate: {reference: old, candidate: new, max_slowdown: 5%}", "")))
     with pytest.raises(ConfigError, match=r"gate\.candidate 'nope' is not an arm name"):

@@ -16,7 +16,7 @@ arms:
   - {name: old, engine: sim, model: sim, options: {itl_ms: 2}}
   - {name: new, engine: sim, model: sim, options: {itl_ms: 2}}
 gate: {reference: old, candidate: new, max_slowdown: 50%}
-workload: {prompts: [prose], max_tokens: 16, reps: 2, passes: 2, warmup: 0, gates: []}
+workload: {prompts: [prose], max_tokens: 16, reps: 2, passes: 3, warmup: 0, gates: []}
 """
 
 
@@ -31,7 +31,7 @@ def test_an_identical_build_passes(tmp_path: Path) -> None:
     verdict = json.loads((run / "report" / "gate.json").read_text())
     assert verdict["outcome"] == "passed" and verdict["points"][0]["where"] == "overall"
     record = json.loads((run / "run.json").read_text())
-    assert record["baseline"] == "old" and len(record["orders"]) == 2
+    assert record["baseline"] == "old" and len(record["orders"]) == 3
     assert record["fingerprints"]["old"]["id"] == record["fingerprints"]["new"]["id"]
 
 
