@@ -18,7 +18,7 @@ from ..reports.model import RunSummary
 from ..run.executor import LocalExecutor
 from ..run.gate import gate_config
 from .exit_codes import ExitCode
-from .run import execute, finish
+from .running import execute, finish
 
 __all__ = ["gate_command", "gate_points", "GATE_EXIT_HELP"]
 

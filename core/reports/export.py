@@ -73,9 +73,9 @@ def sample_rows(summary: RunSummary, samples: Iterable[Sample], arms: Sequence[A
             row[key] = json.dumps(value) if isinstance(value, (list, dict)) else value
         for key, value in (s.gpu.model_dump(mode="json") if s.gpu else {}).items():
             row[f"gpu.{key}"] = json.dumps(value) if isinstance(value, (list, dict)) else value
-        engine = summary.engines.get(s.arm, {})
-        row["arm.fingerprint"] = engine.get("fingerprint")
-        row["engine.version"] = engine.get("version")
+        engine = summary.engines.get(s.arm)
+        row["arm.fingerprint"] = engine.fingerprint if engine else None
+        row["engine.version"] = engine.version if engine else None
         row.update(by_name.get(s.arm.split("@")[0], {}))
         rows.append(row)
     return rows
@@ -88,10 +88,12 @@ def _point_row(summary: RunSummary, table: str, row: PointRow) -> Row:
     out.update({"n": row.n, "errors": row.errors, "is_baseline": row.is_baseline})
     out.update(_comparison(row.vs_baseline))
     acc = row.acceptance
-    out.update({"acceptance": acc.rate if acc else None, "mean_accepted_len": acc.mean_accepted_len if acc else None,
+    out.update({"acceptance": acc.acceptance if acc else None,
+                "mean_accepted_len": acc.mean_accepted_len if acc else None,
                 "ttft_s": row.ttft_s, "prefill_tps": row.prefill_tps})
     out.update(_interval("aggregate_tps", row.aggregate))
-    out["fingerprint"] = summary.engines.get(row.arm, {}).get("fingerprint")
+    engine = summary.engines.get(row.arm)
+    out["fingerprint"] = engine.fingerprint if engine else None
     return out
 
 
@@ -127,9 +129,9 @@ def community_rows(summary: RunSummary) -> tuple[list[str], list[list[str]]]:
     machine = ", ".join(gpus) or str(summary.host.get("cpu_model") or "?")
     out = []
     for row in rows:
-        engine = summary.engines.get(row[0], {})
-        build = f"{engine.get('engine', '?')} {engine.get('version') or ''}".strip()
-        out.append([*row, machine, build, str(engine.get("fingerprint") or "–")])
+        engine = summary.engines.get(row[0])
+        build = f"{engine.engine} {engine.version or ''}".strip() if engine else "?"
+        out.append([*row, machine, build, (engine.fingerprint if engine else None) or "–"])
     return [*header, "machine", "engine", "fingerprint"], out
 
 

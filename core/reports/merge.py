@@ -236,7 +236,7 @@ def merge_bundles(bundles: Sequence[Path], workdir: Path, *, labels: Sequence[st
         prompts=prompts, modes=list(dict.fromkeys(m for s in summaries for m in s.modes)),
         max_tokens=_common([s.max_tokens for s in summaries]), reps=_common([s.reps for s in summaries]),
         passes=max(s.passes for s in summaries), bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed),
-        engines={f"{arm}@{o.label}": {**e, "bundle": o.label} for o in opened for arm, e in o.summary.engines.items()},
+        engines={f"{arm}@{o.label}": e for o in opened for arm, e in o.summary.engines.items()},
         arms=[a.model_copy(update={"arm": f"{a.arm}@{o.label}"}) for o in opened for a in o.summary.arms],
         comparisons=[_renamed_comparison(c, o.label) for o in opened for c in o.summary.comparisons],
         energy_comparisons=[_renamed_comparison(c, o.label) for o in opened for c in o.summary.energy_comparisons],

@@ -100,9 +100,10 @@ def test_not_a_bundle_and_paths_outside(tmp_path: Path) -> None:
 
 
 def test_secrets_stay_out(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    meta = RunDir.open(run).read_run()
-    meta["config"]["arms"][0]["api_key_env"] = "TEST_ENGINE_KEY"
-    RunDir(run).write_run(meta)
+    record = RunDir.open(run).read_record()
+    assert record.config is not None
+    record.config.arms[0].api_key_env = "TEST_ENGINE_KEY"
+    RunDir(run).write_record(record)
     monkeypatch.setenv("TEST_ENGINE_KEY", "sk-live-0123456789")
     log = run / "arms" / "base" / "engine-pass0.log"
     log.write_text("args: --api-key sk-live-0123456789\nAuthorization: Bearer abcdef0123456789\n")

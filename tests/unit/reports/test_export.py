@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
 from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.schema import Settings
 from bakeoff.core.reports.export import export_run
 from bakeoff.core.reports.model import summarize_run
 from bakeoff.core.results.store import RunDir
@@ -22,9 +23,10 @@ from bakeoff.core.results.store import RunDir
 def run(tmp_path: Path) -> Path:
     path: Path = shared_run(tmp_path / "run", {"off": 50.0, "ngram": 65.0}, passes=2, reps=2,
                       speculative={"ngram": {"method": "ngram", "n_max": 4}}, acceptance={"ngram": 0.6})
-    meta = RunDir.open(path).read_run()
-    meta["config"]["arms"][0]["settings"] = {"threads": 2}
-    RunDir(path).write_run(meta)
+    record = RunDir.open(path).read_record()
+    assert record.config is not None
+    record.config.arms[0].settings = Settings(threads=2)
+    RunDir(path).write_record(record)
     return path
 
 
