@@ -39,7 +39,6 @@ __all__ = [
     "GpuArmStats",
     "describe_gpu",
     "tokens_per_joule",
-    "compare_energy",
     "Comparison",
     "bootstrap_ci",
     "paired_ratio",
@@ -481,16 +480,22 @@ def describe_arms(samples: Iterable[Sample], arm_order: Sequence[str] = (), prom
 
 def compare_to_baseline(samples: Iterable[Sample], baseline: str, arm_order: Sequence[str] = (),
                         prompts: Sequence[str] = (), *, n_boot: int = N_BOOT, level: float = LEVEL,
-                        seed: int = 0) -> list[Comparison]:
-    """Paired ratio and verdict of every other arm against ``baseline`` (overall and per prompt)."""
+                        seed: int = 0, energy: bool = False) -> list[Comparison]:
+    """Paired ratio and verdict of every other arm against ``baseline``: of decode rates (overall and per
+    prompt), or with ``energy`` of tokens per joule ('faster' = more tok/J; GPU runs)."""
+    value, name_of_value = (tokens_per_joule, "tokens per joule") if energy else (None, "decode")
     groups = _by_arm(samples, arm_order)
     ref = groups.get(baseline, [])
     out = []
     for name, group in groups.items():
         if name == baseline:
             continue
-        ratio = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed)
+        ratio = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed, value=value,
+                             value_name=name_of_value)
         if ratio is None:
+            continue
+        if energy:
+            out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio)))
             continue
         names = list(prompts) or sorted({s.prompt for s in group})
         per_prompt = {p: r for p in names
@@ -499,22 +504,6 @@ def compare_to_baseline(samples: Iterable[Sample], baseline: str, arm_order: Seq
         caveat = first_event_caveat(group, ref)
         out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio),
                               per_prompt=per_prompt, notes=[caveat] if caveat else []))
-    return out
-
-
-def compare_energy(samples: Iterable[Sample], baseline: str, arm_order: Sequence[str] = (), *,
-                   n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0) -> list[Comparison]:
-    """Paired ratio of tokens per joule of every other arm against ``baseline`` ('faster' = more tok/J)."""
-    groups = _by_arm(samples, arm_order)
-    ref = groups.get(baseline, [])
-    out = []
-    for name, group in groups.items():
-        if name == baseline:
-            continue
-        ratio = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed, value=tokens_per_joule,
-                             value_name="tokens per joule")
-        if ratio is not None:
-            out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio)))
     return out
 
 

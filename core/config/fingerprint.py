@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 from ..common.redact import redact_argv
 from .schema import Arm, Prompt, Workload
 
-__all__ = ["FINGERPRINT_SCHEME", "ArmFingerprint", "canonical_arm", "fingerprint_of", "fingerprint_differences"]
+__all__ = ["FINGERPRINT_SCHEME", "ArmFingerprint", "canonical_arm", "fingerprint_of", "fingerprint_differences", "flatten"]
 
 # 1: the first canonical form (this module). A change of what enters the canonical form bumps it, so two
 # fingerprints made by different bakeoffs never look equal by accident.
@@ -170,11 +170,12 @@ def fingerprint_of(canonical: dict[str, Any]) -> ArmFingerprint:
                           scheme=int(canonical.get("scheme", FINGERPRINT_SCHEME)), canonical=canonical)
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as one level of dotted keys (``speculative.n_max``), the way sweeps name them."""
     if isinstance(value, dict) and value:
         out: dict[str, Any] = {}
         for key, inner in value.items():
-            out.update(_flat(inner, f"{prefix}{key}."))
+            out.update(flatten(inner, f"{prefix}{key}."))
         return out
     return {prefix.rstrip("."): value}
 
@@ -186,6 +187,6 @@ def _shown(value: Any) -> str:
 def fingerprint_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """What differs between two canonical documents, one ``key: A → B`` per dotted key (``unset`` where a
     document has no such key)."""
-    fa, fb = _flat(dict(a)), _flat(dict(b))
+    fa, fb = flatten(dict(a)), flatten(dict(b))
     return [f"{key}: {_shown(fa.get(key))} → {_shown(fb.get(key))}"
             for key in sorted(set(fa) | set(fb)) if fa.get(key) != fb.get(key)]

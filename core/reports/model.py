@@ -24,7 +24,6 @@ from ..analysis.stats import (
     N_BOOT,
     ArmStats,
     Comparison,
-    compare_energy,
     compare_to_baseline,
     describe_arms,
     median_or_none,
@@ -384,8 +383,8 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         gpus=record.gpus, bandwidth=record.bandwidth,
         mismatches={arm: m for arm, m in mismatches.items() if m},
         energy_comparisons=[c for host_baseline, block in _blocks(placement, baseline, arm_order)
-                            for c in compare_energy([s for s in samples if s.arm in block], host_baseline, block,
-                                                    **boot)],
+                            for c in compare_to_baseline([s for s in samples if s.arm in block], host_baseline, block,
+                                                         energy=True, **boot)],
         tool=record.tool.model_dump(exclude_none=True) if "tool" in record.model_fields_set else {},
         path=path, run_id=data.run_id, name=record.name or path.name, baseline=baseline,
         prompts=prompts,

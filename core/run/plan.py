@@ -25,6 +25,7 @@ from importlib.metadata import version
 from typing import Any
 
 from ..common.errors import CapabilityNotSupported, ConfigError
+from ..config.fingerprint import flatten
 from ..config.prompts import resolve_prompts
 from ..config.schema import Arm, BakeoffFile, Prompt, SamplingMode, Workload
 from ..engine.adapter import EngineAdapter, check_arm_capabilities, launch_fingerprint, method_key
@@ -137,19 +138,10 @@ def order_for_sharing(orders: Sequence[Sequence[str]], arms: Sequence[Arm]) -> l
     return out
 
 
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict) and data:
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(_flat(value, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): data}
-
-
 def _differences(a: Arm, b: Arm) -> dict[str, tuple[Any, Any]]:
     """Dotted keys whose values differ between two arms (name and sweep bookkeeping aside)."""
     skip = {"name", "sweep", "swept"}
-    fa, fb = _flat(a.model_dump(mode="json", exclude=skip)), _flat(b.model_dump(mode="json", exclude=skip))
+    fa, fb = flatten(a.model_dump(mode="json", exclude=skip)), flatten(b.model_dump(mode="json", exclude=skip))
     return {k: (fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)}
 
 
