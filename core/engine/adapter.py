@@ -279,8 +279,14 @@ class EngineAdapter(ABC):
         try:
             return self.Options.model_validate(arm.options)
         except ValidationError as exc:
-            where = ("arms", index, "options") if index is not None else ("options",)
-            raise ConfigError(format_validation_error(exc, f"arm {arm.name!r}", prefix=where)) from exc
+            origin = arm.origin
+            if origin is not None:  # read from a file: the line of the bad key
+                text = format_validation_error(exc, origin.source, origin.node, model=self.Options,
+                                               prefix=("arms", origin.index, "options"), node_prefix=("options",))
+            else:
+                where = ("arms", index, "options") if index is not None else ("options",)
+                text = format_validation_error(exc, f"arm {arm.name!r}", prefix=where, model=self.Options)
+            raise ConfigError(text) from exc
 
     # -- before launch -----------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:  # noqa: B027 - an optional hook: by default there is nothing to refuse
