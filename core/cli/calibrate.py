@@ -103,8 +103,10 @@ def calibrate_command(
     run_loaded(config, out, dry_run=dry_run)
 
 
-calibrate_command.__doc__ = f"""Measure the speedup each forced acceptance gives per n_max, and the break-even
-acceptance: from FILE's calibrate: section, or from --engine/--method/--n-max/--acceptance. Runs and reports
+calibrate_command.__doc__ = f"""Measure the speedup each forced acceptance gives per n_max, and the break-even \
+acceptance.
+
+From FILE's calibrate: section, or from --engine/--method/--n-max/--acceptance. Runs and reports
 exactly like `bakeoff run` on a file holding only that section.
 
 {EXIT_CODES_HELP}

@@ -31,9 +31,10 @@ def report_command(
                                         "run's baseline (e.g. another engine's spec-off arm); with --out, the "
                                         "run's own report files stay as they are."),
 ) -> None:
-    """Print a finished (or interrupted) run's tables with 95 % intervals and verdicts, and write its reports
-    (markdown, JSON, PNG/SVG plots, one HTML file) into RUN_DIR/report or --out. Nothing else in RUN_DIR is
-    written."""
+    """Print a run's verdict (--tables: every table) and write its report files.
+
+    Works on a finished or interrupted run: 95 % intervals and verdicts in the terminal; markdown, JSON, PNG/SVG
+    plots and one HTML file in RUN_DIR/report or --out. Nothing else in RUN_DIR is written."""
     if not (run_dir / "samples.jsonl").exists() and not (run_dir / "run.json").exists():
         raise ConfigError(f"{run_dir} is not a bakeoff run directory")
     if markdown or json_out:

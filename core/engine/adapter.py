@@ -36,6 +36,7 @@ __all__ = [
     "KNOBS",
     "DraftRule",
     "LaunchSpec",
+    "Missing",
     "Effective",
     "ServerStats",
     "EngineAdapter",
@@ -179,6 +180,14 @@ class LaunchSpec:
     container: str | None = None  # ``docker run --name``: its processes are the engine's own CPU (noise guard)
 
 
+@dataclass(frozen=True)
+class Missing:
+    """Something this machine lacks to run an arm (``bakeoff check``), and the command that provides it."""
+
+    what: str
+    fix: str
+
+
 class ServerStats(BaseModel):
     """The server's own numbers for one request, in one schema for every engine."""
 
@@ -291,6 +300,13 @@ class EngineAdapter(ABC):
     # -- before launch -----------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:  # noqa: B027 - an optional hook: by default there is nothing to refuse
         """Refuse an arm that cannot work before spending a launch on it (raise PreflightError)."""
+
+    def missing(self, arm: Arm) -> list[Missing]:
+        """What this machine still lacks to run ``arm`` natively (``bakeoff check``): the engine's binary or
+        environment, a conversion only the installer makes. Found by looking only: nothing is run, downloaded,
+        built or converted. Model files, Docker and API keys are core's to check. Default: nothing known.
+        """
+        return []
 
     @abstractmethod
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
