@@ -17,7 +17,7 @@ from ..config.loader import parse_bakeoff
 from ..engine.registry import load_engine
 from ..run.executor import LocalExecutor
 from .exit_codes import EXIT_CODES_HELP
-from .running import execute, finish
+from .running import TABLES_HELP, execute, finish
 
 console = Console()
 
@@ -25,6 +25,7 @@ console = Console()
 def demo_command(
     out: Path = typer.Option(Path("runs"), "--out", help="Directory that receives the run directory"),
     print_config: bool = typer.Option(False, "--print-config", help="Print the demo's bakeoff file and exit"),
+    tables: bool = typer.Option(False, "--tables", "-v", help=TABLES_HELP),
 ) -> None:
     text = files("bakeoff.engines").joinpath("demo.yaml").read_text()
     if print_config:
@@ -38,7 +39,7 @@ def demo_command(
         except EngineUnavailable:
             console.print(f"{engine} is not installed yet; installing it (once, cached)")
             adapter.install(lambda msg: console.print(f"[dim]{msg}[/dim]"))
-    run = execute(config, out)
+    run = execute(config, out, tables=tables)
     finish(config, run, LocalExecutor())  # the exit code of `bakeoff run`: 3 nothing measured, 4 partial
 
 

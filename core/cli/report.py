@@ -10,6 +10,7 @@ from rich.console import Console
 from ..analysis.stats import N_BOOT
 from ..common.errors import ConfigError
 from ..reports import print_run, render_markdown, summarize_run, write_reports
+from .running import TABLES_HELP
 
 __all__ = ["report_command"]
 
@@ -30,6 +31,7 @@ def report_command(
     baseline: str | None = typer.Option(None, "--baseline", help="Compare every arm with this arm instead of the "
                                         "run's baseline (e.g. another engine's spec-off arm); with --out, the "
                                         "run's own report files stay as they are."),
+    tables: bool = typer.Option(False, "--tables", "-v", help=TABLES_HELP),
 ) -> None:
     """Print a run's verdict (--tables: every table) and write its report files.
 
@@ -45,4 +47,4 @@ def report_command(
             write_reports(run_dir, summary, out=files_dir)
         return
     print_run(run_dir, console, write=not no_files, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load,
-                 files_dir=files_dir, baseline=baseline)
+              files_dir=files_dir, baseline=baseline, tables=tables)

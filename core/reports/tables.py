@@ -402,7 +402,8 @@ SECTION_BUILDERS: list[Callable[[RunSummary], list[Section]]] = [_point_sections
 
 
 def sections(s: RunSummary) -> list[Section]:
-    return [section for build in SECTION_BUILDERS for section in build(s)]
+    """Every section with at least one row (a table with only its header says nothing)."""
+    return [section for build in SECTION_BUILDERS for section in build(s) if section.rows]
 
 
 __all__ += ["Section", "SECTION_BUILDERS", "point_rows", "sections", "acceptance_rows", "acceptance_notes"]
