@@ -115,13 +115,11 @@ def _verdict_html(v: Verdict, s: RunSummary) -> list[str]:
     parts = ['<section id="verdict">', f"<h2>{esc(v.title)}</h2>", f'<p class="meta">{esc(v.design)}</p>',
              f'<div class="scroll"><table id="verdict-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
              "</tbody></table></div>"]
-    if s.recommendations:
-        parts += ["<p><b>Recommendation per use case</b> (paired vs the baseline, 95 % CI)</p>",
-                  '<ul id="recommendations">'
-                  + "".join(f'<li data-category="{esc(r.category)}" data-use-case="{esc(r.use_case)}">'
-                            f"{esc(r.line)}</li>" for r in s.recommendations) + "</ul>"]
-    else:
-        parts += [f'<p id="recommendation"><b>Recommendation</b>: {esc(line)}</p>' for line in v.recommendation]
+    if v.recommendation:
+        more = ' (<a href="#use-cases">every use case</a> below the table)' if len(s.recommendations) > len(
+            v.recommendation) else ""
+        parts += [f"<p><b>Recommendation</b>{more}</p>", '<ul id="recommendation">'
+                  + "".join(f"<li>{esc(line)}</li>" for line in v.recommendation) + "</ul>"]
     if v.accounting:
         parts.append(f'<p id="accounting"><b>Token accounting</b>: {esc(v.accounting)}</p>')
     parts += [f'<p class="meta">{esc(n)}</p>' for n in v.notes]
@@ -146,6 +144,10 @@ def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
              *_verdict_html(verdict, s),
              "<h2>Decode rate (tok/s)</h2>", _table(*community_table(s), "community")]
     parts.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in footnotes(s)) + "</ul>")
+    if s.recommendations:  # the answer per use case, right under the table it is drawn from
+        parts += ['<h2 id="use-cases">Recommendation per use case</h2>', '<ul id="recommendations">'
+                  + "".join(f'<li data-category="{esc(r.category)}" data-use-case="{esc(r.use_case)}">'
+                            f"{esc(r.line)}</li>" for r in s.recommendations) + "</ul>"]
     for section in sections(s):
         parts += [f"<h2>{esc(section.title)}</h2>", _table(section.header, section.rows, section.id)]
         if section.note:
