@@ -98,3 +98,17 @@ def test_errors_in_the_file_are_each_on_their_own_line_with_exit_2(tmp_path: Pat
                         "did you mean 'itl_ms'?"
     assert errors[2].startswith("  arm 'c': settings.tensor_parallel has no llamacpp flag")
     assert "  a  " in result.stdout and "  c  " in result.stdout  # the plan is still shown
+
+
+def test_every_bakeoff_file_in_the_readme_is_valid(tmp_path: Path, bare_machine: Path) -> None:
+    """The README's files are what a newcomer copies first: each passes `bakeoff check` as written."""
+    import re
+
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    assert len(blocks) >= 2
+    for i, block in enumerate(blocks):
+        file = tmp_path / f"readme-{i}.yaml"
+        file.write_text(block)
+        code, out = check(str(file))
+        assert code == ExitCode.OK, (block, out)
+    assert len(blocks[0].strip().splitlines()) == 6  # "six lines"

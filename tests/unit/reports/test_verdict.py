@@ -14,7 +14,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
-from bakeoff.core.reports import print_summary, summarize_run
+from bakeoff.core.reports import print_run, print_summary, summarize_run
 from bakeoff.core.reports.verdict import merge_warnings, print_verdict, verdict_of
 from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.results.store import RunDir
@@ -80,11 +80,11 @@ def test_warnings_are_merged_and_counted_once() -> None:
 
 def test_report_prints_the_verdict_by_default_and_every_table_with_tables_flag() -> None:
     run = str(FIXTURES / "llamacpp-run")
-    short = runner.invoke(app, ["report", run, "--no-files"], env={"BAKEOFF_WIDTH": "80"})
+    short = runner.invoke(app, ["report", run, "--no-files"], env={"COLUMNS": "80"})
     assert short.exit_code == 0, short.output
     assert "token accounting and timing" not in short.output and "vs spec-off" in short.output
     assert f"every table: bakeoff report {run} --tables" in short.output
-    full = runner.invoke(app, ["report", run, "--no-files", "-v"], env={"BAKEOFF_WIDTH": "80"})
+    full = runner.invoke(app, ["report", run, "--no-files", "-v"], env={"COLUMNS": "80"})
     assert full.exit_code == 0 and "token accounting and timing" in full.output
     assert "Acceptance per speculative arm" in full.output
 
@@ -113,3 +113,13 @@ def test_gates_a_tiny_model_fails_on_every_arm_leave_the_block_without_red(make_
     assert not RED.search(text), text
     assert "GATE FAILED" not in plain
     assert "note gate arithmetic: not informative for this model (the baseline fails it too" in plain
+
+
+def test_the_readme_sample_is_what_bakeoff_report_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README shows a verdict block; it must stay exactly what the command it names prints at 80 columns."""
+    root = Path(__file__).resolve().parents[3]
+    monkeypatch.chdir(root)
+    out = Console(width=80, record=True, file=io.StringIO())
+    print_run(Path("docs/examples/decision-map-cpu/run"), out, write=False)
+    printed = "\n".join(line.rstrip() for line in out.export_text().splitlines())
+    assert printed in (root / "README.md").read_text()
