@@ -93,3 +93,10 @@ def test_demo_help_documents_the_exit_codes() -> None:
     result = runner.invoke(app, ["demo", "--help"], env={"COLUMNS": "250"})
     assert " 3 nothing valid measured" in " ".join(result.output.split())
     assert isinstance(app, typer.Typer)
+
+
+def test_a_command_group_run_lazily_has_the_same_options_as_in_the_full_app() -> None:
+    done = subprocess.run([*BAKEOFF, "engines", "--help"], capture_output=True, text=True, timeout=60,
+                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and "install" in done.stdout
+    assert "completion" not in done.stdout  # the sub-app's own shell-completion options stay hidden
