@@ -435,8 +435,8 @@ class BakeoffFile(Strict):
         if self.gate is not None and not swept:
             for role in ("reference", "candidate"):
                 if getattr(self.gate, role) not in seen:
-                    raise ValueError(f"gate.{role}: {getattr(self.gate, role)!r} is not an arm name "
-                                     f"(arms: {', '.join(seen)})" + did_you_mean(getattr(self.gate, role), seen))
+                    raise ValueError(f"gate.{role} {getattr(self.gate, role)!r} is not an arm name "
+                                     f"(arms: {', '.join(seen)})")
         if self.hosts is not None and not swept:  # a swept file is checked again once expanded
             check_placement(self.hosts, [a.name for a in self.arms], self.baseline_arm)
         return self
