@@ -1,63 +1,146 @@
 """bakeoff core: config, registry, launcher, client, protocol, statistics, storage, reports, CLI.
 
 Core never imports an engine module and never names an engine. The public API for adapter authors
-(built-in or plugin) is re-exported here.
+(built-in or plugin) is re-exported here, lazily: each name is imported the first time it is used, so
+``import bakeoff.core`` (which every ``bakeoff`` command does first) costs nothing, and ``bakeoff --help``
+does not import pydantic, httpx or numpy.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import version
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from .common.errors import (
-    BakeoffError,
-    CapabilityNotSupported,
-    ConfigError,
-    EngineError,
-    EngineStartupError,
-    EngineUnavailable,
-    MeasurementError,
-    PreflightError,
-)
-from .config.schema import Arm, BakeoffFile, Prompt, Settings, Speculative, Workload
-from .engine.adapter import (
-    KNOBS,
-    Capabilities,
-    DraftRule,
-    Effective,
-    EngineAdapter,
-    FailureRule,
-    LaunchSpec,
-    MethodKnobs,
-    NoOptions,
-    SelftestCase,
-    SelftestRow,
-    ServerStats,
-    cli_flags,
-    first_matching_line,
-    method_key,
-    openai_model_id,
-    read_effective,
-)
-from .engine.client import bounded_get
-from .engine.effective import compare_effective
-from .engine.metrics import MetricKey, delta, scrape
-from .engine.models import BUILTIN_MODELS, cache_root, resolve_model, smollm2_gguf
-from .engine.readback import (
-    LATE_LOG_WAIT_S,
-    EngineLog,
-    counter_delta,
-    engine_count,
-    engine_object,
-    engine_rate,
-    engine_text,
-    get_json,
-    position_deltas,
-)
-from .engine.sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
-from .results.sample import Sample
-from .run.selftest import run_cases
+if TYPE_CHECKING:  # the same names, for type checkers
+    from .common.errors import (
+        BakeoffError,
+        CapabilityNotSupported,
+        ConfigError,
+        EngineError,
+        EngineStartupError,
+        EngineUnavailable,
+        MeasurementError,
+        PreflightError,
+    )
+    from .config.schema import Arm, BakeoffFile, Prompt, Settings, Speculative, Workload
+    from .engine.adapter import (
+        KNOBS,
+        Capabilities,
+        DraftRule,
+        Effective,
+        EngineAdapter,
+        FailureRule,
+        LaunchSpec,
+        MethodKnobs,
+        Missing,
+        NoOptions,
+        SelftestCase,
+        SelftestRow,
+        ServerStats,
+        cli_flags,
+        first_matching_line,
+        method_key,
+        openai_model_id,
+        read_effective,
+    )
+    from .engine.client import bounded_get
+    from .engine.effective import compare_effective
+    from .engine.metrics import MetricKey, delta, scrape
+    from .engine.models import BUILTIN_MODELS, cache_root, resolve_model, smollm2_gguf
+    from .engine.readback import (
+        LATE_LOG_WAIT_S,
+        EngineLog,
+        counter_delta,
+        engine_count,
+        engine_object,
+        engine_rate,
+        engine_text,
+        get_json,
+        position_deltas,
+    )
+    from .engine.sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
+    from .results.sample import Sample
+    from .run.selftest import run_cases
 
-__version__ = version("bakeoff")  # one source: pyproject.toml
+# name -> the module (relative to bakeoff.core) that defines it
+_EXPORTS: dict[str, str] = {
+    "BakeoffError": "common.errors",
+    "CapabilityNotSupported": "common.errors",
+    "ConfigError": "common.errors",
+    "EngineError": "common.errors",
+    "EngineStartupError": "common.errors",
+    "EngineUnavailable": "common.errors",
+    "MeasurementError": "common.errors",
+    "PreflightError": "common.errors",
+    "Arm": "config.schema",
+    "BakeoffFile": "config.schema",
+    "Prompt": "config.schema",
+    "Settings": "config.schema",
+    "Speculative": "config.schema",
+    "Workload": "config.schema",
+    "KNOBS": "engine.adapter",
+    "Capabilities": "engine.adapter",
+    "DraftRule": "engine.adapter",
+    "Effective": "engine.adapter",
+    "EngineAdapter": "engine.adapter",
+    "FailureRule": "engine.adapter",
+    "LaunchSpec": "engine.adapter",
+    "MethodKnobs": "engine.adapter",
+    "Missing": "engine.adapter",
+    "NoOptions": "engine.adapter",
+    "SelftestCase": "engine.adapter",
+    "SelftestRow": "engine.adapter",
+    "ServerStats": "engine.adapter",
+    "cli_flags": "engine.adapter",
+    "first_matching_line": "engine.adapter",
+    "method_key": "engine.adapter",
+    "openai_model_id": "engine.adapter",
+    "read_effective": "engine.adapter",
+    "bounded_get": "engine.client",
+    "compare_effective": "engine.effective",
+    "MetricKey": "engine.metrics",
+    "delta": "engine.metrics",
+    "scrape": "engine.metrics",
+    "BUILTIN_MODELS": "engine.models",
+    "cache_root": "engine.models",
+    "resolve_model": "engine.models",
+    "smollm2_gguf": "engine.models",
+    "LATE_LOG_WAIT_S": "engine.readback",
+    "EngineLog": "engine.readback",
+    "counter_delta": "engine.readback",
+    "engine_count": "engine.readback",
+    "engine_object": "engine.readback",
+    "engine_rate": "engine.readback",
+    "engine_text": "engine.readback",
+    "get_json": "engine.readback",
+    "position_deltas": "engine.readback",
+    "NO_AMX_FLAGS": "engine.sdist_build",
+    "SdistBuild": "engine.sdist_build",
+    "build_from_sdist": "engine.sdist_build",
+    "cached_binary": "engine.sdist_build",
+    "cpu_key": "engine.sdist_build",
+    "Sample": "results.sample",
+    "run_cases": "run.selftest",
+}
+
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import version
+
+        value: Any = version("bakeoff")  # one source: pyproject.toml
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # the next use is a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "__version__",
@@ -79,6 +162,7 @@ __all__ = [
     "FailureRule",
     "LaunchSpec",
     "MeasurementError",
+    "Missing",
     "NoOptions",
     "PreflightError",
     "Sample",

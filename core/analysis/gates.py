@@ -4,7 +4,11 @@ core/measure/gates.py sends the probes and keeps the raw answers in the arm's re
 summarized, a failed probe is compared with the arm's reference (the spec-off arm of the same engine and
 model, else the run's baseline); when the reference fails too — tiny models do not know arithmetic — the
 arm is "same-as-baseline" if it answered what the reference answered (or runs another engine or model),
-and "regressed" otherwise. Spec correctness compares greedy outputs (``arms/<arm>/outputs.jsonl``) of an
+and "regressed" otherwise. A probe the baseline itself fails is "not-informative" on the baseline: it
+cannot tell the arms apart on this model, which is expected and harmless, so no report shows it as a
+failure. Only "fail" and "regressed" (:data:`FAILING`) mark an arm worse than its reference.
+
+Spec correctness compares greedy outputs (``arms/<arm>/outputs.jsonl``) of an
 arm with its reference: the fraction identical, and for a mismatch the first diverging position and both
 continuations.
 """
@@ -21,15 +25,17 @@ from ..config.schema import Arm, SamplingMode
 from ..results.record import ArmAttempt, GateAnswer
 from .fairness import read_outputs
 
-__all__ = ["CONTEXT_CHARS", "FAILING", "Divergence", "GateStatus", "SpecCheck", "first_difference", "reference_arm",
-           "score_gates", "spec_identity"]
+__all__ = ["CONTEXT_CHARS", "FAILING", "NOT_INFORMATIVE", "Divergence", "GateStatus", "SpecCheck", "first_difference",
+           "gate_label", "reference_arm", "score_gates", "spec_identity"]
 
 FAILING = ("fail", "regressed")
+NOT_INFORMATIVE = "not-informative"
 CONTEXT_CHARS = 40  # of each continuation shown after a divergence
 
 
 class GateStatus(BaseModel):
-    status: str = Field(description="pass | fail | same-as-baseline | regressed | skipped")
+    status: str = Field(description="pass | fail | same-as-baseline | regressed | not-informative (the baseline "
+                                    "itself fails it: it cannot tell arms apart on this model) | skipped")
     detail: str = ""
     answer: str | None = Field(None, description="The raw answer (first 500 characters).")
 
@@ -94,7 +100,10 @@ def score_gates(records: Mapping[str, Sequence[ArmAttempt]], arms: Mapping[str, 
                 scored[name] = GateStatus(status="pass", detail=g.detail, answer=g.answer)
                 continue
             r = raw.get(ref or "", {}).get(name)
-            if ref is None or r is None or r.passed is None or r.passed:
+            if ref is None and arm == baseline:
+                status, detail = NOT_INFORMATIVE, f"{g.detail}; the baseline fails this probe, so it cannot tell " \
+                                                  "the arms apart on this model"
+            elif ref is None or r is None or r.passed is None or r.passed:
                 status, detail = "fail", g.detail + (f"; {ref} passes" if r and r.passed else "")
             elif not same or r.answer == g.answer:
                 status, detail = "same-as-baseline", f"{g.detail}; {ref} fails too"
@@ -103,6 +112,11 @@ def score_gates(records: Mapping[str, Sequence[ArmAttempt]], arms: Mapping[str, 
             scored[name] = GateStatus(status=status, detail=detail, answer=g.answer)
         out[arm] = scored
     return out
+
+
+def gate_label(status: str) -> str:
+    """How a table says a gate status (``not-informative`` in words)."""
+    return "not informative for this model" if status == NOT_INFORMATIVE else status
 
 
 def _is_greedy(mode: str, sampling: Mapping[str, SamplingMode]) -> bool:

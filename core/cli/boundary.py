@@ -1,13 +1,16 @@
 """The one error boundary of the ``bakeoff`` command line.
 
-Every command is wrapped once (``guard_commands`` in ``core/cli/__init__.py``): a :class:`BakeoffError` or a
-Ctrl-C becomes one line on stderr and the exit code :func:`exit_code_for` picks, never a traceback. Anything else
-is a bakeoff bug and keeps its traceback (exit 1). Commands themselves raise; they do not print errors.
+Every command is wrapped once (core/cli/full_app.py and core/cli/lazy.py): a :class:`BakeoffError` or a Ctrl-C
+becomes one message on stderr (one line per problem) and the exit code :func:`exit_code_for` picks, never a
+traceback. A closed output pipe (``bakeoff report RUN | head``) ends the command quietly. Anything else is a
+bakeoff bug and keeps its traceback (exit 1). Commands themselves raise; they do not print errors.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -33,8 +36,8 @@ def stop_message(exc: BaseException, after_stop: str | None = None) -> str:
     """
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted" + (f": {after_stop}" if after_stop else "")
-    # one line, whatever the message holds: a validation error's lines (one per field) become "; "-separated
-    text = "; ".join(" ".join(line.split()) for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
+    # one problem per line (a validation error names each bad field on its own line), each line's spaces folded
+    text = "\n  ".join(" ".join(line.split()) for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
     if isinstance(exc, RunDirError) and after_stop:
         return f"error: {text}; {after_stop}"
     return f"error: {text}"
@@ -47,6 +50,9 @@ def guarded(command: Callable[..., Any], after_stop: str | None = None) -> Calla
     def boundary(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
+        except BrokenPipeError:  # the reader went away: nothing to say, and nothing more can be said
+            _silence_stdout()
+            raise typer.Exit(ExitCode.BROKEN_PIPE) from None
         except (BakeoffError, KeyboardInterrupt) as exc:
             code = exit_code_for(exc)
             line = escape(stop_message(exc, after_stop))
@@ -56,6 +62,15 @@ def guarded(command: Callable[..., Any], after_stop: str | None = None) -> Calla
 
     _guarded.add(boundary)
     return boundary
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush does not hit the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (a test runner's stream)
+        pass
 
 
 def is_guarded(command: Callable[..., Any]) -> bool:

@@ -15,7 +15,7 @@ import yaml
 from ..common.errors import ConfigError
 from ..config.loader import load_bakeoff, parse_bakeoff
 from .exit_codes import EXIT_CODES_HELP
-from .running import run_loaded
+from .running import TABLES_HELP, run_loaded
 
 __all__ = ["calibrate_command", "calibration_file"]
 
@@ -83,6 +83,7 @@ def calibrate_command(
     reps: int | None = typer.Option(None, "--reps", min=1, help="Requests per point (default 3)"),
     out: Path = typer.Option(Path("runs"), "--out", help="Directory that receives the run directory"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print every command the calibration would run, run none"),
+    tables: bool = typer.Option(False, "--tables", "-v", help=TABLES_HELP),
 ) -> None:
     given = {"--engine": engine, "--method": method, "--shape": shape, "--model": model, "--threads": threads,
              "--max-tokens": max_tokens, "--reps": reps}
@@ -100,11 +101,13 @@ def calibrate_command(
         method = method or ("mtp" if engine == "llamacpp" else "ngram")
         text = calibration_file(engine, method, n_max, acceptance, shape, model, threads, max_tokens, reps)
         config = parse_bakeoff(text, "bakeoff calibrate")
-    run_loaded(config, out, dry_run=dry_run)
+    run_loaded(config, out, dry_run=dry_run, tables=tables)
 
 
-calibrate_command.__doc__ = f"""Measure the speedup each forced acceptance gives per n_max, and the break-even
-acceptance: from FILE's calibrate: section, or from --engine/--method/--n-max/--acceptance. Runs and reports
+calibrate_command.__doc__ = f"""Measure the speedup each forced acceptance gives per n_max, and the break-even \
+acceptance.
+
+From FILE's calibrate: section, or from --engine/--method/--n-max/--acceptance. Runs and reports
 exactly like `bakeoff run` on a file holding only that section.
 
 {EXIT_CODES_HELP}

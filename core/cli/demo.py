@@ -15,7 +15,9 @@ from rich.console import Console
 from ..common.errors import EngineUnavailable
 from ..config.loader import parse_bakeoff
 from ..engine.registry import load_engine
-from .running import execute
+from ..run.executor import LocalExecutor
+from .exit_codes import EXIT_CODES_HELP
+from .running import TABLES_HELP, execute, finish
 
 console = Console()
 
@@ -23,8 +25,8 @@ console = Console()
 def demo_command(
     out: Path = typer.Option(Path("runs"), "--out", help="Directory that receives the run directory"),
     print_config: bool = typer.Option(False, "--print-config", help="Print the demo's bakeoff file and exit"),
+    tables: bool = typer.Option(False, "--tables", "-v", help=TABLES_HELP),
 ) -> None:
-    """Run the built-in demo: installs what it needs, then compares the arms of the demo file."""
     text = files("bakeoff.engines").joinpath("demo.yaml").read_text()
     if print_config:
         typer.echo(text)
@@ -37,4 +39,11 @@ def demo_command(
         except EngineUnavailable:
             console.print(f"{engine} is not installed yet; installing it (once, cached)")
             adapter.install(lambda msg: console.print(f"[dim]{msg}[/dim]"))
-    execute(config, out)
+    run = execute(config, out, tables=tables)
+    finish(config, run, LocalExecutor())  # the exit code of `bakeoff run`: 3 nothing measured, 4 partial
+
+
+demo_command.__doc__ = f"""Run the built-in demo: installs what it needs, then compares the arms of the demo file.
+
+{EXIT_CODES_HELP}
+"""

@@ -11,7 +11,7 @@ from rich.table import Table
 from ..common.errors import ConfigError
 from ..engine.registry import list_engines, load_engine
 
-app = typer.Typer(invoke_without_command=True, help="List engines, or install one.")
+app = typer.Typer(invoke_without_command=True, add_completion=False, help="List engines, or install one.")
 console = Console()
 
 

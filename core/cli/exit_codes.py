@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 from ..common.errors import BakeoffError, RunDirError
-from ..results.sample import Sample
+
+if TYPE_CHECKING:  # the boundary imports this module for every command, --help included: keep it light
+    from ..results.sample import Sample
 
 __all__ = ["ExitCode", "EXIT_CODES_HELP", "exit_code_for", "run_outcome", "is_valid"]
 
@@ -23,13 +26,14 @@ class ExitCode(IntEnum):
     PARTIAL = 4  # some arm produced no valid sample, or failed before all its points were measured
     WRITE_FAILED = 5  # the run directory could not be written (disk full, read-only): stored samples are kept
     INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP: engines stopped, samples kept, --resume finishes it
+    BROKEN_PIPE = 141  # the reader of the output went away (`| head`): 128 + SIGPIPE, as a shell reports it
 
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 every arm produced valid samples; 2 configuration error, nothing ran; "
     "3 nothing valid measured; 4 partial: some arm has no valid sample or failed midway; "
     "5 the run directory could not be written (stopped; --resume after fixing); "
-    "130 interrupted (--resume finishes it); 1 a bakeoff bug."
+    "130 interrupted (--resume finishes it); 141 the output's reader went away (e.g. `| head`); 1 a bakeoff bug."
 )
 
 

@@ -19,8 +19,10 @@ def gpu_command(
     bandwidth: bool = typer.Option(True, "--bandwidth/--no-bandwidth", help="Measure copy bandwidth (a few seconds)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of lines."),
 ) -> None:
-    """Show each GPU (name, driver, power and clock limits, PCIe, peers) and the memory bandwidth: a measured
-    copy (torch or CuPy on the GPU, numpy on the host) and NVML's bus width × max memory clock. Changes nothing."""
+    """Show the GPUs and the memory bandwidth the roofline would use; changes nothing.
+
+    Each GPU (name, driver, power and clock limits, PCIe, peers) and the memory bandwidth: a measured copy (torch
+    or CuPy on the GPU, numpy on the host) and NVML's bus width × max memory clock."""
     monitor = open_monitor()
     out: dict[str, object] = {"gpus": monitor.inventory() if monitor else []}
     if bandwidth:

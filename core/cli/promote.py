@@ -28,8 +28,10 @@ def promote_command(
                                  "run none"),
     undo: bool = typer.Option(False, "--revert", help="Stop the promoted server and restore what was live before"),
 ) -> None:
-    """Write the arm's launch definition with the live port and model name, then switch the live service to it
-    behind a health gate, rolling back on failure; --revert goes back."""
+    """Put an arm of a run on the live endpoint behind a health gate; --revert goes back.
+
+    Writes the arm's launch definition with the live port and model name, then switches the live service to it
+    behind a health gate, rolling back on failure."""
     say = lambda msg: console.print(msg, highlight=False, soft_wrap=True)  # noqa: E731
     if undo:
         revert(port, say)

@@ -10,6 +10,7 @@ from rich.console import Console
 from ..analysis.stats import N_BOOT
 from ..common.errors import ConfigError
 from ..reports import print_run, render_markdown, summarize_run, write_reports
+from .running import TABLES_HELP
 
 __all__ = ["report_command"]
 
@@ -30,10 +31,12 @@ def report_command(
     baseline: str | None = typer.Option(None, "--baseline", help="Compare every arm with this arm instead of the "
                                         "run's baseline (e.g. another engine's spec-off arm); with --out, the "
                                         "run's own report files stay as they are."),
+    tables: bool = typer.Option(False, "--tables", "-v", help=TABLES_HELP),
 ) -> None:
-    """Print a finished (or interrupted) run's tables with 95 % intervals and verdicts, and write its reports
-    (markdown, JSON, PNG/SVG plots, one HTML file) into RUN_DIR/report or --out. Nothing else in RUN_DIR is
-    written."""
+    """Print a run's verdict (--tables: every table) and write its report files.
+
+    Works on a finished or interrupted run: 95 % intervals and verdicts in the terminal; markdown, JSON, PNG/SVG
+    plots and one HTML file in RUN_DIR/report or --out. Nothing else in RUN_DIR is written."""
     if not (run_dir / "samples.jsonl").exists() and not (run_dir / "run.json").exists():
         raise ConfigError(f"{run_dir} is not a bakeoff run directory")
     if markdown or json_out:
@@ -44,4 +47,4 @@ def report_command(
             write_reports(run_dir, summary, out=files_dir)
         return
     print_run(run_dir, console, write=not no_files, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load,
-                 files_dir=files_dir, baseline=baseline)
+              files_dir=files_dir, baseline=baseline, tables=tables)

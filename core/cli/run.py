@@ -10,7 +10,7 @@ from ..common.errors import ConfigError
 from ..config.loader import load_bakeoff
 from ..run.resume import load_resume
 from .exit_codes import EXIT_CODES_HELP
-from .running import console, percent, run_loaded
+from .running import TABLES_HELP, console, percent, run_loaded
 
 __all__ = ["run_command"]
 
@@ -32,6 +32,7 @@ def run_command(
                                              "of arms on a Ray cluster (hosts: in the file; docs/ray.md)"),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray; "
                                        "default: $RAY_ADDRESS, else a Ray instance on this machine)"),
+    tables: bool = typer.Option(False, "--tables", "-v", help=TABLES_HELP),
 ) -> None:
     resumed = None
     if resume is not None:
@@ -45,7 +46,8 @@ def run_command(
     else:
         config = load_bakeoff(file)
     run_loaded(config, out, dry_run=dry_run, until_ci=percent(until_ci), max_passes=max_passes,
-               executor_kind=executor_kind, address=address, stop_on_verdict=stop_on_verdict, resume=resumed)
+               executor_kind=executor_kind, address=address, stop_on_verdict=stop_on_verdict, resume=resumed,
+               tables=tables)
 
 
 run_command.__doc__ = f"""Run every arm of a bakeoff file and print the comparison table.

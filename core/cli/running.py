@@ -13,7 +13,6 @@ from types import FrameType
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..common.errors import BakeoffError, ConfigError, RunDirError, is_write_failure
 from ..config.schema import BakeoffFile
@@ -27,10 +26,13 @@ from ..run.live import dry_run_lines
 from ..run.resume import Resume
 from ..run.session import run_bakeoff
 from .exit_codes import ExitCode, run_outcome
+from .progress import run_progress
 
-__all__ = ["execute", "finish", "percent", "run_loaded"]
+__all__ = ["TABLES_HELP", "execute", "finish", "percent", "run_loaded"]
 
 console = Console()
+TABLES_HELP = "Print every table (main, sweeps, acceptance, decision map, accounting, correctness, roofline) " \
+              "instead of the verdict block; the report files always hold everything."
 
 
 def percent(text: str | None) -> float | None:
@@ -56,14 +58,13 @@ def _signal_as_interrupt(signum: int, frame: FrameType | None) -> None:
 
 def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
             resume: Resume | None = None, executor: Executor | None = None,
-            stop_on_verdict: bool = False) -> RunDir:
+            stop_on_verdict: bool = False, tables: bool = False) -> RunDir:
     """Run one bakeoff (core/run/session.py) with a progress bar and signals as Ctrl-C, then print its tables."""
     # A signal the caller ignores stays ignored: `nohup bakeoff run` must survive a closed terminal.
     previous = {sig: signal.signal(sig, _signal_as_interrupt) for sig in _STOP_SIGNALS
                 if signal.getsignal(sig) is not signal.SIG_IGN}
     # The bar appears once the run directory exists: a file refused before that is one error line, nothing more.
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=console, transient=False)
+    progress = run_progress(console)  # a bar on a terminal, plain lines in a log
     task = progress.add_task("starting", total=0)
 
     def started(run: RunDir, total: int, done: int) -> None:
@@ -96,7 +97,7 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     try:
-        print_run(run.path, console)
+        print_run(run.path, console, tables=tables)
     except (BakeoffError, OSError, ValueError) as exc:  # the samples are stored; `bakeoff report` can retry
         # not the boundary's business: the run itself succeeded, so this is a warning and the exit code stands
         console.print(f"[bold yellow]WARNING[/bold yellow] the report could not be written "
@@ -151,7 +152,7 @@ def _exit_code(run: RunDir, arms: list[str]) -> ExitCode:
 
 def run_loaded(config: BakeoffFile, out: Path, *, dry_run: bool = False, until_ci: float | None = None,
                max_passes: int = 10, executor_kind: str | None = None, address: str | None = None,
-               stop_on_verdict: bool = False, resume: Resume | None = None) -> None:
+               stop_on_verdict: bool = False, resume: Resume | None = None, tables: bool = False) -> None:
     """Run a loaded bakeoff (or finish ``resume``'s): its dry run (nothing launched, also with a resume), or
     the run, its reports and its exit code."""
     if dry_run:
@@ -161,7 +162,7 @@ def run_loaded(config: BakeoffFile, out: Path, *, dry_run: bool = False, until_c
     executor = executor_for(config, executor_kind, address)
     try:
         run = execute(config, out, until_ci, max_passes, resume=resume, executor=executor,
-                      stop_on_verdict=stop_on_verdict)
+                      stop_on_verdict=stop_on_verdict, tables=tables)
     except OSError as exc:  # a write that failed outside RunDir: the boundary reports it like one inside
         if not is_write_failure(exc):
             raise

@@ -3,7 +3,8 @@
 The models live in core/config/schema.py; this module only loads. YAML is read with a loader that refuses a key
 given twice and aliases that expand past :data:`MAX_YAML_VALUES`; the composed tree is kept so that every
 error names its line. Sweeps (core/config/sweep.py) and calibration sections (core/config/calibration.py) are
-expanded here, so everything downstream sees plain arms.
+expanded here, so everything downstream sees plain arms. A relative ``model:`` or ``draft_model:`` path is read
+from the bakeoff file's folder, not from wherever the command was started.
 """
 
 from __future__ import annotations
@@ -15,34 +16,61 @@ import yaml
 from pydantic import ValidationError
 
 from ..common.errors import ConfigError
+from .builtin_models import BUILTIN_MODELS
 from .calibration import expand_calibration
-from .schema import BakeoffFile, format_validation_error
+from .prompts import resolve_prompts
+from .schema import Arm, ArmOrigin, BakeoffFile, format_validation_error, yaml_line
 from .sweep import expand_sweeps
 
-__all__ = ["MAX_YAML_VALUES", "load_bakeoff", "parse_bakeoff"]
+__all__ = ["MAX_YAML_VALUES", "load_bakeoff", "parse_bakeoff", "read_bakeoff", "resolve_model_paths"]
 
 MAX_YAML_VALUES = 200_000  # nodes a file may expand to through aliases: far above any real bakeoff
 
 
-def parse_bakeoff(text: str, source: str = "<string>") -> BakeoffFile:
-    """Validate a bakeoff file's text.
+def read_bakeoff(text: str, source: str = "<string>", base: Path | None = None) -> BakeoffFile:
+    """Validate a bakeoff file's text and expand its sweeps, on paper: calibration sections are left as they are
+    (``bakeoff check`` plans them without building their models).
 
+    :param base: the folder relative ``model:`` paths are read from (the file's own; None: leave them).
     :raises ConfigError: naming each bad key with its line.
     """
     try:
         data, root = _load_yaml(text, source)
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError(_yaml_problem(exc, source)) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a bakeoff file is a mapping with 'arms:' and 'workload:'")
     try:
         config = BakeoffFile.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, source, root)) from exc
-    return expand_calibration(expand_sweeps(config, source, root), source)
+        raise ConfigError(format_validation_error(exc, source, root, model=BakeoffFile)) from exc
+    for index, arm in enumerate(config.arms):
+        arm.set_origin(ArmOrigin(source, _arm_node(root, index), index))
+    try:
+        resolve_prompts(config.workload)
+    except ConfigError as exc:  # an unknown prompt or suite, with the line it is on
+        line = yaml_line(root, ("workload", "prompts" if config.workload.prompts else "suite"))
+        raise ConfigError(f"{source}:{line}: {exc}" if line else f"{source}: {exc}") from None
+    config = expand_sweeps(config, source, root)
+    return resolve_model_paths(config, base) if base is not None else config
 
 
-def load_bakeoff(path: str | Path) -> BakeoffFile:
+def parse_bakeoff(text: str, source: str = "<string>", base: Path | None = None) -> BakeoffFile:
+    """Validate a bakeoff file's text, expand its sweeps and add its calibration arms.
+
+    :param base: the folder relative ``model:`` paths are read from (the file's own; None: leave them).
+    :raises ConfigError: naming each bad key with its line.
+    """
+    return expand_calibration(read_bakeoff(text, source, base), source)
+
+
+def load_bakeoff(path: str | Path, *, calibrate: bool = True) -> BakeoffFile:
+    """Read a bakeoff file; relative model paths in it are read from its folder.
+
+    :param calibrate: add the calibration arms (``False``: leave ``calibrate:`` sections on paper).
+    """
     p = Path(path)
     try:
         raw = p.read_bytes()
@@ -53,7 +81,61 @@ def load_bakeoff(path: str | Path) -> BakeoffFile:
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
         raise ConfigError(f"{p}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8") from None
-    return parse_bakeoff(text, str(p))
+    config = read_bakeoff(text, str(p), p.resolve().parent)
+    return expand_calibration(config, str(p)) if calibrate else config
+
+
+def _is_path(value: str, base: Path) -> bool:
+    """Whether a model value is a path to read from the file's folder: ``./x``, ``../x``, ``x.gguf``, or a
+    relative name that exists there (anything else, such as a hub id ``org/name``, stays as written)."""
+    if value.startswith(("/", "~")):
+        return False
+    return value.startswith(("./", "../")) or value.endswith(".gguf") or (base / value).exists()
+
+
+def resolve_model_paths(config: BakeoffFile, base: Path) -> BakeoffFile:
+    """The config with relative model and draft-model paths made absolute against ``base`` (the file's folder).
+
+    Built-in model names (``smollm2``) and hub ids are left alone; run.json then records the absolute path, so a
+    run resumes from any folder.
+    """
+    def fix(value: str | None) -> str | None:
+        if value is None or value in BUILTIN_MODELS or not _is_path(value, base):
+            return value
+        return str((base / value).resolve())
+
+    arms: list[Arm] = []
+    for arm in config.arms:
+        spec = arm.speculative
+        new = arm.model_copy(update={"model": fix(arm.model),
+                                     "speculative": spec.model_copy(update={"draft_model": fix(spec.draft_model)})})
+        arms.append(new)
+    sections = [c.model_copy(update={"model": fix(c.model)}) for c in config.calibrate or []]
+    return config.model_copy(update={"arms": arms, **({"calibrate": sections} if config.calibrate else {})})
+
+
+def _arm_node(root: yaml.Node | None, index: int) -> yaml.Node | None:
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    arms = next((v for k, v in root.value if k.value == "arms"), None)
+    if isinstance(arms, yaml.SequenceNode) and index < len(arms.value):
+        node: yaml.Node = arms.value[index]
+        return node
+    return None
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError, source: str) -> str:
+    """``file:3:5: expected <block end>, but found '-' (while parsing a block collection that starts at 2:3)``."""
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+    text = exc.problem or exc.context or "not valid YAML"
+    if exc.problem and exc.context:
+        ctx = exc.context_mark
+        at = f" that starts at {ctx.line + 1}:{ctx.column + 1}" if ctx is not None and ctx is not mark else ""
+        text += f" ({exc.context}{at})"
+    if "\t" in text or "found character '\\t'" in text:
+        text += "; indent with spaces, not tabs"
+    return f"{where}: not valid YAML: {text}"
 
 
 class _BakeoffLoader(yaml.SafeLoader):

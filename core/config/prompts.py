@@ -7,6 +7,7 @@ to draft; prose and story are hard; math and explanation sit between.
 from __future__ import annotations
 
 from ..common.errors import ConfigError
+from ..common.textfmt import did_you_mean
 from .schema import Prompt, Workload
 
 __all__ = ["SUITES", "resolve_prompts"]
@@ -41,7 +42,9 @@ def resolve_prompts(workload: Workload) -> list[Prompt]:
     """
     if isinstance(workload.suite, str):
         if workload.suite not in SUITES:
-            raise ConfigError(f"workload.suite: unknown suite {workload.suite!r}; built-in: {', '.join(SUITES)}")
+            raise ConfigError(f"workload.suite: unknown suite {workload.suite!r}; built-in: {', '.join(SUITES)}"
+                              f"{did_you_mean(workload.suite, SUITES)} (or a list of prompts: "
+                              "[{name, messages: [{role: user, content: ...}]}])")
         prompts = SUITES[workload.suite]
     else:
         prompts = workload.suite
@@ -50,6 +53,6 @@ def resolve_prompts(workload: Workload) -> list[Prompt]:
         missing = [n for n in workload.prompts if n not in by_name]
         if missing:
             raise ConfigError(f"workload.prompts: {', '.join(missing)} not in the suite "
-                              f"(has: {', '.join(by_name)})")
+                              f"(has: {', '.join(by_name)}){did_you_mean(missing[0], by_name)}")
         prompts = [by_name[n] for n in workload.prompts]
     return list(prompts)

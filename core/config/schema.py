@@ -8,12 +8,15 @@ validated by that engine's own pydantic model when the run is planned.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, get_args
+import types
+from dataclasses import dataclass
+from typing import Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from ..common.textfmt import did_you_mean
 from .live import LiveService, Phases
 from .placement import ExecutorSpec, Host, check_placement
 
@@ -23,6 +26,7 @@ __all__ = [
     "Speculative",
     "Settings",
     "Arm",
+    "ArmOrigin",
     "RequestOverrides",
     "Prompt",
     "Workload",
@@ -114,6 +118,18 @@ SWEEP_DESCRIPTION = ("Matrix sweep: dotted arm keys to lists of values, e.g. {sp
                      "settings.split: [layer, tensor]}; every combination becomes a named arm.")
 
 
+@dataclass(frozen=True)
+class ArmOrigin:
+    """Where an arm was written: its file, the arm's YAML mapping and its index in the file's ``arms:``.
+
+    Checks made after loading (an engine's ``options:``, validated by its adapter) use it to name the line.
+    """
+
+    source: str
+    node: yaml.Node | None
+    index: int
+
+
 class Arm(Strict):
     """One contestant: an engine, a model and how it runs."""
 
@@ -136,6 +152,15 @@ class Arm(Strict):
     sweep: dict[str, list[Any]] = Field(default_factory=dict, description=SWEEP_DESCRIPTION)
     swept: dict[str, Any] = Field(default_factory=dict, description="Set by sweep expansion: the sweep point "
                                                                     "this arm stands for (key -> value).")
+    _origin: ArmOrigin | None = PrivateAttr(default=None)  # not part of the arm: never dumped or compared
+
+    @property
+    def origin(self) -> ArmOrigin | None:
+        """Where the arm was written (None for an arm not read from a file, e.g. from run.json)."""
+        return self._origin
+
+    def set_origin(self, origin: ArmOrigin | None) -> None:
+        self._origin = origin
 
     @field_validator("name")
     @classmethod
@@ -397,14 +422,16 @@ class BakeoffFile(Strict):
     def _unique_names_and_baseline(self) -> BakeoffFile:
         if not self.arms and not self.calibrate:
             raise ValueError("arms: give at least one arm (or a calibrate: section)")
-        seen: set[str] = set()
+        seen: dict[str, None] = {}  # names in file order
         for arm in self.arms:
             if arm.name in seen:
-                raise ValueError(f"two arms are named {arm.name!r}")
-            seen.add(arm.name)
+                raise ValueError(f"arms[{len(seen)}].name: two arms are named {arm.name!r}")
+            seen[arm.name] = None
         swept = bool(self.sweep) or any(a.sweep for a in self.arms)  # names checked after expansion
         if self.baseline is not None and self.baseline not in seen and not swept:
-            raise ValueError(f"baseline {self.baseline!r} is not an arm name")
+            # "baseline: ..." names the field, so the error shows the baseline's own line
+            raise ValueError(f"baseline: {self.baseline!r} is not an arm name (arms: {', '.join(seen)})"
+                             + did_you_mean(self.baseline, seen))
         if self.gate is not None and not swept:
             for role in ("reference", "candidate"):
                 if getattr(self.gate, role) not in seen:
@@ -466,16 +493,58 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds (through Optional, list and dict values), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (Union, types.UnionType, list, dict):
+        for arg in get_args(annotation):
+            if (found := _model_in(arg)) is not None:
+                return found
+    return None
+
+
+def _fields_at(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> list[str]:
+    """The field names of the model that holds the last key of ``loc`` (for "did you mean")."""
+    for part in loc[:-1]:
+        if model is None:
+            return []
+        if isinstance(part, str):
+            field = model.model_fields.get(part)
+            model = _model_in(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+# A model-level validator names the field its message is about by opening the message with that field's
+# path ("baseline: ..."), so the error can show the field's own line instead of the file's first.
+_FIELD_PATH = re.compile(r"^((?:[A-Za-z_]\w*|\[\d+\])(?:\.[A-Za-z_]\w*|\[\d+\])*): ")
+
+
+def _path_loc(path: str) -> tuple[int | str, ...]:
+    return tuple(int(p[1:-1]) if p.startswith("[") else p for p in re.findall(r"\[\d+\]|[A-Za-z_]\w*", path))
+
+
 def format_validation_error(exc: ValidationError, source: str, root: yaml.Node | None = None,
-                            prefix: tuple[int | str, ...] = ()) -> str:
-    """One line per problem: ``file:line: arms[0].settings.ctxx: unknown key``."""
+                            prefix: tuple[int | str, ...] = (), model: type[BaseModel] | None = None,
+                            node_prefix: tuple[int | str, ...] | None = None) -> str:
+    """One line per problem: ``file:line: arms[0].settings.ctxx: unknown key; did you mean 'ctx'?``.
+
+    :param model: the model validated (its field names are the suggestions for an unknown key).
+    :param node_prefix: the path of the validated value inside ``root`` when it differs from ``prefix``
+        (an arm's options validated against the arm's own YAML node).
+    """
     lines = []
     for err in exc.errors():
-        loc = prefix + tuple(p for p in err["loc"]
-                             if not (isinstance(p, str) and p.startswith(("function-after", "union"))))
-        node, line = _yaml_node(root, loc)
+        own = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-after", "union"))))
+        msg = err["msg"].removeprefix("Value error, ")
+        if not own and (match := _FIELD_PATH.match(msg)):  # a model-level check that names its field
+            own, msg = _path_loc(match.group(1)), msg[match.end():]
+        loc = prefix + own
+        node, line = _yaml_node(root, (prefix if node_prefix is None else node_prefix) + own)
         where = f"{source}:{line}" if line else source
-        msg = "unknown key (not a field here; check the spelling)" if err["type"] == "extra_forbidden" else err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (not a field here; check the spelling)" + did_you_mean(str(own[-1]),
+                                                                                     _fields_at(model, own))
         msg += _boolean_hint(node, err.get("input"))
         lines.append(f"{where}: {_dotted(loc) or '(top level)'}: {msg}")
     return "\n".join(lines)

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..common.errors import ConfigError
-from .schema import Arm, BakeoffFile, yaml_line
+from .schema import Arm, ArmOrigin, BakeoffFile, format_validation_error, yaml_line
 
 __all__ = ["expand_sweeps", "sweep_keys_of", "arm_name_for"]
 
@@ -122,12 +122,14 @@ def expand_sweeps(config: BakeoffFile, source: str = "<config>", root: yaml.Node
     if not top and not any(a.sweep for a in config.arms):
         return config
     arms: list[dict[str, Any]] = []
+    origins: list[ArmOrigin | None] = []  # where each expanded arm was written (for later errors' lines)
     renamed: dict[str, str] = {}
     for index, arm in enumerate(config.arms):
         own = _validated_sweep(arm.sweep, ("arms", index), source, root)
         matrix = {**own, **{k: v for k, v in top.items() if k not in own}}
         if not matrix:
             arms.append(arm.model_dump(exclude_unset=True, exclude={"sweep"}))
+            origins.append(arm.origin)
             continue
         keys = list(matrix)
         for combo in itertools.product(*(matrix[k][1] for k in keys)):
@@ -146,14 +148,21 @@ def expand_sweeps(config: BakeoffFile, source: str = "<config>", root: yaml.Node
                                   f"{json.dumps(point, default=str)} makes an invalid arm: {problems}") from None
             renamed.setdefault(arm.name, data["name"])
             arms.append(data)
+            origins.append(arm.origin)
     data = config.model_dump(exclude_unset=True, exclude={"sweep", "arms"})
     data["arms"] = arms
     if config.baseline in renamed:
         data["baseline"] = renamed[config.baseline]
     try:
-        return BakeoffFile.model_validate(data)
+        expanded = BakeoffFile.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(e["msg"] for e in exc.errors())
-        raise ConfigError(f"{source}: after sweep expansion: {problems}") from None
+        # a top-level key (baseline) still has its line; an expanded arm's index is not the file's
+        lines = root if not any(e["msg"].removeprefix("Value error, ").startswith("arms") for e in exc.errors()) \
+            else None
+        problems = format_validation_error(exc, source, lines, model=BakeoffFile).replace("\n", "; ")
+        raise ConfigError(f"{problems} (after sweep expansion)") from None
+    for new, origin in zip(expanded.arms, origins, strict=True):
+        new.set_origin(origin)
+    return expanded
 
 

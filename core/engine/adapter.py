@@ -36,6 +36,7 @@ __all__ = [
     "KNOBS",
     "DraftRule",
     "LaunchSpec",
+    "Missing",
     "Effective",
     "ServerStats",
     "EngineAdapter",
@@ -179,6 +180,14 @@ class LaunchSpec:
     container: str | None = None  # ``docker run --name``: its processes are the engine's own CPU (noise guard)
 
 
+@dataclass(frozen=True)
+class Missing:
+    """Something this machine lacks to run an arm (``bakeoff check``), and the command that provides it."""
+
+    what: str
+    fix: str
+
+
 class ServerStats(BaseModel):
     """The server's own numbers for one request, in one schema for every engine."""
 
@@ -279,12 +288,25 @@ class EngineAdapter(ABC):
         try:
             return self.Options.model_validate(arm.options)
         except ValidationError as exc:
-            where = ("arms", index, "options") if index is not None else ("options",)
-            raise ConfigError(format_validation_error(exc, f"arm {arm.name!r}", prefix=where)) from exc
+            origin = arm.origin
+            if origin is not None:  # read from a file: the line of the bad key
+                text = format_validation_error(exc, origin.source, origin.node, model=self.Options,
+                                               prefix=("arms", origin.index, "options"), node_prefix=("options",))
+            else:
+                where = ("arms", index, "options") if index is not None else ("options",)
+                text = format_validation_error(exc, f"arm {arm.name!r}", prefix=where, model=self.Options)
+            raise ConfigError(text) from exc
 
     # -- before launch -----------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:  # noqa: B027 - an optional hook: by default there is nothing to refuse
         """Refuse an arm that cannot work before spending a launch on it (raise PreflightError)."""
+
+    def missing(self, arm: Arm) -> list[Missing]:
+        """What this machine still lacks to run ``arm`` natively (``bakeoff check``): the engine's binary or
+        environment, a conversion only the installer makes. Found by looking only: nothing is run, downloaded,
+        built or converted. Model files, Docker and API keys are core's to check. Default: nothing known.
+        """
+        return []
 
     @abstractmethod
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:

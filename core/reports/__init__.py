@@ -16,7 +16,6 @@ from ..common.errors import MeasurementError
 from .html import render_html
 from .markdown import render_markdown
 from .model import REPORT_SCHEMA_VERSION, RunSummary, load_run, summarize_run
-from .plots import render_plots, write_plots
 from .terminal import print_summary
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RunSummary", "ReportFiles", "summarize_run", "write_reports", "report_dir",
@@ -46,6 +45,8 @@ def write_reports(run_path: Path, summary: RunSummary | None = None, *, plots: b
 
     :raises MeasurementError: the directory cannot be written.
     """
+    from .plots import render_plots, write_plots  # matplotlib: only when plots are drawn
+
     summary = summary or summarize_run(run_path)
     out = report_dir(run_path, out)
     try:
@@ -64,17 +65,34 @@ def write_reports(run_path: Path, summary: RunSummary | None = None, *, plots: b
 
 
 def print_run(run_path: Path, out: Console, *, write: bool = True, n_boot: int = N_BOOT, seed: int | None = None,
-              drop_foreign_load: bool = False, files_dir: Path | None = None, baseline: str | None = None) -> None:
-    """Print a run's tables (``bakeoff run`` after a run, ``bakeoff report``) and write its report files, all
-    from one summary.
+              drop_foreign_load: bool = False, files_dir: Path | None = None, baseline: str | None = None,
+              tables: bool = False) -> None:
+    """Print a run's verdict block, or with ``tables`` every table (``bakeoff run`` after a run, ``bakeoff
+    report``), and write its report files, all from one summary.
 
     :param files_dir: where the report files go (default ``run_path/report``).
     """
+    from .tables import phase_rows
+    from .terminal import print_table
+    from .verdict import print_verdict, verdict_of
+
     summary = summarize_run(run_path, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load, baseline=baseline)
-    print_summary(summary, out)
+    if tables:
+        print_summary(summary, out)
+    else:
+        print_verdict(verdict_of(summary), out)
+        if summary.phases:  # a phase run's answer is its phase table
+            print_table(out, "phases: each knob against its neighbouring baselines (paired, 95 % CI)",
+                        *phase_rows(summary.phases))
+    more = None if tables else f"every table: bakeoff report {run_path} --tables"
     if write:
         files = write_reports(run_path, summary, out=files_dir)
         for failure in files.plot_failures:
             out.print(f"[bold yellow]WARNING[/bold yellow] {failure}", highlight=False)
-        out.print(f"reports: {files.markdown}, {files.json}, {files.html} (+{len(files.plots)} plot files)",
-                  highlight=False, soft_wrap=True)
+        if tables:
+            out.print(f"reports: {files.markdown}, {files.json}, {files.html} (+{len(files.plots)} plot files)",
+                      highlight=False, soft_wrap=True)
+        else:
+            more = f"report: {files.html} (every table, plots); {more}"
+    if more:
+        out.print(f"[dim]{more}[/dim]", highlight=False)

@@ -108,14 +108,23 @@ def heatmap_grids(c: Calibration) -> dict[str, tuple[list[float], list[int], lis
     return out
 
 
+def _unmeasured_note(fig: Any, names: list[str]) -> None:
+    """Say below the panels which engines have no panel: none of their points was measured."""
+    if names:
+        fig.supxlabel(f"no point measured for {', '.join(names)} (see the report's calibration flags)", fontsize=7,
+                      color="0.3")
+
+
 def calibration_heatmap_figure(c: Calibration) -> Any:
-    """Speedup over spec-off per (acceptance, n_max), one panel per engine and method (1 = white)."""
+    """Speedup over spec-off per (acceptance, n_max), one panel per engine and method (1 = white); an engine and
+    method with no measured point gets no empty panel, only a note."""
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import TwoSlopeNorm
     from matplotlib.figure import Figure
 
-    grids = heatmap_grids(c)
+    every = heatmap_grids(c)
+    grids = {name: g for name, g in every.items() if any(v is not None for row in g[2] for v in row)}
     if not grids:
         return None
     fig = Figure(figsize=(4.2 * len(grids) + 1, 4.2), dpi=110, layout="constrained")
@@ -138,18 +147,21 @@ def calibration_heatmap_figure(c: Calibration) -> Any:
                 ax.text(j, i, "–" if v is None else f"{v:.2f}×", ha="center", va="center", fontsize=8)
     if image is not None:
         fig.colorbar(image, ax=list(axes), shrink=0.8, label="speedup (× spec-off)")
+    _unmeasured_note(fig, [name for name in every if name not in grids])
     return fig
 
 
 def calibration_curves_figure(c: Calibration) -> Any:
     """Speedup vs measured acceptance, one line per n_max with its 95 % interval, the ideal curve (a verify
-    step costing one plain step) dashed, and each break-even acceptance marked."""
+    step costing one plain step) dashed, and each break-even acceptance marked; an engine and method with no
+    measured point gets no empty panel, only a note."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    groups: dict[str, list[CalibrationPoint]] = {}
+    every: dict[str, list[CalibrationPoint]] = {}
     for p in c.points:
-        groups.setdefault(f"{p.engine} {p.method}", []).append(p)
+        every.setdefault(f"{p.engine} {p.method}", []).append(p)
+    groups = {name: pts for name, pts in every.items() if any(p.speedup is not None for p in pts)}
     if not groups:
         return None
     fig = Figure(figsize=(5.2 * len(groups), 4.4), dpi=110, layout="constrained")
@@ -180,4 +192,5 @@ def calibration_curves_figure(c: Calibration) -> Any:
         ax.set_title(f"{name}: measured (solid) vs ideal (dashed)")
         ax.grid(lw=0.3)
         ax.legend(fontsize=7)
+    _unmeasured_note(fig, [name for name in every if name not in groups])
     return fig

@@ -1,6 +1,8 @@
 """The decision map as a picture: per prompt category, settings (rows) by depth x streams (columns), each
 cell the paired ratio over the baseline, green above 1 and red below, marked ★ recommended, ≈ not
-separable from ★, ✗ slower than the baseline, and left pale where the interval straddles 1."""
+separable from ★, ✗ slower than the baseline; a cell whose interval straddles 1 has its number in a lighter
+weight. Each label is black or white, whichever reads on its cell's colour (dark green and dark red take
+white)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,24 @@ from typing import Any
 
 from ..analysis.decision import Recommendation
 
-__all__ = ["decision_map_figure"]
+__all__ = ["decision_map_figure", "label_colour"]
 
 _MARK = {"best": "★", "plateau": "≈", "loses": "✗", "": ""}
 
 
+def label_colour(background: tuple[float, ...]) -> str:
+    """Black or white, whichever contrasts more with an RGB(A) background (WCAG relative luminance)."""
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(c) for c in background[:3])
+    luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return "black" if (luminance + 0.05) / 0.05 >= 1.05 / (luminance + 0.05) else "white"
+
+
 def decision_map_figure(recs: list[Recommendation]) -> Any:
     """None without recommendations."""
+    import matplotlib
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import TwoSlopeNorm
@@ -29,6 +42,7 @@ def decision_map_figure(recs: list[Recommendation]) -> Any:
     labels = {c.arm: c.setting for r in recs for c in r.cells}
     ratios = [c.ratio.estimate for r in recs for c in r.cells if c.ratio is not None]
     norm = TwoSlopeNorm(vcenter=1.0, vmin=min([*ratios, 0.99]), vmax=max([*ratios, 1.01]))
+    cmap = matplotlib.colormaps["RdYlGn"]
     width = max(len(rs) for rs in by_category.values())
     fig = Figure(figsize=(1.4 * width * len(by_category) + 3.5, 0.45 * len(arms) + 2.2), dpi=110,
                  layout="constrained")
@@ -43,10 +57,11 @@ def decision_map_figure(recs: list[Recommendation]) -> Any:
                     continue
                 i = arms.index(c.arm)
                 grid[i, j] = c.ratio.estimate
-                pale = c.verdict not in ("faster", "slower")  # no verdict, or the interval straddles 1
+                separable = c.verdict in ("faster", "slower")  # else no verdict, or the interval straddles 1
                 ax.text(j, i, f"{_MARK[c.role]}{c.ratio.estimate:.2f}×", ha="center", va="center", fontsize=8,
-                        color="0.35" if pale else "black", fontweight="normal" if pale else "bold")
-        image = ax.imshow(grid, cmap="RdYlGn", norm=norm, aspect="auto")
+                        color=label_colour(cmap(norm(c.ratio.estimate))),
+                        fontweight="bold" if separable else "normal", fontstyle="normal" if separable else "italic")
+        image = ax.imshow(grid, cmap=cmap, norm=norm, aspect="auto")
         ax.set_xticks(range(len(rs)), [r.use_case.partition(", ")[2] or "all" for r in rs], rotation=30,
                       ha="right", fontsize=8)
         ax.set_yticks(range(len(arms)), [labels[a] for a in arms] if k == 0 else [""] * len(arms), fontsize=8)

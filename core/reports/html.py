@@ -1,5 +1,8 @@
 """One self-contained HTML report: tables, verdicts, warnings and plots in a single file.
 
+It opens with the answer: the verdict block (core/reports/verdict.py: each arm against the baseline, the
+recommendation, the token accounting, the number of warnings), then the headline table, then everything else.
+
 Nothing is fetched: styles are inline and plots are embedded as base64 SVG images (each SVG stays
 isolated in its own ``<img>``, so two plots never share element ids). A two-line script records how
 many plots decoded, which the headless-browser test reads back; the page renders the same without it.
@@ -30,6 +33,7 @@ from .tables import (
     roofline_table,
     sections,
 )
+from .verdict import Verdict, verdict_of
 
 __all__ = ["render_html"]
 
@@ -43,6 +47,9 @@ th,td{border:1px solid #d0d0d0;padding:.3rem .55rem;text-align:right;white-space
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left;font-weight:600}
 td.text,th.text{text-align:left}.scroll{overflow-x:auto}
 .faster{color:#116611;font-weight:600}.slower{color:#a01010;font-weight:600}.not-separable{color:#8a6d00}
+.not-comparable,.gate-failed{color:#a01010;font-weight:600}
+#verdict{border:1px solid #d0d0d0;border-radius:6px;padding:.2rem 1rem .6rem;margin:1rem 0;background:#fafafa}
+#verdict h2{margin-top:.6rem}#verdict p{margin:.35rem 0;font-size:.9rem}
 .warn{background:#fff6d6;border-left:4px solid #e0b000;padding:.4rem .7rem;margin:.4rem 0;font-size:.85rem}
 .fail{background:#fde2e2;border-left:4px solid #c00;padding:.4rem .7rem;margin:.4rem 0;font-size:.85rem}
 ul.notes{font-size:.8rem;color:#444}figure{margin:1rem 0}img.plot{max-width:100%;height:auto;
@@ -95,9 +102,38 @@ def _calibration_html(s: RunSummary) -> list[str]:
     return parts
 
 
+def _verdict_html(v: Verdict, s: RunSummary) -> list[str]:
+    """The answer first: each arm against the baseline, the recommendation, the accounting, the warnings' count."""
+    esc = html.escape
+    rows = []
+    for r in v.rows:
+        cls = r.outcome.replace(" ", "-")
+        rows.append(f'<tr data-arm="{esc(r.arm)}"><td>{esc(r.arm)}</td><td>{esc(r.decode)}</td>'
+                    f'<td class="text {cls}">{esc(r.vs)}</td><td>{esc(r.acceptance)}</td></tr>')
+    vs = f"vs {v.baseline}" if v.baseline else "vs baseline"
+    head = f'<th>arm</th><th>decode tok/s</th><th class="text">{esc(vs)}</th><th>accepted</th>'
+    parts = ['<section id="verdict">', f"<h2>{esc(v.title)}</h2>", f'<p class="meta">{esc(v.design)}</p>',
+             f'<div class="scroll"><table id="verdict-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
+             "</tbody></table></div>"]
+    if v.recommendation:
+        more = ' (<a href="#use-cases">every use case</a> below the table)' if len(s.recommendations) > len(
+            v.recommendation) else ""
+        parts += [f"<p><b>Recommendation</b>{more}</p>", '<ul id="recommendation">'
+                  + "".join(f"<li>{esc(line)}</li>" for line in v.recommendation) + "</ul>"]
+    if v.accounting:
+        parts.append(f'<p id="accounting"><b>Token accounting</b>: {esc(v.accounting)}</p>')
+    parts += [f'<p class="meta">{esc(n)}</p>' for n in v.notes]
+    if v.warnings or v.failures:
+        failed = f"{len(v.failures)} failure(s), " if v.failures else ""
+        parts.append(f'<p><a href="#warnings">{failed}{len(v.warnings)} warning(s)</a> below.</p>')
+    parts.append("</section>")
+    return parts
+
+
 def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
     """The report as one HTML document; ``plots`` as returned by ``plots.render_plots``."""
     esc = html.escape
+    verdict = verdict_of(s)
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              f"<title>bakeoff · {esc(s.name)}</title><style>{_CSS}</style></head><body>",
@@ -105,23 +141,25 @@ def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
              f'<p class="meta">run {esc(s.run_id)} · bakeoff {esc(str(s.tool.get("version", "")))} · baseline '
              f"<b>{esc(s.baseline or '')}</b> · {s.passes} pass(es) · host "
              f"{esc(str(s.host.get('cpu_model') or s.host.get('platform') or '?'))}</p>",
+             *_verdict_html(verdict, s),
              "<h2>Decode rate (tok/s)</h2>", _table(*community_table(s), "community")]
     parts.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in footnotes(s)) + "</ul>")
+    if s.recommendations:  # the answer per use case, right under the table it is drawn from
+        parts += ['<h2 id="use-cases">Recommendation per use case</h2>', '<ul id="recommendations">'
+                  + "".join(f'<li data-category="{esc(r.category)}" data-use-case="{esc(r.use_case)}">'
+                            f"{esc(r.line)}</li>" for r in s.recommendations) + "</ul>"]
     for section in sections(s):
         parts += [f"<h2>{esc(section.title)}</h2>", _table(section.header, section.rows, section.id)]
         if section.note:
             parts.append(f'<ul class="notes"><li>{esc(section.note)}</li></ul>')
-    parts += [f'<div class="warn">⚠ {esc(w)}</div>' for w in s.warnings]
-    parts += [f'<div class="fail">arm {esc(f.arm)} failed in pass {f.pass_index + 1}: {esc(f.error)}</div>'
-              for f in s.failures]
+    parts.append('<div id="warnings"></div>')
+    parts += [f'<div class="warn">⚠ {esc(w)}</div>' for w in verdict.warnings]
+    parts += [f'<div class="fail">{esc(f)}</div>' for f in verdict.failures]
+
     if (correct := correctness_table(s)) is not None:
         parts += ["<h2>Correctness</h2>", _table(*correct, "correctness")]
     if s.phases:
         parts += ["<h2>Phases</h2>", _table(*phase_rows(s.phases), "phases")]
-    if s.recommendations:
-        parts += ["<h2>Recommendation per use case</h2>", '<ul id="recommendations">'
-                  + "".join(f'<li data-category="{html.escape(r.category)}" data-use-case="{html.escape(r.use_case)}">'
-                            f'{html.escape(r.line)}</li>' for r in s.recommendations) + "</ul>"]
     if s.calibration is not None:
         parts += _calibration_html(s)
     if (roof := roofline_table(s)) is not None:

@@ -59,6 +59,9 @@ def calibration_markdown(s: RunSummary) -> list[str]:
 def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
     parts = [f"## {s.name}", "", markdown_table(*community_table(s)), ""]
     parts += [f"- {note}" for note in footnotes(s)]
+    if s.recommendations:  # the answer, right under the table it is drawn from
+        parts += ["", "**Recommendation per use case** (paired vs the baseline, 95 % CI)", ""]
+        parts += [f"- {r.line}" for r in s.recommendations]
     for section in sections(s):
         parts += ["", f"**{section.title}**" + (f" ({section.note})" if section.note else ""), "",
                   markdown_table(section.header, section.rows)]
@@ -68,9 +71,6 @@ def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
     if s.phases:
         parts += ["", "**Phases** (each knob against its neighbouring baselines, paired, 95 % CI)", "",
                   markdown_table(*phase_rows(s.phases))]
-    if s.recommendations:
-        parts += ["", "**Recommendation per use case** (paired vs the baseline, 95 % CI)", ""]
-        parts += [f"- {r.line}" for r in s.recommendations]
     if s.calibration is not None:
         parts += ["", *calibration_markdown(s)]
     if (roof := roofline_table(s)) is not None:

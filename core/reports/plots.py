@@ -22,7 +22,8 @@ from .decision import decision_map_figure
 from .model import RunSummary
 
 __all__ = ["PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "ACCEPTANCE_PLOTS", "DECISION_PLOTS", "decode_figure",
-           "acceptance_figure", "gpu_figure", "histogram_figure", "positions_figure", "render_plots", "write_plots"]
+           "acceptance_figure", "fit_title", "gpu_figure", "histogram_figure", "positions_figure", "render_plots",
+           "write_plots"]
 
 PLOTS = ("decode_by_prompt", "decode_vs_acceptance")  # every run
 GPU_PLOTS = ("gpu_power_clock_temp",)  # runs with GPU telemetry
@@ -37,6 +38,20 @@ def _legend(ax: Any, **kwargs: Any) -> None:
     """A legend only when something is labelled (a run with no rate has no bars to name)."""
     if ax.get_legend_handles_labels()[0]:
         ax.legend(**kwargs)
+
+
+def fit_title(ax: Any, text: str) -> None:
+    """Set ``ax``'s title, wrapped onto more lines until the rendered text fits the figure's width (a long run
+    name used to run off the image)."""
+    import textwrap
+
+    fig = ax.get_figure()
+    renderer = fig.canvas.get_renderer()
+    title = ax.set_title(text)
+    per_line = len(text)
+    while title.get_window_extent(renderer).width > 0.94 * fig.bbox.width and per_line > 16:
+        per_line = int(per_line * 0.85)
+        title.set_text(textwrap.fill(text, per_line))
 
 
 def _colors(n: int) -> list[str]:
@@ -63,7 +78,7 @@ def decode_figure(s: RunSummary) -> Figure:
         ax.axhline(base.median.estimate, color="#555", lw=0.8, ls="--", label=f"baseline {base.arm}")
     ax.set_xticks(range(len(groups)), groups)
     ax.set_ylabel("decode tok/s (median)")
-    ax.set_title(f"{s.name}: decode rate per arm and prompt, {s.bootstrap.level:.0%} bootstrap intervals")
+    fit_title(ax, f"{s.name}: decode rate per arm and prompt, {s.bootstrap.level:.0%} bootstrap intervals")
     _legend(ax, fontsize=8, ncols=min(4, len(s.arms) + 1), loc="lower center", bbox_to_anchor=(0.5, 1.08),
             frameon=False)
     ax.grid(axis="y", lw=0.3)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.decision import MIN_PAIRS
+from ..analysis.gates import gate_label
 from ..analysis.phases import GPU_FIELDS, PhaseResult
 from ..analysis.stats import ArmStats, Comparison, Interval
 from ..common.textfmt import DASH, fmt
@@ -59,7 +60,7 @@ def correctness_table(s: RunSummary) -> tuple[list[str], list[list[str]]] | None
     header = ["arm", "gates", "identical to baseline", "unexpected endings", "equal work vs baseline"]
     rows = []
     for a in s.arms:
-        gates = ", ".join(f"{n}: {g['status']}" for n, g in a.gates.items()) or DASH
+        gates = ", ".join(f"{n}: {gate_label(g['status'])}" for n, g in a.gates.items()) or DASH
         spec = DASH
         if a.spec_check:
             c = a.spec_check
@@ -401,7 +402,8 @@ SECTION_BUILDERS: list[Callable[[RunSummary], list[Section]]] = [_point_sections
 
 
 def sections(s: RunSummary) -> list[Section]:
-    return [section for build in SECTION_BUILDERS for section in build(s)]
+    """Every section with at least one row (a table with only its header says nothing)."""
+    return [section for build in SECTION_BUILDERS for section in build(s) if section.rows]
 
 
 __all__ += ["Section", "SECTION_BUILDERS", "point_rows", "sections", "acceptance_rows", "acceptance_notes"]

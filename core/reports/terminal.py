@@ -25,7 +25,7 @@ from .tables import (
     sections,
 )
 
-__all__ = ["print_calibration", "print_summary"]
+__all__ = ["print_calibration", "print_summary", "print_table"]
 
 _VERDICT_STYLE = {"faster": "green", "slower": "red", "not separable": "yellow"}
 
@@ -51,61 +51,54 @@ def print_calibration(s: RunSummary, out: Console) -> None:
               *([(f"timing agreement: {agreement}", timing_agreement_rows(c))] if agreement else []),
               ("calibration points", calibration_rows(c))]
     for title, (header, rows) in tables:
-        table = Table(title=title)
-        for col in header:
-            table.add_column(col, justify="left" if col in ("engine", "method", "point", "from", "flags", "within 2 %")
-                             else "right")
-        for cells in rows:
-            table.add_row(*cells)
-        out.print(table)
+        print_table(out, title, header, rows)
     for f in c.flags:
         out.print(f"[bold yellow]calibration:[/bold yellow] {f}", highlight=False)
 
 
-def print_summary(s: RunSummary, out: Console) -> None:
-    header, rows = community_table(s)
-    table = Table(title=f"decode tok/s — {s.name} ({s.run_id})")
+_LEFT = ("arm", "vs baseline", "Acceptance", "tok/J vs baseline", "gates", "equal work vs baseline", "setting",
+         "engine", "method", "point", "from", "flags", "within 2 %")
+
+
+def print_table(out: Console, title: str | None, header: list[str], rows: list[list[str]]) -> None:
+    """A titled table whose cells fold at a narrow terminal (never cut with "…"); nothing when it has no rows."""
+    if not rows:
+        return
+    table = Table(title=title)
     for col in header:
-        table.add_column(col, justify="left" if col in ("arm", "vs baseline", "Acceptance") else "right")
+        table.add_column(col, justify="left" if col in _LEFT or col.startswith("vs baseline") else "right",
+                         overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
+
+
+def print_summary(s: RunSummary, out: Console) -> None:
+    """Every table of the run (``--tables``): the community table first, then each section that has rows."""
+    header, rows = community_table(s)
+    styled = []
     for row in rows:
         verdict = next((v for v in _VERDICT_STYLE if row[-1].endswith(v)), None)
         if row[-1].startswith(("not comparable", "GATE FAILED")):
             verdict = "slower"  # red: no speed claim stands
-        styled = [*row[:-1], f"[{_VERDICT_STYLE[verdict]}]{row[-1]}[/]" if verdict else row[-1]]
-        table.add_row(*styled)
-    out.print(table)
+        styled.append([*row[:-1], f"[{_VERDICT_STYLE[verdict]}]{row[-1]}[/]" if verdict else row[-1]])
+    if not styled:
+        out.print("no valid sample: nothing to tabulate", highlight=False)
+    print_table(out, f"decode tok/s — {s.name} ({s.run_id})", header, styled)
     for note in footnotes(s):
         out.print(f"[dim]{note}[/dim]", highlight=False)
     for section in sections(s):
-        extra = Table(title=section.title)
-        for col in section.header:
-            extra.add_column(col, justify="left" if col in ("arm", "vs baseline", "Acceptance") else "right")
-        for row in section.rows:
-            extra.add_row(*row)
-        out.print(extra)
+        print_table(out, section.title, section.header, section.rows)
         if section.note:
             out.print(f"[dim]{section.note}[/dim]", highlight=False)
-    header, rows = audit_table(s)
-    audit = Table(title="token accounting and timing (medians)")
-    for col in header:
-        audit.add_column(col, justify="left" if col == "arm" else "right")
-    for row in rows:
-        audit.add_row(*row)
-    out.print(audit)
+    print_table(out, "token accounting and timing (medians)", *audit_table(s))
     phases = phase_rows(s.phases) if s.phases else None
     for title, table_rows in (("phases: each knob against its neighbouring baselines (paired, 95 % CI)", phases),
                               ("correctness: quality gates, spec correctness, equal work", correctness_table(s)),
                               ("roofline: decode vs the memory-bandwidth floor", roofline_table(s)),
                               ("GPU telemetry (medians over requests; energy includes prefill)", gpu_table(s))):
-        if table_rows is None:
-            continue
-        extra = Table(title=title)
-        for col in table_rows[0]:
-            extra.add_column(col, justify="left" if col in ("arm", "tok/J vs baseline", "gates",
-                                                            "equal work vs baseline") else "right")
-        for row in table_rows[1]:
-            extra.add_row(*row)
-        out.print(extra)
+        if table_rows is not None:
+            print_table(out, title, *table_rows)
     if s.recommendations:
         out.print("[bold]recommendation per use case[/bold] (paired vs the baseline, 95 % CI)")
         for r in s.recommendations:

@@ -55,6 +55,7 @@ from bakeoff.core import (
     EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
+    Missing,
     PreflightError,
     ServerStats,
     Workload,
@@ -329,6 +330,17 @@ class ExllamaAdapter(EngineAdapter):
         return ("Clone TabbyAPI, install its requirements with torch and exllamav3 into a Python, and set "
                 "options.tabby_dir / options.python (or $BAKEOFF_TABBY_DIR / $BAKEOFF_TABBY_PYTHON); or use "
                 f"launch: docker with {DOCKER_IMAGE}. See docs/exllama-h200.md.")
+
+    def missing(self, arm: Arm) -> list[Missing]:
+        if arm.launch != "native":
+            return []
+        try:
+            self.tabby_main(self.options(arm))  # type: ignore[arg-type]
+        except EngineUnavailable as exc:
+            return [Missing(str(exc).split(". ")[0].removeprefix("exllama: "),
+                            "clone TabbyAPI with exllamav3 and set options.tabby_dir (or $BAKEOFF_TABBY_DIR); "
+                            "docs/exllama-h200.md")]
+        return []
 
     # -- preflight -----------------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:

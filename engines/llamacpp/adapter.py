@@ -42,6 +42,7 @@ from bakeoff.core import (
     EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
+    Missing,
     PreflightError,
     SelftestRow,
     ServerStats,
@@ -229,6 +230,18 @@ class LlamaCppAdapter(EngineAdapter):
         from .selftest import run_selftest
 
         return run_selftest(self, log, workdir)
+
+    def missing(self, arm: Arm) -> list[Missing]:
+        if arm.launch != "native":
+            return []
+        try:
+            binary, source = self.binary_choice(self.options(arm))  # type: ignore[arg-type]
+        except EngineUnavailable:
+            return [Missing("llama-server is not installed", "bakeoff engines install llamacpp")]
+        if not binary.is_file():
+            return [Missing(f"llama-server from {source} does not exist: {binary}",
+                            "bakeoff engines install llamacpp (or correct the path)")]
+        return []
 
     # -- preflight -----------------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:

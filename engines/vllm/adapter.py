@@ -50,6 +50,7 @@ from bakeoff.core import (
     MeasurementError,
     MethodKnobs,
     MetricKey,
+    Missing,
     PreflightError,
     ServerStats,
     counter_delta,
@@ -304,6 +305,25 @@ class VllmAdapter(EngineAdapter):
         if arm.model in BUILTIN_MODELS or not Path(arm.model).expanduser().exists():
             return arm.model
         return Path(arm.model).expanduser().resolve().name
+
+    def missing(self, arm: Arm) -> list[Missing]:
+        from .install import converted_dir, is_converted
+
+        out = []
+        if arm.launch == "native":
+            try:
+                prefix = self.launcher(self.options(arm))  # type: ignore[arg-type]
+            except EngineUnavailable:
+                out.append(Missing("vLLM is not installed", "bakeoff engines install vllm"))
+            else:
+                if not Path(prefix[0]).exists():
+                    out.append(Missing(f"vLLM's {prefix[0]} does not exist", "bakeoff engines install vllm "
+                                       "(or correct options.python / options.binary)"))
+        for model in filter(None, (arm.model, arm.speculative.draft_model)):
+            if model in BUILTIN_MODELS and not is_converted(converted_dir(Path(BUILTIN_MODELS[model][2]))):
+                out.append(Missing(f"model {model!r} has no safetensors conversion for vLLM yet",
+                                   "bakeoff engines install vllm"))
+        return out
 
     # -- preflight -------------------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:

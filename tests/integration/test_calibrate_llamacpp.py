@@ -42,7 +42,7 @@ def calibration_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     exe = shutil.which("bakeoff")
     assert exe, "the bakeoff console script is not installed (pip install -e .)"
     tmp = tmp_path_factory.mktemp("calibrate")
-    proc = subprocess.run([exe, "calibrate", *FLAGS, "--out", str(tmp / "runs")],
+    proc = subprocess.run([exe, "calibrate", *FLAGS, "--out", str(tmp / "runs"), "--tables"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # the terminal shows the calibration, and the timing-agreement check per point

@@ -50,8 +50,8 @@ workload: {prompts: [code_python], max_tokens: 16, reps: 1, warmup: 0}
 def test_guard_gates_and_spec_identity(llama_server: Path, smollm2: Path, tmp_path: Path, bakeoff_cli: str) -> None:
     cfg = tmp_path / "fair.yaml"
     cfg.write_text(CONFIG)
-    proc = subprocess.run([bakeoff_cli, "run", str(cfg), "--out", str(tmp_path / "runs")], capture_output=True,
-                          text=True, timeout=1500, env={**os.environ, "COLUMNS": "400"})
+    proc = subprocess.run([bakeoff_cli, "run", str(cfg), "--out", str(tmp_path / "runs"), "--tables"],
+                          capture_output=True, text=True, timeout=1500, env={**os.environ, "COLUMNS": "400"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run = next((tmp_path / "runs").iterdir())
     summary = json.loads((run / "report" / "summary.json").read_text())

@@ -109,3 +109,38 @@ def test_acceptance_table_histogram_and_per_position_curve_render(chromium: str,
     draft = summary.acceptance[0]
     hist = " ".join(f"{k}:{n}" for k, n in enumerate(draft.accepted_histogram or []) if n)
     assert hist and hist in table
+
+
+DECISION_RUN = FIXTURE.parent / "decision-map-run"  # a run whose answer is a recommendation per category
+
+# Appended to a copy of the page: where the verdict and the recommendation land in a 1280×900 window.
+_MEASURE = ("<script>window.addEventListener('load',function(){var b=document.body,"
+            "v=document.getElementById('verdict'),r=document.getElementById('recommendation');b.setAttribute('data-verdict-bottom',"
+            "v?String(v.getBoundingClientRect().bottom):'none');b.setAttribute('data-recommendation-bottom',"
+            "r?String(r.getBoundingClientRect().bottom):'none');b.setAttribute('data-in-verdict',"
+            "String(!!(v&&r&&v.contains(r))));});</script>")
+
+
+@pytest.mark.parametrize("fixture", [FIXTURE, DECISION_RUN], ids=["llamacpp-run", "decision-map-run"])
+def test_the_page_opens_with_the_answer(chromium: str, tmp_path: Path, fixture: Path) -> None:
+    """The verdict block and the recommendation are on the first screen (USER-2: it was section 9 of 13)."""
+    run = tmp_path / fixture.name
+    run.mkdir()
+    for name in ("run.json", "samples.jsonl"):
+        shutil.copy(fixture / name, run / name)
+    page = write_reports(run).html
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace("</body>", _MEASURE + "</body>"))
+    proc = _chromium(chromium, tmp_path / "profile", "--window-size=1280,900", "--dump-dom", probe.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    body = re.search(r'<body data-plots-loaded="\d+"([^>]*)>', proc.stdout) or re.search(r"<body([^>]*)>", proc.stdout)
+    assert body is not None
+    attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', body.group(1)))
+    assert attrs.get("verdict-bottom") not in (None, "none"), attrs
+    assert float(attrs["verdict-bottom"]) <= 900, attrs  # the whole verdict on the first screen
+    assert attrs["in-verdict"] == "true" and float(attrs["recommendation-bottom"]) <= 900, attrs
+    dom = proc.stdout
+    assert dom.index('id="verdict"') < dom.index('<table id="community">')
+    summary = summarize_run(run)
+    verdict = dom[dom.index('id="verdict"'):dom.index("</section>")]
+    assert re.findall(r'<tr data-arm="([^"]+)"', verdict) == [a.arm for a in summary.arms]

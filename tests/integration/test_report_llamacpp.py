@@ -51,7 +51,7 @@ def test_until_ci_run_then_report(llama_server: Path, smollm2: Path, tmp_path: P
     assert {s.pass_index for s in samples} == set(range(passes))
     assert len(samples) == 3 * passes * 2 * 2 and all(s.status == "ok" for s in samples)
 
-    report = subprocess.run([bakeoff_cli, "report", str(run)], capture_output=True, text=True, timeout=300,
+    report = subprocess.run([bakeoff_cli, "report", str(run), "--tables"], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "COLUMNS": "250"})
     assert report.returncode == 0, report.stderr
     assert "vs baseline" in report.stdout and "×" in report.stdout

@@ -50,7 +50,8 @@ def test_report_writes_the_nmax_table_into_markdown_html_and_json(llama_server: 
     (run,) = [d for d in out.iterdir() if d.is_dir()]
     for f in (run / "report").iterdir():  # the report command alone must write them
         f.unlink()
-    report = subprocess.run([bakeoff_cli, "report", str(run)], capture_output=True, text=True, timeout=300, env=env)
+    report = subprocess.run([bakeoff_cli, "report", str(run), "--tables"], capture_output=True, text=True, timeout=300,
+                            env=env)
     assert report.returncode == 0, report.stdout + report.stderr
     assert "n-max sweep" in report.stdout
 

@@ -52,7 +52,7 @@ def _run(bakeoff_cli: str, tmp_path: Path, text: str) -> tuple[str, Path]:
     cfg = tmp_path / "bakeoff.yaml"
     cfg.write_text(text)
     out = tmp_path / "runs"
-    proc = subprocess.run([bakeoff_cli, "run", str(cfg), "--out", str(out)], capture_output=True, text=True,
+    proc = subprocess.run([bakeoff_cli, "run", str(cfg), "--out", str(out), "--tables"], capture_output=True, text=True,
                           timeout=900, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run,) = [d for d in out.iterdir() if d.is_dir()]

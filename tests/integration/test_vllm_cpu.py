@@ -71,7 +71,7 @@ def test_head_to_head_llamacpp_vs_vllm_in_one_run(vllm_ready: None, tmp_path: Pa
     config["workload"].update(prompts=["code_python"], reps=1)
     path = tmp_path / "h2h.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run([bakeoff_cli, "run", str(path), "--out", str(tmp_path / "runs")],
+    proc = subprocess.run([bakeoff_cli, "run", str(path), "--out", str(tmp_path / "runs"), "--tables"],
                           capture_output=True, text=True, timeout=900, env={**os.environ, "COLUMNS": "250"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     names = [a["name"] for a in config["arms"]]

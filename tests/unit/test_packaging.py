@@ -43,3 +43,19 @@ def test_python_dash_m_bakeoff_runs_the_cli(tmp_path: Path) -> None:
                           cwd=tmp_path, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert "Usage: python -m bakeoff run" in done.stdout and "Exit codes" in done.stdout
+
+
+def test_the_lazy_public_names_match_their_typed_imports() -> None:
+    """bakeoff.core imports its public names on first use (so `bakeoff --help` stays light); the table it
+    imports from and the imports type checkers read must name the same things, and every name must resolve."""
+    import ast
+
+    import bakeoff.core
+
+    tree = ast.parse(Path(bakeoff.core.__file__).read_text())
+    typed = {alias.name: node.module for block in tree.body if isinstance(block, ast.If)
+             for node in block.body if isinstance(node, ast.ImportFrom) and node.module
+             for alias in node.names}
+    assert typed == bakeoff.core._EXPORTS
+    for name in bakeoff.core.__all__:
+        assert getattr(bakeoff.core, name) is not None, name

@@ -56,10 +56,10 @@ def test_exit_codes_come_from_one_table(exc: BaseException, code: ExitCode) -> N
     assert exit_code_for(exc) is code
 
 
-def test_the_message_is_one_line_and_keeps_brackets() -> None:
+def test_the_message_is_one_line_per_problem_and_keeps_brackets() -> None:
     exc = ConfigError("b.yaml:3: arms[0].settings.thread: unknown key\n  b.yaml:5: workload.reps: must be  >= 1")
-    assert stop_message(exc) == ("error: b.yaml:3: arms[0].settings.thread: unknown key; "
-                                 "b.yaml:5: workload.reps: must be >= 1")
+    assert stop_message(exc) == ("error: b.yaml:3: arms[0].settings.thread: unknown key\n"
+                                 "  b.yaml:5: workload.reps: must be >= 1")
     assert stop_message(KeyboardInterrupt(), "engines stopped") == "interrupted: engines stopped"
     assert stop_message(RunDirError("disk full"), "resume it") == "error: disk full; resume it"
 

@@ -41,7 +41,7 @@ def handed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[BakeoffFile, Path, boo
     calls: list[tuple[BakeoffFile, Path, bool]] = []
     monkeypatch.setattr(llamacpp_synth, "synthesize", lambda spec, *a, **k: Path(f"/synth/{spec.name}.gguf"))
     monkeypatch.setattr(calibrate_cli, "run_loaded",
-                        lambda config, out, dry_run=False: calls.append((config, out, dry_run)))
+                        lambda config, out, dry_run=False, tables=False: calls.append((config, out, dry_run)))
     return calls
 
 

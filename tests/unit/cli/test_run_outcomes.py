@@ -8,6 +8,7 @@ The arms attach to the hostile server (tests/fixtures/hostile_server.py): no eng
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -286,3 +287,47 @@ def test_a_disk_that_fills_mid_run_exits_5_and_keeps_the_stored_samples(
     assert code == ExitCode.WRITE_FAILED == 5, out
     assert "No space left on device" in out and "--resume" in out
     assert len(read_samples(only_run(tmp_path / "runs"))) == 2
+
+
+# -- --resume with --dry-run (issue 32, USER-2 finding 4): a preview launches, sends and stores nothing ------------
+def test_resume_with_dry_run_prints_the_rest_and_measures_nothing(tmp_path: Path, hostile_server: HostileServer,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{hostile_server.url('ok')}'}}",
+                                 f"{{name: b, engine: openai, url: '{hostile_server.url('ok')}'}}"],
+                      "{prompts: [prose], max_tokens: 8, reps: 3, warmup: 0, gates: []}")
+    real = measure.make_sample
+
+    def interrupted_at_the_second_request(*args: Any, **kwargs: Any) -> Any:
+        if args[7] == 1:  # rep 1 of the first arm: as if Ctrl-C came here
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(arm_module, "make_sample", interrupted_at_the_second_request)
+    code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
+    assert code == ExitCode.INTERRUPTED, out
+    monkeypatch.setattr(arm_module, "make_sample", real)
+    run = only_run(tmp_path / "runs")
+    stored = len(read_samples(run))
+    sent = len(chat_requests(hostile_server, "ok"))
+    assert 0 < stored < 6
+
+    code, out = run_cli("--resume", str(run), "--dry-run")
+    assert code == ExitCode.OK, out
+    assert f"resuming: {stored} measurement points already stored" in out
+    assert "arm a: attach to" in out and "arm b: attach to" in out
+    assert len(read_samples(run)) == stored  # nothing measured
+    assert len(chat_requests(hostile_server, "ok")) == sent  # nothing sent
+
+
+# -- the answer first (issue 32): plain progress lines off a terminal, then the verdict block --------------------
+def test_a_run_off_a_terminal_prints_plain_progress_lines_then_the_verdict(tmp_path: Path,
+                                                                           hostile_server: HostileServer) -> None:
+    file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{hostile_server.url('ok')}'}}",
+                                 f"{{name: b, engine: openai, url: '{hostile_server.url('ok')}'}}"],
+                      "{prompts: [prose], max_tokens: 8, reps: 2, warmup: 0, gates: []}")
+    code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
+    assert code == ExitCode.OK, out
+    for line in ("a: request 1 of 4", "a: request 2 of 4", "b: request 3 of 4", "b: request 4 of 4"):
+        assert re.search(rf"^\[0:\d\d:\d\d\] {line}$", out, re.MULTILINE), out
+    assert "outcome: each arm against a" in out and "token accounting and timing" not in out
+    assert "--tables" in out

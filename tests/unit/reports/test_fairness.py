@@ -127,12 +127,31 @@ def test_gate_scoring_compares_with_the_spec_off_arm_when_it_fails_too() -> None
     records = {"off": [_gates(False, "12")], "ngram": [_gates(False, "12")], "tmpl": [_gates(False, "99")],
                "other": [_gates(None, "")]}
     scored = score_gates(records, arms, "off")
-    assert scored["off"]["arithmetic"].status == "fail"
+    assert scored["off"]["arithmetic"].status == "not-informative"  # the baseline fails it: SmolLM2 cannot multiply
     assert scored["ngram"]["arithmetic"].status == "same-as-baseline"
     assert scored["tmpl"]["arithmetic"].status == "regressed"
     assert scored["other"]["arithmetic"].status == "skipped"
     records["off"] = [_gates(True, "391")]
     assert score_gates(records, arms, "off")["ngram"]["arithmetic"].status == "fail"
+
+
+def test_a_gate_the_baseline_fails_is_not_informative_on_it_and_same_as_baseline_on_the_others(
+        tmp_path: Path) -> None:
+    """SmolLM2 cannot multiply: the demo's baseline must not read GATE FAILED (issue 32, USER-2 finding 3)."""
+    samples = [_sample(a, r, 10.0 if a == "off" else 12.0, drafted=5, accepted=4) for a in ("off", "ngram")
+               for r in range(2)]
+    wrong = {"arithmetic": {"passed": False, "detail": "answered 12, expected 391", "answer": "12"}}
+    records = {"off": {"gates": wrong}, "ngram": {"gates": wrong}}
+    s = summarize_run(_write(tmp_path / "run", {k: ARMS[k] for k in ("off", "ngram")}, samples, records=records))
+    base, spec = s.arm("off"), s.arm("ngram")
+    assert base and spec and base.failed_gates == [] and spec.failed_gates == []
+    assert base.gates["arithmetic"]["status"] == "not-informative"
+    assert spec.gates["arithmetic"]["status"] == "same-as-baseline"
+    md = render_markdown(s)
+    assert "GATE FAILED" not in md and "GATE FAILED" not in render_html(s, {})
+    assert "| off | arithmetic: not informative for this model |" in md
+    assert "| ngram | arithmetic: same-as-baseline |" in md
+    assert not any("gate arithmetic" in w for w in s.warnings)
 
 
 def test_an_arm_failing_a_gate_is_never_reported_faster(tmp_path: Path) -> None:

@@ -74,9 +74,10 @@ def test_html_is_self_contained(make_run: Maker) -> None:
     s = summarize_run(path)
     html = render_html(s, render_plots(s))
     assert html.startswith("<!DOCTYPE html>") and '<table id="community">' in html
-    # community and audit tables, and the acceptance table's speculative arm (drafted counts, no steps)
+    # verdict, community and audit tables, and the acceptance table's speculative arm (drafted counts, no steps)
     assert len(s.acceptance) == 1 and s.acceptance[0].drafts is None
-    assert html.count('<tr data-arm="') == 2 * len(s.arms) + len(s.acceptance)
+    assert html.count('<tr data-arm="') == 3 * len(s.arms) + len(s.acceptance)
+    assert html.index('<section id="verdict">') < html.index('<table id="community">')  # the answer first
     assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing fetched
     images = re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', html)
     assert len(images) == 2 and all(base64.b64decode(i).lstrip().startswith(b"<?xml") for i in images)

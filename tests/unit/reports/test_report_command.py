@@ -19,7 +19,9 @@ def test_report_prints_tables_and_writes_files(make_run: Maker) -> None:
     path = make_run({"base": 100.0, "fast": 140.0})
     res = CliRunner().invoke(app, ["report", str(path)], env={"COLUMNS": "250"})
     assert res.exit_code == 0, res.output
-    assert "Overall median" in res.output and "faster" in res.output
+    assert "each arm against base" in res.output and "faster" in res.output  # the verdict block
+    res = CliRunner().invoke(app, ["report", str(path), "--tables"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0 and "Overall median" in res.output
     assert (path / "report" / "report.html").exists() and (path / "report" / "summary.json").exists()
 
 
@@ -46,4 +48,7 @@ def test_print_run_for_the_run_command(make_run: Maker) -> None:
     text = console.export_text()
     assert "not separable" in text and not (path / "report").exists()
     print_run(path, console)
-    assert "reports:" in console.export_text() and (path / "report" / "report.md").exists()
+    assert f"report: {path / 'report' / 'report.html'}" in console.export_text()
+    assert (path / "report" / "report.md").exists()
+    print_run(path, console, tables=True)
+    assert "reports:" in console.export_text()

