@@ -4,7 +4,7 @@
 
     import bakeoff
 
-    summary = bakeoff.run("examples/smollm2-cpu.yaml", out="runs")
+    summary = bakeoff.run("examples/head-to-head-cpu.yaml", out="runs")
     for c in summary.comparisons:
         print(c.arm, f"{c.ratio.estimate:.2f}x", c.verdict)
     again = bakeoff.read_run(summary.path)  # any run directory, e.g. one `bakeoff run` made

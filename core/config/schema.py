@@ -243,10 +243,10 @@ class Workload(Strict):
     passes: int = Field(1, ge=1, le=10_000, description="Interleaved passes over all arms.")
     warmup: int = Field(1, ge=0, le=10_000, description="Untimed requests after each engine start, at least (0: "
                                                         "none at all).")
-    warmup_settle: float | None = Field(0.1, gt=0, le=1, description="Keep warming up until two consecutive "
+    warmup_settle: float | None = Field(0.15, gt=0, le=1, description="Keep warming up until two consecutive "
                                         "warm-up decode rates differ by at most this fraction (engines come up "
                                         "in slow states); None: exactly `warmup` requests.")
-    warmup_max: int = Field(8, ge=1, le=10_000, description="Most untimed requests per engine start while the "
+    warmup_max: int = Field(4, ge=1, le=10_000, description="Most untimed requests per engine start while the "
                                                             "decode rate has not settled (recorded as unsettled).")
     thinking: bool = Field(False, description="Let reasoning models think (off by default, via chat_template_kwargs).")
     request_timeout_s: float = Field(300.0, gt=0, le=86_400,
