@@ -35,7 +35,8 @@ from pydantic import BaseModel, Field
 from ..common.redact import redact_argv
 from .schema import Arm, Prompt, Workload
 
-__all__ = ["FINGERPRINT_SCHEME", "ArmFingerprint", "canonical_arm", "fingerprint_of", "fingerprint_differences", "flatten"]
+__all__ = ["FINGERPRINT_SCHEME", "ArmFingerprint", "canonical_arm", "fingerprint_of", "fingerprint_differences",
+           "flatten"]
 
 # 1: the first canonical form (this module). A change of what enters the canonical form bumps it, so two
 # fingerprints made by different bakeoffs never look equal by accident.
