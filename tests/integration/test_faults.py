@@ -60,7 +60,8 @@ def run_yaml(tmp_path: Path, text: str, recorder: Recorder | None = None) -> tup
     run = RunDir(tmp_path / "run")
     run.write_record(run_record(plan))
     records = run_plan(plan, run, recorder.events())
-    return run, {name: recs[-1] for name, recs in records.items()}, recorder
+    # the last attempt of each arm, as the JSON it is stored as
+    return run, {name: recs[-1].model_dump(mode="json", by_alias=True) for name, recs in records.items()}, recorder
 
 
 def assert_nothing_lost(run: RunDir, recorder: Recorder) -> list[Sample]:
@@ -88,7 +89,7 @@ arms:
     # request 1 is the warm-up: the second timed request dies after 5 tokens
     options: {fault: kill, fault_after_tokens: 5, fault_on_requests: [3], itl_ms: 1}
   - {name: next, engine: sim, model: sim}
-workload: {prompts: [prose], max_tokens: 16, reps: 3, warmup: 1}
+workload: {prompts: [prose], max_tokens: 16, reps: 3, warmup: 1, warmup_settle: null}
 """)
     samples = assert_nothing_lost(run, rec)
     killed = by_arm(samples, "killed")
@@ -110,7 +111,7 @@ arms:
      options: {fault: kill, fault_after_tokens: 2, fault_on_requests: [2]}}
   - {name: long, engine: sim, model: sim, workload: {max_tokens: 12},
      options: {fault: kill, fault_after_tokens: 2, fault_on_requests: [2]}}
-workload: {prompts: [prose], max_tokens: 16, reps: 2, warmup: 1}
+workload: {prompts: [prose], max_tokens: 16, reps: 2, warmup: 1, warmup_settle: null}
 """)
     samples = assert_nothing_lost(run, rec)
     first, second = run.read_record().to_json()["orders"][0]
@@ -135,7 +136,7 @@ def test_a_stall_longer_than_the_timeout_is_an_error_sample_and_the_engine_is_st
 arms:
   - {name: stalls, engine: sim, model: sim, options: {fault: stall, fault_after_tokens: 4, fault_on_requests: [3]}}
   - {name: fine, engine: sim, model: sim, options: {itl_ms: 1}}
-workload: {prompts: [prose], max_tokens: 16, reps: 3, warmup: 1, request_timeout_s: 1.5}
+workload: {prompts: [prose], max_tokens: 16, reps: 3, warmup: 1, warmup_settle: null, request_timeout_s: 1.5}
 """, rec)
     samples = assert_nothing_lost(run, rec)
     stalls = by_arm(samples, "stalls")
@@ -161,7 +162,7 @@ arms:
   - {name: http500, engine: sim, model: sim, options: {fault: http, http_status: 500, fault_on_requests: [2]}}
   - {name: http503, engine: sim, model: sim, options: {fault: http, http_status: 503, fault_on_requests: [2]}}
   - {name: reset, engine: sim, model: sim, options: {fault: reset, fault_after_tokens: 3, fault_on_requests: [2]}}
-workload: {prompts: [prose], max_tokens: 16, reps: 2, warmup: 1}
+workload: {prompts: [prose], max_tokens: 16, reps: 2, warmup: 1, warmup_settle: null}
 """)
     samples = assert_nothing_lost(run, rec)
     assert len(samples) == 16
@@ -270,7 +271,7 @@ name: interrupted
 arms:
   - {name: a, engine: sim, model: sim, options: {itl_ms: 15}}
   - {name: b, engine: sim, model: sim, options: {itl_ms: 15, tokens_per_event: 2}}
-workload: {prompts: [prose], max_tokens: 16, reps: 5, warmup: 1}
+workload: {prompts: [prose], max_tokens: 16, reps: 5, warmup: 1, warmup_settle: null}
 """
 
 
@@ -431,7 +432,7 @@ def test_an_engine_left_by_a_dead_bakeoff_is_stopped_by_the_next_run(tmp_path: P
              "bakeoff_pid": dead.pid, "bakeoff_start": 12345, "arm_dir": str(tmp_path / "old-run/arms/a")}))
         cfg = tmp_path / "b.yaml"
         cfg.write_text("arms:\n  - {name: a, engine: sim, model: sim, options: {itl_ms: 2}}\n"
-                       "workload: {prompts: [prose], max_tokens: 8, reps: 1, warmup: 1}\n")
+                       "workload: {prompts: [prose], max_tokens: 8, reps: 1, warmup: 1, warmup_settle: null}\n")
         done = subprocess.run([*_bakeoff(), "run", str(cfg), "--out", str(tmp_path / "runs")], capture_output=True,
                               text=True, timeout=120, env={**os.environ, "COLUMNS": "250"})
         assert done.returncode == 0, done.stdout
@@ -531,7 +532,7 @@ def test_the_api_key_is_used_but_never_written_anywhere(tmp_path: Path, monkeypa
     run, _records, rec = run_yaml(tmp_path, """\
 arms:
   - {name: keyed, engine: sim, model: sim, api_key_env: BAKEOFF_SIM_KEY, options: {require_api_key: true}}
-workload: {prompts: [prose], max_tokens: 8, reps: 2, warmup: 1}
+workload: {prompts: [prose], max_tokens: 8, reps: 2, warmup: 1, warmup_settle: null}
 """)
     samples = assert_nothing_lost(run, rec)
     assert [s.status for s in samples] == ["ok", "ok"]  # the server refused requests without it
