@@ -60,7 +60,6 @@ if TYPE_CHECKING:  # the same names, for type checkers
     )
     from .engine.sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
     from .results.sample import Sample
-    from .run.selftest import run_cases
 
 # name -> the module (relative to bakeoff.core) that defines it
 _EXPORTS: dict[str, str] = {
@@ -120,7 +119,6 @@ _EXPORTS: dict[str, str] = {
     "cached_binary": "engine.sdist_build",
     "cpu_key": "engine.sdist_build",
     "Sample": "results.sample",
-    "run_cases": "run.selftest",
 }
 
 
@@ -199,7 +197,6 @@ __all__ = [
     "SelftestRow",
     "delta",
     "position_deltas",
-    "run_cases",
     "scrape",
     "smollm2_gguf",
 ]

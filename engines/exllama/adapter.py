@@ -287,7 +287,7 @@ def tabby_config(arm: Arm, options: ExllamaOptions, port: int, *, docker: bool =
     return config
 
 
-class ExllamaAdapter(EngineAdapter):
+class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
     name = "exllama"
     description = "ExLlamaV3 through TabbyAPI (EXL3 model directories), native checkout or docker"
     capabilities = Capabilities(
@@ -309,7 +309,6 @@ class ExllamaAdapter(EngineAdapter):
         thinking_field="chat_template_kwargs",
         build_options=("tabby_dir", "python", "docker_image"),
     )
-    Options = ExllamaOptions
     display_name = "TabbyAPI"
     startup_failures = STARTUP_FAILURES
 
@@ -335,7 +334,7 @@ class ExllamaAdapter(EngineAdapter):
         if arm.launch != "native":
             return []
         try:
-            self.tabby_main(self.options(arm))  # type: ignore[arg-type]
+            self.tabby_main(self.options(arm))
         except EngineUnavailable as exc:
             return [Missing(str(exc).split(". ")[0].removeprefix("exllama: "),
                             "clone TabbyAPI with exllamav3 and set options.tabby_dir (or $BAKEOFF_TABBY_DIR); "
@@ -344,7 +343,7 @@ class ExllamaAdapter(EngineAdapter):
 
     # -- preflight -----------------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:
-        options: ExllamaOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         spec, s = arm.speculative, arm.settings
         if arm.launch == "native":
             self.tabby_main(options)
@@ -381,7 +380,7 @@ class ExllamaAdapter(EngineAdapter):
 
     # -- launch --------------------------------------------------------------------------
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options: ExllamaOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         docker = arm.launch == "docker"
         config = tabby_config(arm, options, port, docker=docker)
         files = {"config.yml": "# written by bakeoff for arm " + arm.name + "\n"
@@ -455,7 +454,7 @@ class ExllamaAdapter(EngineAdapter):
         return cache_mode(arm.settings.kv_type) if name == "kv_type" and arm.settings.kv_type else None
 
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        options: ExllamaOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         # min_tokens is set by core to each request's own max_tokens (fixed_length_field): TabbyAPI rejects
         # min_tokens > max_tokens with a 500 (the untimed warm-up shortens max_tokens).
         fields: dict[str, Any] = {}

@@ -44,7 +44,7 @@ from bakeoff.core import (
     MethodKnobs,
     Missing,
     PreflightError,
-    SelftestRow,
+    SelftestCase,
     ServerStats,
     Workload,
     counter_delta,
@@ -149,7 +149,7 @@ def parse_acceptance_lines(log_text: str) -> list[dict[str, float]]:
     return out
 
 
-class LlamaCppAdapter(EngineAdapter):
+class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
     name = "llamacpp"
     description = "llama.cpp llama-server (GGUF), native process"
     capabilities = Capabilities(
@@ -170,7 +170,6 @@ class LlamaCppAdapter(EngineAdapter):
         build_options=("binary", "build_version"),
         setting_defaults={"parallel": 1},  # launch_spec passes -np 1 when parallel is unset
     )
-    Options = LlamaCppOptions
     display_name = "llama-server"
     startup_failures = STARTUP_FAILURES
 
@@ -225,17 +224,18 @@ class LlamaCppAdapter(EngineAdapter):
 
         return str(build_llama_server(log=log, backend=backend))
 
-    def selftest(self, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
+    def selftest_cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
         """Every mapped method on tiny synthesized models, through the installed llama-server."""
-        from .selftest import run_selftest
+        from .selftest import selftest_cases
 
-        return run_selftest(self, log, workdir)
+        self.find_binary(self.default_options())  # EngineUnavailable before synthesizing
+        return selftest_cases(self, log)
 
     def missing(self, arm: Arm) -> list[Missing]:
         if arm.launch != "native":
             return []
         try:
-            binary, source = self.binary_choice(self.options(arm))  # type: ignore[arg-type]
+            binary, source = self.binary_choice(self.options(arm))
         except EngineUnavailable:
             return [Missing("llama-server is not installed", "bakeoff engines install llamacpp")]
         if not binary.is_file():
@@ -249,7 +249,7 @@ class LlamaCppAdapter(EngineAdapter):
 
         spec = arm.speculative
         if arm.launch == "native":
-            binary = self.find_binary(self.options(arm))  # type: ignore[arg-type]
+            binary = self.find_binary(self.options(arm))
             if arm.settings.split:
                 modes = split_modes_of(binary)
                 if modes is not None and arm.settings.split not in modes:
@@ -280,7 +280,7 @@ class LlamaCppAdapter(EngineAdapter):
 
     # -- launch --------------------------------------------------------------------------
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options: LlamaCppOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         binary = self.find_binary(options)
         assert arm.model is not None
         s = arm.settings
@@ -311,7 +311,7 @@ class LlamaCppAdapter(EngineAdapter):
     def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
         """``launch: compose``: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is
         set and not 0), each model file bind-mounted read-only, published on 127.0.0.1:port only."""
-        options: LlamaCppOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         assert arm.model is not None
         mounts: dict[str, str] = {}  # host path -> path in the container
 
@@ -406,7 +406,7 @@ class LlamaCppAdapter(EngineAdapter):
                    "spec_types": spec_types, "model_path": engine_text(props.get("model_path")),
                    "build_info": eff.version}
         if arm.launch == "native" and not arm.attached:
-            eff.raw["binary"] = self.binary_record(self.options(arm))  # type: ignore[arg-type]
+            eff.raw["binary"] = self.binary_record(self.options(arm))
         return eff
 
     def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
@@ -424,7 +424,7 @@ class LlamaCppAdapter(EngineAdapter):
         if cpu_line:
             out.append(f"settings.gpu_layers {asked} asked, but llama-server runs on the CPU: {cpu_line}")
         elif arm.launch == "native":
-            backend = self.binary_record(self.options(arm)).get("backend")  # type: ignore[arg-type]
+            backend = self.binary_record(self.options(arm)).get("backend")
             if backend == "cpu":
                 out.append(f"settings.gpu_layers {asked} asked, but this llama-server is a CPU-only build")
         offload = OFFLOAD_RE.search(log_text)

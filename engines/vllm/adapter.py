@@ -189,7 +189,7 @@ def speculative_config(arm: Arm, resolve: Callable[[str], str], extra: dict[str,
     return cfg
 
 
-class VllmAdapter(EngineAdapter):
+class VllmAdapter(EngineAdapter[VllmOptions]):
     name = "vllm"
     description = "vLLM OpenAI server (safetensors/HF models), native interpreter or Docker"
     capabilities = Capabilities(
@@ -216,7 +216,6 @@ class VllmAdapter(EngineAdapter):
         thinking_field="chat_template_kwargs",
         build_options=("python", "binary", "venv_version", "docker_image"),
     )
-    Options = VllmOptions
     display_name = "vLLM"
     startup_failures = STARTUP_FAILURES
 
@@ -312,7 +311,7 @@ class VllmAdapter(EngineAdapter):
         out = []
         if arm.launch == "native":
             try:
-                prefix = self.launcher(self.options(arm))  # type: ignore[arg-type]
+                prefix = self.launcher(self.options(arm))
             except EngineUnavailable:
                 out.append(Missing("vLLM is not installed", "bakeoff engines install vllm"))
             else:
@@ -327,7 +326,7 @@ class VllmAdapter(EngineAdapter):
 
     # -- preflight -------------------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:
-        options: VllmOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         spec = arm.speculative
         if arm.model is None:
             raise PreflightError(f"arm {arm.name!r}: vLLM needs 'model' (a model directory, hub id or built-in)")
@@ -385,7 +384,7 @@ class VllmAdapter(EngineAdapter):
         return arm.model_copy(update={"options": {**arm.options, "served_model_name": name}})
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options: VllmOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         assert arm.model is not None
         model = self.model_ref(arm.model)
         draft = self.model_ref(arm.speculative.draft_model) if arm.speculative.draft_model else None

@@ -115,7 +115,7 @@ def test_methods_without_a_draft_file(method: str) -> None:
 def test_speculative_extra_may_not_repeat_a_mapped_key() -> None:
     a = arm(speculative={"method": "ngram", "n_max": 4}, options={"speculative_extra": {"num_speculative_tokens": 7}})
     with pytest.raises(ConfigError, match=r"speculative_extra\.num_speculative_tokens"):
-        speculative_config(a, str, adapter.options(a).speculative_extra)  # type: ignore[attr-defined]
+        speculative_config(a, str, adapter.options(a).speculative_extra)
 
 
 def test_launcher_order_python_then_binary_then_env_then_venv(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
@@ -132,7 +132,7 @@ def test_no_vllm_anywhere_is_unavailable_with_the_install_command(monkeypatch: p
     monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "empty"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EngineUnavailable, match="bakeoff engines install vllm"):
-        adapter.launcher(adapter.options(arm()))  # type: ignore[arg-type]
+        adapter.launcher(adapter.options(arm()))
 
 
 def test_arm_env_overrides_and_extra_args_come_last() -> None:

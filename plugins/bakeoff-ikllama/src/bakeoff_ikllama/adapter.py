@@ -154,7 +154,7 @@ def speculation_from_log(log_text: str) -> bool | None:
     return True if SPEC_ON in log_text else None
 
 
-class IkLlamaAdapter(EngineAdapter):
+class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
     name = "ikllama"
     description = "ik_llama.cpp llama-server (GGUF; fork of llama.cpp), native process"
     capabilities = Capabilities(
@@ -173,7 +173,6 @@ class IkLlamaAdapter(EngineAdapter):
         build_options=("binary", "build_version"),
         setting_defaults={"parallel": 1},  # launch_spec passes -np 1 when parallel is unset
     )
-    Options = IkLlamaOptions
     display_name = "ik_llama.cpp llama-server"
     startup_failures = STARTUP_FAILURES
 
@@ -205,7 +204,7 @@ class IkLlamaAdapter(EngineAdapter):
         if arm.launch != "native":
             return []
         try:
-            binary = self.find_binary(self.options(arm))  # type: ignore[arg-type]
+            binary = self.find_binary(self.options(arm))
         except EngineUnavailable:
             return [Missing("ik_llama.cpp's llama-server is not installed", "bakeoff engines install ikllama")]
         if not binary.is_file():
@@ -215,7 +214,7 @@ class IkLlamaAdapter(EngineAdapter):
 
     # -- preflight -----------------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:
-        options: IkLlamaOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         if arm.launch == "native":
             self.find_binary(options)
         if arm.model is None:
@@ -243,7 +242,7 @@ class IkLlamaAdapter(EngineAdapter):
 
     # -- launch --------------------------------------------------------------------------
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options: IkLlamaOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         binary = self.find_binary(options)
         assert arm.model is not None  # preflight refuses an arm without one
         s = arm.settings
@@ -313,7 +312,7 @@ class IkLlamaAdapter(EngineAdapter):
         if arm.attached:
             return None
         try:
-            binary = self.find_binary(self.options(arm))  # type: ignore[arg-type]
+            binary = self.find_binary(self.options(arm))
             return (binary.parent.parent / "VERSION").read_text().strip()
         except (OSError, EngineUnavailable):
             return None

@@ -197,7 +197,7 @@ def estimate_from_log(lines: list[dict[str, float | None]], completion_tokens: i
     return stats
 
 
-class SglangAdapter(EngineAdapter):
+class SglangAdapter(EngineAdapter[SglangOptions]):
     name = "sglang"
     description = "SGLang launch_server (Hugging Face models), native process or compose; plugin package"
     capabilities = Capabilities(
@@ -223,7 +223,6 @@ class SglangAdapter(EngineAdapter):
         thinking_field="chat_template_kwargs",
         build_options=("python", "image"),
     )
-    Options = SglangOptions
     display_name = "SGLang"
     startup_failures = STARTUP_FAILURES
 
@@ -240,7 +239,7 @@ class SglangAdapter(EngineAdapter):
                 "$BAKEOFF_SGLANG_PYTHON at it, or use launch: compose")
 
     def preflight(self, arm: Arm) -> None:
-        options: SglangOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         spec = arm.speculative
         if arm.model is None:
             raise PreflightError(f"arm {arm.name!r}: SGLang needs 'model' (a model directory or hub id)")
@@ -297,7 +296,7 @@ class SglangAdapter(EngineAdapter):
         return args + self.spec_args(arm, options, draft) + list(arm.extra_args)
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options: SglangOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         assert arm.model is not None
         model = _local_or_hub(arm.model)
         draft = _local_or_hub(arm.speculative.draft_model) if arm.speculative.draft_model else None
@@ -308,7 +307,7 @@ class SglangAdapter(EngineAdapter):
     def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
         """The pinned SGLang image on all GPUs; local models bind-mounted read-only, hub ids read from the
         Hugging Face cache mounted read-only (offline: the model must already be in it)."""
-        options: SglangOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         assert arm.model is not None
         mounts: dict[str, str] = {}
         hub = False
