@@ -83,6 +83,9 @@ CONFIG_KEYS = {"n_max": "num_speculative_tokens", "lookup_min": "prompt_lookup_m
                "lookup_max": "prompt_lookup_max"}
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# The engine's config line at startup: "speculative_config=SpeculativeConfig(method='ngram', model=None,
+# num_spec_tokens=4)" (None when off). The only place vLLM says how many tokens it drafts per step.
+SPEC_CONFIG_RE = re.compile(r"speculative_config=SpeculativeConfig\((?P<body>[^)]*)\)")
 
 SPEC = "vllm:spec_decode_num_"
 M_DRAFTS, M_DRAFT_TOKENS = f"{SPEC}drafts_total", f"{SPEC}draft_tokens_total"
@@ -450,7 +453,13 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
                    "spec_decode_metrics": has_spec}
         eff.context_tokens, eff.speculative = max_len, has_spec  # spec-decode counters exist only when it runs
         eff.sources = {"context_tokens": ("/v1/models", "max_model_len"),
-                       "speculative": ("/metrics", "vllm:spec_decode_* counters")}
+                       "speculative": ("/metrics", "vllm:spec_decode_* counters"),
+                       "n_max": ("the startup log", "speculative_config num_spec_tokens")}
+        config = SPEC_CONFIG_RE.search(log.text())
+        if config:
+            tokens = re.search(r"num_spec_tokens=(\d+)", config["body"])
+            eff.n_max = int(tokens[1]) if tokens else None
+            eff.raw["speculative_config"] = config["body"]
         return eff
 
     # -- requests --------------------------------------------------------------------------

@@ -269,6 +269,18 @@ def test_effective_settings_from_models_version_and_metrics() -> None:
     assert any("speculation is off" in m for m in off.mismatches)
 
 
+def test_n_max_is_read_from_the_startup_config_line() -> None:
+    http = server({"/v1/models": (FIX / "v1_models.json").read_text(), "/version": (FIX / "version.json").read_text(),
+                   "/metrics": (FIX / "metrics_ngram_idle.txt").read_text()})
+    log = EngineLog((FIX / "startup_ok_ngram.log").read_text())  # launched with num_speculative_tokens 4
+    same = read_effective(adapter, http, arm(settings={"ctx": 2048}, speculative={"method": "ngram", "n_max": 4}), log)
+    assert same.n_max == 4 and same.mismatches == []
+    assert same.raw["speculative_config"] == "method='ngram', model=None, num_spec_tokens=4"
+    other = read_effective(adapter, http, arm(settings={"ctx": 2048}, speculative={"method": "ngram", "n_max": 6}), log)
+    assert other.mismatches == ["asked speculative.n_max 6, the startup log says speculative_config num_spec_tokens 4"]
+    assert read_effective(adapter, http, arm(speculative={"method": "ngram", "n_max": 4})).n_max is None  # no log
+
+
 def test_speculation_asked_but_no_counters_is_a_mismatch() -> None:
     no_spec = "\n".join(line for line in (FIX / "metrics_ngram_idle.txt").read_text().splitlines()
                         if "spec_decode" not in line) + "\n"
