@@ -97,6 +97,13 @@ M_DRAFTS, M_ACCEPTED = "llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_d
 # One counter per draft position (n_max of them), added when a request ends; the server has it once any
 # request has drafted. Not in the response's timings and, at the default verbosity, not in the log.
 M_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+# Where llama-server says how many tokens it drafts per step (b11434: /slots and /props do not; their
+# "speculative.n_max" field is compiled out). DFlash and DSpark log it at startup, then a warning when the
+# draft's trained block size clamps it (common/speculative.cpp); after any draft, /metrics has one
+# per-position counter per draft token (the running n_max, clamp included). Other methods log it only at
+# trace verbosity.
+N_MAX_LOG_RE = re.compile(r"common_speculative_impl_\w+: - n_max=(\d+)")
+N_MAX_CLAMP_RE = re.compile(r"exceeds the trained block size \d+ -- clamping to (\d+)")
 NO_OWN_METRICS = "concurrent streams share /metrics, so draft steps and per-position counts are not per request"
 # A CPU-only build (or a GPU build without a usable GPU) says so once at startup and then runs on the CPU.
 CPU_ONLY_LINES = ("no usable GPU found", "--gpu-layers option will be ignored", "not compiled with GPU offload support")
@@ -405,9 +412,28 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         eff.raw = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
                    "spec_types": spec_types, "model_path": engine_text(props.get("model_path")),
                    "build_info": eff.version}
+        if speculative:
+            self._read_n_max(http, log.text(), eff)
         if arm.launch == "native" and not arm.attached:
             eff.raw["binary"] = self.binary_record(self.options(arm))
         return eff
+
+    def _read_n_max(self, http: httpx.Client, log_text: str, eff: Effective) -> None:
+        """The draft size the server runs with: its startup log (clamp included), else the number of
+        per-position counters once it has drafted."""
+        clamped = N_MAX_CLAMP_RE.findall(log_text)
+        logged = clamped or N_MAX_LOG_RE.findall(log_text)
+        if logged:
+            eff.n_max = max(int(n) for n in logged)
+            eff.sources["n_max"] = ("the startup log", "n_max")
+            if clamped:
+                eff.notes["n_max"] = "clamped to the draft model's trained block size"
+        else:
+            positions = {dict(labels).get("position") for name, labels in scrape(http) or {} if name == M_PER_POS}
+            if positions:
+                eff.n_max = len(positions)
+                eff.sources["n_max"] = ("/metrics", "draft positions (spec_decode_num_accepted_tokens_per_pos_total)")
+        eff.raw["n_max"] = eff.n_max
 
     def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
         """The ``--spec-type`` /slots lists (its KV type is not read back)."""
