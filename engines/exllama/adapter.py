@@ -232,9 +232,8 @@ def _round_up(value: int, step: int = 256) -> int:
 
 def tabby_config(arm: Arm, options: ExllamaOptions, port: int, *, docker: bool = False) -> dict[str, Any]:
     """The config.yml content for an arm (pure; paths are container paths under docker)."""
-    assert arm.model is not None
     s, spec = arm.settings, arm.speculative
-    model = resolve_model(arm.model)
+    model = resolve_model(arm.launched_model)
     model_section: dict[str, Any] = {
         "model_dir": CONTAINER_MODELS if docker else str(model.parent),
         "model_name": model.name,
@@ -347,9 +346,7 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
         spec, s = arm.speculative, arm.settings
         if arm.launch == "native":
             self.tabby_main(options)
-        if arm.model is None:
-            raise PreflightError(f"arm {arm.name!r}: exllama needs 'model' (an EXL3 model directory)")
-        model = _model_dir(arm.model, "model", arm)
+        model = _model_dir(arm.launched_model, "model", arm)
         target = _read_config(model)
         if spec.method == "mtp":
             declared = [target[k] for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
@@ -395,8 +392,7 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
 
     def docker_argv(self, arm: Arm, options: ExllamaOptions, port: int, workdir: Path) -> list[str]:
         """``docker run`` for the TabbyAPI image: loopback port, models read-only, our config.yml."""
-        assert arm.model is not None
-        model = resolve_model(arm.model)
+        model = resolve_model(arm.launched_model)
         name = f"bakeoff-{arm.name}-{port}".replace("+", "-")
         argv = ["docker", "run", "--rm", "--name", name, "--gpus", "all", "--shm-size", "8g",
                 "-p", f"{arm.settings.host}:{port}:{CONTAINER_PORT}",

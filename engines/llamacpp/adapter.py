@@ -262,9 +262,7 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
                 if modes is not None and arm.settings.split not in modes:
                     raise PreflightError(f"arm {arm.name!r}: settings.split {arm.settings.split!r} is not a split mode "
                                          f"of {binary} (it has: {', '.join(modes)})")
-        if arm.model is None:
-            raise PreflightError(f"arm {arm.name!r}: llama.cpp needs 'model' (a GGUF file)")
-        model = resolve_model(arm.model)
+        model = resolve_model(arm.launched_model)
         try:
             target = read_gguf_facts(model)
             draft = read_gguf_facts(resolve_model(spec.draft_model)) if spec.draft_model else None
@@ -289,9 +287,8 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         options = self.options(arm)
         binary = self.find_binary(options)
-        assert arm.model is not None
         s = arm.settings
-        argv = [str(binary), "-m", str(resolve_model(arm.model)), "--host", s.host, "--port", str(port),
+        argv = [str(binary), "-m", str(resolve_model(arm.launched_model)), "--host", s.host, "--port", str(port),
                 "--metrics", "--no-webui", "-np", str(s.parallel or 1)]
         argv += self._setting_flags(arm, options)
         argv += self.spec_args(arm, options)
@@ -319,14 +316,13 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         """``launch: compose``: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is
         set and not 0), each model file bind-mounted read-only, published on 127.0.0.1:port only."""
         options = self.options(arm)
-        assert arm.model is not None
         mounts: dict[str, str] = {}  # host path -> path in the container
 
         def place(model: str) -> str:
             host = str(resolve_model(model).resolve())
             return mounts.setdefault(host, f"/models/{len(mounts)}/{Path(host).name}")
 
-        command = ["-m", place(arm.model), "--host", "0.0.0.0", "--port", str(COMPOSE_PORT),
+        command = ["-m", place(arm.launched_model), "--host", "0.0.0.0", "--port", str(COMPOSE_PORT),
                    "--metrics", "--no-webui", "-np", str(arm.settings.parallel or 1)]
         command += self._setting_flags(arm, options)
         if arm.speculative.draft_model:

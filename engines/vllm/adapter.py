@@ -301,12 +301,12 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
                           f"({', '.join(BUILTIN_MODELS)})")
 
     def served_name(self, arm: Arm, options: VllmOptions) -> str:
-        assert arm.model is not None
+        model = arm.launched_model
         if options.served_model_name:
             return options.served_model_name
-        if arm.model in BUILTIN_MODELS or not Path(arm.model).expanduser().exists():
-            return arm.model
-        return Path(arm.model).expanduser().resolve().name
+        if model in BUILTIN_MODELS or not Path(model).expanduser().exists():
+            return model
+        return Path(model).expanduser().resolve().name
 
     def missing(self, arm: Arm) -> list[Missing]:
         from .install import converted_dir, is_converted
@@ -331,8 +331,6 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
     def preflight(self, arm: Arm) -> None:
         options = self.options(arm)
         spec = arm.speculative
-        if arm.model is None:
-            raise PreflightError(f"arm {arm.name!r}: vLLM needs 'model' (a model directory, hub id or built-in)")
         python = None
         if arm.launch == "native":
             python = self._python(options)  # raises EngineUnavailable when vLLM is nowhere
@@ -345,7 +343,7 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
             raise PreflightError(f"arm {arm.name!r}: suffix decoding needs arctic-inference in "
                                  f"{python.parent.parent} (`{python.parent / 'pip'} install arctic-inference`, "
                                  "builds in ~100 s)")
-        self.model_ref(arm.model, convert_with=python)
+        self.model_ref(arm.launched_model, convert_with=python)
         if spec.draft_model:
             self.model_ref(spec.draft_model, convert_with=python)
         speculative_config(arm, lambda m: m, options.speculative_extra)
@@ -388,8 +386,7 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         options = self.options(arm)
-        assert arm.model is not None
-        model = self.model_ref(arm.model)
+        model = self.model_ref(arm.launched_model)
         draft = self.model_ref(arm.speculative.draft_model) if arm.speculative.draft_model else None
         local = all(Path(ref).is_absolute() for ref in (model, draft) if ref)
         if arm.launch == "docker":

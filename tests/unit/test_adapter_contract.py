@@ -94,3 +94,17 @@ def test_a_plugin_authors_imports_load_no_numpy_matplotlib_or_run_loop() -> None
 
 def test_the_probe_sees_a_heavy_import() -> None:
     assert "numpy" in _loaded_after("import numpy")
+
+
+def test_a_launched_arm_needs_a_model_is_said_once_in_core(tmp_path: Path) -> None:
+    from bakeoff.core import ConfigError
+
+    binary = tmp_path / "llama-server"
+    binary.write_text("")
+    arm = Arm(name="a", engine="llamacpp", model="m.gguf", options={"binary": str(binary)})
+    assert arm.launched_model == "m.gguf"
+    bare = arm.model_copy(update={"model": None})  # a copy skips the schema's model-or-url check
+    with pytest.raises(ConfigError, match="arm 'a': launching an engine needs 'model'"):
+        LlamaCppAdapter().launch_spec(bare, 1, tmp_path)
+    sources = [*ROOT.glob("engines/*/adapter.py"), *ROOT.glob("plugins/*/src/*/adapter.py")]
+    assert not [p.name for p in sources if "arm.model is None" in p.read_text()]

@@ -217,9 +217,7 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
         options = self.options(arm)
         if arm.launch == "native":
             self.find_binary(options)
-        if arm.model is None:
-            raise PreflightError(f"arm {arm.name!r}: ik_llama.cpp needs 'model' (a GGUF file)")
-        model = resolve_model(arm.model)
+        model = resolve_model(arm.launched_model)
         spec, who = arm.speculative, f"arm {arm.name!r}"
         variant = spec.variant or "mod"
         if options.split_mode and arm.settings.split:
@@ -244,11 +242,10 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         options = self.options(arm)
         binary = self.find_binary(options)
-        assert arm.model is not None  # preflight refuses an arm without one
         s = arm.settings
         # --jinja: the GGUF's own chat template, as llama.cpp applies it by default; without it the fork uses a
         # built-in template (for SmolLM2: no default system prompt, 21 prompt tokens fewer than llama.cpp)
-        argv = [str(binary), "-m", str(resolve_model(arm.model)), "--host", s.host, "--port", str(port),
+        argv = [str(binary), "-m", str(resolve_model(arm.launched_model)), "--host", s.host, "--port", str(port),
                 "--metrics", "--jinja", "-np", str(s.parallel or 1)]
         argv += cli_flags([
             ("-c", s.ctx), ("-t", s.threads), ("-ngl", s.gpu_layers), ("-sm", s.split),

@@ -241,8 +241,6 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
     def preflight(self, arm: Arm) -> None:
         options = self.options(arm)
         spec = arm.speculative
-        if arm.model is None:
-            raise PreflightError(f"arm {arm.name!r}: SGLang needs 'model' (a model directory or hub id)")
         if options.eagle_topk is not None and spec.method not in CHAIN_METHODS:
             raise PreflightError(f"arm {arm.name!r}: options.eagle_topk applies to {', '.join(CHAIN_METHODS)} only")
         if spec.method in CHAIN_METHODS and spec.n_max is None and (options.eagle_topk or options.num_draft_tokens):
@@ -297,8 +295,7 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         options = self.options(arm)
-        assert arm.model is not None
-        model = _local_or_hub(arm.model)
+        model = _local_or_hub(arm.launched_model)
         draft = _local_or_hub(arm.speculative.draft_model) if arm.speculative.draft_model else None
         argv = [self.python(options), "-m", "sglang.launch_server",
                 *self.server_args(arm, options, model, draft, arm.settings.host, port)]
@@ -308,7 +305,6 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
         """The pinned SGLang image on all GPUs; local models bind-mounted read-only, hub ids read from the
         Hugging Face cache mounted read-only (offline: the model must already be in it)."""
         options = self.options(arm)
-        assert arm.model is not None
         mounts: dict[str, str] = {}
         hub = False
 
@@ -321,7 +317,7 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
             host = str(path.resolve())
             return mounts.setdefault(host, f"/models/{len(mounts)}/{path.name}")
 
-        model = place(arm.model)
+        model = place(arm.launched_model)
         draft = place(arm.speculative.draft_model) if arm.speculative.draft_model else None
         env = dict(arm.env)
         volumes = [{"type": "bind", "source": h, "target": t, "read_only": True} for h, t in mounts.items()]
