@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         read_effective,
     )
     from .engine.client import bounded_get
+    from .engine.container import Mounts, compose_service_spec, docker_run
     from .engine.effective import compare_effective
     from .engine.metrics import MetricKey, delta, scrape
     from .engine.models import BUILTIN_MODELS, cache_root, resolve_model, smollm2_gguf
@@ -96,6 +97,9 @@ _EXPORTS: dict[str, str] = {
     "openai_model_id": "engine.adapter",
     "read_effective": "engine.adapter",
     "bounded_get": "engine.client",
+    "Mounts": "engine.container",
+    "compose_service_spec": "engine.container",
+    "docker_run": "engine.container",
     "compare_effective": "engine.effective",
     "MetricKey": "engine.metrics",
     "delta": "engine.metrics",
@@ -199,4 +203,8 @@ __all__ = [
     "position_deltas",
     "scrape",
     "smollm2_gguf",
+    # container plumbing for launch: docker and launch: compose (core/engine/container.py)
+    "Mounts",
+    "compose_service_spec",
+    "docker_run",
 ]

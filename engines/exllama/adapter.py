@@ -59,6 +59,7 @@ from bakeoff.core import (
     PreflightError,
     ServerStats,
     Workload,
+    docker_run,
     engine_count,
     engine_object,
     engine_text,
@@ -394,16 +395,13 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
         """``docker run`` for the TabbyAPI image: loopback port, models read-only, our config.yml."""
         model = resolve_model(arm.launched_model)
         name = f"bakeoff-{arm.name}-{port}".replace("+", "-")
-        argv = ["docker", "run", "--rm", "--name", name, "--gpus", "all", "--shm-size", "8g",
-                "-p", f"{arm.settings.host}:{port}:{CONTAINER_PORT}",
-                "-e", "TABBY_LOG_CONSOLE_WIDTH=100000", "-e", "PYTHONUNBUFFERED=1",
-                "-v", f"{model.parent}:{CONTAINER_MODELS}:ro",
-                "-v", f"{workdir / 'config.yml'}:/app/config.yml:ro"]
+        volumes = [(str(model.parent), CONTAINER_MODELS, True), (str(workdir / "config.yml"), "/app/config.yml", True)]
         if arm.speculative.draft_model:
-            argv += ["-v", f"{resolve_model(arm.speculative.draft_model).parent}:{CONTAINER_DRAFTS}:ro"]
-        for key in arm.env:  # docker copies the value from its own environment (launch_spec's env):
-            argv += ["-e", key]  # values never reach argv, argv.txt or `ps`
-        return [*argv, options.docker_image, "main.py", *arm.extra_args]
+            volumes.append((str(resolve_model(arm.speculative.draft_model).parent), CONTAINER_DRAFTS, True))
+        return docker_run(name, options.docker_image, arm.settings.host, port, CONTAINER_PORT, volumes=volumes,
+                          env_names=arm.env, command=["main.py", *arm.extra_args],
+                          flags=["--gpus", "all", "--shm-size", "8g",
+                                 "-e", "TABBY_LOG_CONSOLE_WIDTH=100000", "-e", "PYTHONUNBUFFERED=1"])
 
     # -- startup -------------------------------------------------------------------------
     def is_ready(self, response: httpx.Response) -> bool:

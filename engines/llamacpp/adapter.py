@@ -43,10 +43,12 @@ from bakeoff.core import (
     LaunchSpec,
     MethodKnobs,
     Missing,
+    Mounts,
     PreflightError,
     SelftestCase,
     ServerStats,
     Workload,
+    compose_service_spec,
     counter_delta,
     engine_count,
     engine_rate,
@@ -316,36 +318,18 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         """``launch: compose``: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is
         set and not 0), each model file bind-mounted read-only, published on 127.0.0.1:port only."""
         options = self.options(arm)
-        mounts: dict[str, str] = {}  # host path -> path in the container
-
-        def place(model: str) -> str:
-            host = str(resolve_model(model).resolve())
-            return mounts.setdefault(host, f"/models/{len(mounts)}/{Path(host).name}")
-
-        command = ["-m", place(arm.launched_model), "--host", "0.0.0.0", "--port", str(COMPOSE_PORT),
-                   "--metrics", "--no-webui", "-np", str(arm.settings.parallel or 1)]
+        mounts = Mounts()
+        command = ["-m", mounts.place(resolve_model(arm.launched_model)), "--host", "0.0.0.0",
+                   "--port", str(COMPOSE_PORT), "--metrics", "--no-webui", "-np", str(arm.settings.parallel or 1)]
         command += self._setting_flags(arm, options)
         if arm.speculative.draft_model:
-            place(arm.speculative.draft_model)
-        command += [mounts.get(str(Path(a).resolve()), a) if a.startswith("/") else a
-                    for a in self.spec_args(arm, options)]
-        command += arm.extra_args
+            mounts.place(resolve_model(arm.speculative.draft_model))
+        command += [mounts.inside(a) for a in self.spec_args(arm, options)] + arm.extra_args
         gpu = arm.settings.gpu_layers not in (None, 0)
-        service: dict[str, Any] = {
-            "image": COMPOSE_IMAGE_CUDA if gpu else COMPOSE_IMAGE_CPU,
-            "command": command,
-            "ports": [{"target": COMPOSE_PORT, "published": str(port), "host_ip": "127.0.0.1", "protocol": "tcp"}],
-            "volumes": [{"type": "bind", "source": host, "target": target, "read_only": True}
-                        for host, target in mounts.items()],
-            "environment": dict(arm.env),
-            # the image ships curl; /health answers 503 until the model is loaded
-            "healthcheck": {"test": ["CMD", "curl", "-fsS", f"http://127.0.0.1:{COMPOSE_PORT}/health"],
-                            "interval": "10s", "timeout": "5s", "retries": 3},
-        }
-        if gpu:
-            service["deploy"] = {"resources": {"reservations": {"devices": [
-                {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}
-        return service
+        # the image ships curl; /health answers 503 until the model is loaded
+        health = ["CMD", "curl", "-fsS", f"http://127.0.0.1:{COMPOSE_PORT}/health"]
+        return compose_service_spec(COMPOSE_IMAGE_CUDA if gpu else COMPOSE_IMAGE_CPU, command, port, COMPOSE_PORT,
+                                    health, mounts=mounts, env=arm.env, gpus=gpu)
 
     def spec_type(self, arm: Arm) -> str:
         """The ``--spec-type`` of an arm: ``draft-simple``, ``ngram-mod`` (the default n-gram variant), …"""

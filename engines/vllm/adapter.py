@@ -55,6 +55,7 @@ from bakeoff.core import (
     ServerStats,
     counter_delta,
     delta,
+    docker_run,
     engine_count,
     engine_object,
     engine_rate,
@@ -410,20 +411,14 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         model_path = in_container(model)
         flags = self.server_flags(arm, options, lambda m: in_container(self.model_ref(m)))
         env = self.launch_env(arm, options, local)
-        host = arm.settings.host
         container = f"bakeoff-{arm.name}-{port}"
-        argv = ["docker", "run", "--rm", "--name", container, "--ipc=host",
-                "-p", f"{host}:{port}:8000"]
-        if options.docker_gpus:
-            argv += ["--gpus", options.docker_gpus]
-        for src, dst in mounts.items():
-            argv += ["-v", f"{src}:{dst}:ro"]
+        volumes = [(src, dst, True) for src, dst in mounts.items()]
         if not local:
-            hub = Path.home() / ".cache" / "huggingface"
-            argv += ["-v", f"{hub}:/root/.cache/huggingface"]
-        for key in sorted(env):
-            argv += ["-e", key]  # values travel in the environment, never in argv (argv.txt is stored)
-        argv += [options.docker_image, model_path, "--host", "0.0.0.0", "--port", "8000", *flags]
+            volumes.append((str(Path.home() / ".cache" / "huggingface"), "/root/.cache/huggingface", False))
+        argv = docker_run(container, options.docker_image, arm.settings.host, port, 8000, volumes=volumes,
+                          env_names=sorted(env),
+                          flags=["--ipc=host", *(["--gpus", options.docker_gpus] if options.docker_gpus else [])],
+                          command=[model_path, "--host", "0.0.0.0", "--port", "8000", *flags])
         return LaunchSpec(argv=argv, env=env, ready_path="/health", container=container)
 
     # -- startup ---------------------------------------------------------------------------

@@ -108,3 +108,22 @@ def test_a_launched_arm_needs_a_model_is_said_once_in_core(tmp_path: Path) -> No
         LlamaCppAdapter().launch_spec(bare, 1, tmp_path)
     sources = [*ROOT.glob("engines/*/adapter.py"), *ROOT.glob("plugins/*/src/*/adapter.py")]
     assert not [p.name for p in sources if "arm.model is None" in p.read_text()]
+
+
+def test_container_plumbing_mounts_read_only_and_passes_environment_by_name(tmp_path: Path) -> None:
+    from bakeoff.core import Mounts, compose_service_spec, docker_run
+
+    model = tmp_path / "m.gguf"
+    model.write_text("")
+    mounts = Mounts()
+    assert mounts.place(model) == mounts.place(str(model)) == "/models/0/m.gguf"
+    assert mounts.inside(str(model)) == "/models/0/m.gguf" and mounts.inside("--flag") == "--flag"
+    service = compose_service_spec("img@sha256:x", ["serve"], 18000, 8080, ["CMD", "true"], mounts=mounts,
+                                   env={"K": "v"}, gpus=True)
+    assert service["volumes"] == [{"type": "bind", "source": str(model), "target": "/models/0/m.gguf",
+                                   "read_only": True}]
+    assert service["ports"][0]["host_ip"] == "127.0.0.1" and "deploy" in service
+    argv = docker_run("c", "img", "127.0.0.1", 18000, 8000, volumes=[(str(model), "/m", True)],
+                      env_names=["SECRET"], command=["serve"])
+    assert argv == ["docker", "run", "--rm", "--name", "c", "-p", "127.0.0.1:18000:8000",
+                    "-v", f"{model}:/m:ro", "-e", "SECRET", "img", "serve"]

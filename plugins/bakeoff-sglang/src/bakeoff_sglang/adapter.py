@@ -43,8 +43,10 @@ from bakeoff.core import (
     EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
+    Mounts,
     PreflightError,
     ServerStats,
+    compose_service_spec,
     engine_count,
     engine_object,
     engine_rate,
@@ -305,41 +307,32 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
         """The pinned SGLang image on all GPUs; local models bind-mounted read-only, hub ids read from the
         Hugging Face cache mounted read-only (offline: the model must already be in it)."""
         options = self.options(arm)
-        mounts: dict[str, str] = {}
+        mounts = Mounts()
         hub = False
 
         def place(model: str) -> str:
             nonlocal hub
-            path = Path(model).expanduser()
-            if not path.exists():
+            if not Path(model).expanduser().exists():
                 hub = True
                 return model
-            host = str(path.resolve())
-            return mounts.setdefault(host, f"/models/{len(mounts)}/{path.name}")
+            return mounts.place(model)
 
         model = place(arm.launched_model)
         draft = place(arm.speculative.draft_model) if arm.speculative.draft_model else None
         env = dict(arm.env)
-        volumes = [{"type": "bind", "source": h, "target": t, "read_only": True} for h, t in mounts.items()]
+        service = compose_service_spec(
+            options.image, ["python3", "-m", "sglang.launch_server",
+                            *self.server_args(arm, options, model, draft, "0.0.0.0", CONTAINER_PORT)],
+            port, CONTAINER_PORT, ["CMD", "python3", "-c", f"import urllib.request; urllib.request.urlopen("
+                                   f"'http://127.0.0.1:{CONTAINER_PORT}/health', timeout=4)"],
+            mounts=mounts, env=env, gpus=True, shm_size="16gb")
         if hub:
             cache = options.hf_cache or os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
-            volumes.append({"type": "bind", "source": str(Path(cache).expanduser()),
-                            "target": "/root/.cache/huggingface", "read_only": True})
+            service["volumes"].append({"type": "bind", "source": str(Path(cache).expanduser()),
+                                       "target": "/root/.cache/huggingface", "read_only": True})
             env.setdefault("HF_HUB_OFFLINE", "1")
-        probe = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{CONTAINER_PORT}/health', timeout=4)"
-        return {
-            "image": options.image,
-            "command": ["python3", "-m", "sglang.launch_server",
-                        *self.server_args(arm, options, model, draft, "0.0.0.0", CONTAINER_PORT)],
-            "ports": [{"target": CONTAINER_PORT, "published": str(port), "host_ip": "127.0.0.1", "protocol": "tcp"}],
-            "volumes": volumes,
-            "environment": env,
-            "shm_size": "16gb",
-            "healthcheck": {"test": ["CMD", "python3", "-c", probe], "interval": "10s", "timeout": "5s",
-                            "retries": 3},
-            "deploy": {"resources": {"reservations": {"devices": [
-                {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}},
-        }
+            service["environment"] = env
+        return service
 
     # -- startup -----------------------------------------------------------------------
 
