@@ -105,6 +105,7 @@ M_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
 # per-position counter per draft token (the running n_max, clamp included). Other methods log it only at
 # trace verbosity.
 N_MAX_LOG_RE = re.compile(r"common_speculative_impl_\w+: - n_max=(\d+)")
+PROBE_TOKENS = 8  # the read-back's one request: enough for a draft step, short enough to cost well under a second
 N_MAX_CLAMP_RE = re.compile(r"exceeds the trained block size \d+ -- clamping to (\d+)")
 NO_OWN_METRICS = "concurrent streams share /metrics, so draft steps and per-position counts are not per request"
 # A CPU-only build (or a GPU build without a usable GPU) says so once at startup and then runs on the CPU.
@@ -443,13 +444,14 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         return out
 
     def _slot_after_probe(self, http: httpx.Client, problems: list[str]) -> dict[str, Any] | None:
-        """Slot 0 after a one-token request: a fresh slot shows no params, and its ``speculative.types``
-        are what the server really speculates with (the only place they are reported)."""
+        """Slot 0 after a short request: a fresh slot shows no params, and its ``speculative.types`` are what
+        the server really speculates with (the only place they are reported). A few tokens, so a draft method
+        drafts once and /metrics gets its per-position counters (n_max of them)."""
         try:
-            http.post("/completion", json={"prompt": "Hi", "n_predict": 1, "cache_prompt": False},
-                      timeout=60).raise_for_status()
+            http.post("/completion", json={"prompt": "Count from one to ten:", "n_predict": PROBE_TOKENS,
+                                           "cache_prompt": False}, timeout=60).raise_for_status()
         except httpx.HTTPError as exc:
-            problems.append(f"could not read the speculative types: a one-token /completion failed: "
+            problems.append(f"could not read the speculative types: a {PROBE_TOKENS}-token /completion failed: "
                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
             return None
         slots = get_json(http, "/slots", list, problems)

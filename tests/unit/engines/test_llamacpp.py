@@ -320,10 +320,10 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
 
     http = httpx.Client(transport=httpx.MockTransport(handle), base_url="http://x")
     eff = read_effective(adapter, http, a)
-    assert probed == [1] and eff.raw["spec_types"] == "none,draft-simple" and eff.mismatches == []
+    assert probed == [8] and eff.raw["spec_types"] == "none,draft-simple" and eff.mismatches == []
     eff = read_effective(adapter, _routes({"/props": props, "/slots": fresh}), a)  # the probe fails: said so
     assert eff.raw["spec_types"] is None
-    assert eff.mismatches[0].startswith("could not read the speculative types: a one-token /completion failed")
+    assert eff.mismatches[0].startswith("could not read the speculative types: a 8-token /completion failed")
 
 
 def test_n_max_is_read_back_where_llama_server_reports_it(tmp_path: Path) -> None:
