@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         read_effective,
     )
     from .engine.client import bounded_get
+    from .engine.container import Mounts, compose_service_spec, docker_run
     from .engine.effective import compare_effective
     from .engine.metrics import MetricKey, delta, scrape
     from .engine.models import BUILTIN_MODELS, cache_root, resolve_model, smollm2_gguf
@@ -60,7 +61,6 @@ if TYPE_CHECKING:  # the same names, for type checkers
     )
     from .engine.sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
     from .results.sample import Sample
-    from .run.selftest import run_cases
 
 # name -> the module (relative to bakeoff.core) that defines it
 _EXPORTS: dict[str, str] = {
@@ -97,6 +97,9 @@ _EXPORTS: dict[str, str] = {
     "openai_model_id": "engine.adapter",
     "read_effective": "engine.adapter",
     "bounded_get": "engine.client",
+    "Mounts": "engine.container",
+    "compose_service_spec": "engine.container",
+    "docker_run": "engine.container",
     "compare_effective": "engine.effective",
     "MetricKey": "engine.metrics",
     "delta": "engine.metrics",
@@ -120,7 +123,6 @@ _EXPORTS: dict[str, str] = {
     "cached_binary": "engine.sdist_build",
     "cpu_key": "engine.sdist_build",
     "Sample": "results.sample",
-    "run_cases": "run.selftest",
 }
 
 
@@ -199,7 +201,10 @@ __all__ = [
     "SelftestRow",
     "delta",
     "position_deltas",
-    "run_cases",
     "scrape",
     "smollm2_gguf",
+    # container plumbing for launch: docker and launch: compose (core/engine/container.py)
+    "Mounts",
+    "compose_service_spec",
+    "docker_run",
 ]

@@ -1,6 +1,6 @@
 """``bakeoff selftest ENGINE``: does the installed engine accept every speculative flag bakeoff emits?
 
-The adapter runs each speculative method it maps (on tiny models it provides) through the normal
+Each speculative method the adapter maps (a case on tiny models it provides) runs through the normal
 protocol; this command prints one row per method and exits non-zero, quoting the engine's own log
 line, when any method failed to start, ran without speculation, or accepted less than its weights force.
 """
@@ -18,7 +18,7 @@ from rich.table import Table
 
 from ..common.errors import BakeoffError
 from ..engine.registry import load_engine
-from ..run.selftest import SelftestRow
+from ..run.selftest import SelftestRow, run_selftest
 
 console = Console()
 
@@ -54,7 +54,7 @@ def selftest_command(
     t0 = time.perf_counter()
     try:
         adapter = load_engine(engine)
-        rows = adapter.selftest(lambda msg: console.print(f"[dim]{msg}[/dim]"), workdir)
+        rows = run_selftest(adapter, lambda msg: console.print(f"[dim]{msg}[/dim]"), workdir)
     except BakeoffError:  # no self-test for this engine, engine not installed, model download failed
         if keep is None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from ..common.errors import ConfigError
 from ..common.textfmt import did_you_mean
 from .live import LiveService, Phases
 from .placement import ExecutorSpec, Host, check_placement
@@ -198,6 +199,14 @@ class Arm(Strict):
     @property
     def attached(self) -> bool:
         return self.url is not None
+
+    @property
+    def launched_model(self) -> str:
+        """The model a launched arm starts: the one place that says a launched arm needs a model (an arm is
+        built with 'model' or 'url'; only an arm copied without validation reaches the error)."""
+        if self.model is None:
+            raise ConfigError(f"arm {self.name!r}: launching an engine needs 'model' (or set 'url' to attach)")
+        return self.model
 
 
 class Prompt(Strict):

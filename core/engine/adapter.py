@@ -18,10 +18,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, cast, get_args, get_origin
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing_extensions import TypeVar
 
 from ..analysis.acceptance import acceptance_rate
 from ..common.errors import CapabilityNotSupported, ConfigError, EngineStartupError
@@ -264,29 +265,50 @@ class SelftestRow:
         return not self.problems
 
 
-class EngineAdapter(ABC):
+# An adapter's options model. Covariant (it is only returned) with a default, so code that takes any adapter
+# writes plain ``EngineAdapter``.
+OptionsT = TypeVar("OptionsT", bound=BaseModel, covariant=True, default=BaseModel)
+
+
+class EngineAdapter(ABC, Generic[OptionsT]):
     """Base class of every engine adapter (built-in or plugin).
 
-    Subclasses set :attr:`name`, :attr:`capabilities` and :attr:`Options`, and implement
-    :meth:`launch_spec`. Everything else has a reasonable OpenAI-compatible default.
+    Subclasses name their options model as the type parameter (``class Mine(EngineAdapter[MyOptions])``), which
+    sets :attr:`Options` and makes :meth:`options` return ``MyOptions``; set :attr:`name` and
+    :attr:`capabilities`, and implement :meth:`launch_spec`. Everything else has a reasonable OpenAI-compatible
+    default.
     """
 
     name: ClassVar[str] = "?"
     description: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
-    Options: ClassVar[type[BaseModel]] = NoOptions
+    Options: ClassVar[type[BaseModel]] = NoOptions  # set from the type parameter; NoOptions when there is none
     display_name: ClassVar[str] = ""  # how logs and errors call the engine ("llama-server"); default: name
     # (reason, needles, advice): the first rule with a needle in the log classifies a failed start, and
     # its log line is quoted. Argument errors belong first: engines print them before loading anything.
     startup_failures: ClassVar[tuple[FailureRule, ...]] = ()
 
-    def options(self, arm: Arm, index: int | None = None) -> BaseModel:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in getattr(cls, "__orig_bases__", ()):
+            if get_origin(base) is not None and issubclass(get_origin(base), EngineAdapter):
+                (model,) = get_args(base)
+                if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                    continue  # still generic (a TypeVar): a later subclass names the model
+                declared = cls.__dict__.get("Options", model)
+                if declared is not model:
+                    raise TypeError(f"{cls.__name__}: Options = {declared.__name__} but the type parameter is "
+                                    f"{model.__name__}; name the options model once, as the type parameter")
+                cls.Options = model
+
+    def options(self, arm: Arm, index: int | None = None) -> OptionsT:
         """Validate ``arm.options`` with this engine's Options model.
 
         :raises ConfigError: naming the bad key as ``arms[i].options.key``.
         """
         try:
-            return self.Options.model_validate(arm.options)
+            # Options is the type parameter's class (__init_subclass__), so the cast states what holds
+            return cast(OptionsT, self.Options.model_validate(arm.options))
         except ValidationError as exc:
             origin = arm.origin
             if origin is not None:  # read from a file: the line of the bad key
@@ -297,8 +319,12 @@ class EngineAdapter(ABC):
                 text = format_validation_error(exc, f"arm {arm.name!r}", prefix=where, model=self.Options)
             raise ConfigError(text) from exc
 
+    def default_options(self) -> OptionsT:
+        """The options an arm that sets none gets."""
+        return cast(OptionsT, self.Options())
+
     # -- before launch -----------------------------------------------------------------
-    def preflight(self, arm: Arm) -> None:  # noqa: B027 - an optional hook: by default there is nothing to refuse
+    def preflight(self, arm: Arm) -> None:
         """Refuse an arm that cannot work before spending a launch on it (raise PreflightError)."""
 
     def missing(self, arm: Arm) -> list[Missing]:
@@ -346,11 +372,12 @@ class EngineAdapter(ABC):
         """
         raise CapabilityNotSupported(f"{self.name} has no installer; {self.install_hint()}")
 
-    def selftest(self, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
-        """Run every speculative method this adapter maps through the installed engine (``bakeoff selftest``).
+    def selftest_cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
+        """The self-test (``bakeoff selftest``): one case per speculative method this adapter maps, usually on
+        tiny models it provides, and the mapped methods it has no case for (each becomes a failed row). Core
+        runs the cases through the normal protocol; the adapter only declares them.
 
-        :param log: receives progress lines.
-        :param workdir: receives the run directories and engine logs.
+        :param log: receives progress lines (e.g. while synthesizing models).
         :raises CapabilityNotSupported: this adapter has no self-test.
         """
         raise CapabilityNotSupported(f"{self.name} has no self-test")

@@ -22,7 +22,7 @@ from .plan import plan_run, run_record
 from .protocol import run_plan
 
 # SelftestCase and SelftestRow live beside the adapter hook that returns them (core/engine/adapter.py); re-exported.
-__all__ = ["SelftestCase", "SelftestRow", "run_case", "run_cases", "selftest_workload"]
+__all__ = ["SelftestCase", "SelftestRow", "run_case", "run_cases", "run_selftest", "selftest_workload"]
 
 SELFTEST_PROMPT = Prompt(name="selftest", kind="code", messages=[
     {"role": "user", "content": "Count from one to twenty, one number per line."}])
@@ -112,4 +112,17 @@ def run_cases(cases: list[SelftestCase], workdir: Path, log: Callable[[str], Non
         row = run_case(case, workdir, workload)
         log(f"{case.label}: {'ok' if row.ok else 'FAILED'} in {row.seconds:.1f} s")
         rows.append(row)
+    return rows
+
+
+def run_selftest(adapter: EngineAdapter, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
+    """The adapter's self-test: its cases run in order, and a failed row for each mapped method without one.
+
+    :raises CapabilityNotSupported: the adapter has no self-test.
+    """
+    cases, untested = adapter.selftest_cases(log)
+    rows = run_cases(cases, workdir, log)
+    for method in untested:
+        rows.append(SelftestRow(method, "", problems=[f"the {adapter.name} self-test has no case for method "
+                                                      f"{method!r}; add one to its selftest_cases"]))
     return rows

@@ -59,6 +59,7 @@ from bakeoff.core import (
     PreflightError,
     ServerStats,
     Workload,
+    docker_run,
     engine_count,
     engine_object,
     engine_text,
@@ -232,9 +233,8 @@ def _round_up(value: int, step: int = 256) -> int:
 
 def tabby_config(arm: Arm, options: ExllamaOptions, port: int, *, docker: bool = False) -> dict[str, Any]:
     """The config.yml content for an arm (pure; paths are container paths under docker)."""
-    assert arm.model is not None
     s, spec = arm.settings, arm.speculative
-    model = resolve_model(arm.model)
+    model = resolve_model(arm.launched_model)
     model_section: dict[str, Any] = {
         "model_dir": CONTAINER_MODELS if docker else str(model.parent),
         "model_name": model.name,
@@ -287,7 +287,7 @@ def tabby_config(arm: Arm, options: ExllamaOptions, port: int, *, docker: bool =
     return config
 
 
-class ExllamaAdapter(EngineAdapter):
+class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
     name = "exllama"
     description = "ExLlamaV3 through TabbyAPI (EXL3 model directories), native checkout or docker"
     capabilities = Capabilities(
@@ -309,7 +309,6 @@ class ExllamaAdapter(EngineAdapter):
         thinking_field="chat_template_kwargs",
         build_options=("tabby_dir", "python", "docker_image"),
     )
-    Options = ExllamaOptions
     display_name = "TabbyAPI"
     startup_failures = STARTUP_FAILURES
 
@@ -335,7 +334,7 @@ class ExllamaAdapter(EngineAdapter):
         if arm.launch != "native":
             return []
         try:
-            self.tabby_main(self.options(arm))  # type: ignore[arg-type]
+            self.tabby_main(self.options(arm))
         except EngineUnavailable as exc:
             return [Missing(str(exc).split(". ")[0].removeprefix("exllama: "),
                             "clone TabbyAPI with exllamav3 and set options.tabby_dir (or $BAKEOFF_TABBY_DIR); "
@@ -344,13 +343,11 @@ class ExllamaAdapter(EngineAdapter):
 
     # -- preflight -----------------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:
-        options: ExllamaOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         spec, s = arm.speculative, arm.settings
         if arm.launch == "native":
             self.tabby_main(options)
-        if arm.model is None:
-            raise PreflightError(f"arm {arm.name!r}: exllama needs 'model' (an EXL3 model directory)")
-        model = _model_dir(arm.model, "model", arm)
+        model = _model_dir(arm.launched_model, "model", arm)
         target = _read_config(model)
         if spec.method == "mtp":
             declared = [target[k] for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers")
@@ -381,7 +378,7 @@ class ExllamaAdapter(EngineAdapter):
 
     # -- launch --------------------------------------------------------------------------
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options: ExllamaOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         docker = arm.launch == "docker"
         config = tabby_config(arm, options, port, docker=docker)
         files = {"config.yml": "# written by bakeoff for arm " + arm.name + "\n"
@@ -396,19 +393,15 @@ class ExllamaAdapter(EngineAdapter):
 
     def docker_argv(self, arm: Arm, options: ExllamaOptions, port: int, workdir: Path) -> list[str]:
         """``docker run`` for the TabbyAPI image: loopback port, models read-only, our config.yml."""
-        assert arm.model is not None
-        model = resolve_model(arm.model)
+        model = resolve_model(arm.launched_model)
         name = f"bakeoff-{arm.name}-{port}".replace("+", "-")
-        argv = ["docker", "run", "--rm", "--name", name, "--gpus", "all", "--shm-size", "8g",
-                "-p", f"{arm.settings.host}:{port}:{CONTAINER_PORT}",
-                "-e", "TABBY_LOG_CONSOLE_WIDTH=100000", "-e", "PYTHONUNBUFFERED=1",
-                "-v", f"{model.parent}:{CONTAINER_MODELS}:ro",
-                "-v", f"{workdir / 'config.yml'}:/app/config.yml:ro"]
+        volumes = [(str(model.parent), CONTAINER_MODELS, True), (str(workdir / "config.yml"), "/app/config.yml", True)]
         if arm.speculative.draft_model:
-            argv += ["-v", f"{resolve_model(arm.speculative.draft_model).parent}:{CONTAINER_DRAFTS}:ro"]
-        for key in arm.env:  # docker copies the value from its own environment (launch_spec's env):
-            argv += ["-e", key]  # values never reach argv, argv.txt or `ps`
-        return [*argv, options.docker_image, "main.py", *arm.extra_args]
+            volumes.append((str(resolve_model(arm.speculative.draft_model).parent), CONTAINER_DRAFTS, True))
+        return docker_run(name, options.docker_image, arm.settings.host, port, CONTAINER_PORT, volumes=volumes,
+                          env_names=arm.env, command=["main.py", *arm.extra_args],
+                          flags=["--gpus", "all", "--shm-size", "8g",
+                                 "-e", "TABBY_LOG_CONSOLE_WIDTH=100000", "-e", "PYTHONUNBUFFERED=1"])
 
     # -- startup -------------------------------------------------------------------------
     def is_ready(self, response: httpx.Response) -> bool:
@@ -455,7 +448,7 @@ class ExllamaAdapter(EngineAdapter):
         return cache_mode(arm.settings.kv_type) if name == "kv_type" and arm.settings.kv_type else None
 
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        options: ExllamaOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         # min_tokens is set by core to each request's own max_tokens (fixed_length_field): TabbyAPI rejects
         # min_tokens > max_tokens with a 500 (the untimed warm-up shortens max_tokens).
         fields: dict[str, Any] = {}

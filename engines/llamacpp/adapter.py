@@ -43,10 +43,12 @@ from bakeoff.core import (
     LaunchSpec,
     MethodKnobs,
     Missing,
+    Mounts,
     PreflightError,
-    SelftestRow,
+    SelftestCase,
     ServerStats,
     Workload,
+    compose_service_spec,
     counter_delta,
     engine_count,
     engine_rate,
@@ -97,6 +99,14 @@ M_DRAFTS, M_ACCEPTED = "llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_d
 # One counter per draft position (n_max of them), added when a request ends; the server has it once any
 # request has drafted. Not in the response's timings and, at the default verbosity, not in the log.
 M_PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+# Where llama-server says how many tokens it drafts per step (b11434: /slots and /props do not; their
+# "speculative.n_max" field is compiled out). DFlash and DSpark log it at startup, then a warning when the
+# draft's trained block size clamps it (common/speculative.cpp); after any draft, /metrics has one
+# per-position counter per draft token (the running n_max, clamp included). Other methods log it only at
+# trace verbosity.
+N_MAX_LOG_RE = re.compile(r"common_speculative_impl_\w+: - n_max=(\d+)")
+PROBE_TOKENS = 8  # the read-back's one request: enough for a draft step, short enough to cost well under a second
+N_MAX_CLAMP_RE = re.compile(r"exceeds the trained block size \d+ -- clamping to (\d+)")
 NO_OWN_METRICS = "concurrent streams share /metrics, so draft steps and per-position counts are not per request"
 # A CPU-only build (or a GPU build without a usable GPU) says so once at startup and then runs on the CPU.
 CPU_ONLY_LINES = ("no usable GPU found", "--gpu-layers option will be ignored", "not compiled with GPU offload support")
@@ -149,7 +159,7 @@ def parse_acceptance_lines(log_text: str) -> list[dict[str, float]]:
     return out
 
 
-class LlamaCppAdapter(EngineAdapter):
+class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
     name = "llamacpp"
     description = "llama.cpp llama-server (GGUF), native process"
     capabilities = Capabilities(
@@ -170,7 +180,6 @@ class LlamaCppAdapter(EngineAdapter):
         build_options=("binary", "build_version"),
         setting_defaults={"parallel": 1},  # launch_spec passes -np 1 when parallel is unset
     )
-    Options = LlamaCppOptions
     display_name = "llama-server"
     startup_failures = STARTUP_FAILURES
 
@@ -225,17 +234,18 @@ class LlamaCppAdapter(EngineAdapter):
 
         return str(build_llama_server(log=log, backend=backend))
 
-    def selftest(self, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
+    def selftest_cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
         """Every mapped method on tiny synthesized models, through the installed llama-server."""
-        from .selftest import run_selftest
+        from .selftest import selftest_cases
 
-        return run_selftest(self, log, workdir)
+        self.find_binary(self.default_options())  # EngineUnavailable before synthesizing
+        return selftest_cases(self, log)
 
     def missing(self, arm: Arm) -> list[Missing]:
         if arm.launch != "native":
             return []
         try:
-            binary, source = self.binary_choice(self.options(arm))  # type: ignore[arg-type]
+            binary, source = self.binary_choice(self.options(arm))
         except EngineUnavailable:
             return [Missing("llama-server is not installed", "bakeoff engines install llamacpp")]
         if not binary.is_file():
@@ -249,15 +259,13 @@ class LlamaCppAdapter(EngineAdapter):
 
         spec = arm.speculative
         if arm.launch == "native":
-            binary = self.find_binary(self.options(arm))  # type: ignore[arg-type]
+            binary = self.find_binary(self.options(arm))
             if arm.settings.split:
                 modes = split_modes_of(binary)
                 if modes is not None and arm.settings.split not in modes:
                     raise PreflightError(f"arm {arm.name!r}: settings.split {arm.settings.split!r} is not a split mode "
                                          f"of {binary} (it has: {', '.join(modes)})")
-        if arm.model is None:
-            raise PreflightError(f"arm {arm.name!r}: llama.cpp needs 'model' (a GGUF file)")
-        model = resolve_model(arm.model)
+        model = resolve_model(arm.launched_model)
         try:
             target = read_gguf_facts(model)
             draft = read_gguf_facts(resolve_model(spec.draft_model)) if spec.draft_model else None
@@ -280,11 +288,10 @@ class LlamaCppAdapter(EngineAdapter):
 
     # -- launch --------------------------------------------------------------------------
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options: LlamaCppOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         binary = self.find_binary(options)
-        assert arm.model is not None
         s = arm.settings
-        argv = [str(binary), "-m", str(resolve_model(arm.model)), "--host", s.host, "--port", str(port),
+        argv = [str(binary), "-m", str(resolve_model(arm.launched_model)), "--host", s.host, "--port", str(port),
                 "--metrics", "--no-webui", "-np", str(s.parallel or 1)]
         argv += self._setting_flags(arm, options)
         argv += self.spec_args(arm, options)
@@ -311,38 +318,19 @@ class LlamaCppAdapter(EngineAdapter):
     def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
         """``launch: compose``: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is
         set and not 0), each model file bind-mounted read-only, published on 127.0.0.1:port only."""
-        options: LlamaCppOptions = self.options(arm)  # type: ignore[assignment]
-        assert arm.model is not None
-        mounts: dict[str, str] = {}  # host path -> path in the container
-
-        def place(model: str) -> str:
-            host = str(resolve_model(model).resolve())
-            return mounts.setdefault(host, f"/models/{len(mounts)}/{Path(host).name}")
-
-        command = ["-m", place(arm.model), "--host", "0.0.0.0", "--port", str(COMPOSE_PORT),
-                   "--metrics", "--no-webui", "-np", str(arm.settings.parallel or 1)]
+        options = self.options(arm)
+        mounts = Mounts()
+        command = ["-m", mounts.place(resolve_model(arm.launched_model)), "--host", "0.0.0.0",
+                   "--port", str(COMPOSE_PORT), "--metrics", "--no-webui", "-np", str(arm.settings.parallel or 1)]
         command += self._setting_flags(arm, options)
         if arm.speculative.draft_model:
-            place(arm.speculative.draft_model)
-        command += [mounts.get(str(Path(a).resolve()), a) if a.startswith("/") else a
-                    for a in self.spec_args(arm, options)]
-        command += arm.extra_args
+            mounts.place(resolve_model(arm.speculative.draft_model))
+        command += [mounts.inside(a) for a in self.spec_args(arm, options)] + arm.extra_args
         gpu = arm.settings.gpu_layers not in (None, 0)
-        service: dict[str, Any] = {
-            "image": COMPOSE_IMAGE_CUDA if gpu else COMPOSE_IMAGE_CPU,
-            "command": command,
-            "ports": [{"target": COMPOSE_PORT, "published": str(port), "host_ip": "127.0.0.1", "protocol": "tcp"}],
-            "volumes": [{"type": "bind", "source": host, "target": target, "read_only": True}
-                        for host, target in mounts.items()],
-            "environment": dict(arm.env),
-            # the image ships curl; /health answers 503 until the model is loaded
-            "healthcheck": {"test": ["CMD", "curl", "-fsS", f"http://127.0.0.1:{COMPOSE_PORT}/health"],
-                            "interval": "10s", "timeout": "5s", "retries": 3},
-        }
-        if gpu:
-            service["deploy"] = {"resources": {"reservations": {"devices": [
-                {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}
-        return service
+        # the image ships curl; /health answers 503 until the model is loaded
+        health = ["CMD", "curl", "-fsS", f"http://127.0.0.1:{COMPOSE_PORT}/health"]
+        return compose_service_spec(COMPOSE_IMAGE_CUDA if gpu else COMPOSE_IMAGE_CPU, command, port, COMPOSE_PORT,
+                                    health, mounts=mounts, env=arm.env, gpus=gpu)
 
     def spec_type(self, arm: Arm) -> str:
         """The ``--spec-type`` of an arm: ``draft-simple``, ``ngram-mod`` (the default n-gram variant), …"""
@@ -405,9 +393,28 @@ class LlamaCppAdapter(EngineAdapter):
         eff.raw = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
                    "spec_types": spec_types, "model_path": engine_text(props.get("model_path")),
                    "build_info": eff.version}
+        if speculative:
+            self._read_n_max(http, log.text(), eff)
         if arm.launch == "native" and not arm.attached:
-            eff.raw["binary"] = self.binary_record(self.options(arm))  # type: ignore[arg-type]
+            eff.raw["binary"] = self.binary_record(self.options(arm))
         return eff
+
+    def _read_n_max(self, http: httpx.Client, log_text: str, eff: Effective) -> None:
+        """The draft size the server runs with: its startup log (clamp included), else the number of
+        per-position counters once it has drafted."""
+        clamped = N_MAX_CLAMP_RE.findall(log_text)
+        logged = clamped or N_MAX_LOG_RE.findall(log_text)
+        if logged:
+            eff.n_max = max(int(n) for n in logged)
+            eff.sources["n_max"] = ("the startup log", "n_max")
+            if clamped:
+                eff.notes["n_max"] = "clamped to the draft model's trained block size"
+        else:
+            positions = {dict(labels).get("position") for name, labels in scrape(http) or {} if name == M_PER_POS}
+            if positions:
+                eff.n_max = len(positions)
+                eff.sources["n_max"] = ("/metrics", "draft positions (spec_decode_num_accepted_tokens_per_pos_total)")
+        eff.raw["n_max"] = eff.n_max
 
     def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
         """The ``--spec-type`` /slots lists (its KV type is not read back)."""
@@ -424,7 +431,7 @@ class LlamaCppAdapter(EngineAdapter):
         if cpu_line:
             out.append(f"settings.gpu_layers {asked} asked, but llama-server runs on the CPU: {cpu_line}")
         elif arm.launch == "native":
-            backend = self.binary_record(self.options(arm)).get("backend")  # type: ignore[arg-type]
+            backend = self.binary_record(self.options(arm)).get("backend")
             if backend == "cpu":
                 out.append(f"settings.gpu_layers {asked} asked, but this llama-server is a CPU-only build")
         offload = OFFLOAD_RE.search(log_text)
@@ -437,13 +444,14 @@ class LlamaCppAdapter(EngineAdapter):
         return out
 
     def _slot_after_probe(self, http: httpx.Client, problems: list[str]) -> dict[str, Any] | None:
-        """Slot 0 after a one-token request: a fresh slot shows no params, and its ``speculative.types``
-        are what the server really speculates with (the only place they are reported)."""
+        """Slot 0 after a short request: a fresh slot shows no params, and its ``speculative.types`` are what
+        the server really speculates with (the only place they are reported). A few tokens, so a draft method
+        drafts once and /metrics gets its per-position counters (n_max of them)."""
         try:
-            http.post("/completion", json={"prompt": "Hi", "n_predict": 1, "cache_prompt": False},
-                      timeout=60).raise_for_status()
+            http.post("/completion", json={"prompt": "Count from one to ten:", "n_predict": PROBE_TOKENS,
+                                           "cache_prompt": False}, timeout=60).raise_for_status()
         except httpx.HTTPError as exc:
-            problems.append(f"could not read the speculative types: a one-token /completion failed: "
+            problems.append(f"could not read the speculative types: a {PROBE_TOKENS}-token /completion failed: "
                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
             return None
         slots = get_json(http, "/slots", list, problems)

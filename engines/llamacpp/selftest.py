@@ -14,14 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bakeoff.core import Arm, Prompt, SelftestCase, SelftestRow, Settings, Speculative, run_cases
+from bakeoff.core import Arm, Prompt, SelftestCase, Settings, Speculative
 
 from .synth import SynthSpec, synth_pair, synthesize
 
 if TYPE_CHECKING:
     from .adapter import LlamaCppAdapter
 
-__all__ = ["selftest_cases", "run_selftest"]
+__all__ = ["selftest_cases"]
 
 MIN_ACCEPTANCE = 0.99  # agreeing weights: every draft token should be accepted
 # n-gram knobs small enough to draft within one short answer (ngram-mod's defaults wait for 48+ tokens).
@@ -43,7 +43,7 @@ REPEAT_PROMPT = Prompt(name="selftest-repeat", kind="code", messages=[
 def _flags(adapter: LlamaCppAdapter, arm: Arm) -> str:
     """The speculative flags bakeoff emits for an arm, with model paths shortened to file names."""
     out = []
-    for arg in adapter.spec_args(arm, adapter.options(arm)):  # type: ignore[arg-type]
+    for arg in adapter.spec_args(arm, adapter.options(arm)):
         out.append(Path(arg).name if "/" in arg else arg)
     return " ".join(out)
 
@@ -97,13 +97,3 @@ def selftest_cases(adapter: LlamaCppAdapter, log: Callable[[str], None] = lambda
             missing.append(method)
     return cases, missing
 
-
-def run_selftest(adapter: LlamaCppAdapter, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
-    """Synthesize the models, run every case, and add a failing row for any method without a case."""
-    adapter.find_binary(adapter.Options())  # EngineUnavailable before synthesizing
-    cases, missing = selftest_cases(adapter, log)
-    rows = run_cases(cases, workdir, log)
-    for method in missing:
-        rows.append(SelftestRow(method, "", problems=[f"the llama.cpp self-test has no case for method {method!r}; "
-                                                      f"add one to engines/llamacpp/selftest.py"]))
-    return rows

@@ -84,7 +84,7 @@ class SimOptions(BaseModel):
         return self
 
 
-class SimAdapter(EngineAdapter):
+class SimAdapter(EngineAdapter[SimOptions]):
     name = "sim"
     description = "a configurable misbehaving OpenAI-compatible engine, for tests (standard library only)"
     capabilities = Capabilities(
@@ -93,12 +93,11 @@ class SimAdapter(EngineAdapter):
         launch_modes=("native",),
         fixed_length_field="ignore_eos",  # it always streams max_tokens tokens; the field is accepted
     )
-    Options = SimOptions
     display_name = "sim"
     startup_failures = STARTUP_FAILURES
 
     def preflight(self, arm: Arm) -> None:
-        options: SimOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         if options.require_api_key and not arm.api_key_env:
             raise ConfigError(f"arm {arm.name!r}: options.require_api_key needs api_key_env (the name of the "
                               f"environment variable holding the key)")
@@ -107,7 +106,7 @@ class SimAdapter(EngineAdapter):
         return arm.model_copy(update={"options": {**arm.options, "model_id": name}})
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options: SimOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         behaviour = options.model_dump(exclude={"kind"})
         argv = [sys.executable, "-u", str(SERVER), "--host", arm.settings.host, "--port", str(port),
                 "--behaviour", json.dumps(behaviour, separators=(",", ":"))]

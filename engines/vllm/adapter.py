@@ -55,6 +55,7 @@ from bakeoff.core import (
     ServerStats,
     counter_delta,
     delta,
+    docker_run,
     engine_count,
     engine_object,
     engine_rate,
@@ -83,6 +84,9 @@ CONFIG_KEYS = {"n_max": "num_speculative_tokens", "lookup_min": "prompt_lookup_m
                "lookup_max": "prompt_lookup_max"}
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# The engine's config line at startup: "speculative_config=SpeculativeConfig(method='ngram', model=None,
+# num_spec_tokens=4)" (None when off). The only place vLLM says how many tokens it drafts per step.
+SPEC_CONFIG_RE = re.compile(r"speculative_config=SpeculativeConfig\((?P<body>[^)]*)\)")
 
 SPEC = "vllm:spec_decode_num_"
 M_DRAFTS, M_DRAFT_TOKENS = f"{SPEC}drafts_total", f"{SPEC}draft_tokens_total"
@@ -189,7 +193,7 @@ def speculative_config(arm: Arm, resolve: Callable[[str], str], extra: dict[str,
     return cfg
 
 
-class VllmAdapter(EngineAdapter):
+class VllmAdapter(EngineAdapter[VllmOptions]):
     name = "vllm"
     description = "vLLM OpenAI server (safetensors/HF models), native interpreter or Docker"
     capabilities = Capabilities(
@@ -216,7 +220,6 @@ class VllmAdapter(EngineAdapter):
         thinking_field="chat_template_kwargs",
         build_options=("python", "binary", "venv_version", "docker_image"),
     )
-    Options = VllmOptions
     display_name = "vLLM"
     startup_failures = STARTUP_FAILURES
 
@@ -299,12 +302,12 @@ class VllmAdapter(EngineAdapter):
                           f"({', '.join(BUILTIN_MODELS)})")
 
     def served_name(self, arm: Arm, options: VllmOptions) -> str:
-        assert arm.model is not None
+        model = arm.launched_model
         if options.served_model_name:
             return options.served_model_name
-        if arm.model in BUILTIN_MODELS or not Path(arm.model).expanduser().exists():
-            return arm.model
-        return Path(arm.model).expanduser().resolve().name
+        if model in BUILTIN_MODELS or not Path(model).expanduser().exists():
+            return model
+        return Path(model).expanduser().resolve().name
 
     def missing(self, arm: Arm) -> list[Missing]:
         from .install import converted_dir, is_converted
@@ -312,7 +315,7 @@ class VllmAdapter(EngineAdapter):
         out = []
         if arm.launch == "native":
             try:
-                prefix = self.launcher(self.options(arm))  # type: ignore[arg-type]
+                prefix = self.launcher(self.options(arm))
             except EngineUnavailable:
                 out.append(Missing("vLLM is not installed", "bakeoff engines install vllm"))
             else:
@@ -327,10 +330,8 @@ class VllmAdapter(EngineAdapter):
 
     # -- preflight -------------------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:
-        options: VllmOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         spec = arm.speculative
-        if arm.model is None:
-            raise PreflightError(f"arm {arm.name!r}: vLLM needs 'model' (a model directory, hub id or built-in)")
         python = None
         if arm.launch == "native":
             python = self._python(options)  # raises EngineUnavailable when vLLM is nowhere
@@ -343,7 +344,7 @@ class VllmAdapter(EngineAdapter):
             raise PreflightError(f"arm {arm.name!r}: suffix decoding needs arctic-inference in "
                                  f"{python.parent.parent} (`{python.parent / 'pip'} install arctic-inference`, "
                                  "builds in ~100 s)")
-        self.model_ref(arm.model, convert_with=python)
+        self.model_ref(arm.launched_model, convert_with=python)
         if spec.draft_model:
             self.model_ref(spec.draft_model, convert_with=python)
         speculative_config(arm, lambda m: m, options.speculative_extra)
@@ -385,9 +386,8 @@ class VllmAdapter(EngineAdapter):
         return arm.model_copy(update={"options": {**arm.options, "served_model_name": name}})
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options: VllmOptions = self.options(arm)  # type: ignore[assignment]
-        assert arm.model is not None
-        model = self.model_ref(arm.model)
+        options = self.options(arm)
+        model = self.model_ref(arm.launched_model)
         draft = self.model_ref(arm.speculative.draft_model) if arm.speculative.draft_model else None
         local = all(Path(ref).is_absolute() for ref in (model, draft) if ref)
         if arm.launch == "docker":
@@ -411,20 +411,14 @@ class VllmAdapter(EngineAdapter):
         model_path = in_container(model)
         flags = self.server_flags(arm, options, lambda m: in_container(self.model_ref(m)))
         env = self.launch_env(arm, options, local)
-        host = arm.settings.host
         container = f"bakeoff-{arm.name}-{port}"
-        argv = ["docker", "run", "--rm", "--name", container, "--ipc=host",
-                "-p", f"{host}:{port}:8000"]
-        if options.docker_gpus:
-            argv += ["--gpus", options.docker_gpus]
-        for src, dst in mounts.items():
-            argv += ["-v", f"{src}:{dst}:ro"]
+        volumes = [(src, dst, True) for src, dst in mounts.items()]
         if not local:
-            hub = Path.home() / ".cache" / "huggingface"
-            argv += ["-v", f"{hub}:/root/.cache/huggingface"]
-        for key in sorted(env):
-            argv += ["-e", key]  # values travel in the environment, never in argv (argv.txt is stored)
-        argv += [options.docker_image, model_path, "--host", "0.0.0.0", "--port", "8000", *flags]
+            volumes.append((str(Path.home() / ".cache" / "huggingface"), "/root/.cache/huggingface", False))
+        argv = docker_run(container, options.docker_image, arm.settings.host, port, 8000, volumes=volumes,
+                          env_names=sorted(env),
+                          flags=["--ipc=host", *(["--gpus", options.docker_gpus] if options.docker_gpus else [])],
+                          command=[model_path, "--host", "0.0.0.0", "--port", "8000", *flags])
         return LaunchSpec(argv=argv, env=env, ready_path="/health", container=container)
 
     # -- startup ---------------------------------------------------------------------------
@@ -451,7 +445,13 @@ class VllmAdapter(EngineAdapter):
                    "spec_decode_metrics": has_spec}
         eff.context_tokens, eff.speculative = max_len, has_spec  # spec-decode counters exist only when it runs
         eff.sources = {"context_tokens": ("/v1/models", "max_model_len"),
-                       "speculative": ("/metrics", "vllm:spec_decode_* counters")}
+                       "speculative": ("/metrics", "vllm:spec_decode_* counters"),
+                       "n_max": ("the startup log", "speculative_config num_spec_tokens")}
+        config = SPEC_CONFIG_RE.search(log.text())
+        if config:
+            tokens = re.search(r"num_spec_tokens=(\d+)", config["body"])
+            eff.n_max = int(tokens[1]) if tokens else None
+            eff.raw["speculative_config"] = config["body"]
         return eff
 
     # -- requests --------------------------------------------------------------------------

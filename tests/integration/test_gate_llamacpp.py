@@ -3,7 +3,7 @@ regression fails (exit 1) with one line saying by how much and where.
 
 The planted regression is a "build" whose defaults changed for the worse: a llama-server that drafts every
 token with the model itself (``--spec-type draft-simple -md SAME_MODEL``), measured at 0.37-0.54x of
-spec-off on this CPU (docs/examples/decision-map-cpu). Both builds run one thread: on a busy 2-core machine two
+spec-off on this CPU (evidence/examples/decision-map-cpu). Both builds run one thread: on a busy 2-core machine two
 llama.cpp threads wait on each other, so "one thread against two" can make the two-thread build the slower one
 (2-10 tok/s against 50-70 with one thread, measured at load 5), and a gate test must not depend on the load.
 The threshold is 20 %, so the A/A build passes however noisy the machine, and the regression still fails.

@@ -2,7 +2,7 @@
 
 Uses the committed run of examples/decision-map-cpu.yaml (tests/fixtures/reports/decision-map-run: SmolLM2 on
 llama.cpp, spec-off, n-gram simple n-max 2/4/8, self-draft p-min 0/0.75, code and prose, depth 96/192, 1/2/4
-streams, on a shared 2-core box); no engine is started. docs/examples/decision-map-cpu/ is its report.
+streams, on a shared 2-core box); no engine is started. evidence/examples/decision-map-cpu/ is its report.
 """
 
 from __future__ import annotations

@@ -55,6 +55,12 @@ def test_report_writes_the_nmax_table_into_markdown_html_and_json(llama_server: 
     assert report.returncode == 0, report.stdout + report.stderr
     assert "n-max sweep" in report.stdout
 
+    # n_max read back from the running engine (llama-server reports it as /metrics' per-position counters)
+    starts = [json.loads(line) for line in (run / "arm_records.jsonl").read_text().splitlines()]
+    read_back = {s["arm"]: s["record"]["effective"].get("n_max") for s in starts}
+    assert read_back == {"spec-off": None, "draft-n_max1": 1, "draft-n_max2": 2}, read_back
+    assert not [m for s in starts for m in s["record"]["mismatches"] if "n_max" in m]
+
     summary = json.loads((run / "report" / "summary.json").read_text())
     table = summary["sweep"]
     assert table["title"] == "n-max sweep" and table["keys"] == ["speculative.n_max"]
@@ -89,3 +95,32 @@ def test_report_writes_the_nmax_table_into_markdown_html_and_json(llama_server: 
         start = html.index(f'<tr data-arm="{arm}"><td>{arm}</td><td>{n}</td>', html.index('<table id="sweep">'))
         row_html = html[start:html.index("</tr>", start)]
         assert VERDICT.search(row_html) and rows[arm]["vs_baseline"]["verdict"] in row_html
+
+
+OVERRIDDEN = """\
+name: nmax-overridden
+arms:
+  - name: draft
+    engine: llamacpp
+    model: smollm2
+    speculative: {method: draft, draft_model: smollm2, n_max: 2}
+    settings: {ctx: 1024, threads: 2}
+    extra_args: ["--spec-draft-n-max", "3"]  # the engine's last word wins: it runs 3
+workload: {prompts: [code_python], max_tokens: 8, reps: 1, warmup: 0, gates: []}
+"""
+
+
+def test_an_n_max_the_engine_does_not_run_is_a_settings_mismatch(llama_server: Path, smollm2: Path,
+                                                                 tmp_path: Path, bakeoff_cli: str) -> None:
+    cfg = tmp_path / "overridden.yaml"
+    cfg.write_text(OVERRIDDEN)
+    out = tmp_path / "runs"
+    ran = subprocess.run([bakeoff_cli, "run", str(cfg), "--out", str(out)], capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "COLUMNS": "200"})
+    (run,) = [d for d in out.iterdir() if d.is_dir()]
+    (start,) = [json.loads(line) for line in (run / "arm_records.jsonl").read_text().splitlines()]
+    assert start["record"]["effective"]["n_max"] == 3, ran.stdout + ran.stderr
+    said = "/metrics says draft positions (spec_decode_num_accepted_tokens_per_pos_total) 3"
+    assert f"asked speculative.n_max 2, {said}" in start["record"]["mismatches"]
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert samples and all("settings-mismatch" in s["flags"] for s in samples)

@@ -1,9 +1,9 @@
 """Docstrings, comments and docs cite only files a reader can open.
 
 Every path a module's docstrings or comments, README.md or a page under docs/ cites from the repository root
-(``core/...``, ``engines/...``, ``tests/...``, ``docs/...``, ``benchmarks/...``, ``examples/...``, ``plugins/...``,
-``scripts/...``) must exist in this checkout; a link in a markdown page may also be relative to the page. A
-citation of ``shared/...`` (notes kept beside the repository while it was built) fails too: a reader of the
+(``core/...``, ``engines/...``, ``tests/...``, ``docs/...``, ``evidence/...``, ``benchmarks/...``, ``examples/...``,
+``plugins/...``, ``scripts/...``) must exist in this checkout; a link in a markdown page may also be relative to the
+page. A citation of ``shared/...`` (notes kept beside the repository while it was built) fails too: a reader of the
 repository cannot open it. Paths after another prefix (``llama.cpp/examples/server/``, a URL) belong to other
 projects and are not checked.
 """
@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SELF = Path(__file__).resolve().relative_to(ROOT).as_posix()
-TOP = ("core", "engines", "tests", "docs", "benchmarks", "examples", "plugins", "scripts", "shared")
+TOP = ("core", "engines", "tests", "docs", "evidence", "benchmarks", "examples", "plugins", "scripts", "shared")
 # A cited path starts a word: "core/x.py" counts, "llama.cpp/examples/x" and "github.com/o/r/docs/x" do not.
 CITED = re.compile(r"(?<![\w./\-~$])(?:" + "|".join(TOP) + r")/[\w./*\-]*")
 
@@ -93,3 +93,27 @@ def test_the_scan_finds_a_missing_path_and_passes_real_ones(tmp_path: Path) -> N
     found = [cited for start, text in _python_prose(module) for cited in _citations(start, text)]
     assert found == [(3, "shared/x.md"), (1, "core/analysis/stats.py"), (2, "engines/llamacpp.py")]
     assert not CITED.findall("https://github.com/o/r/docs/x.md and llama.cpp/examples/server/")
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")  # a markdown link's target
+
+
+def test_every_relative_markdown_link_opens() -> None:
+    """A link in any tracked markdown page (docs, evidence captions, READMEs) that is relative to the page."""
+    broken = []
+    for name in _tracked():
+        if not name.endswith(".md") or name.startswith("tests/fixtures/"):
+            continue
+        for n, line in enumerate((ROOT / name).read_text(encoding="utf-8").splitlines(), 1):
+            for target in LINK.findall(line):
+                path = target.split("#")[0]
+                if path and not re.match(r"[a-z]+:", path) and not ((ROOT / name).parent / path).exists():
+                    broken.append(f"{name}:{n}: {target}")
+    assert not broken, "links that open nothing:\n" + "\n".join(broken)
+
+
+def test_docs_hold_hand_written_pages_and_evidence_holds_the_runs() -> None:
+    """Run directories, captures and reports live under evidence/; docs/ is prose a person wrote."""
+    tracked = _tracked()
+    assert [n for n in tracked if n.startswith("docs/") and not n.endswith(".md")] == []
+    assert any(n.startswith("evidence/") and n.endswith("/run.json") for n in tracked)

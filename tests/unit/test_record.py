@@ -110,7 +110,7 @@ def test_an_empty_directory_reads_as_an_empty_record_and_opening_creates_nothing
 
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED_RUNS = sorted(p.parent for root in ("docs", "tests/fixtures") for p in (REPO / root).rglob("run.json"))
+COMMITTED_RUNS = sorted(p.parent for root in ("evidence", "tests/fixtures") for p in (REPO / root).rglob("run.json"))
 
 
 @pytest.mark.parametrize("run", COMMITTED_RUNS, ids=lambda p: str(p.relative_to(REPO)))

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from bakeoff.core.cli import app
 from bakeoff.core.cli import selftest as cli_selftest
 from bakeoff.core.common.errors import CapabilityNotSupported
-from bakeoff.core.run.selftest import SelftestRow
+from bakeoff.core.run.selftest import SelftestCase, SelftestRow, run_selftest
 from bakeoff.engines.openai import OpenAICompatAdapter
 
 runner = CliRunner()
@@ -24,10 +24,11 @@ class FakeAdapter:
         self.rows = rows
         self.workdir: Path | None = None
 
-    def selftest(self, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
-        log("synthesizing")
-        self.workdir = workdir
-        return self.rows
+
+def fake_run_selftest(adapter: FakeAdapter, log: Callable[[str], None], workdir: Path) -> list[SelftestRow]:
+    log("synthesizing")
+    adapter.workdir = workdir
+    return adapter.rows
 
 
 def ok_row(label: str) -> SelftestRow:
@@ -37,6 +38,8 @@ def ok_row(label: str) -> SelftestRow:
 
 def invoke(monkeypatch: pytest.MonkeyPatch, adapter: object, *args: str) -> tuple[int, str]:
     monkeypatch.setattr(cli_selftest, "load_engine", lambda name: adapter)
+    if isinstance(adapter, FakeAdapter):  # rows without running an engine; the real runner for real adapters
+        monkeypatch.setattr(cli_selftest, "run_selftest", fake_run_selftest)
     monkeypatch.setenv("COLUMNS", "250")
     result = runner.invoke(app, ["selftest", "fake", *args])
     return result.exit_code, result.output
@@ -68,7 +71,16 @@ def test_an_engine_without_a_selftest_exits_two(monkeypatch: pytest.MonkeyPatch)
 
 def test_the_default_hook_refuses() -> None:
     with pytest.raises(CapabilityNotSupported):
-        OpenAICompatAdapter().selftest(lambda msg: None, Path("/nonexistent"))
+        OpenAICompatAdapter().selftest_cases(lambda msg: None)
+
+
+def test_a_mapped_method_without_a_case_is_a_failed_row(tmp_path: Path) -> None:
+    class NoCases(OpenAICompatAdapter):
+        def selftest_cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
+            return [], ["mtp"]
+
+    (row,) = run_selftest(NoCases(), lambda msg: None, tmp_path)
+    assert row.label == "mtp" and not row.ok and "no case for method 'mtp'" in row.problems[0]
 
 
 def test_row_acceptance_and_verdict() -> None:

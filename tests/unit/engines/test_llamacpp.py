@@ -320,10 +320,45 @@ def test_spec_types_are_read_from_slots_not_from_the_props_request_default(tmp_p
 
     http = httpx.Client(transport=httpx.MockTransport(handle), base_url="http://x")
     eff = read_effective(adapter, http, a)
-    assert probed == [1] and eff.raw["spec_types"] == "none,draft-simple" and eff.mismatches == []
+    assert probed == [8] and eff.raw["spec_types"] == "none,draft-simple" and eff.mismatches == []
     eff = read_effective(adapter, _routes({"/props": props, "/slots": fresh}), a)  # the probe fails: said so
     assert eff.raw["spec_types"] is None
-    assert eff.mismatches[0].startswith("could not read the speculative types: a one-token /completion failed")
+    assert eff.mismatches[0].startswith("could not read the speculative types: a 8-token /completion failed")
+
+
+def test_n_max_is_read_back_where_llama_server_reports_it(tmp_path: Path) -> None:
+    """b11434's /slots names the types but not n_max (real capture, --spec-draft-n-max 3); /metrics has one
+    per-position counter per draft token once it has drafted, and DFlash logs n_max at startup."""
+    props = json.loads((MATCHED / "props.json").read_text())
+    slots = json.loads((MATCHED / "slots_after.json").read_text())
+    assert not [k for k in slots[0]["params"] if "n_max" in k]
+    metrics = (MATCHED / "metrics_after.txt").read_text()
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=metrics)
+        body = {"/props": props, "/slots": slots}.get(request.url.path)
+        return httpx.Response(404) if body is None else httpx.Response(200, json=body)
+
+    http = httpx.Client(transport=httpx.MockTransport(handle), base_url="http://x")
+    draft = tiny_gguf(tmp_path / "d.gguf")
+    spec = {"method": "draft", "draft_model": str(draft)}
+    same = read_effective(adapter, http, arm(tmp_path, settings={"ctx": 1024}, speculative={**spec, "n_max": 3}))
+    assert same.n_max == 3 and same.mismatches == []
+    other = read_effective(adapter, http, arm(tmp_path, settings={"ctx": 1024}, speculative={**spec, "n_max": 5}))
+    assert other.mismatches == ["asked speculative.n_max 5, /metrics says draft positions "
+                                "(spec_decode_num_accepted_tokens_per_pos_total) 3"]
+    dflash = arm(tmp_path, settings={"ctx": 1024}, speculative={"method": "dflash", "draft_model": str(draft),
+                                                                "n_max": 7})
+    log = (FIX / "startup_dflash_ok.log").read_text()  # real start, --spec-draft-n-max 3
+    eff = read_effective(adapter, http, dflash, EngineLog(log))
+    assert eff.n_max == 3 and "asked speculative.n_max 7, the startup log says n_max 3" in eff.mismatches
+    # the clamp warning's wording is common/speculative.cpp's (b11434); no capture of it exists yet
+    clamp = log + ("0.00.390.359 W common_speculative_impl_draft_dflash: requested draft size (n_max=7, n_min=0) "
+                   "exceeds the trained block size 4 -- clamping to 3\n")
+    eff = read_effective(adapter, http, dflash, EngineLog(clamp))
+    assert "asked speculative.n_max 7, the startup log says n_max 3 (clamped to the draft model's trained block " \
+           "size)" in eff.mismatches
 
 
 @pytest.mark.parametrize(("routes", "expected"), [

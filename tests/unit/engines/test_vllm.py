@@ -115,7 +115,7 @@ def test_methods_without_a_draft_file(method: str) -> None:
 def test_speculative_extra_may_not_repeat_a_mapped_key() -> None:
     a = arm(speculative={"method": "ngram", "n_max": 4}, options={"speculative_extra": {"num_speculative_tokens": 7}})
     with pytest.raises(ConfigError, match=r"speculative_extra\.num_speculative_tokens"):
-        speculative_config(a, str, adapter.options(a).speculative_extra)  # type: ignore[attr-defined]
+        speculative_config(a, str, adapter.options(a).speculative_extra)
 
 
 def test_launcher_order_python_then_binary_then_env_then_venv(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
@@ -132,7 +132,7 @@ def test_no_vllm_anywhere_is_unavailable_with_the_install_command(monkeypatch: p
     monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "empty"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EngineUnavailable, match="bakeoff engines install vllm"):
-        adapter.launcher(adapter.options(arm()))  # type: ignore[arg-type]
+        adapter.launcher(adapter.options(arm()))
 
 
 def test_arm_env_overrides_and_extra_args_come_last() -> None:
@@ -267,6 +267,18 @@ def test_effective_settings_from_models_version_and_metrics() -> None:
     off = read_effective(adapter, http, arm(settings={"ctx": 4096}))
     assert any("max_model_len 2048" in m for m in off.mismatches)
     assert any("speculation is off" in m for m in off.mismatches)
+
+
+def test_n_max_is_read_from_the_startup_config_line() -> None:
+    http = server({"/v1/models": (FIX / "v1_models.json").read_text(), "/version": (FIX / "version.json").read_text(),
+                   "/metrics": (FIX / "metrics_ngram_idle.txt").read_text()})
+    log = EngineLog((FIX / "startup_ok_ngram.log").read_text())  # launched with num_speculative_tokens 4
+    same = read_effective(adapter, http, arm(settings={"ctx": 2048}, speculative={"method": "ngram", "n_max": 4}), log)
+    assert same.n_max == 4 and same.mismatches == []
+    assert same.raw["speculative_config"] == "method='ngram', model=None, num_spec_tokens=4"
+    other = read_effective(adapter, http, arm(settings={"ctx": 2048}, speculative={"method": "ngram", "n_max": 6}), log)
+    assert other.mismatches == ["asked speculative.n_max 6, the startup log says speculative_config num_spec_tokens 4"]
+    assert read_effective(adapter, http, arm(speculative={"method": "ngram", "n_max": 4})).n_max is None  # no log
 
 
 def test_speculation_asked_but_no_counters_is_a_mismatch() -> None:

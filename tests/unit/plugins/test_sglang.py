@@ -34,6 +34,7 @@ from bakeoff_sglang import adapter as sglang_module
 from bakeoff_sglang.adapter import (
     IMAGE,
     SglangAdapter,
+    SglangOptions,
     estimate_from_log,
     parse_decode_lines,
     parse_meta_info,
@@ -180,7 +181,7 @@ def test_preflight_wants_an_interpreter_with_sglang(tmp_path: Path, monkeypatch:
         SglangAdapter().preflight(make_arm(tmp_path, options={}))
     SglangAdapter().preflight(make_arm(tmp_path, launch="compose", options={}))  # the image has it
     monkeypatch.setenv("BAKEOFF_SGLANG_PYTHON", sys.executable + "-elsewhere")
-    assert SglangAdapter().python(SglangAdapter.Options()) == sys.executable + "-elsewhere"
+    assert SglangAdapter().python(SglangOptions()) == sys.executable + "-elsewhere"
 
 
 def test_unknown_option_names_the_key(tmp_path: Path) -> None:

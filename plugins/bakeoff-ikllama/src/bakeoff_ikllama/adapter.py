@@ -154,7 +154,7 @@ def speculation_from_log(log_text: str) -> bool | None:
     return True if SPEC_ON in log_text else None
 
 
-class IkLlamaAdapter(EngineAdapter):
+class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
     name = "ikllama"
     description = "ik_llama.cpp llama-server (GGUF; fork of llama.cpp), native process"
     capabilities = Capabilities(
@@ -173,7 +173,6 @@ class IkLlamaAdapter(EngineAdapter):
         build_options=("binary", "build_version"),
         setting_defaults={"parallel": 1},  # launch_spec passes -np 1 when parallel is unset
     )
-    Options = IkLlamaOptions
     display_name = "ik_llama.cpp llama-server"
     startup_failures = STARTUP_FAILURES
 
@@ -205,7 +204,7 @@ class IkLlamaAdapter(EngineAdapter):
         if arm.launch != "native":
             return []
         try:
-            binary = self.find_binary(self.options(arm))  # type: ignore[arg-type]
+            binary = self.find_binary(self.options(arm))
         except EngineUnavailable:
             return [Missing("ik_llama.cpp's llama-server is not installed", "bakeoff engines install ikllama")]
         if not binary.is_file():
@@ -215,12 +214,10 @@ class IkLlamaAdapter(EngineAdapter):
 
     # -- preflight -----------------------------------------------------------------------
     def preflight(self, arm: Arm) -> None:
-        options: IkLlamaOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         if arm.launch == "native":
             self.find_binary(options)
-        if arm.model is None:
-            raise PreflightError(f"arm {arm.name!r}: ik_llama.cpp needs 'model' (a GGUF file)")
-        model = resolve_model(arm.model)
+        model = resolve_model(arm.launched_model)
         spec, who = arm.speculative, f"arm {arm.name!r}"
         variant = spec.variant or "mod"
         if options.split_mode and arm.settings.split:
@@ -243,13 +240,12 @@ class IkLlamaAdapter(EngineAdapter):
 
     # -- launch --------------------------------------------------------------------------
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options: IkLlamaOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         binary = self.find_binary(options)
-        assert arm.model is not None  # preflight refuses an arm without one
         s = arm.settings
         # --jinja: the GGUF's own chat template, as llama.cpp applies it by default; without it the fork uses a
         # built-in template (for SmolLM2: no default system prompt, 21 prompt tokens fewer than llama.cpp)
-        argv = [str(binary), "-m", str(resolve_model(arm.model)), "--host", s.host, "--port", str(port),
+        argv = [str(binary), "-m", str(resolve_model(arm.launched_model)), "--host", s.host, "--port", str(port),
                 "--metrics", "--jinja", "-np", str(s.parallel or 1)]
         argv += cli_flags([
             ("-c", s.ctx), ("-t", s.threads), ("-ngl", s.gpu_layers), ("-sm", s.split),
@@ -313,7 +309,7 @@ class IkLlamaAdapter(EngineAdapter):
         if arm.attached:
             return None
         try:
-            binary = self.find_binary(self.options(arm))  # type: ignore[arg-type]
+            binary = self.find_binary(self.options(arm))
             return (binary.parent.parent / "VERSION").read_text().strip()
         except (OSError, EngineUnavailable):
             return None

@@ -43,8 +43,10 @@ from bakeoff.core import (
     EngineUnavailable,
     LaunchSpec,
     MethodKnobs,
+    Mounts,
     PreflightError,
     ServerStats,
+    compose_service_spec,
     engine_count,
     engine_object,
     engine_rate,
@@ -197,7 +199,7 @@ def estimate_from_log(lines: list[dict[str, float | None]], completion_tokens: i
     return stats
 
 
-class SglangAdapter(EngineAdapter):
+class SglangAdapter(EngineAdapter[SglangOptions]):
     name = "sglang"
     description = "SGLang launch_server (Hugging Face models), native process or compose; plugin package"
     capabilities = Capabilities(
@@ -223,7 +225,6 @@ class SglangAdapter(EngineAdapter):
         thinking_field="chat_template_kwargs",
         build_options=("python", "image"),
     )
-    Options = SglangOptions
     display_name = "SGLang"
     startup_failures = STARTUP_FAILURES
 
@@ -240,10 +241,8 @@ class SglangAdapter(EngineAdapter):
                 "$BAKEOFF_SGLANG_PYTHON at it, or use launch: compose")
 
     def preflight(self, arm: Arm) -> None:
-        options: SglangOptions = self.options(arm)  # type: ignore[assignment]
+        options = self.options(arm)
         spec = arm.speculative
-        if arm.model is None:
-            raise PreflightError(f"arm {arm.name!r}: SGLang needs 'model' (a model directory or hub id)")
         if options.eagle_topk is not None and spec.method not in CHAIN_METHODS:
             raise PreflightError(f"arm {arm.name!r}: options.eagle_topk applies to {', '.join(CHAIN_METHODS)} only")
         if spec.method in CHAIN_METHODS and spec.n_max is None and (options.eagle_topk or options.num_draft_tokens):
@@ -297,9 +296,8 @@ class SglangAdapter(EngineAdapter):
         return args + self.spec_args(arm, options, draft) + list(arm.extra_args)
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options: SglangOptions = self.options(arm)  # type: ignore[assignment]
-        assert arm.model is not None
-        model = _local_or_hub(arm.model)
+        options = self.options(arm)
+        model = _local_or_hub(arm.launched_model)
         draft = _local_or_hub(arm.speculative.draft_model) if arm.speculative.draft_model else None
         argv = [self.python(options), "-m", "sglang.launch_server",
                 *self.server_args(arm, options, model, draft, arm.settings.host, port)]
@@ -308,43 +306,33 @@ class SglangAdapter(EngineAdapter):
     def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
         """The pinned SGLang image on all GPUs; local models bind-mounted read-only, hub ids read from the
         Hugging Face cache mounted read-only (offline: the model must already be in it)."""
-        options: SglangOptions = self.options(arm)  # type: ignore[assignment]
-        assert arm.model is not None
-        mounts: dict[str, str] = {}
+        options = self.options(arm)
+        mounts = Mounts()
         hub = False
 
         def place(model: str) -> str:
             nonlocal hub
-            path = Path(model).expanduser()
-            if not path.exists():
+            if not Path(model).expanduser().exists():
                 hub = True
                 return model
-            host = str(path.resolve())
-            return mounts.setdefault(host, f"/models/{len(mounts)}/{path.name}")
+            return mounts.place(model)
 
-        model = place(arm.model)
+        model = place(arm.launched_model)
         draft = place(arm.speculative.draft_model) if arm.speculative.draft_model else None
         env = dict(arm.env)
-        volumes = [{"type": "bind", "source": h, "target": t, "read_only": True} for h, t in mounts.items()]
+        service = compose_service_spec(
+            options.image, ["python3", "-m", "sglang.launch_server",
+                            *self.server_args(arm, options, model, draft, "0.0.0.0", CONTAINER_PORT)],
+            port, CONTAINER_PORT, ["CMD", "python3", "-c", f"import urllib.request; urllib.request.urlopen("
+                                   f"'http://127.0.0.1:{CONTAINER_PORT}/health', timeout=4)"],
+            mounts=mounts, env=env, gpus=True, shm_size="16gb")
         if hub:
             cache = options.hf_cache or os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
-            volumes.append({"type": "bind", "source": str(Path(cache).expanduser()),
-                            "target": "/root/.cache/huggingface", "read_only": True})
+            service["volumes"].append({"type": "bind", "source": str(Path(cache).expanduser()),
+                                       "target": "/root/.cache/huggingface", "read_only": True})
             env.setdefault("HF_HUB_OFFLINE", "1")
-        probe = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{CONTAINER_PORT}/health', timeout=4)"
-        return {
-            "image": options.image,
-            "command": ["python3", "-m", "sglang.launch_server",
-                        *self.server_args(arm, options, model, draft, "0.0.0.0", CONTAINER_PORT)],
-            "ports": [{"target": CONTAINER_PORT, "published": str(port), "host_ip": "127.0.0.1", "protocol": "tcp"}],
-            "volumes": volumes,
-            "environment": env,
-            "shm_size": "16gb",
-            "healthcheck": {"test": ["CMD", "python3", "-c", probe], "interval": "10s", "timeout": "5s",
-                            "retries": 3},
-            "deploy": {"resources": {"reservations": {"devices": [
-                {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}},
-        }
+            service["environment"] = env
+        return service
 
     # -- startup -----------------------------------------------------------------------
 

@@ -1,0 +1,74 @@
+"""Container plumbing every adapter shares, written once: model files mounted read-only, the engine's port
+published on one host address, environment passed by name, GPUs reserved the same way.
+
+An adapter says only what is its own (the image, the command, the port inside, how to probe health); these
+build the rest for ``launch: docker`` (a ``docker run`` argv) and ``launch: compose`` (a compose service,
+which core/engine/compose.py then checks and runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["GPU_RESERVATION", "Mounts", "compose_service_spec", "docker_run"]
+
+# compose's way to give a service every NVIDIA GPU
+GPU_RESERVATION: dict[str, Any] = {"resources": {"reservations": {"devices": [
+    {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}
+
+
+class Mounts:
+    """Host files a container reads, each bind-mounted read-only at its own path under ``root``."""
+
+    def __init__(self, root: str = "/models") -> None:
+        self.root = root
+        self.paths: dict[str, str] = {}  # host path -> path in the container
+
+    def place(self, host: str | Path) -> str:
+        """The container path of ``host`` (mounted once, however often it is placed)."""
+        source = Path(host).expanduser().resolve()
+        return self.paths.setdefault(str(source), f"{self.root}/{len(self.paths)}/{source.name}")
+
+    def inside(self, arg: str) -> str:
+        """``arg`` with a placed host path replaced by its container path; any other argument as it is."""
+        return self.paths.get(str(Path(arg).resolve()), arg) if arg.startswith("/") else arg
+
+    def volumes(self) -> list[dict[str, Any]]:
+        return [{"type": "bind", "source": host, "target": target, "read_only": True}
+                for host, target in self.paths.items()]
+
+
+def compose_service_spec(image: str, command: list[str], port: int, inner_port: int, health: list[str], *,
+                    mounts: Mounts | None = None, env: Mapping[str, str] | None = None, gpus: bool = False,
+                    **extra: Any) -> dict[str, Any]:
+    """One compose service published on ``127.0.0.1:port``, with a healthcheck (boot time is measured to
+    healthy), ``mounts`` read-only and, with ``gpus``, every GPU reserved; ``extra`` adds keys (``shm_size``)."""
+    service: dict[str, Any] = {
+        "image": image,
+        "command": command,
+        "ports": [{"target": inner_port, "published": str(port), "host_ip": "127.0.0.1", "protocol": "tcp"}],
+        "volumes": mounts.volumes() if mounts else [],
+        "environment": dict(env or {}),
+        **extra,
+        "healthcheck": {"test": health, "interval": "10s", "timeout": "5s", "retries": 3},
+    }
+    if gpus:
+        service["deploy"] = GPU_RESERVATION
+    return service
+
+
+def docker_run(name: str, image: str, host: str, port: int, inner_port: int, *,
+               volumes: Iterable[tuple[str, str, bool]] = (), env_names: Iterable[str] = (),
+               flags: Iterable[str] = (), command: Iterable[str] = ()) -> list[str]:
+    """``docker run --rm --name NAME`` publishing ``inner_port`` on ``host:port``, each volume
+    ``(source, target, read_only)``, then ``flags``, the image and its ``command``. Environment variables go
+    by name only: docker copies their values from its own environment (the launch spec's), so a value never
+    reaches argv, argv.txt or ``ps``."""
+    argv = ["docker", "run", "--rm", "--name", name, *flags, "-p", f"{host}:{port}:{inner_port}"]
+    for source, target, read_only in volumes:
+        argv += ["-v", f"{source}:{target}" + (":ro" if read_only else "")]
+    for key in env_names:
+        argv += ["-e", key]
+    return [*argv, image, *command]
