@@ -35,11 +35,13 @@ MIN_SECRET_LEN = 4  # shorter values ("0", "1", "on") are settings, and masking 
 _SECRET_FLAG = re.compile(r"^--?([\w-]*[-_])?(api[-_]?key|key|token|secret|password|passwd|credentials?)$",
                           re.IGNORECASE)
 _SECRET_KEY = re.compile(r"(?i)(api[_-]?key|token|secret|password|passwd|credentials?)$")  # option names
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+# Every repeat before a literal is bounded, so a long space-free text costs linear time, not quadratic
+# (FAULTS-2 R2: an unbounded scheme or key prefix rescans the whole run from every start position).
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s'\"<>]+")
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{4,}")
 _BASIC = re.compile(r"(?i)\b(basic)\s+([A-Za-z0-9+/]{4,}={0,2})")
-_KEY_VALUE = re.compile(r"(?i)\b((?:[\w-]*[_-])?(?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|secret|password|"
-                        r"passwd))([\"']?\s*[=:]\s*[\"']?)([^\s\"'&,;}]{4,})")
+_KEY_VALUE = re.compile(r"(?i)((?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|secret|password|"
+                        r"passwd))([\"']?\s{0,16}[=:]\s{0,16}[\"']?)([^\s\"'&,;}]{4,})")
 
 
 def redact_url(url: str) -> str:

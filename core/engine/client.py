@@ -106,25 +106,53 @@ class StreamResult:
 
 
 class _Watchdog:
-    """Shuts a response's socket down at an absolute deadline, so neither silence nor a byte-a-second
-    trickle can outlive it (httpx's read timeout restarts with every byte)."""
+    """Shuts a request's socket down at an absolute deadline, so neither silence nor a byte-a-second
+    trickle can outlive it (httpx's read timeout restarts with every byte). The clock runs from the send,
+    headers included: the socket is caught by httpcore's ``trace`` hook as it connects (``start`` before
+    sending, with ``trace`` in the request's extensions), or from the response of a reused connection."""
 
     def __init__(self, deadline_ns: int) -> None:
         self.deadline_ns = deadline_ns
         self.fired = False
         self._timer: threading.Timer | None = None
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self._timer = threading.Timer(max(0.0, (self.deadline_ns - time.perf_counter_ns()) / 1e9), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def trace(self, name: str, info: dict[str, Any]) -> None:
+        """httpcore's trace hook: keep the socket of a connection as soon as it exists (before the headers)."""
+        stream = info.get("return_value") if name.endswith(".complete") else None
+        if stream is not None and hasattr(stream, "get_extra_info"):
+            self._catch(stream.get_extra_info("socket"))
 
     def arm(self, response: httpx.Response) -> None:
         stream = response.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if isinstance(sock, socket.socket):
-            self._timer = threading.Timer(max(0.0, (self.deadline_ns - time.perf_counter_ns()) / 1e9),
-                                          self._fire, (sock,))
-            self._timer.daemon = True
-            self._timer.start()
+        self._catch(stream.get_extra_info("socket") if stream is not None else None)
+        if self._timer is None:
+            self.start()
 
-    def _fire(self, sock: socket.socket) -> None:
-        self.fired = True
+    def _catch(self, sock: object) -> None:
+        if not isinstance(sock, socket.socket):
+            return
+        with self._lock:
+            self._sock = sock
+            fired = self.fired
+        if fired:
+            self._shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sock = self._sock
+        if sock is not None:
+            self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked read; close() alone would not
 
@@ -339,6 +367,8 @@ def _record_httpx(http: httpx.Client, request: httpx.Request, timeout_s: float) 
     cpu0 = time.thread_time()
     rec = Recording(t_send_ns=clock())
     watchdog = _Watchdog(rec.t_send_ns + int(timeout_s * 1e9))
+    request.extensions["trace"] = watchdog.trace
+    watchdog.start()
     try:
         response = http.send(request, stream=True)
         try:
@@ -386,8 +416,13 @@ def bounded_get(http: httpx.Client, path: str, timeout_s: float = SETUP_TIMEOUT_
     watchdog = _Watchdog(clock() + int(timeout_s * 1e9))
     parts: list[bytes] = []
     size = 0
+    # Connection: close, so the next setup GET gets a fresh connection whose socket the trace hook catches
+    request = http.build_request("GET", path, timeout=_timeout(timeout_s), headers={"connection": "close"},
+                                 extensions={"trace": watchdog.trace})
+    watchdog.start()
     try:
-        with http.stream("GET", path, timeout=_timeout(timeout_s)) as response:
+        response = http.send(request, stream=True)
+        with contextlib.closing(response):
             watchdog.arm(response)
             for chunk in response.iter_bytes():
                 parts.append(chunk)
@@ -403,8 +438,7 @@ def bounded_get(http: httpx.Client, path: str, timeout_s: float = SETUP_TIMEOUT_
     finally:
         watchdog.cancel()
     if watchdog.expired(clock()):
-        raise httpx.ReadTimeout(f"GET {path}: no complete answer within {timeout_s:g} s",
-                                request=response.request)
+        raise httpx.ReadTimeout(f"GET {path}: no complete answer within {timeout_s:g} s", request=request)
     headers = [(k, v) for k, v in response.headers.items() if k not in ("content-encoding", "content-length")]
     return httpx.Response(response.status_code, headers=headers, content=b"".join(parts), request=response.request)
 

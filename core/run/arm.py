@@ -99,7 +99,8 @@ def _keep_output(run: RunDir, sample: Sample, text: str) -> None:
     """A greedy output's text in ``arms/<arm>/outputs.jsonl`` (samples keep only its hash)."""
     try:
         with (run.arm_dir(sample.arm) / OUTPUTS_FILE).open("a") as f:
-            f.write(run.redactor.text(output_line(sample, text)))
+            # the text is masked, not the JSON line: a masked number would leave a line that is not JSON (R7)
+            f.write(output_line(sample, run.redactor.text(text)))
     except OSError:
         pass  # the sample itself is what must not be lost
 
