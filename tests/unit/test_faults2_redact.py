@@ -34,7 +34,7 @@ def test_masked_output_line_stays_json(tmp_path: object) -> None:
     from bakeoff.core.run.arm import _keep_output
 
     run = RunDir(tmp_path / "run", redactor=Redactor(["2048"]))  # type: ignore[operator]
-    sample = Sample.model_construct(arm="a", prompt="p", mode="greedy", rep=0, pass_index=0, depth=None,
+    sample = Sample.model_construct(arm="a", engine="sim", prompt="p", mode="greedy", rep=0, pass_index=0, depth=None,
                                     max_tokens=2048, output_sha256="x")
     _keep_output(run, sample, "2048 tokens")
     line = (run.arm_dir("a") / "outputs.jsonl").read_text()
