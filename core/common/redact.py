@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 __all__ = [
     "REDACTED",
@@ -182,6 +182,8 @@ def config_secrets(config: dict[str, Any], environ: dict[str, str] | None = None
             try:
                 parts = urlsplit(arm["url"])
                 found.update(x for x in (parts.password, parts.username if parts.password is None else None) if x)
+                if parts.password:  # the decoded form is what a server echoes back (R5)
+                    found.add(unquote(parts.password))
                 found.update(v for _, v in parse_qsl(parts.query))
             except ValueError:
                 found.add(arm["url"])
@@ -196,12 +198,40 @@ def config_secrets(config: dict[str, Any], environ: dict[str, str] | None = None
     return {s for s in found if len(s) >= MIN_SECRET_LEN and s != REDACTED}
 
 
+_PREFIX_FROM = 12  # secrets this long also have their cut-off starts masked
+_PREFIX_MIN = 8  # the shortest start of such a secret that is masked
+
+
+def _spellings(secret: str) -> set[str]:
+    once = json.dumps(secret)[1:-1]
+    twice = json.dumps(once)[1:-1]
+    return {v for v in (once, twice, quote(secret, safe=""), quote(secret)) if v != secret}
+
+
+def _mask_prefixes(text: str, secret: str) -> str:
+    """``text`` with every run of ``secret``'s first characters (at least _PREFIX_MIN of them) masked."""
+    start = secret[:_PREFIX_MIN]
+    out: list[str] = []
+    i = 0
+    while (j := text.find(start, i)) != -1:
+        n = _PREFIX_MIN
+        while n < len(secret) and j + n < len(text) and text[j + n] == secret[n]:
+            n += 1
+        out += [text[i:j], REDACTED]
+        i = j + n
+    return "".join(out) + text[i:] if out else text
+
+
 class Redactor:
     """Masks one run's secret values, and anything shaped like a credential, in text bakeoff stores."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
+        given = {s for s in secrets if len(s) >= MIN_SECRET_LEN}
+        # a server may echo a key in another spelling: JSON-escaped (once or twice), URL-encoded (FAULTS-2 R5)
+        spelled = {v for s in given for v in _spellings(s)}
         # longest first: a secret that contains another is masked whole
-        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True)
+        self.secrets = sorted(given | spelled, key=len, reverse=True)
+        self._long = [s for s in given if len(s) >= _PREFIX_FROM]
 
     @classmethod
     def for_config(cls, config: dict[str, Any]) -> Redactor:
@@ -210,6 +240,8 @@ class Redactor:
     def text(self, text: str) -> str:
         for secret in self.secrets:
             text = text.replace(secret, REDACTED)
+        for secret in self._long:  # what is left of a key cut short (an error text truncated mid-key)
+            text = _mask_prefixes(text, secret)
         return redact_text(text)
 
     def value(self, value: Any) -> Any:

@@ -357,6 +357,9 @@ def record_stream(http: httpx.Client, body: dict[str, Any], timeout_s: float,
     headers = {"accept": "text/event-stream", "accept-encoding": "identity"}
     request = http.build_request("POST", path, json=body, headers=headers, timeout=_timeout(timeout_s))
     if _direct(http, request):
+        if request.url.userinfo and "authorization" not in request.headers:
+            # httpx adds URL credentials only in Client.send, which the direct path never calls (FAULTS-2 R4)
+            next(httpx.BasicAuth(request.url.username, request.url.password).sync_auth_flow(request))
         return _record_direct(request, timeout_s)
     return _record_httpx(http, request, timeout_s)
 

@@ -58,6 +58,14 @@ def _fs_error(what: str, path: Path, exc: OSError) -> RunDirError:
     return RunDirError(f"{what} {path}: {exc.strerror or exc}" + (f" ({where})" if where else ""))
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def new_run_dir(base: Path, name: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40]
@@ -108,6 +116,14 @@ class RunDir:
         self.redactor = redactor or Redactor()
         self.warnings: list[str] = []  # what reading run.json and the records found (reports show them)
         self._run_id: str | None = None
+        # a writer pins the directory it opened: one deleted or moved mid-run is an error, never recreated
+        self._identity = _identity(path) if create else None
+
+    def _still_there(self) -> None:
+        """:raises RunDirError: the directory this RunDir opened is gone or another one took its path."""
+        if self._identity is not None and _identity(self.path) != self._identity:
+            raise RunDirError(f"the run directory {self.path} was deleted or moved while the run wrote to it; "
+                              "nothing more is written there (the samples stored before went with it)")
 
     @classmethod
     def open(cls, path: Path) -> RunDir:
@@ -156,6 +172,7 @@ class RunDir:
         return RunDB(self.path)
 
     def arm_dir(self, arm: str) -> Path:
+        self._still_there()
         d = self.path / "arms" / arm
         try:
             d.mkdir(parents=True, exist_ok=True)
@@ -178,6 +195,7 @@ class RunDir:
 
         The one way run.json is written: the record's own version and this run's id are stamped on it.
         """
+        self._still_there()
         payload = record.to_json()
         payload.pop("run_id", None)
         if isinstance(payload.get("config"), dict):  # names kept, values masked
@@ -279,9 +297,12 @@ class RunDir:
         :raises RunDirError: samples.jsonl cannot be written (disk full, read-only); samples already
             stored stay as they are.
         """
+        self._still_there()  # before the index: SQLite would create a new one in a recreated directory
         sample = sample.model_copy(update={
             "run_id": sample.run_id or self.run_id,
             "error": None if sample.error is None else self.redactor.text(sample.error),
+            # a server controls its finish_reason text too; a key echoed there must not reach a report (R6)
+            "finish_reason": None if sample.finish_reason is None else self.redactor.text(sample.finish_reason),
             "flags": [self.redactor.text(f) for f in sample.flags]})
         line = sample.model_dump_json() + "\n"
         written = False
@@ -304,6 +325,7 @@ class RunDir:
     def _append(self, path: Path, text: str | bytes) -> None:
         """Append whole lines, fsynced; a failed write (disk full) is cut back, so no torn line is left."""
         data = text.encode() if isinstance(text, str) else text
+        self._still_there()
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:

@@ -39,3 +39,35 @@ def test_masked_output_line_stays_json(tmp_path: object) -> None:
     _keep_output(run, sample, "2048 tokens")
     line = (run.arm_dir("a") / "outputs.jsonl").read_text()
     assert json.loads(line)["max_tokens"] == 2048 and json.loads(line)["text"] == "*** tokens"
+
+
+KEY = "sk-PROBE-CUTCUTCUT-abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+@pytest.mark.parametrize("echo, fragment", [
+    ("-" * 280 + "invalid api key " + KEY[:20], "sk-PROBE-CUTCUT"),  # cut by the 300-character error text
+    (json.dumps(json.dumps({"key": 'sk-PROBE"QUOTE\\SLASH-7777'})), "SLASH-7777"),  # JSON-escaped twice
+    ("denied for key=sk-PROBE%2FURL%2BENC%3D8888&retry=0", "URL%2BENC"),  # URL-encoded
+], ids=["cut", "json-escaped", "url-encoded"])
+def test_a_key_echoed_in_another_spelling_is_masked(echo: str, fragment: str) -> None:
+    redactor = Redactor([KEY, 'sk-PROBE"QUOTE\\SLASH-7777', "sk-PROBE/URL+ENC=8888"])
+    assert fragment not in redactor.text(echo)
+
+
+def test_the_decoded_url_password_is_a_secret() -> None:
+    from bakeoff.core.common.redact import config_secrets
+
+    secrets = config_secrets({"arms": [{"name": "a", "url": "http://admin:p%40ss-SECRET-99@127.0.0.1:1/m"}]}, {})
+    assert "ss-SECRET-99" not in Redactor(secrets).text("HTTP 401: user admin password p@ss-SECRET-99 rejected")
+
+
+def test_a_key_in_finish_reason_is_not_stored(tmp_path: object) -> None:
+    from bakeoff.core.results.sample import Sample
+    from bakeoff.core.results.store import RunDir
+
+    run = RunDir(tmp_path / "run", redactor=Redactor(["sk-PROBE-FINISH-1212"]))  # type: ignore[operator]
+    sample = Sample(arm="a", engine="sim", prompt="p", mode="greedy", rep=0, pass_index=0, max_tokens=16,
+                    finish_reason="length sk-PROBE-FINISH-1212")
+    run.append(sample)
+    holding = [f.name for f in run.path.rglob("*") if f.is_file() and b"sk-PROBE-FINISH-1212" in f.read_bytes()]
+    assert holding == []
