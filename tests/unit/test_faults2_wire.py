@@ -93,30 +93,24 @@ def test_normal_stream_still_reads_through_the_trace_hook() -> None:
         assert bounded_get(http, "/anything").status_code == 200
 
 
-def test_url_credentials_are_sent_on_the_direct_socket_path() -> None:
+def test_url_credentials_are_sent_on_the_direct_socket_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """A basic-auth reverse proxy in front of an engine: ``http://user:pass@host`` (R4: every request got 401)."""
+    import socket
+
+    import sse_fakes
+
     seen: list[bytes] = []
+
+    def keep(conn: socket.socket) -> None:
+        seen.append(conn.recv(65536))
 
     def script() -> Iterator[bytes | float]:
         yield SSE_HEAD
         yield from normal_events(4)
 
-    with serve(script) as url:
-        import sse_fakes
-
-        original = sse_fakes._read_request
-
-        def keep(conn: object) -> None:
-            data = conn.recv(65536)  # type: ignore[attr-defined]
-            seen.append(data)
-
-        sse_fakes._read_request = keep  # type: ignore[assignment]
-        try:
-            base = url.replace("http://", "http://admin:p%40ss-1234@")
-            with httpx.Client(base_url=base) as http:
-                result = stream_chat(http, BODY, timeout_s=5)
-        finally:
-            sse_fakes._read_request = original  # type: ignore[assignment]
+    monkeypatch.setattr(sse_fakes, "_read_request", keep)
+    with serve(script) as url, httpx.Client(base_url=url.replace("http://", "http://admin:p%40ss-1234@")) as http:
+        result = stream_chat(http, BODY, timeout_s=5)
     assert result.error is None, result.error
     head = seen[0].split(b"\r\n\r\n")[0].lower()
     assert b"authorization: basic ywrtaw46cebzcy0xmjm0" in head  # base64 of admin:p@ss-1234
