@@ -457,8 +457,8 @@ def _sse_events(buf: bytes) -> Iterator[tuple[int, bytes]]:
     closed without a blank line is dispatched too (lenient: the bytes did arrive).
     """
     data: list[bytes] = []
-    end = 0
-    for m in _LINE.finditer(buf):
+    end = start = 3 if buf.startswith(b"\xef\xbb\xbf") else 0  # a leading BOM is not part of the stream (R14)
+    for m in _LINE.finditer(buf, start):
         line, end = m.group(1), m.end()
         if not line:
             if data:
@@ -546,6 +546,21 @@ def _impossible_usage(usage: dict[str, Any], text_events: int, max_tokens: int |
     return None
 
 
+def _usage_conflict(result: StreamResult, usage: dict[str, Any], content: str) -> str | None:
+    """Why a usage report contradicts an earlier one (FAULTS-2 R13), or None: counts only grow while a stream
+    runs (vLLM repeats a cumulative usage on every chunk), and once the answer is finished its count is final."""
+    before = (result.usage or {}).get("completion_tokens")
+    now = usage.get("completion_tokens")
+    if before is None or now is None or now == before:
+        return None
+    if now < before:
+        return f"completion_tokens went from {before} to {now} within one stream"
+    if result.finish_reason is not None and not content and result.final is not None \
+            and result.final.get("usage") is not None:
+        return f"two final usage reports disagree: completion_tokens {before}, then {now}"
+    return None
+
+
 def _lag_s(rec: Recording) -> float | None:
     """The longest stretch between a read's return and the reader being back for the next one (our own work,
     a GIL held by another thread, a pause): bytes arriving meanwhile would be stamped late."""
@@ -599,6 +614,10 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
             result.error = f"malformed-payload: {why}"
             continue
         choices = payload.get("choices") or []
+        if any(c.get("index", 0) != 0 for c in choices):  # n=1 was asked: a fanning proxy (FAULTS-2 R15)
+            if "multiple-choices" not in result.flags:
+                result.flags.append("multiple-choices")
+            choices = [c for c in choices if c.get("index", 0) == 0]
         content = "".join(_delta_text(c) for c in choices)
         for c in choices:
             if c.get("finish_reason"):
@@ -606,6 +625,10 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
                 result.finish_t_ns = t
                 result.final = payload
         if payload.get("usage"):
+            if why := _usage_conflict(result, payload["usage"], content):
+                result.flags.append("usage-conflict")
+                result.error = f"usage-conflict: {why}"
+                continue
             result.usage = payload["usage"]
             result.final = payload
         result.text += content
