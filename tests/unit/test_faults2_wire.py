@@ -114,3 +114,31 @@ def test_url_credentials_are_sent_on_the_direct_socket_path(monkeypatch: pytest.
     assert result.error is None, result.error
     head = seen[0].split(b"\r\n\r\n")[0].lower()
     assert b"authorization: basic ywrtaw46cebzcy0xmjm0" in head  # base64 of admin:p@ss-1234
+
+
+def _sse_body(n: int = 4) -> bytes:
+    return b"".join(normal_events(n))
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked-end-alone"])
+def test_a_complete_answer_on_a_kept_open_connection_is_not_a_stall(framing: str) -> None:
+    """The server ignores ``Connection: close`` and keeps the socket open after a complete answer (R16)."""
+    body = _sse_body()
+
+    def script() -> Iterator[bytes | float]:
+        if framing == "content-length":
+            yield b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+            yield body
+        else:
+            yield b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            for piece in normal_events(4):
+                yield b"%x\r\n%s\r\n" % (len(piece), piece)
+                yield 0.01
+            yield b"0\r\n\r\n"  # the last chunk in a write (and a read) of its own
+        yield 20.0  # kept open
+
+    with serve(script) as url, httpx.Client(base_url=url) as http:
+        result, _ = _within(30, lambda: stream_chat(http, BODY, timeout_s=4.0))
+    assert isinstance(result, client.StreamResult)
+    assert result.error is None and not result.flags, (result.error, result.flags)
+    assert result.text == "t0 t1 t2 t3 "
