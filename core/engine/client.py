@@ -103,6 +103,10 @@ class StreamResult:
     client_cpu_s: float | None = None
     client_lag_s: float | None = None  # longest time the reader spent away from the socket between two reads
     arrival_clock: ArrivalClock = "user"
+    # a second witness of the tokens delivered, independent of usage: token ids or logprobs entries the stream
+    # carried (vLLM ``return_token_ids``, OpenAI/llama.cpp ``logprobs``); None when the stream carries neither
+    witness_tokens: int | None = None
+    witness_source: str | None = None
 
 
 class _Watchdog:
@@ -585,6 +589,17 @@ def _impossible_usage(usage: dict[str, Any], text_events: int, max_tokens: int |
     return None
 
 
+def _witness(result: StreamResult, choice: dict[str, Any]) -> None:
+    """Add the tokens a chunk's choice names one by one (token ids, else logprobs entries) to the witness."""
+    ids = choice.get("token_ids")
+    entries = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    for source, items in (("token_ids", ids), ("logprobs", entries)):
+        if isinstance(items, list) and (result.witness_source in (None, source)):
+            result.witness_tokens = (result.witness_tokens or 0) + len(items)
+            result.witness_source = source
+            return
+
+
 def _usage_conflict(result: StreamResult, usage: dict[str, Any], content: str) -> str | None:
     """Why a usage report contradicts an earlier one (FAULTS-2 R13), or None: counts only grow while a stream
     runs (vLLM repeats a cumulative usage on every chunk), and once the answer is finished its count is final."""
@@ -659,6 +674,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
             choices = [c for c in choices if c.get("index", 0) == 0]
         content = "".join(_delta_text(c) for c in choices)
         for c in choices:
+            _witness(result, c)
             if c.get("finish_reason"):
                 result.finish_reason = c["finish_reason"]
                 result.finish_t_ns = t

@@ -16,10 +16,12 @@ resume read the same reconciled set. The directory is readable by its owner only
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import time
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +120,36 @@ class RunDir:
         self._run_id: str | None = None
         # a writer pins the directory it opened: one deleted or moved mid-run is an error, never recreated
         self._identity = _identity(path) if create else None
+        self._lock_fd: int | None = None
+
+    def hold(self) -> None:
+        """Hold this run directory for writing until the process ends: an exclusive lock on it (a second
+        ``bakeoff run --resume`` of the same run is refused before it launches anything, FAULTS-2 R18),
+        and its identity pinned, so its deletion or move is noticed (R3).
+
+        :raises RunDirError: another process holds it, or it cannot be opened.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _fs_error("cannot open the run directory", self.path, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise RunDirError(f"the run directory {self.path} is in use by another bakeoff (a run or --resume of "
+                              "it is still going); wait for it to end, or stop it first") from None
+        self.release()
+        self._lock_fd = fd
+        self._unlock = weakref.finalize(self, os.close, fd)  # released at the latest when this RunDir goes
+        st = os.fstat(fd)
+        self._identity = (st.st_dev, st.st_ino)
+
+    def release(self) -> None:
+        """Give up the lock :meth:`hold` took (the run is over); the identity stays pinned."""
+        if self._lock_fd is not None:
+            self._unlock()
+            self._lock_fd = None
 
     def _still_there(self) -> None:
         """:raises RunDirError: the directory this RunDir opened is gone or another one took its path."""
