@@ -52,6 +52,7 @@ DEFAULTS: dict[str, Any] = {
     "model_id": "sim",
     "prompt_tokens": 20,
     "slow_requests": 0,
+    "launch_speed": 1.0,
 }
 
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
@@ -112,7 +113,8 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
                 yield (fault, None)
                 return
         if sent and b["itl_ms"]:  # the first slow_requests stream at half speed: an engine still warming up
-            yield ("sleep", b["itl_ms"] / 1000 * (2 if request_no <= b["slow_requests"] else 1))
+            # launch_speed: this launch's state (0.5: an engine that came up in a slow state, all its life)
+            yield ("sleep", b["itl_ms"] / 1000 * (2 if request_no <= b["slow_requests"] else 1) / b["launch_speed"])
         n = min(b["tokens_per_event"], max_tokens - sent)
         text = "".join(WORDS[(sent + i) % len(WORDS)] + " " for i in range(n))
         sent += n
