@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
@@ -198,6 +199,7 @@ def config_secrets(config: dict[str, Any], environ: dict[str, str] | None = None
     return {s for s in found if len(s) >= MIN_SECRET_LEN and s != REDACTED}
 
 
+_SLICE = 1 << 18  # text_within masks this many characters between looks at the clock
 _PREFIX_FROM = 12  # secrets this long also have their cut-off starts masked
 _PREFIX_MIN = 8  # the shortest start of such a secret that is masked
 
@@ -243,6 +245,29 @@ class Redactor:
         for secret in self._long:  # what is left of a key cut short (an error text truncated mid-key)
             text = _mask_prefixes(text, secret)
         return redact_text(text)
+
+    def text_within(self, text: str, budget_s: float) -> str:
+        """:meth:`text` that ends within ``budget_s`` however long the text (a degenerate output of megabytes,
+        an endless stream cut at its deadline): this run's secrets are replaced everywhere (one linear pass),
+        the shapes slice by slice, cut at line ends; what the budget does not reach is not kept."""
+        for secret in self.secrets:
+            text = text.replace(secret, REDACTED)
+        deadline = time.monotonic() + budget_s
+        out: list[str] = []
+        start = 0
+        while start < len(text):
+            end = len(text) if len(text) - start <= _SLICE else (text.rfind("\n", start, start + _SLICE) + 1
+                                                                  or start + _SLICE)
+            piece = text[start:end]
+            for secret in self._long:
+                piece = _mask_prefixes(piece, secret)
+            out.append(redact_text(piece))
+            start = end
+            if start < len(text) and time.monotonic() > deadline:
+                out.append(f"[{len(text) - start} more characters not kept: masking them would outlast "
+                           f"request_timeout_s ({budget_s:g} s)]")
+                break
+        return "".join(out)
 
     def value(self, value: Any) -> Any:
         """Every string inside a JSON-like value, masked."""

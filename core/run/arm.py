@@ -95,12 +95,13 @@ def engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_s
             run.redactor.file(log_path)
 
 
-def _keep_output(run: RunDir, sample: Sample, text: str) -> None:
-    """A greedy output's text in ``arms/<arm>/outputs.jsonl`` (samples keep only its hash)."""
+def _keep_output(run: RunDir, sample: Sample, text: str, budget_s: float) -> None:
+    """A greedy output's text in ``arms/<arm>/outputs.jsonl`` (samples keep only its hash); masking it takes at
+    most ``budget_s`` (the request timeout), however long the text."""
     try:
         with (run.arm_dir(sample.arm) / OUTPUTS_FILE).open("a") as f:
             # the text is masked, not the JSON line: a masked number would leave a line that is not JSON (R7)
-            f.write(output_line(sample, run.redactor.text(text)))
+            f.write(output_line(sample, run.redactor.text_within(text, budget_s)))
     except OSError:
         pass  # the sample itself is what must not be lost
 
@@ -263,7 +264,7 @@ class ArmSession:
             self.attempt.gpu_vram_peak_mib = max(self.attempt.gpu_vram_peak_mib or 0.0, gpu.vram_used_mib or 0.0)
         sample = self.runner.finish(sample, point, body, result, depth_info)
         if mode.temperature == 0.0:  # greedy: kept for spec correctness
-            _keep_output(self.run, sample, result.text)
+            _keep_output(self.run, sample, result.text, self.workload.request_timeout_s)
         return sample
 
     def _batch(self, point: Point, mode: SamplingMode) -> list[Sample]:

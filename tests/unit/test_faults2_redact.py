@@ -36,7 +36,7 @@ def test_masked_output_line_stays_json(tmp_path: object) -> None:
     run = RunDir(tmp_path / "run", redactor=Redactor(["2048"]))  # type: ignore[operator]
     sample = Sample.model_construct(arm="a", engine="sim", prompt="p", mode="greedy", rep=0, pass_index=0, depth=None,
                                     max_tokens=2048, output_sha256="x")
-    _keep_output(run, sample, "2048 tokens")
+    _keep_output(run, sample, "2048 tokens", 10.0)
     line = (run.arm_dir("a") / "outputs.jsonl").read_text()
     assert json.loads(line)["max_tokens"] == 2048 and json.loads(line)["text"] == "*** tokens"
 
@@ -71,3 +71,12 @@ def test_a_key_in_finish_reason_is_not_stored(tmp_path: object) -> None:
     run.append(sample)
     holding = [f.name for f in run.path.rglob("*") if f.is_file() and b"sk-PROBE-FINISH-1212" in f.read_bytes()]
     assert holding == []
+
+
+def test_masking_an_output_stops_at_its_budget_and_says_what_it_left_out() -> None:
+    redactor = Redactor(["sk-PROBE-BUDGET-4242"])
+    text = ("line sk-PROBE-BUDGET-4242 " + "x" * 60 + "\n") * 40_000  # 3.5 MB: more than one slice
+    kept = redactor.text_within(text, 0.0)  # no time at all: the first slice only
+    assert "sk-PROBE-BUDGET" not in kept and "more characters not kept" in kept and len(kept) < len(text)
+    whole = redactor.text_within(text, 600.0)
+    assert whole == redactor.text(text) and "not kept" not in whole
