@@ -95,7 +95,7 @@ def _start_ticks(pid: int) -> int | None:
     return None if state in ("Z", "X") else start
 
 
-def _engine_alive(pid: int, pgid: int, start: int | None, leader: bool) -> bool:
+def _group_alive(pid: int, pgid: int, start: int | None, leader: bool) -> bool:
     """The recorded leader still runs; or, for an orphaned group, any member does."""
     return _start_ticks(pid) == start if leader else bool(_group_members(pgid))
 
@@ -158,11 +158,11 @@ def stop_leftover_engines() -> list[str]:
                 except (ProcessLookupError, PermissionError):
                     break
                 deadline = time.monotonic() + 5
-                while time.monotonic() < deadline and _engine_alive(pid, pgid, rec["start"], leader):
+                while time.monotonic() < deadline and _group_alive(pid, pgid, rec["start"], leader):
                     time.sleep(0.1)
-                if not _engine_alive(pid, pgid, rec["start"], leader):
+                if not _group_alive(pid, pgid, rec["start"], leader):
                     break
-            state = "could NOT stop" if _engine_alive(pid, pgid, rec["start"], leader) else "stopped"
+            state = "could NOT stop" if _group_alive(pid, pgid, rec["start"], leader) else "stopped"
             lines.append(f"{state} engine pid {pid} ({rec.get('argv0')}) left running by bakeoff pid "
                          f"{rec.get('bakeoff_pid')}, which died (run files: {rec.get('arm_dir')})")
         path.unlink(missing_ok=True)
