@@ -439,7 +439,7 @@ class VllmAdapter(EngineAdapter):
             problems.append(f"GET /v1/models: no model object in 'data' ({str(data)[:40]})")
         version = get_json(http, "/version", dict, problems)
         if models is None or version is None:
-            eff.model_id = openai_model_id(http)
+            eff.model_id = openai_model_id(http, problems=problems)
             eff.mismatches += problems
             return eff
         eff.version = engine_text(version.get("version"))

@@ -142,3 +142,19 @@ def test_a_complete_answer_on_a_kept_open_connection_is_not_a_stall(framing: str
     assert isinstance(result, client.StreamResult)
     assert result.error is None and not result.flags, (result.error, result.flags)
     assert result.text == "t0 t1 t2 t3 "
+
+
+def test_openai_model_id_says_why_it_found_none() -> None:
+    from bakeoff.core.engine.adapter import openai_model_id
+
+    def refuse() -> Iterator[bytes | float]:
+        yield b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 7\r\n\r\nloading"
+
+    problems: list[str] = []
+    with serve(refuse) as url, httpx.Client(base_url=url) as http:
+        assert openai_model_id(http, problems=problems) is None
+    assert problems == ["GET /v1/models: no model id (HTTP 503)"]
+    problems.clear()
+    with httpx.Client(base_url="http://127.0.0.1:9") as http:  # nothing listens on the discard port
+        assert openai_model_id(http, timeout_s=2, problems=problems) is None
+    assert len(problems) == 1 and problems[0].startswith("GET /v1/models: no model id (ConnectError")
