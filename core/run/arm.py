@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from ..analysis.fairness import OUTPUTS_FILE, finish_flags, output_line
 from ..common.errors import EngineStartupError
-from ..common.redact import redact_argv
+from ..common.redact import LiveLogMasker, redact_argv
 from ..config.schema import Arm, Prompt, SamplingMode, Workload
 from ..engine.adapter import Effective, read_effective
 from ..engine.attach import attach_base, probe_attached
@@ -88,7 +88,8 @@ def engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_s
         host = "127.0.0.1" if arm.settings.host in ("0.0.0.0", "::") else arm.settings.host
         base = f"http://{host}:{port}"
         run.write_arm_text(arm.name, "argv.txt", " ".join(redact_argv(spec.argv)) + "\n")
-        with Engine(planned.adapter, spec, base, log_path, boot_timeout_s, port_taken=port_taken) as engine:
+        with LiveLogMasker(run.redactor, log_path), \
+                Engine(planned.adapter, spec, base, log_path, boot_timeout_s, port_taken=port_taken) as engine:
             yield base, engine
     finally:  # the engine wrote its log itself: mask any secret of this run it printed
         with suppress(OSError):

@@ -80,3 +80,30 @@ def test_masking_an_output_stops_at_its_budget_and_says_what_it_left_out() -> No
     assert "sk-PROBE-BUDGET" not in kept and "more characters not kept" in kept and len(kept) < len(text)
     whole = redactor.text_within(text, 600.0)
     assert whole == redactor.text(text) and "not kept" not in whole
+
+
+def test_an_engine_log_is_masked_while_the_engine_writes_it(tmp_path: object) -> None:
+    """Item 7: a bakeoff killed mid-arm left the whole log unmasked; now each scan masks what was written."""
+    import os
+    import time
+    from pathlib import Path
+
+    from bakeoff.core.common.redact import LiveLogMasker
+
+    log = Path(str(tmp_path)) / "engine.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # as the engine holds it
+    try:
+        with LiveLogMasker(Redactor(["hf_SECRET_TOKEN_77"]), log, interval_s=0.05):
+            os.write(fd, b"argv: --hf-token hf_SECRET_TOKEN_77\nloading model\n")
+            deadline = time.monotonic() + 30
+            while b"hf_SECRET" in log.read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert b"hf_SECRET" not in log.read_bytes(), "the log was not masked while it was written"
+            os.write(fd, b"echo hf_SECRET_")  # a secret cut across two writes
+            os.write(fd, b"TOKEN_77 served\n")
+            while b"hf_SECRET" in log.read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        os.close(fd)
+    assert log.read_bytes() == (b"argv: --hf-token ******************\nloading model\n"
+                                b"echo ****************** served\n")  # every line kept, every byte in place
