@@ -636,6 +636,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
         return result
     ends = list(accumulate(len(chunk) for _, chunk in rec.reads))
     data_events = 0
+    texts: list[str] = []
     for offset, data in _sse_events(buf):
         read = min(bisect_right(ends, offset), len(rec.reads) - 1)
         t = rec.reads[read][0]
@@ -686,8 +687,9 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
                 continue
             result.usage = payload["usage"]
             result.final = payload
-        result.text += content
+        texts.append(content)
         result.events.append(Event(t, read, content, count if isinstance(count, int) else None))  # checked above
+    result.text = "".join(texts)  # joined once: += on an attribute copies the whole text per event (quadratic)
     if rec.deadline_hit:
         last = max((e.t_ns for e in result.events), default=rec.t_send_ns)
         idle_s = (rec.t_done_ns - last) / 1e9

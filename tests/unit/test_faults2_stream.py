@@ -47,3 +47,20 @@ def test_two_streamed_choices_are_flagged_and_not_mixed() -> None:
     events += normal_events(0)
     result = parse_stream(_recording(events), max_tokens=16)
     assert "multiple-choices" in result.flags and result.text == "t0 t1 t2 t3 "
+
+
+def test_a_long_stream_cut_at_its_deadline_parses_in_linear_time() -> None:
+    """STR-31: an endless stream of 1 KB events read for 8 s (18 MB) took 118 s to parse, the output text
+    copied whole at every event. Linear parsing takes about a second; the 30 s bound only stops a regression
+    from hanging the suite."""
+    import threading
+
+    events = [ev(chunk("x" * 1100)) for _ in range(16_000)]
+    rec = _recording(events)
+    rec.deadline_hit = True
+    out: list[object] = []
+    thread = threading.Thread(target=lambda: out.append(parse_stream(rec, max_tokens=16, timeout_s=8.0)),
+                              daemon=True)
+    thread.start()
+    thread.join(30)
+    assert out, "parsing an 18 MB stream did not finish in 30 s: the text is built quadratically"
