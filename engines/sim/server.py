@@ -10,7 +10,9 @@ from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` i
   unset), after ``fault_after_tokens`` tokens: ``stall`` (stop sending for ``stall_s``), ``reset`` (TCP
   RST), ``kill`` (SIGKILL itself mid-stream), ``malformed`` (a truncated JSON data line) or ``http``
   (answer ``http_status`` instead of a stream);
-- ``boot_delay_s`` (answer 503 "Loading model" until then), ``crash_on_start`` (log this line and exit).
+- ``boot_delay_s`` (answer 503 "Loading model" until then), ``crash_on_start`` (log this line and exit);
+- ``launch_speed``: this launch's speed for its whole life (0.5: token gaps doubled), which the adapter draws
+  per launch from ``options.launch_speeds`` (an engine with a fast and a slow launch state).
 
 The response body is HTTP/1.1 chunked, as real engines send it, so a process that dies mid-stream is
 seen by the client as an incomplete body rather than as a clean end of stream. The API key, when one is
