@@ -22,7 +22,7 @@ from ..config.schema import CalibrateSection
 from ..results.record import ArmAttempt
 from ..results.sample import Sample
 from .acceptance import acceptance_rate
-from .stats import LEVEL, N_BOOT, paired_ratio
+from .stats import LEVEL, N_BOOT, no_rate_reason, paired_ratio
 
 __all__ = [
     "AGREEMENT_TARGET",
@@ -128,6 +128,19 @@ def _pairs(arm: Iterable[Sample], ref: Iterable[Sample]) -> list[tuple[Sample, S
     return [(s, by_key[_key(s)]) for s in arm if s.status == "ok" and _key(s) in by_key]
 
 
+def _unrated_why(s: Sample, engine_too: bool) -> str | None:
+    """Why a successful sample gives no pair to the speedups: no client rate, or (``engine_too``) no engine rate."""
+    if (why := no_rate_reason(s)) is not None:
+        return why
+    if engine_too and not (s.server_decode_tps and s.server_decode_tps > 0):
+        return "no engine decode rate"
+    return None
+
+
+def _rated(s: Sample, engine_too: bool) -> bool:
+    return s.status == "ok" and _unrated_why(s, engine_too) is None
+
+
 def _first_error(samples: Sequence[Sample], records: Sequence[ArmAttempt]) -> str | None:
     for r in records:
         if r.failed and r.error:
@@ -172,12 +185,21 @@ def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Seq
         out.measured_acceptance = acceptance_rate(accepted, drafted) or 0.0
     else:
         out.flags.append("the engine reported no draft counts")
-    ratio = paired_ratio(ok, ref, n_boot=n_boot, level=level, seed=seed)
+    # like with like: where the engine times its requests, both speedups come from the same request pairs,
+    # those with a client rate and an engine rate on both sides (issue 33 item 5: a spec-off sample flagged
+    # burst-delivery had left the client's pairs but not the engine's, and the two figures disagreed 1.87/0.29)
+    both = any(s.server_decode_tps for s in [*ok, *ref])
+    rated = [s for s in ok if _rated(s, both)]
+    rated_ref = [s for s in ref if _rated(s, both)]
+    if lost := len(_pairs(ok, ref)) - len(_pairs(rated, rated_ref)):
+        whys = sorted({w for s in [*ok, *ref] if s.status == "ok" and (w := _unrated_why(s, both))})
+        out.flags.append(f"lost {lost} request pair(s) from both speedups ({', '.join(whys)})")
+    ratio = paired_ratio(rated, rated_ref, n_boot=n_boot, level=level, seed=seed)
     if ratio is not None:
         out.speedup, out.ci_low, out.ci_high = ratio.estimate, ratio.lo, ratio.hi
     else:
         out.flags.append("no request paired with spec-off")
-    engine = paired_ratio(ok, ref, n_boot=n_boot, level=level, seed=seed, value=lambda s: s.server_decode_tps,
+    engine = paired_ratio(rated, rated_ref, n_boot=n_boot, level=level, seed=seed, value=lambda s: s.server_decode_tps,
                           value_name="engine decode")
     out.engine_speedup = engine.estimate if engine is not None else None
     if out.speedup is not None and out.engine_speedup:

@@ -275,7 +275,8 @@ def verdict(ratio: Interval) -> Verdict:
     return "not separable"
 
 
-EXCLUDING_FLAGS = ("burst-delivery",)  # a sample carrying one of these never enters a statistic
+# a sample carrying one of these never enters a statistic: its delivery or its counts cannot be trusted
+EXCLUDING_FLAGS = ("burst-delivery", "count-witness-mismatch", "counter-invariant")
 
 
 def _excluded_by(s: Sample) -> str | None:

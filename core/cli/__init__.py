@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 # Tables piped to a file or another program must not wrap at 80 columns: people paste them.
 # Rich reads COLUMNS when each module's Console is created, so this comes before those imports.
 # Some launchers export COLUMNS=80 to children, so a pipe gets BAKEOFF_WIDTH (default 200) instead.
-if not sys.stdout.isatty():
+if sys.stdout is not None and not sys.stdout.isatty():  # None: stdout closed (>&-)
     os.environ["COLUMNS"] = os.environ.get("BAKEOFF_WIDTH", "200")
 
 if TYPE_CHECKING:

@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from ..common.errors import BundleError
 from ..results.bundle import bundle_run, verify_bundle
+from .console import make_console
 
 __all__ = ["bundle_command", "verify_command"]
 
-console = Console()
+console = make_console()
 
 
 def bundle_command(

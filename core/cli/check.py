@@ -15,10 +15,11 @@ from rich.markup import escape
 
 from ..common.errors import ConfigError
 from ..run.check import CheckResult, check_file
+from .console import make_console
 
 __all__ = ["check_command", "print_check"]
 
-console = Console(highlight=False)
+console = make_console(highlight=False)
 
 
 def print_check(result: CheckResult, out: Console) -> None:

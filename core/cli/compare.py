@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..common.errors import ConfigError
 from ..reports.compare import compare_runs, comparison_table, render_comparison_markdown
+from .console import make_console
 
 __all__ = ["compare_command"]
 
-console = Console()
+console = make_console()
 
 
 def _mapping(pairs: list[str]) -> dict[str, str]:

@@ -10,16 +10,16 @@ from importlib.resources import files
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from ..common.errors import EngineUnavailable
 from ..config.loader import parse_bakeoff
 from ..engine.registry import load_engine
 from ..run.executor import LocalExecutor
+from .console import make_console
 from .exit_codes import EXIT_CODES_HELP
 from .running import TABLES_HELP, execute, finish
 
-console = Console()
+console = make_console()
 
 
 def demo_command(

@@ -5,14 +5,14 @@ from __future__ import annotations
 import inspect
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..common.errors import ConfigError
 from ..engine.registry import list_engines, load_engine
+from .console import make_console
 
 app = typer.Typer(invoke_without_command=True, add_completion=False, help="List engines, or install one.")
-console = Console()
+console = make_console()
 
 
 @app.callback()

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from ..common.errors import ConfigError
 from ..reports.export import FORMATS, Format, export_run
+from .console import make_console
 
 __all__ = ["export_command"]
 
-console = Console()
+console = make_console()
 
 
 def export_command(

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from ..analysis.regression import GateVerdict, judge_gate
@@ -17,12 +16,13 @@ from ..reports import report_dir, summarize_run
 from ..reports.model import RunSummary
 from ..run.executor import LocalExecutor
 from ..run.gate import gate_config
+from .console import make_console
 from .exit_codes import ExitCode
 from .running import execute, finish
 
 __all__ = ["gate_command", "gate_points", "GATE_EXIT_HELP"]
 
-console = Console()
+console = make_console()
 
 GATE_EXIT_HELP = ("Exit codes: 0 the candidate is not separably slower than --max-slowdown; 1 it is (or fails a "
                   "quality gate the reference passes); 2 configuration error, nothing ran; 3 no verdict (nothing "

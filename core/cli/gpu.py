@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 
 from ..host.roofline import gpu_copy_bandwidth_gbs, host_copy_bandwidth_gbs
 from ..host.telemetry import open_monitor
+from .console import make_console
 
 __all__ = ["gpu_command"]
 
-console = Console()
+console = make_console()
 
 
 def gpu_command(

@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -14,10 +13,11 @@ from ..analysis.stats import N_BOOT
 from ..common.errors import MeasurementError
 from ..reports import print_summary, render_html
 from ..reports.merge import bundle_rows, merge_bundles, render_merge_markdown
+from .console import make_console
 
 __all__ = ["merge_command"]
 
-console = Console()
+console = make_console()
 
 
 def merge_command(

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from ..run.promote import promote, revert
+from .console import make_console
 
 __all__ = ["promote_command"]
 
-console = Console()
+console = make_console()
 
 
 def promote_command(

@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from ..analysis.stats import N_BOOT
 from ..common.errors import ConfigError
 from ..reports import print_run, render_markdown, summarize_run, write_reports
+from .console import make_console
 from .running import TABLES_HELP
 
 __all__ = ["report_command"]
 
-console = Console()
+console = make_console()
 
 
 def report_command(

@@ -11,7 +11,6 @@ from pathlib import Path
 from types import FrameType
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from ..common.errors import BakeoffError, ConfigError, RunDirError, is_write_failure
@@ -25,12 +24,13 @@ from ..run.executor import Executor, executor_for
 from ..run.live import dry_run_lines
 from ..run.resume import Resume
 from ..run.session import run_bakeoff
+from .console import make_console
 from .exit_codes import ExitCode, run_outcome
 from .progress import run_progress
 
 __all__ = ["TABLES_HELP", "execute", "finish", "percent", "run_loaded"]
 
-console = Console()
+console = make_console()
 TABLES_HELP = "Print every table (main, sweeps, acceptance, decision map, accounting, correctness, roofline) " \
               "instead of the verdict block; the report files always hold everything."
 

@@ -12,17 +12,17 @@ from dataclasses import asdict
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..common.errors import BakeoffError, RunRecordError, StoreError
 from ..results.db import RunDB, RunSummary, arm_records_of
 from ..results.record import RunRecord, failed_arms
 from ..results.store import RunDir, read_samples
+from .console import make_console
 
 __all__ = ["runs_command", "list_runs"]
 
-console = Console()
+console = make_console()
 
 
 def _from_files(path: Path) -> RunSummary:

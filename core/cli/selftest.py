@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..common.errors import BakeoffError
 from ..engine.registry import load_engine
 from ..run.selftest import SelftestRow, run_selftest
+from .console import make_console
 
-console = Console()
+console = make_console()
 
 
 def _yes_no(value: bool | None) -> str:

@@ -401,7 +401,11 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         ``sources``) with what the engine reports, ``raw`` with everything read, and ``mismatches`` with the
         checks only this engine has. ``log.text()`` is the engine's log since it started ('' when attached).
         Core compares the common fields with the arm (:func:`read_effective`)."""
-        return Effective(model_id=openai_model_id(http))
+        problems: list[str] = []
+        eff = Effective(model_id=openai_model_id(http, problems=problems))
+        if problems:
+            eff.notes["model_id"] = problems[0]
+        return eff
 
     def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
         """What the arm's speculative method or ``settings.kv_type`` is called in this engine's read-back
@@ -465,13 +469,22 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         return ServerStats()
 
 
-def openai_model_id(http: httpx.Client, timeout_s: float = SETUP_TIMEOUT_S) -> str | None:
-    """The first model id from ``/v1/models``; None if the server does not list one within ``timeout_s``."""
+def openai_model_id(http: httpx.Client, timeout_s: float = SETUP_TIMEOUT_S,
+                    problems: list[str] | None = None) -> str | None:
+    """The first model id from ``/v1/models``; None if the server does not list one within ``timeout_s``, and
+    then why is appended to ``problems`` (a timeout, a refused connection, an HTTP status, a listing without
+    ids): a read-back that lost its model id must say so, not leave a blank."""
     try:
-        data = bounded_get(http, "/v1/models", timeout_s).json()
-        return str(data["data"][0]["id"])
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-        return None
+        response = bounded_get(http, "/v1/models", timeout_s)
+        if response.status_code != 200:
+            why = f"HTTP {response.status_code}"
+        else:
+            return str(response.json()["data"][0]["id"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        why = f"{type(exc).__name__}: {str(exc)[:160]}"
+    if problems is not None:
+        problems.append(f"GET /v1/models: no model id ({why})")
+    return None
 
 
 def read_effective(adapter: EngineAdapter, http: httpx.Client, arm: Arm, log: EngineLog | None = None) -> Effective:

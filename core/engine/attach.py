@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import socket
 import ssl
-import time
 from typing import Any
 
 import httpx
 
 from ..common.errors import EngineStartupError
 from ..config.schema import Arm
+from .client import bounded_get
 
 __all__ = ["PROBE_DEADLINE_S", "attach_base", "display_url", "probe_attached"]
 
@@ -57,17 +57,10 @@ def _connect_cause(exc: httpx.HTTPError) -> str:
 
 
 def _get_models(http: httpx.Client, deadline_s: float) -> tuple[httpx.Response, bytes]:
-    """GET /v1/models with a wall-clock deadline: a server that trickles bytes cannot hold the run."""
-    start = time.monotonic()
-    body = b""
-    with http.stream("GET", "/v1/models", timeout=httpx.Timeout(deadline_s)) as response:
-        for piece in response.iter_bytes():
-            body += piece
-            if len(body) > _MAX_BODY:
-                break
-            if time.monotonic() - start > deadline_s:
-                raise httpx.ReadTimeout(f"no complete answer within {deadline_s:g} s")
-    return response, body
+    """GET /v1/models with a wall-clock deadline from the send, headers included: a server that trickles
+    bytes (of its headers or its body) cannot hold the run."""
+    response = bounded_get(http, "/v1/models", deadline_s, max_bytes=_MAX_BODY)
+    return response, response.content
 
 
 def _served_ids(payload: Any) -> list[str] | None:

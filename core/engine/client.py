@@ -103,28 +103,60 @@ class StreamResult:
     client_cpu_s: float | None = None
     client_lag_s: float | None = None  # longest time the reader spent away from the socket between two reads
     arrival_clock: ArrivalClock = "user"
+    # a second witness of the tokens delivered, independent of usage: token ids or logprobs entries the stream
+    # carried (vLLM ``return_token_ids``, OpenAI/llama.cpp ``logprobs``); None when the stream carries neither
+    witness_tokens: int | None = None
+    witness_source: str | None = None
 
 
 class _Watchdog:
-    """Shuts a response's socket down at an absolute deadline, so neither silence nor a byte-a-second
-    trickle can outlive it (httpx's read timeout restarts with every byte)."""
+    """Shuts a request's socket down at an absolute deadline, so neither silence nor a byte-a-second
+    trickle can outlive it (httpx's read timeout restarts with every byte). The clock runs from the send,
+    headers included: the socket is caught by httpcore's ``trace`` hook as it connects (``start`` before
+    sending, with ``trace`` in the request's extensions), or from the response of a reused connection."""
 
     def __init__(self, deadline_ns: int) -> None:
         self.deadline_ns = deadline_ns
         self.fired = False
         self._timer: threading.Timer | None = None
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self._timer = threading.Timer(max(0.0, (self.deadline_ns - time.perf_counter_ns()) / 1e9), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def trace(self, name: str, info: dict[str, Any]) -> None:
+        """httpcore's trace hook: keep the socket of a connection as soon as it exists (before the headers)."""
+        stream = info.get("return_value") if name.endswith(".complete") else None
+        if stream is not None and hasattr(stream, "get_extra_info"):
+            self._catch(stream.get_extra_info("socket"))
 
     def arm(self, response: httpx.Response) -> None:
         stream = response.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if isinstance(sock, socket.socket):
-            self._timer = threading.Timer(max(0.0, (self.deadline_ns - time.perf_counter_ns()) / 1e9),
-                                          self._fire, (sock,))
-            self._timer.daemon = True
-            self._timer.start()
+        self._catch(stream.get_extra_info("socket") if stream is not None else None)
+        if self._timer is None:
+            self.start()
 
-    def _fire(self, sock: socket.socket) -> None:
-        self.fired = True
+    def _catch(self, sock: object) -> None:
+        if not isinstance(sock, socket.socket):
+            return
+        with self._lock:
+            self._sock = sock
+            fired = self.fired
+        if fired:
+            self._shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            sock = self._sock
+        if sock is not None:
+            self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked read; close() alone would not
 
@@ -164,6 +196,44 @@ _gc_pause = _GcPause()
 _CHUNKED_END = b"\r\n0\r\n\r\n"  # the last chunk of a chunked body: the answer is complete
 
 
+class _MessageEnd:
+    """Whether the response is complete, told read by read from its framing (Content-Length, or the last chunk
+    of a chunked body, even in a read of its own): a server that keeps the connection open after a complete
+    answer is not waited on until the deadline (FAULTS-2 R16). Cheap: a few byte operations per read."""
+
+    def __init__(self) -> None:
+        self._head: bytes | None = b""  # the status line and headers, until they are complete
+        self._left: int | None = None  # body bytes still to come (Content-Length)
+        self._chunked = False
+        self._tail = b"\r\n"  # the last bytes seen, for an end marker split across reads
+
+    def feed(self, data: bytes) -> bool:
+        if self._head is not None:
+            head = self._head + data
+            i = head.find(b"\r\n\r\n")
+            if i < 0:
+                self._head = head
+                return False
+            self._head = None
+            fields = head[:i].lower()
+            data = head[i + 4:]
+            if head.startswith(b"HTTP/1.1 1") or head.startswith(b"HTTP/1.0 1"):  # 100 Continue: the next head
+                self._head = b""
+                return self.feed(data) if data else False
+            if re.search(rb"\r\ntransfer-encoding:[^\r\n]*chunked", fields):
+                self._chunked = True
+            elif m := re.search(rb"\r\ncontent-length:[ \t]*(\d+)", fields):
+                self._left = int(m.group(1))
+        if self._chunked:
+            tail = self._tail + data[-7:]
+            self._tail = tail[-7:]
+            return tail.endswith(_CHUNKED_END)
+        if self._left is not None:
+            self._left -= len(data)
+            return self._left <= 0
+        return data.endswith(_CHUNKED_END)  # framing unknown: the old rule
+
+
 def _direct(http: httpx.Client, request: httpx.Request) -> bool:
     """Whether bakeoff can write this request to a socket of its own: plain HTTP, no proxy, a real transport."""
     if request.url.scheme != "http":
@@ -186,6 +256,7 @@ def _record_direct(request: httpx.Request, timeout_s: float) -> Recording:
     ancillary: list[list[tuple[int, int, bytes]]] = []
     stamped, offset0, offset1 = False, (0, 0), (0, 0)
     where = f"{request.url.host}:{request.url.port or 80}"
+    message_end = _MessageEnd()
     try:
         sock = socket.create_connection((request.url.host, request.url.port or 80), timeout=min(10.0, timeout_s))
     except OSError as exc:
@@ -216,7 +287,7 @@ def _record_direct(request: httpx.Request, timeout_s: float) -> Recording:
                     append((t, data))
                     if stamped:
                         keep_anc(anc)
-                    if data.endswith(_CHUNKED_END):
+                    if message_end.feed(data):
                         break
                 else:
                     rec.deadline_hit = True
@@ -329,6 +400,9 @@ def record_stream(http: httpx.Client, body: dict[str, Any], timeout_s: float,
     headers = {"accept": "text/event-stream", "accept-encoding": "identity"}
     request = http.build_request("POST", path, json=body, headers=headers, timeout=_timeout(timeout_s))
     if _direct(http, request):
+        if request.url.userinfo and "authorization" not in request.headers:
+            # httpx adds URL credentials only in Client.send, which the direct path never calls (FAULTS-2 R4)
+            next(httpx.BasicAuth(request.url.username, request.url.password).sync_auth_flow(request))
         return _record_direct(request, timeout_s)
     return _record_httpx(http, request, timeout_s)
 
@@ -339,6 +413,8 @@ def _record_httpx(http: httpx.Client, request: httpx.Request, timeout_s: float) 
     cpu0 = time.thread_time()
     rec = Recording(t_send_ns=clock())
     watchdog = _Watchdog(rec.t_send_ns + int(timeout_s * 1e9))
+    request.extensions["trace"] = watchdog.trace
+    watchdog.start()
     try:
         response = http.send(request, stream=True)
         try:
@@ -386,8 +462,13 @@ def bounded_get(http: httpx.Client, path: str, timeout_s: float = SETUP_TIMEOUT_
     watchdog = _Watchdog(clock() + int(timeout_s * 1e9))
     parts: list[bytes] = []
     size = 0
+    # Connection: close, so the next setup GET gets a fresh connection whose socket the trace hook catches
+    request = http.build_request("GET", path, timeout=_timeout(timeout_s), headers={"connection": "close"},
+                                 extensions={"trace": watchdog.trace})
+    watchdog.start()
     try:
-        with http.stream("GET", path, timeout=_timeout(timeout_s)) as response:
+        response = http.send(request, stream=True)
+        with contextlib.closing(response):
             watchdog.arm(response)
             for chunk in response.iter_bytes():
                 parts.append(chunk)
@@ -403,8 +484,7 @@ def bounded_get(http: httpx.Client, path: str, timeout_s: float = SETUP_TIMEOUT_
     finally:
         watchdog.cancel()
     if watchdog.expired(clock()):
-        raise httpx.ReadTimeout(f"GET {path}: no complete answer within {timeout_s:g} s",
-                                request=response.request)
+        raise httpx.ReadTimeout(f"GET {path}: no complete answer within {timeout_s:g} s", request=request)
     headers = [(k, v) for k, v in response.headers.items() if k not in ("content-encoding", "content-length")]
     return httpx.Response(response.status_code, headers=headers, content=b"".join(parts), request=response.request)
 
@@ -420,8 +500,8 @@ def _sse_events(buf: bytes) -> Iterator[tuple[int, bytes]]:
     closed without a blank line is dispatched too (lenient: the bytes did arrive).
     """
     data: list[bytes] = []
-    end = 0
-    for m in _LINE.finditer(buf):
+    end = start = 3 if buf.startswith(b"\xef\xbb\xbf") else 0  # a leading BOM is not part of the stream (R14)
+    for m in _LINE.finditer(buf, start):
         line, end = m.group(1), m.end()
         if not line:
             if data:
@@ -509,6 +589,32 @@ def _impossible_usage(usage: dict[str, Any], text_events: int, max_tokens: int |
     return None
 
 
+def _witness(result: StreamResult, choice: dict[str, Any]) -> None:
+    """Add the tokens a chunk's choice names one by one (token ids, else logprobs entries) to the witness."""
+    ids = choice.get("token_ids")
+    entries = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    for source, items in (("token_ids", ids), ("logprobs", entries)):
+        if isinstance(items, list) and (result.witness_source in (None, source)):
+            result.witness_tokens = (result.witness_tokens or 0) + len(items)
+            result.witness_source = source
+            return
+
+
+def _usage_conflict(result: StreamResult, usage: dict[str, Any], content: str) -> str | None:
+    """Why a usage report contradicts an earlier one (FAULTS-2 R13), or None: counts only grow while a stream
+    runs (vLLM repeats a cumulative usage on every chunk), and once the answer is finished its count is final."""
+    before = (result.usage or {}).get("completion_tokens")
+    now = usage.get("completion_tokens")
+    if before is None or now is None or now == before:
+        return None
+    if now < before:
+        return f"completion_tokens went from {before} to {now} within one stream"
+    if result.finish_reason is not None and not content and result.final is not None \
+            and result.final.get("usage") is not None:
+        return f"two final usage reports disagree: completion_tokens {before}, then {now}"
+    return None
+
+
 def _lag_s(rec: Recording) -> float | None:
     """The longest stretch between a read's return and the reader being back for the next one (our own work,
     a GIL held by another thread, a pause): bytes arriving meanwhile would be stamped late."""
@@ -530,6 +636,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
         return result
     ends = list(accumulate(len(chunk) for _, chunk in rec.reads))
     data_events = 0
+    texts: list[str] = []
     for offset, data in _sse_events(buf):
         read = min(bisect_right(ends, offset), len(rec.reads) - 1)
         t = rec.reads[read][0]
@@ -562,17 +669,27 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
             result.error = f"malformed-payload: {why}"
             continue
         choices = payload.get("choices") or []
+        if any(c.get("index", 0) != 0 for c in choices):  # n=1 was asked: a fanning proxy (FAULTS-2 R15)
+            if "multiple-choices" not in result.flags:
+                result.flags.append("multiple-choices")
+            choices = [c for c in choices if c.get("index", 0) == 0]
         content = "".join(_delta_text(c) for c in choices)
         for c in choices:
+            _witness(result, c)
             if c.get("finish_reason"):
                 result.finish_reason = c["finish_reason"]
                 result.finish_t_ns = t
                 result.final = payload
         if payload.get("usage"):
+            if why := _usage_conflict(result, payload["usage"], content):
+                result.flags.append("usage-conflict")
+                result.error = f"usage-conflict: {why}"
+                continue
             result.usage = payload["usage"]
             result.final = payload
-        result.text += content
+        texts.append(content)
         result.events.append(Event(t, read, content, count if isinstance(count, int) else None))  # checked above
+    result.text = "".join(texts)  # joined once: += on an attribute copies the whole text per event (quadratic)
     if rec.deadline_hit:
         last = max((e.t_ns for e in result.events), default=rec.t_send_ns)
         idle_s = (rec.t_done_ns - last) / 1e9

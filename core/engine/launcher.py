@@ -95,6 +95,25 @@ def _start_ticks(pid: int) -> int | None:
     return None if state in ("Z", "X") else start
 
 
+def _group_alive(pid: int, pgid: int, start: int | None, leader: bool) -> bool:
+    """The recorded leader still runs; or, for an orphaned group, any member does."""
+    return _start_ticks(pid) == start if leader else bool(_group_members(pgid))
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid`` (Linux /proc; empty elsewhere)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            fields = text[text.rfind(")") + 2:].split()
+        except (OSError, ValueError):
+            continue
+        if len(fields) > 2 and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
+            members.append(int(stat.parent.name))
+    return members
+
+
 def _record_engine(proc: subprocess.Popen[bytes], argv0: str, arm_dir: Path) -> None:
     record = {"pid": proc.pid, "start": _start_ticks(proc.pid), "pgid": proc.pid, "argv0": argv0,
               "bakeoff_pid": os.getpid(), "bakeoff_start": _start_ticks(os.getpid()), "arm_dir": str(arm_dir)}
@@ -126,18 +145,24 @@ def stop_leftover_engines() -> list[str]:
                        and _start_ticks(int(rec["bakeoff_pid"])) == rec["bakeoff_start"])
         if owner_alive:
             continue  # another bakeoff is using it
-        if rec.get("start") is not None and _start_ticks(pid) == rec["start"]:
+        leader = rec.get("start") is not None and _start_ticks(pid) == rec["start"]
+        # the leader gone but its group still populated: an engine behind a wrapper that did not exec, whose
+        # parent-death signal reached only the wrapper (FAULTS-2 R17). A group id is never reused while the
+        # group has members, and no other process holds the leader's pid, so these are the engine's.
+        orphans = not leader and pgid == pid and _start_ticks(pid) is None and bool(_group_members(pgid))
+
+        if leader or orphans:
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 try:
                     os.killpg(pgid, sig)
                 except (ProcessLookupError, PermissionError):
                     break
                 deadline = time.monotonic() + 5
-                while time.monotonic() < deadline and _start_ticks(pid) == rec["start"]:
+                while time.monotonic() < deadline and _group_alive(pid, pgid, rec["start"], leader):
                     time.sleep(0.1)
-                if _start_ticks(pid) != rec["start"]:
+                if not _group_alive(pid, pgid, rec["start"], leader):
                     break
-            state = "stopped" if _start_ticks(pid) != rec["start"] else "could NOT stop"
+            state = "could NOT stop" if _group_alive(pid, pgid, rec["start"], leader) else "stopped"
             lines.append(f"{state} engine pid {pid} ({rec.get('argv0')}) left running by bakeoff pid "
                          f"{rec.get('bakeoff_pid')}, which died (run files: {rec.get('arm_dir')})")
         path.unlink(missing_ok=True)

@@ -26,6 +26,7 @@ from ..engine.adapter import EngineAdapter, ServerStats
 from ..engine.client import StreamResult, TokenCounts
 from ..host.hostinfo import FOREIGN_LOAD_FLOOR
 from ..results.sample import Sample
+from .invariants import counter_flags, reasoning_tokens, witness_flag
 
 __all__ = ["build_request", "request_fields", "account", "make_sample", "BURST_FLAG", "NO_RATE_FLAG",
            "HARNESS_LAG_FLAG"]
@@ -234,5 +235,11 @@ def make_sample(arm: Arm, adapter: EngineAdapter, result: StreamResult, stats: S
         flags.append(f"foreign-load: {foreign:.2f} cores used by other processes (limit {foreign_limit:.2f})")
     if settings_mismatch:
         flags.append("settings-mismatch")
+    if result.error is None:  # counts that must hold together, from two witnesses each (measure/invariants.py)
+        if why := witness_flag(sample.completion_tokens, result.witness_tokens, result.witness_source,
+                               result.finish_reason):
+            flags.append(why)
+        flags += counter_flags(sample.completion_tokens, reasoning_tokens(result.usage), sample.accepted,
+                               sample.drafted)
     sample.flags = flags
     return sample

@@ -17,6 +17,7 @@ from ..analysis.calibration import Calibration, analyze_calibration
 from ..analysis.decision import Recommendation, recommend
 from ..analysis.fairness import equal_work, finish_counts
 from ..analysis.gates import score_gates, spec_identity
+from ..analysis.launches import launch_bands
 from ..analysis.phases import PhaseResult, compare_phases
 from ..analysis.stats import (
     LEVEL,
@@ -294,6 +295,20 @@ def _correctness(path: Path, data: RunData, samples: list[Sample], summary: RunS
         c.notes += [f"near-equal work: {note}" for note in guard[(c.arm, c.reference)].notes]
 
 
+def _launch_states(samples: list[Sample], summary: RunSummary) -> None:
+    """An arm whose launches fall in two speed bands gets no verdict against anything (analysis/launches.py):
+    its comparisons read "not comparable: <arm> bimodal across launches: ...", and the run warns."""
+    bands = {a.arm: b for a in summary.arms if (b := launch_bands(samples, a.arm)) is not None}
+    for b in bands.values():
+        summary.warnings.append(f"{b.arm}: {b.line()}; no verdict involving it (restart until one state "
+                                       "is known, or report each band)")
+    for c in summary.comparisons:
+        reasons = [f"{name} {bands[name].line()}" for name in (c.arm, c.reference) if name in bands]
+        if reasons:
+            guard = c.comparable or {"ok": True, "reasons": [], "checks": {}}
+            c.comparable = {**guard, "ok": False, "reasons": [*guard.get("reasons", []), *reasons]}
+
+
 def _blocks(placement: PlacementRecord | None, baseline: str | None,
             arm_order: list[str]) -> list[tuple[str, list[str]]]:
     """(baseline, arms) of each group compared within itself: each host's block on Ray, else the whole run."""
@@ -406,6 +421,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     _rooflines(record, samples, summary)
     _correctness(path, data, samples, summary)
     summary.warnings = data.warnings + _warnings(record, data, summary)
+    _launch_states(samples, summary)
     if baseline and not (config and config.calibrate):
         kinds = {str(p["name"]): str(p.get("kind") or p["name"]) for p in record.prompts}
         specs = {arm: e.speculative for arm, e in summary.engines.items()}

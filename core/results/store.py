@@ -16,10 +16,12 @@ resume read the same reconciled set. The directory is readable by its owner only
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import time
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +58,14 @@ SET_ASIDE = "samples.set-aside.jsonl"  # lines taken out of samples.jsonl by a r
 def _fs_error(what: str, path: Path, exc: OSError) -> RunDirError:
     where = exc.filename if exc.filename and str(exc.filename) != str(path) else None
     return RunDirError(f"{what} {path}: {exc.strerror or exc}" + (f" ({where})" if where else ""))
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def new_run_dir(base: Path, name: str) -> Path:
@@ -108,6 +118,44 @@ class RunDir:
         self.redactor = redactor or Redactor()
         self.warnings: list[str] = []  # what reading run.json and the records found (reports show them)
         self._run_id: str | None = None
+        # a writer pins the directory it opened: one deleted or moved mid-run is an error, never recreated
+        self._identity = _identity(path) if create else None
+        self._lock_fd: int | None = None
+
+    def hold(self) -> None:
+        """Hold this run directory for writing until the process ends: an exclusive lock on it (a second
+        ``bakeoff run --resume`` of the same run is refused before it launches anything, FAULTS-2 R18),
+        and its identity pinned, so its deletion or move is noticed (R3).
+
+        :raises RunDirError: another process holds it, or it cannot be opened.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _fs_error("cannot open the run directory", self.path, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise RunDirError(f"the run directory {self.path} is in use by another bakeoff (a run or --resume of "
+                              "it is still going); wait for it to end, or stop it first") from None
+        self.release()
+        self._lock_fd = fd
+        self._unlock = weakref.finalize(self, os.close, fd)  # released at the latest when this RunDir goes
+        st = os.fstat(fd)
+        self._identity = (st.st_dev, st.st_ino)
+
+    def release(self) -> None:
+        """Give up the lock :meth:`hold` took (the run is over); the identity stays pinned."""
+        if self._lock_fd is not None:
+            self._unlock()
+            self._lock_fd = None
+
+    def _still_there(self) -> None:
+        """:raises RunDirError: the directory this RunDir opened is gone or another one took its path."""
+        if self._identity is not None and _identity(self.path) != self._identity:
+            raise RunDirError(f"the run directory {self.path} was deleted or moved while the run wrote to it; "
+                              "nothing more is written there (the samples stored before went with it)")
 
     @classmethod
     def open(cls, path: Path) -> RunDir:
@@ -156,6 +204,7 @@ class RunDir:
         return RunDB(self.path)
 
     def arm_dir(self, arm: str) -> Path:
+        self._still_there()
         d = self.path / "arms" / arm
         try:
             d.mkdir(parents=True, exist_ok=True)
@@ -178,6 +227,7 @@ class RunDir:
 
         The one way run.json is written: the record's own version and this run's id are stamped on it.
         """
+        self._still_there()
         payload = record.to_json()
         payload.pop("run_id", None)
         if isinstance(payload.get("config"), dict):  # names kept, values masked
@@ -279,9 +329,12 @@ class RunDir:
         :raises RunDirError: samples.jsonl cannot be written (disk full, read-only); samples already
             stored stay as they are.
         """
+        self._still_there()  # before the index: SQLite would create a new one in a recreated directory
         sample = sample.model_copy(update={
             "run_id": sample.run_id or self.run_id,
             "error": None if sample.error is None else self.redactor.text(sample.error),
+            # a server controls its finish_reason text too; a key echoed there must not reach a report (R6)
+            "finish_reason": None if sample.finish_reason is None else self.redactor.text(sample.finish_reason),
             "flags": [self.redactor.text(f) for f in sample.flags]})
         line = sample.model_dump_json() + "\n"
         written = False
@@ -304,6 +357,7 @@ class RunDir:
     def _append(self, path: Path, text: str | bytes) -> None:
         """Append whole lines, fsynced; a failed write (disk full) is cut back, so no torn line is left."""
         data = text.encode() if isinstance(text, str) else text
+        self._still_there()
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:

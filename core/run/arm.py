@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from ..analysis.fairness import OUTPUTS_FILE, finish_flags, output_line
 from ..common.errors import EngineStartupError
-from ..common.redact import redact_argv
+from ..common.redact import LiveLogMasker, redact_argv
 from ..config.schema import Arm, Prompt, SamplingMode, Workload
 from ..engine.adapter import Effective, read_effective
 from ..engine.attach import attach_base, probe_attached
@@ -88,18 +88,21 @@ def engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_s
         host = "127.0.0.1" if arm.settings.host in ("0.0.0.0", "::") else arm.settings.host
         base = f"http://{host}:{port}"
         run.write_arm_text(arm.name, "argv.txt", " ".join(redact_argv(spec.argv)) + "\n")
-        with Engine(planned.adapter, spec, base, log_path, boot_timeout_s, port_taken=port_taken) as engine:
+        with LiveLogMasker(run.redactor, log_path), \
+                Engine(planned.adapter, spec, base, log_path, boot_timeout_s, port_taken=port_taken) as engine:
             yield base, engine
     finally:  # the engine wrote its log itself: mask any secret of this run it printed
         with suppress(OSError):
             run.redactor.file(log_path)
 
 
-def _keep_output(run: RunDir, sample: Sample, text: str) -> None:
-    """A greedy output's text in ``arms/<arm>/outputs.jsonl`` (samples keep only its hash)."""
+def _keep_output(run: RunDir, sample: Sample, text: str, budget_s: float) -> None:
+    """A greedy output's text in ``arms/<arm>/outputs.jsonl`` (samples keep only its hash); masking it takes at
+    most ``budget_s`` (the request timeout), however long the text."""
     try:
         with (run.arm_dir(sample.arm) / OUTPUTS_FILE).open("a") as f:
-            f.write(run.redactor.text(output_line(sample, text)))
+            # the text is masked, not the JSON line: a masked number would leave a line that is not JSON (R7)
+            f.write(output_line(sample, run.redactor.text_within(text, budget_s)))
     except OSError:
         pass  # the sample itself is what must not be lost
 
@@ -262,7 +265,7 @@ class ArmSession:
             self.attempt.gpu_vram_peak_mib = max(self.attempt.gpu_vram_peak_mib or 0.0, gpu.vram_used_mib or 0.0)
         sample = self.runner.finish(sample, point, body, result, depth_info)
         if mode.temperature == 0.0:  # greedy: kept for spec correctness
-            _keep_output(self.run, sample, result.text)
+            _keep_output(self.run, sample, result.text, self.workload.request_timeout_s)
         return sample
 
     def _batch(self, point: Point, mode: SamplingMode) -> list[Sample]:

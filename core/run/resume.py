@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..common.errors import ConfigError, RunFileError, RunRecordError
+from ..common.errors import ConfigError, RunDirError, RunFileError, RunRecordError
 from ..common.redact import masked_settings, redact_config
 from ..config.loader import load_bakeoff
 from ..config.schema import BakeoffFile
@@ -60,6 +60,10 @@ def load_resume(run_dir: Path, file: Path | None = None) -> Resume:
     if not run_json.is_file():
         raise ConfigError(f"--resume {run_dir}: not a bakeoff run directory (no run.json)")
     run = RunDir(run_dir, create=False)
+    try:
+        run.hold()  # before reading what is done: a second resume of this run is refused here
+    except RunDirError as exc:
+        raise ConfigError(f"--resume {run_dir}: {exc}") from None
     try:
         record = run.read_record()  # a damaged run.json is read from the index's copy (and rewritten on resume)
     except (RunFileError, RunRecordError) as exc:

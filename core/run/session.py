@@ -30,6 +30,7 @@ def _new_run(out: Path, plan: Plan) -> RunDir:
     """The run directory under ``out``; a path that cannot hold it is a one-line error, before any launch."""
     try:
         run = RunDir(new_run_dir(out, plan.config.name))
+        run.hold()
         run.write_record(run_record(plan))
     except RunDirError as exc:
         raise ConfigError(f"--out {out}: {exc}") from None
@@ -85,4 +86,5 @@ def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None
             run_extra_pass(plan, run, events)
     finally:
         live.close()
+        run.release()  # the run is over: a later --resume (or a report) of it may take the directory
     return run

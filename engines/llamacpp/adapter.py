@@ -362,7 +362,10 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         request has run, the speculative types the slot uses). ``/props``'s own ``speculative.types`` is the
         default of a *request*, "none" even on a speculating server, so it is not read."""
         self._speculative_asked = arm.speculative.enabled
-        eff = Effective(model_id=openai_model_id(http))
+        unread: list[str] = []  # why no model id, if none: a note, not a settings mismatch
+        eff = Effective(model_id=openai_model_id(http, problems=unread))
+        if unread:
+            eff.notes["model_id"] = unread[0]
         problems: list[str] = []
         props = get_json(http, "/props", dict, problems) or {}
         slots = get_json(http, "/slots", list, problems)

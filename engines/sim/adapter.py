@@ -13,7 +13,9 @@ llama.cpp's ``timings.predicted_n``), so wrong usage is caught twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -75,13 +77,38 @@ class SimOptions(BaseModel):
     slow_requests: int = Field(0, ge=0, description="The first chat requests (warm-up included) stream at half "
                                                     "speed, as an engine still warming up does.")
 
+    launch_speeds: list[float] | None = Field(
+        None, description="Each launch draws its speed from this list (e.g. [1.0, 0.5]: some launches come up at "
+                          "half speed and stay there), as engines with a fast and a slow launch state do.")
+    launch_seed: int = Field(0, description="Seed of the launch_speeds draws (the k-th launch of an arm draws "
+                                            "the same speed for the same seed).")
+
     @model_validator(mode="after")
     def _consistent(self) -> SimOptions:
+        if self.launch_speeds is not None and (not self.launch_speeds or min(self.launch_speeds) <= 0):
+            raise ValueError("launch_speeds needs at least one speed, each above 0")
         if self.usage == "wrong" and self.usage_offset == 0:
             raise ValueError("usage 'wrong' needs a usage_offset other than 0")
         if self.fault_on_requests is not None and any(n < 1 for n in self.fault_on_requests):
             raise ValueError("fault_on_requests counts requests from 1")
         return self
+
+
+def launch_speed(speeds: list[float], seed: int, launch: int) -> float:
+    """The speed the ``launch``-th launch (0 first) of an arm draws."""
+    return random.Random(f"{seed}:{launch}").choice(speeds)
+
+
+def _next_launch(workdir: Path) -> int:
+    """How many launches this arm had before this one (a counter in its directory)."""
+    counter = workdir / "sim-launches"
+    try:
+        done = int(counter.read_text() or 0)
+    except (OSError, ValueError):
+        done = 0
+    with contextlib.suppress(OSError):
+        counter.write_text(str(done + 1))
+    return done
 
 
 class SimAdapter(EngineAdapter[SimOptions]):
@@ -107,7 +134,9 @@ class SimAdapter(EngineAdapter[SimOptions]):
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         options = self.options(arm)
-        behaviour = options.model_dump(exclude={"kind"})
+        behaviour = options.model_dump(exclude={"kind", "launch_speeds", "launch_seed"})
+        if options.launch_speeds:
+            behaviour["launch_speed"] = launch_speed(options.launch_speeds, options.launch_seed, _next_launch(workdir))
         argv = [sys.executable, "-u", str(SERVER), "--host", arm.settings.host, "--port", str(port),
                 "--behaviour", json.dumps(behaviour, separators=(",", ":"))]
         if options.require_api_key and arm.api_key_env:

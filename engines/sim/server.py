@@ -10,7 +10,9 @@ from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` i
   unset), after ``fault_after_tokens`` tokens: ``stall`` (stop sending for ``stall_s``), ``reset`` (TCP
   RST), ``kill`` (SIGKILL itself mid-stream), ``malformed`` (a truncated JSON data line) or ``http``
   (answer ``http_status`` instead of a stream);
-- ``boot_delay_s`` (answer 503 "Loading model" until then), ``crash_on_start`` (log this line and exit).
+- ``boot_delay_s`` (answer 503 "Loading model" until then), ``crash_on_start`` (log this line and exit);
+- ``launch_speed``: this launch's speed for its whole life (0.5: token gaps doubled), which the adapter draws
+  per launch from ``options.launch_speeds`` (an engine with a fast and a slow launch state).
 
 The response body is HTTP/1.1 chunked, as real engines send it, so a process that dies mid-stream is
 seen by the client as an incomplete body rather than as a clean end of stream. The API key, when one is
@@ -52,6 +54,7 @@ DEFAULTS: dict[str, Any] = {
     "model_id": "sim",
     "prompt_tokens": 20,
     "slow_requests": 0,
+    "launch_speed": 1.0,
 }
 
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
@@ -112,7 +115,8 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
                 yield (fault, None)
                 return
         if sent and b["itl_ms"]:  # the first slow_requests stream at half speed: an engine still warming up
-            yield ("sleep", b["itl_ms"] / 1000 * (2 if request_no <= b["slow_requests"] else 1))
+            # launch_speed: this launch's state (0.5: an engine that came up in a slow state, all its life)
+            yield ("sleep", b["itl_ms"] / 1000 * (2 if request_no <= b["slow_requests"] else 1) / b["launch_speed"])
         n = min(b["tokens_per_event"], max_tokens - sent)
         text = "".join(WORDS[(sent + i) % len(WORDS)] + " " for i in range(n))
         sent += n

@@ -433,7 +433,10 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
             problems.append(f"GET /v1/models: no model object in 'data' ({str(data)[:40]})")
         version = get_json(http, "/version", dict, problems)
         if models is None or version is None:
-            eff.model_id = openai_model_id(http)
+            unread: list[str] = []  # why no model id, if none: a note, not a settings mismatch
+            eff.model_id = openai_model_id(http, problems=unread)
+            if unread:
+                eff.notes["model_id"] = unread[0]
             eff.mismatches += problems
             return eff
         eff.version = engine_text(version.get("version"))

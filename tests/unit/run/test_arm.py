@@ -52,9 +52,9 @@ def test_plain_concurrent_and_phase_samples_carry_the_same_flags(tmp_path: Path,
     phases = _run(tmp_path / "phases", f"arms: [{SIM}]\n{WORKLOAD}}}\n"
                   "phases: {duration_s: 0.1, probe_interval_s: 5, knobs: [{name: k, apply: ['true'], "
                   "revert: ['true']}]}\n")
-    assert len(plain) == 1 and len(concurrent) == 2
-    # a phase keeps requesting for duration_s: at least one sample in each of baseline, knob k, baseline
-    assert len(phases) >= 3
+    # baseline, knob k, baseline; a 0.1 s phase fits a second 12-token request when the first ends in under
+    # 0.1 s (the reader stops at the end of the answer, not at the server's close)
+    assert len(plain) == 1 and len(concurrent) == 2 and len(phases) >= 3
     expected = {"foreign-load", "settings-mismatch", "fixed-length-missed", "server-count-mismatch",
                 "token-events-mismatch"}  # the last two: the events and the engine count 12 tokens, usage 9
     for kind, samples in (("plain", plain), ("concurrent", concurrent), ("phase", phases)):

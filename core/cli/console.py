@@ -1,0 +1,31 @@
+"""The consoles of the command line: output that outlives its reader (``bakeoff run … | head``).
+
+rich's default answer to a broken pipe is ``SystemExit(1)`` at the next print, which in the middle of a run
+abandons the arms still to measure, writes no report and says nothing (FAULTS-2 R8). Here the console goes
+quiet instead (stdout pointed at /dev/null, so no later print or the interpreter's final flush fails) and the
+command carries on; its exit code is what it measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+
+__all__ = ["QuietOnBrokenPipe", "make_console"]
+
+
+class QuietOnBrokenPipe(Console):
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+
+
+def make_console(**kwargs: Any) -> Console:
+    return QuietOnBrokenPipe(**kwargs)

@@ -1,0 +1,86 @@
+"""Issue 33 item 1: counts that must hold together are checked on every sample, from two witnesses each.
+
+Replayed streams through the real client (a loopback server scripting every byte) and the one place a sample
+is made (measure.make_sample): usage that over-reports what the stream delivered, reasoning above completion,
+accepted drafts above what was predicted or drafted. A flagged sample enters no statistic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+from sse_fakes import SSE_HEAD, chunk, ev, serve
+
+from bakeoff.core.analysis.stats import EXCLUDING_FLAGS
+from bakeoff.core.config.schema import Arm
+from bakeoff.core.engine.adapter import ServerStats
+from bakeoff.core.engine.client import stream_chat
+from bakeoff.core.measure.definitions import make_sample
+from bakeoff.core.results.sample import Sample
+from engines.openai.adapter import OpenAICompatAdapter
+
+BODY = {"model": "m", "messages": [], "max_tokens": 16, "stream": True}
+
+
+def _with_logprobs(text: str) -> dict[str, Any]:
+    c = chunk(text)
+    c["choices"][0]["logprobs"] = {"content": [{"token": text, "logprob": -0.1, "top_logprobs": []}]}
+    return c
+
+
+def _replay(events: list[bytes], stats: ServerStats | None = None) -> Sample:
+    def script() -> Iterator[bytes | float]:
+        yield SSE_HEAD
+        for e in events:
+            yield e
+            yield 0.002
+
+    with serve(script) as url, httpx.Client(base_url=url) as http:
+        result = stream_chat(http, BODY, timeout_s=10)
+    arm = Arm(name="a", engine="openai", url=url)
+    return make_sample(arm, OpenAICompatAdapter(), result, stats or ServerStats(), "r", "p", "greedy", 0, 0,
+                       None, 0.0)
+
+
+def _flag(sample: Sample, name: str) -> str | None:
+    return next((f for f in sample.flags if f.startswith(name)), None)
+
+
+def _usage(n: int, **extra: Any) -> bytes:
+    return ev({"id": "x", "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": n, **extra}})
+
+
+def test_usage_that_over_reports_the_delivered_tokens_is_flagged_with_both_counts() -> None:
+    """ik_llama.cpp PR #2358's shape: usage says the whole budget (16), the stream delivered 10 tokens."""
+    events = [ev(_with_logprobs(f"t{i} ")) for i in range(10)] + [ev(chunk(None, "length")), _usage(16), ev("[DONE]")]
+    sample = _replay(events)
+    flag = _flag(sample, "count-witness-mismatch")
+    assert flag == "count-witness-mismatch: usage says 16 completion tokens, the stream delivered 10 (logprobs)"
+    assert "count-witness-mismatch" in EXCLUDING_FLAGS
+
+
+def test_usage_that_agrees_with_the_delivered_tokens_is_not_flagged() -> None:
+    events = [ev(_with_logprobs(f"t{i} ")) for i in range(10)] + [ev(chunk(None, "length")), _usage(10), ev("[DONE]")]
+    sample = _replay(events)
+    assert sample.status == "ok" and _flag(sample, "count-witness-mismatch") is None
+    assert _flag(sample, "counter-invariant") is None
+
+
+def test_reasoning_count_above_completion_is_a_counter_invariant() -> None:
+    """sglang#39826's shape: reasoning_tokens 14 of 10 completion tokens."""
+    events = [ev(chunk(f"t{i} ")) for i in range(10)]
+    events += [ev(chunk(None, "length")), _usage(10, completion_tokens_details={"reasoning_tokens": 14}), ev("[DONE]")]
+    sample = _replay(events)
+    assert _flag(sample, "counter-invariant") == "counter-invariant: reasoning_tokens 14 > completion_tokens 10"
+    assert "counter-invariant" in EXCLUDING_FLAGS
+
+
+def test_accepted_drafts_above_completion_minus_one_and_above_drafted_are_flagged() -> None:
+    """mlx-vlm PR #2324's shape: more accepted draft tokens than tokens predicted after the first."""
+    events = [ev(chunk(f"t{i} ")) for i in range(10)] + [ev(chunk(None, "length")), _usage(10), ev("[DONE]")]
+    sample = _replay(events, ServerStats(drafted=9, accepted=12, drafts=4, source="test"))
+    flags = [f for f in sample.flags if f.startswith("counter-invariant")]
+    assert "counter-invariant: accepted 12 > completion_tokens 10 - 1" in flags
+    assert "counter-invariant: accepted 12 > drafted 9" in flags
