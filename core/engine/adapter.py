@@ -398,6 +398,13 @@ class EngineAdapter(ABC):
         """Engine-specific JSON fields added to every chat request."""
         return {}
 
+    def session_fields(self, arm: Arm) -> dict[str, Any]:
+        """Engine-only request fields that turn the prefix cache on for a sessions workload's turns (they replace
+        :meth:`request_fields`' cache-busting ones), recorded in the arm's attempt. The default, none, leaves
+        the server's own default (an attached OpenAI-compatible server); an engine whose cache is a launch
+        switch turns it on in its launch spec when ``workload.sessions`` is set."""
+        return {}
+
     def stream_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"include_usage": True}
         if self.capabilities.token_counts == "usage_per_chunk":

@@ -18,6 +18,7 @@ from ..analysis.decision import Recommendation, recommend
 from ..analysis.fairness import equal_work, finish_counts
 from ..analysis.gates import score_gates, spec_identity
 from ..analysis.phases import PhaseResult, compare_phases
+from ..analysis.sessions import SessionsSummary, summarize_sessions
 from ..analysis.stats import (
     LEVEL,
     METHOD,
@@ -131,6 +132,9 @@ class RunSummary(BaseModel):
     sweep: PointTable | None = Field(None, description="The n-max (or any config) sweep: one row per arm.")
     depth: PointTable | None = Field(None, description="The depth sweep: one row per arm and depth.")
     concurrency: PointTable | None = Field(None, description="The concurrency sweep: one row per arm and level.")
+    sessions: SessionsSummary | None = Field(None, description="Sessions workload: per arm session time, cache-hit "
+                                             "ratio and turns; per arm the paired session-time ratio (the "
+                                             "headline) beside the decode ratio.")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -398,6 +402,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         depth=depth_table(samples, arm_order, baseline, **boot),
         concurrency=concurrency_table(samples, arm_order, baseline, **boot),
         acceptance=run_acceptance(samples, arm_order),
+        sessions=summarize_sessions(samples, arm_order, baseline, **boot),
         calibration=analyze_calibration(config.model_dump(mode="json") if config else {}, samples, data.records,
                                         **boot, run_path=path))
     summary.hardware = _hardware(placement, samples, **boot)
