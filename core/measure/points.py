@@ -65,7 +65,11 @@ def is_done(done: DoneKeys, arm: str, point: Point, pass_index: int) -> bool:
 
 
 def samples_expected(workload: Workload, prompts: int, modes: int) -> int:
-    """Samples one arm writes per pass (a batch of N streams writes N)."""
+    """Samples one arm writes per pass (a batch of N streams writes N; a sessions workload, one per turn)."""
+    if workload.sessions is not None:
+        from ..config.sessions import load_sessions
+
+        return sum(len(s.turns) for s in load_sessions(workload.sessions)) * modes * workload.reps
     levels = workload.concurrency or [1]
     return len(workload.depths or [None]) * sum(levels) * prompts * modes * workload.reps
 
