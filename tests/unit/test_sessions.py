@@ -27,7 +27,8 @@ baseline: base
 def _file(tmp_path: Path, sessions: str, ctx: int | None = None) -> Path:
     """A bakeoff file of two sim arms (``ctx``: a context to check sessions against, on paper only)."""
     path = tmp_path / "s.yaml"
-    path.write_text(ARMS.replace("SETTINGS", f"settings: {{ctx: {ctx}}}, " if ctx else "") + "workload: {max_tokens: 8, reps: 1, warmup: 0, gates: [], "
+    arms = ARMS.replace("SETTINGS", f"settings: {{ctx: {ctx}}}, " if ctx else "")
+    path.write_text(arms + "workload: {max_tokens: 8, reps: 1, warmup: 0, gates: [], "
                     f"sessions: {sessions}}}\n")
     return path
 
