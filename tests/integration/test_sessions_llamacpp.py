@@ -107,7 +107,7 @@ workload:
         if s.turn:
             before = next(p for p in direct if (p.session, p.pass_index, p.turn) == (s.session, s.pass_index,
                                                                                      s.turn - 1))
-            assert s.cached_tokens >= before.prompt_tokens and not missed(s)
+            assert before.prompt_tokens is not None and s.cached_tokens >= before.prompt_tokens and not missed(s)
     assert not any(missed(s) for s in direct)
     assert all(missed(s) for s in broken if s.turn)  # every turn after the first re-prefilled its prefix
 
