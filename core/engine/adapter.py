@@ -405,6 +405,11 @@ class EngineAdapter(ABC):
         switch turns it on in its launch spec when ``workload.sessions`` is set."""
         return {}
 
+    def sessions_problem(self, arm: Arm) -> str | None:
+        """Why this arm cannot replay sessions with its prefix cache on (a launch switch left off), or None.
+        A sessions workload refuses the arm before anything starts."""
+        return None
+
     def stream_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"include_usage": True}
         if self.capabilities.token_counts == "usage_per_chunk":

@@ -142,3 +142,17 @@ def test_a_sessions_run_goes_through_the_spine(tmp_path: Path) -> None:
     report = json.loads((summary.path / "report" / "summary.json").read_text())
     assert set(report["sessions"]["arms"]) == {"base", "fast"}
     assert "Sessions (the headline" in (summary.path / "report" / "report.md").read_text()
+
+
+def test_vllm_replays_sessions_only_with_its_prefix_cache_on_and_then_reports_cached_tokens(tmp_path: Path) -> None:
+    from bakeoff.core.config.loader import parse_bakeoff
+    from bakeoff.core.run.plan import plan_run
+    from bakeoff.engines.vllm import VllmAdapter
+
+    text = ("arms: [{name: v, engine: vllm, model: smollm2, settings: {ctx: 4096}OPTIONS}]\n"
+            "workload: {max_tokens: 8, gates: [], sessions: {synthetic: {sessions: 1, turns: 2}}}\n")
+    with pytest.raises(ConfigError, match=r"arm 'v': .*set options.prefix_caching: true"):
+        plan_run(parse_bakeoff(text.replace("OPTIONS", "")))
+    config = parse_bakeoff(text.replace("OPTIONS", ", options: {prefix_caching: true}"))
+    argv = VllmAdapter().launch_spec(config.arms[0], 8000, tmp_path).argv
+    assert "--enable-prompt-tokens-details" in argv and "--no-enable-prefix-caching" not in argv
