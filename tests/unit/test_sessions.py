@@ -142,6 +142,7 @@ def test_a_sessions_run_goes_through_the_spine(tmp_path: Path) -> None:
     report = json.loads((summary.path / "report" / "summary.json").read_text())
     assert set(report["sessions"]["arms"]) == {"base", "fast"}
     assert "Sessions (the headline" in (summary.path / "report" / "report.md").read_text()
+    assert list(summary.path.rglob("session_turns.png"))  # TTFT and cached tokens by turn
 
 
 def test_vllm_replays_sessions_only_with_its_prefix_cache_on_and_then_reports_cached_tokens(tmp_path: Path) -> None:
