@@ -357,6 +357,9 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     seed = int(record.seed or 0) if seed is None else seed
     arm_order = record.arm_names
     prompts = [str(p.get("name")) for p in record.prompts]
+    if config is not None and config.workload.sessions is not None:  # the suite only warmed up: turns are prompts
+        turns = {s.prompt: (s.session or "", s.turn or 0) for s in samples}
+        prompts = sorted(turns, key=lambda p: turns[p])
     prompts += sorted({s.prompt for s in samples} - set(prompts))
     boot_s = {arm: [a.boot_s for a in data.attempts(arm) if a.boot_s] for arm in data.records}
     if baseline is not None and baseline not in arm_order + [s.arm for s in samples]:

@@ -81,6 +81,13 @@ def _recommendation(s: RunSummary) -> list[str]:
     the fastest separable arm, or none."""
     if s.calibration is not None and s.calibration.break_even:
         return [f"{b.engine} {b.method} n_max {b.n_max}: {_break_even(b)}" for b in s.calibration.break_even]
+    if s.sessions is not None and s.baseline:  # a sessions workload is judged on session time
+        won = {a: c for a, c in s.sessions.comparisons.items() if c.verdict == "faster"}
+        if not won:
+            return [f"keep {s.baseline}: no arm finishes sessions separably faster"] if s.sessions.comparisons else []
+        arm, c = max(won.items(), key=lambda kv: kv[1].session_time_ratio)
+        return [f"{arm}: sessions {c.session_time_ratio:.2f}× ({c.ci_low:.2f}–{c.ci_high:.2f}) faster than "
+                f"{s.baseline}"]
     lines = [r.line for r in s.recommendations if r.depth is None and r.streams is None]
     if lines or not s.baseline:
         return lines
@@ -159,7 +166,8 @@ def _session_lines(s: RunSummary) -> list[str]:
 
 def verdict_of(s: RunSummary) -> Verdict:
     modes = f" × {len(s.modes)} modes" if len(s.modes) > 1 else ""
-    design = (f"{s.passes} pass(es) × {s.reps} rep(s) × {len(s.prompts)} prompt(s){modes}, {s.max_tokens} output "
+    what = "session turn(s)" if s.sessions is not None else "prompt(s)"
+    design = (f"{s.passes} pass(es) × {s.reps} rep(s) × {len(s.prompts)} {what}{modes}, {s.max_tokens} output "
               f"tokens; paired per request, {s.bootstrap.level:.0%} bootstrap intervals")
     rows = []
     for a in s.arms:
