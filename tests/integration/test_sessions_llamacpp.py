@@ -84,8 +84,8 @@ arms:
   - {{name: broken, engine: llamacpp, url: "{breaking_proxy}"}}
 baseline: direct
 workload:
-  sessions: {{synthetic: {{sessions: 3, turns: 3, tool_result_tokens: 150, reply_tokens: 12, seed: 3}}}}
-  max_tokens: 12
+  sessions: {{synthetic: {{sessions: 4, turns: 3, tool_result_tokens: 300, reply_tokens: 8, seed: 3}}}}
+  max_tokens: 8
   reps: 1
   passes: 1
   warmup: 1
@@ -94,7 +94,7 @@ workload:
     summary = bakeoff.run(path, out=tmp_path / "runs")
     assert summary.path is not None and summary.sessions is not None
     samples = [Sample.model_validate_json(line) for line in (summary.path / "samples.jsonl").read_text().splitlines()]
-    assert len(samples) == 2 * 3 * 3 and all(s.status == "ok" for s in samples)
+    assert len(samples) == 2 * 4 * 3 and all(s.status == "ok" for s in samples)
 
     def missed(s: Sample) -> bool:
         return any(f.startswith("cache-miss:") for f in s.flags)
