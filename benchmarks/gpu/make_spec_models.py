@@ -8,8 +8,9 @@
 - ``mtp-agree-a0.70``: the same with a head that misses, so acceptance is 0.70 at n-max 1;
 - ``target-agree`` + ``dflash-agree`` (block 16): a llama target and a DFlash draft that always agree.
 
-It writes ``mtp.yaml``, ``dflash.yaml`` and ``split.yaml`` (the target on one GPU vs split over two in each
-llama.cpp split mode: for a machine with two GPUs).
+It writes ``mtp.yaml``, ``dflash.yaml``, ``split.yaml`` (the target on one GPU vs split over two in each
+llama.cpp split mode: for a machine with two GPUs) and ``sessions.yaml`` (agent sessions to ~32k tokens: the
+same as benchmarks/gpu/sessions-h200.yaml, with this machine's model paths).
 
 Random matrices are drawn on the GPU with torch where it is there (about 20 s a model), else numpy.
 ``--small`` makes tiny models of the same kinds, so the whole pipeline can be tried on a CPU.
@@ -37,6 +38,15 @@ SHAPE_3B = Dims(hidden=3072, layers=28, heads=24, kv_heads=8, ffn=8192, ctx=4096
                 vocab_dtype="f16", scale=0.01)
 SHAPE_SMALL = Dims(hidden=256, layers=4, heads=4, kv_heads=2, ffn=512, ctx=4096, draft_layers=2, block_size=16,
                    vocab_dtype="f16", scale=0.01)
+
+
+# 8 turns of ~4000-token tool results: the last turn's prompt is ~33k tokens (SmolLM2's tokenizer; the engine's own
+# counts are in every sample). The models' trained context is 4096; llama.cpp runs past it with a warning.
+SESSION_SETTINGS: dict[str, object] = {"ctx": 49152, "parallel": 1, "flash_attn": "on"}
+SESSION_WORKLOAD: dict[str, object] = {
+    "sessions": {"synthetic": {"sessions": 2, "turns": 8, "tool_result_tokens": 4000, "reply_tokens": 64,
+                               "seed": 1}},
+    "max_tokens": 64, "reps": 1, "passes": 2, "warmup": 1, "gates": [], "gpu_sample_interval_s": 0.1}
 
 
 def _rng() -> str:
@@ -96,6 +106,16 @@ def main() -> None:
             _arm("dflash", paths["target"], settings, {"method": "dflash", "draft_model": str(paths["dflash"])},
                  {"speculative.n_max": [3, 7, 15]}),
         ]},
+        # agent sessions to ~32k tokens (docs/sessions.md): the headline is session time, beside decode rate
+        "sessions": {"name": "h200-sessions", "baseline": "target-off", "arms": [
+            _arm("target-off", paths["target"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}),
+            _arm("dflash", paths["target"], SESSION_SETTINGS | {"gpu_layers": gpu_layers},
+                 {"method": "dflash", "draft_model": str(paths["dflash"]), "n_max": 7}),
+            _arm("ngram", paths["target"], SESSION_SETTINGS | {"gpu_layers": gpu_layers},
+                 {"method": "ngram", "variant": "mod"}),
+            _arm("mtp-off", paths["mtp"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}),
+            _arm("mtp", paths["mtp"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}, {"method": "mtp", "n_max": 3}),
+        ], "workload": SESSION_WORKLOAD},
         # two GPUs (nvidia-h200-x2): the same target split over both, each llama.cpp split mode of this build
         "split": {"name": "h200x2-split", "baseline": "one-gpu", "workload": workload, "arms": [
             _arm("one-gpu", paths["target"], {**settings, "gpus": [0]}),

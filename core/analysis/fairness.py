@@ -160,8 +160,9 @@ class _ArmFacts:
         self.prompt_tokens = _by_point(samples, "prompt_tokens")
         self.completion_tokens = _by_point(samples, "completion_tokens")
         ok = [s for s in samples if s.status == "ok"]
-        self.cached = sum(s.cached_tokens or 0 for s in ok)
-        self.cached_requests = sum(1 for s in ok if s.cached_tokens)
+        busted = [s for s in ok if s.session is None]  # session turns reuse their prefix on purpose (docs/sessions.md)
+        self.cached = sum(s.cached_tokens or 0 for s in busted)
+        self.cached_requests = sum(1 for s in busted if s.cached_tokens)
         self.spec_asked = arm is not None and arm.speculative.enabled
         counted = [s for s in ok if s.drafted is not None]
         self.drafted = sum(s.drafted or 0 for s in counted) if counted else None

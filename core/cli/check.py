@@ -28,7 +28,8 @@ def print_check(result: CheckResult, out: Console) -> None:
     if c.phases is not None:
         size = f"{len(c.phases.phase_names)} phases of {c.phases.duration_s:g} s against one server"
     else:
-        size = (f"{result.requests} timed requests ({result.prompts} prompt(s) × {len(w.modes)} mode(s) × "
+        what = "session turn(s)" if w.sessions is not None else "prompt(s)"
+        size = (f"{result.requests} timed requests ({result.prompts} {what} × {len(w.modes)} mode(s) × "
                 f"{w.reps} rep(s) × {w.passes} pass(es) per arm)")
     out.print(f"[bold]{escape(result.source)}[/bold]: {len(result.arms)} arm(s), {size}, "
               f"{result.engine_starts} engine start(s) per pass", soft_wrap=True)

@@ -20,6 +20,7 @@ from .builtin_models import BUILTIN_MODELS
 from .calibration import expand_calibration
 from .prompts import resolve_prompts
 from .schema import Arm, ArmOrigin, BakeoffFile, format_validation_error, yaml_line
+from .sessions import check_context, load_sessions
 from .sweep import expand_sweeps
 
 __all__ = ["MAX_YAML_VALUES", "load_bakeoff", "parse_bakeoff", "read_bakeoff", "resolve_model_paths"]
@@ -54,7 +55,20 @@ def read_bakeoff(text: str, source: str = "<string>", base: Path | None = None) 
         line = yaml_line(root, ("workload", "prompts" if config.workload.prompts else "suite"))
         raise ConfigError(f"{source}:{line}: {exc}" if line else f"{source}: {exc}") from None
     config = expand_sweeps(config, source, root)
-    return resolve_model_paths(config, base) if base is not None else config
+    config = resolve_model_paths(config, base) if base is not None else config
+    return _check_sessions(config, base)
+
+
+def _check_sessions(config: BakeoffFile, base: Path | None) -> BakeoffFile:
+    """A sessions file read from the bakeoff file's folder, and every session checked before anything starts."""
+    spec = config.workload.sessions
+    if spec is None:
+        return config
+    if spec.file is not None and base is not None and not Path(spec.file).expanduser().is_absolute():
+        spec = spec.model_copy(update={"file": str((base / spec.file).resolve())})
+        config = config.model_copy(update={"workload": config.workload.model_copy(update={"sessions": spec})})
+    check_context(load_sessions(spec), config.arms, config.workload)
+    return config
 
 
 def parse_bakeoff(text: str, source: str = "<string>", base: Path | None = None) -> BakeoffFile:

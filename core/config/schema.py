@@ -31,6 +31,8 @@ __all__ = [
     "RequestOverrides",
     "Prompt",
     "Workload",
+    "SessionsSpec",
+    "SyntheticSessions",
     "BakeoffFile",
     "CalibrateSection",
     "GateSpec",
@@ -237,6 +239,31 @@ def _no_repeats(values: list[Any], what: str) -> None:
         seen.add(v)
 
 
+class SyntheticSessions(Strict):
+    """A built-in agent loop: a system prompt with tool schemas, then turns that each add a tool result."""
+
+    sessions: int = Field(2, ge=1, le=10_000, description="Sessions (each replayed whole, turn by turn).")
+    turns: int = Field(4, ge=1, le=10_000, description="Timed turns per session.")
+    tool_result_tokens: int = Field(300, ge=1, le=1_000_000, description="Size of each turn's tool result, in "
+                                    "words (about one token each; the engine's own counts are recorded).")
+    reply_tokens: int = Field(32, ge=1, le=100_000, description="Size of each recorded assistant reply, in words.")
+    seed: int = Field(0, description="The text is drawn from this seed: the same sessions on every arm and run.")
+
+
+class SessionsSpec(Strict):
+    """Multi-turn sessions replayed with the prefix cache on (core/config/sessions.py)."""
+
+    synthetic: SyntheticSessions | None = None
+    file: str | None = Field(None, description="A JSONL file: one session per line, an OpenAI-format message list "
+                             "(or {id, messages}); every turn ends with its recorded assistant reply.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SessionsSpec:
+        if (self.synthetic is None) == (self.file is None):
+            raise ValueError("give exactly one of 'synthetic' or 'file'")
+        return self
+
+
 class Workload(Strict):
     """What every arm is asked to do, identically."""
 
@@ -267,6 +294,9 @@ class Workload(Strict):
     depths: list[int] | None = Field(None, description="Context-depth sweep: exact prompt sizes in tokens "
                                                        "(chat template included, counted by the engine).")
     concurrency: list[int] | None = Field(None, description="Concurrency sweep: numbers of simultaneous streams.")
+    sessions: SessionsSpec | None = Field(None, description="Multi-turn agent sessions instead of single prompts: "
+                                          "each turn is timed with the prefix cache on; the verdict is on session "
+                                          "time (docs/sessions.md).")
     needle: bool = Field(False, description="Depth sweep: hide a code in the filler; the answer must repeat it.")
     gates: list[GateName] = Field(
         default_factory=lambda: list(get_args(GateName)),
@@ -309,6 +339,13 @@ class Workload(Strict):
 
     def sampling_modes(self) -> dict[str, SamplingMode]:
         return {**DEFAULT_MODES, **self.sampling}
+
+    @model_validator(mode="after")
+    def _sessions_alone(self) -> Workload:
+        if self.sessions is not None and (self.depths or self.concurrency):
+            raise ValueError("sessions replay whole conversations one turn at a time; they cannot be combined "
+                             "with 'depths' or 'concurrency'")
+        return self
 
     @model_validator(mode="after")
     def _modes_known(self) -> Workload:

@@ -429,6 +429,18 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         """Engine-specific JSON fields added to every chat request."""
         return {}
 
+    def session_fields(self, arm: Arm) -> dict[str, Any]:
+        """Engine-only request fields that turn the prefix cache on for a sessions workload's turns (they replace
+        :meth:`request_fields`' cache-busting ones), recorded in the arm's attempt. The default, none, leaves
+        the server's own default (an attached OpenAI-compatible server); an engine whose cache is a launch
+        switch turns it on in its launch spec when ``workload.sessions`` is set."""
+        return {}
+
+    def sessions_problem(self, arm: Arm) -> str | None:
+        """Why this arm cannot replay sessions with its prefix cache on (a launch switch left off), or None.
+        A sessions workload refuses the arm before anything starts."""
+        return None
+
     def stream_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"include_usage": True}
         if self.capabilities.token_counts == "usage_per_chunk":

@@ -218,6 +218,10 @@ def make_sample(arm: Arm, adapter: EngineAdapter, result: StreamResult, stats: S
     sample.server_completion_tokens = stats.completion_tokens
     sample.server_decode_tps = stats.decode_tps
     sample.server_prefill_tps = stats.prefill_tps
+    if sample.cached_tokens is None and stats.cached_tokens is not None:  # llama.cpp: timings.cache_n
+        sample.cached_tokens = stats.cached_tokens
+        uncached = (sample.prompt_tokens or 0) - stats.cached_tokens
+        sample.prefill_tps = uncached / sample.ttft_s if uncached > 0 and sample.ttft_s else None
     if stats.completion_tokens is not None and sample.completion_tokens is not None \
             and stats.completion_tokens != sample.completion_tokens:
         flags.append(f"server-count-mismatch: server {stats.completion_tokens}, usage {sample.completion_tokens}")

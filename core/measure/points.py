@@ -22,7 +22,8 @@ from ..results.sample import Sample
 from .concurrency import effective_slots, refused_levels
 from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
 
-__all__ = ["DoneKeys", "Point", "arm_points", "is_done", "samples_expected", "PointRunner"]
+__all__ = ["CACHE_MISS_FLAG", "cache_flags", "DoneKeys", "Point", "arm_points", "is_done", "samples_expected",
+           "PointRunner"]
 
 # Resume keys of the samples a run already holds (core/results/db.py done_key): points to skip.
 DoneKeys = Collection[tuple[object, ...]]
@@ -37,6 +38,9 @@ class Point:
     rep: int
     depth: int | None = None
     concurrency: int | None = None
+    session: str | None = None  # a sessions workload's turn: its session, index, and the prefix it should reuse
+    turn: int | None = None
+    prefix_floor: int | None = None  # the previous turn's whole prompt, in tokens (None: the first turn)
 
     @property
     def label(self) -> str:
@@ -61,7 +65,11 @@ def is_done(done: DoneKeys, arm: str, point: Point, pass_index: int) -> bool:
 
 
 def samples_expected(workload: Workload, prompts: int, modes: int) -> int:
-    """Samples one arm writes per pass (a batch of N streams writes N)."""
+    """Samples one arm writes per pass (a batch of N streams writes N; a sessions workload, one per turn)."""
+    if workload.sessions is not None:
+        from ..config.sessions import load_sessions
+
+        return sum(len(s.turns) for s in load_sessions(workload.sessions)) * modes * workload.reps
     levels = workload.concurrency or [1]
     return len(workload.depths or [None]) * sum(levels) * prompts * modes * workload.reps
 
@@ -73,6 +81,20 @@ def _salted(messages: list[dict[str, str]], salt: str) -> list[dict[str, str]]:
             m["content"] = f"(request {salt})\n{m.get('content', '')}"
             break
     return out
+
+
+CACHE_MISS_FLAG = "cache-miss"
+
+
+def cache_flags(sample: Sample, floor: int | None) -> list[str]:
+    """A session turn that reused less of its prefix than the previous turn's whole prompt re-prefilled what the
+    engine had already seen: ``cache-miss`` with the counts. An engine that reports no cached count says so."""
+    if sample.cached_tokens is None:
+        return ["cache-unreported: the engine reports no cached prompt tokens for this turn"]
+    if floor is None or sample.cached_tokens >= floor:
+        return []
+    return [f"{CACHE_MISS_FLAG}: {sample.cached_tokens} of {sample.prompt_tokens} prompt tokens cached, the "
+            f"previous turn's prompt was {floor}; re-prefilled {(sample.prompt_tokens or 0) - sample.cached_tokens}"]
 
 
 @dataclass
@@ -132,8 +154,11 @@ class PointRunner:
         sample.max_tokens = body.get("max_tokens")
         sample.depth, sample.concurrency = point.depth, point.concurrency
         sample.needle_found = needle_found(info, result.text)
+        sample.session, sample.turn = point.session, point.turn
         if sample.status != "ok":
             return sample
+        if point.session is not None:
+            sample.flags += cache_flags(sample, point.prefix_floor)
         if point.depth is not None and sample.prompt_tokens != point.depth:
             sample.flags.append(f"depth-mismatch: usage.prompt_tokens {sample.prompt_tokens}, target {point.depth}")
         if sample.needle_found is False:

@@ -19,6 +19,7 @@ from ..analysis.fairness import equal_work, finish_counts
 from ..analysis.gates import score_gates, spec_identity
 from ..analysis.launches import launch_bands
 from ..analysis.phases import PhaseResult, compare_phases
+from ..analysis.sessions import SessionsSummary, summarize_sessions
 from ..analysis.stats import (
     LEVEL,
     METHOD,
@@ -132,6 +133,9 @@ class RunSummary(BaseModel):
     sweep: PointTable | None = Field(None, description="The n-max (or any config) sweep: one row per arm.")
     depth: PointTable | None = Field(None, description="The depth sweep: one row per arm and depth.")
     concurrency: PointTable | None = Field(None, description="The concurrency sweep: one row per arm and level.")
+    sessions: SessionsSummary | None = Field(None, description="Sessions workload: per arm session time, cache-hit "
+                                             "ratio and turns; per arm the paired session-time ratio (the "
+                                             "headline) beside the decode ratio.")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -368,6 +372,9 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     seed = int(record.seed or 0) if seed is None else seed
     arm_order = record.arm_names
     prompts = [str(p.get("name")) for p in record.prompts]
+    if config is not None and config.workload.sessions is not None:  # the suite only warmed up: turns are prompts
+        turns = {s.prompt: (s.session or "", s.turn or 0) for s in samples}
+        prompts = sorted(turns, key=lambda p: turns[p])
     prompts += sorted({s.prompt for s in samples} - set(prompts))
     boot_s = {arm: [a.boot_s for a in data.attempts(arm) if a.boot_s] for arm in data.records}
     if baseline is not None and baseline not in arm_order + [s.arm for s in samples]:
@@ -413,6 +420,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         depth=depth_table(samples, arm_order, baseline, **boot),
         concurrency=concurrency_table(samples, arm_order, baseline, **boot),
         acceptance=run_acceptance(samples, arm_order),
+        sessions=summarize_sessions(samples, arm_order, baseline, **boot),
         calibration=analyze_calibration(config.model_dump(mode="json") if config else {}, samples, data.records,
                                         **boot, run_path=path))
     summary.hardware = _hardware(placement, samples, **boot)

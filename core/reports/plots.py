@@ -21,7 +21,8 @@ from .calibration import calibration_curves_figure, calibration_heatmap_figure
 from .decision import decision_map_figure
 from .model import RunSummary
 
-__all__ = ["PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "ACCEPTANCE_PLOTS", "DECISION_PLOTS", "decode_figure",
+__all__ = ["SESSION_PLOTS", "session_turns_figure",
+           "PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "ACCEPTANCE_PLOTS", "DECISION_PLOTS", "decode_figure",
            "acceptance_figure", "fit_title", "gpu_figure", "histogram_figure", "positions_figure", "render_plots",
            "write_plots"]
 
@@ -30,6 +31,7 @@ GPU_PLOTS = ("gpu_power_clock_temp",)  # runs with GPU telemetry
 CALIBRATION_PLOTS = ("calibration_heatmap", "calibration_curves")  # runs with a calibrate: section
 ACCEPTANCE_PLOTS = ("acceptance_histogram", "acceptance_per_position")  # arms whose engine counts draft steps
 DECISION_PLOTS = ("decision_map",)  # runs with a baseline and speculating arms
+SESSION_PLOTS = ("session_turns",)  # sessions workloads
 # text.parse_math off: run, arm and prompt names are user text, and a '$' in one is not TeX (D16)
 _RC: dict[str, Any] = {"svg.hashsalt": "bakeoff", "svg.fonttype": "path", "font.size": 9, "text.parse_math": False}
 
@@ -205,6 +207,29 @@ def gpu_figure(s: RunSummary, samples: Sequence[Sample]) -> Figure | None:
     return fig
 
 
+def session_turns_figure(s: RunSummary) -> Figure | None:
+    """Sessions workload: TTFT and cached prompt tokens by turn, one line per arm (medians over sessions), with
+    each turn's whole prompt dashed: where an arm's cached line falls away from it, it lost its prefix."""
+    if s.sessions is None or not s.sessions.arms:
+        return None
+    fig = Figure(figsize=(6.4, 5.6), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    ttft, cached = fig.subplots(2, 1, sharex=True)
+    for (arm, a), color in zip(s.sessions.arms.items(), _colors(len(s.sessions.arms)), strict=True):
+        turns = [r.turn for r in a.turns]
+        ttft.plot(turns, [r.ttft_s for r in a.turns], "o-", ms=4, color=color, label=arm)
+        cached.plot(turns, [r.cached_tokens for r in a.turns], "o-", ms=4, color=color, label=f"{arm} cached")
+        cached.plot(turns, [r.prompt_tokens for r in a.turns], ":", color=color, lw=1, label=f"{arm} prompt")
+    ttft.set_ylabel("TTFT s")
+    cached.set_ylabel("prompt tokens")
+    cached.set_xlabel("turn")
+    ttft.set_title("session turns: time to first token and cached prompt tokens (medians over sessions)")
+    for ax in (ttft, cached):
+        ax.grid(lw=0.3)
+        _legend(ax, fontsize=7, loc="best")
+    return fig
+
+
 def render_plots(s: RunSummary, samples: Sequence[Sample] = (),
                  failures: list[str] | None = None) -> dict[str, dict[str, bytes]]:
     """Every plot as ``{name: {"png": bytes, "svg": bytes}}``.
@@ -221,7 +246,8 @@ def render_plots(s: RunSummary, samples: Sequence[Sample] = (),
         ("gpu_power_clock_temp", lambda: gpu_figure(s, samples)),
         ("calibration_heatmap", lambda: calibration_heatmap_figure(s.calibration) if s.calibration else None),
         ("calibration_curves", lambda: calibration_curves_figure(s.calibration) if s.calibration else None),
-        ("decision_map", lambda: decision_map_figure(s.recommendations)))
+        ("decision_map", lambda: decision_map_figure(s.recommendations)),
+        ("session_turns", lambda: session_turns_figure(s)))
     with matplotlib.rc_context(_RC):  # type: ignore[arg-type]  # stubs list the keys as literals
         for name, make in makers:
             try:

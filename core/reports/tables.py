@@ -395,10 +395,50 @@ def _hardware_sections(s: RunSummary) -> list[Section]:
                     ["arm", "against", "ratio", "verdict", "what differs"], rows, note)]
 
 
+def _ratio(x: float | None, lo: float | None = None, hi: float | None = None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.2f}× ({lo:.2f}–{hi:.2f})" if lo is not None and hi is not None else f"{x:.2f}×"
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _session_sections(s: RunSummary) -> list[Section]:
+    """Sessions workload: the session-time verdict per arm (the headline), then each arm's turns."""
+    ss = s.sessions
+    if ss is None:
+        return []
+    rows = []
+    for arm, a in ss.arms.items():
+        t = a.session_time_s
+        c = ss.comparisons.get(arm)
+        vs = ("baseline" if arm == s.baseline else "-" if c is None
+              else f"{_ratio(c.session_time_ratio, c.ci_low, c.ci_high)} {c.verdict}")
+        decode = "-" if c is None else _ratio(c.decode_ratio, c.decode_ci_low, c.decode_ci_high)
+        rows.append([arm, str(a.sessions),
+                     "-" if t is None else f"{t['median']:.2f} ({t['ci_low']:.2f}–{t['ci_high']:.2f})", vs, decode,
+                     _num(a.cache_hit_ratio, ".0%"), str(a.cache_misses), (c.note or "") if c else ""])
+    note = ("session time = sum of a session's turn times; ratio = baseline time / arm time, paired per replay "
+            "(above 1 faster); cache hit = cached / prompt tokens on turns after the first")
+    out = [Section("sessions", "Sessions (the headline of a sessions workload)",
+                   ["arm", "sessions", "session s (CI)", "session vs baseline", "decode vs baseline", "cache hit",
+                    "cache-miss turns", "note"], rows, note)]
+    turn_rows = [[arm, str(r.turn), _num(r.prompt_tokens, ".0f"), _num(r.cached_tokens, ".0f"),
+                  _num(r.reprefill_tokens, ".0f"), _num(r.ttft_s, ".3f"), _num(r.decode_tps, ".1f"),
+                  _num(r.e2e_s, ".3f"), str(r.cache_misses)]
+                 for arm, a in ss.arms.items() for r in a.turns]
+    out.append(Section("session-turns", "Session turns (medians over sessions)",
+                       ["arm", "turn", "prompt tok", "cached tok", "re-prefilled", "TTFT s", "decode tok/s", "e2e s",
+                        "cache-miss"], turn_rows))
+    return out
+
+
 # Builders of the sections after the main table, in report order. A new section (its rows built into
 # RunSummary) adds one function here and appears in the terminal, report.md and report.html.
-SECTION_BUILDERS: list[Callable[[RunSummary], list[Section]]] = [_point_sections, _acceptance_sections,
-                                                                  _decision_sections, _hardware_sections]
+SECTION_BUILDERS: list[Callable[[RunSummary], list[Section]]] = [
+    _session_sections, _point_sections, _acceptance_sections, _decision_sections, _hardware_sections]
 
 
 def sections(s: RunSummary) -> list[Section]:

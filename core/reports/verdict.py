@@ -44,6 +44,7 @@ class Verdict:
     baseline: str | None
     rows: list[VerdictRow]
     recommendation: list[str] = field(default_factory=list)
+    sessions: list[str] = field(default_factory=list)  # a sessions workload's headline, one line per arm
     accounting: str | None = None
     notes: list[str] = field(default_factory=list)  # neutral facts (gates that say nothing about this model)
     warnings: list[str] = field(default_factory=list)
@@ -80,6 +81,13 @@ def _recommendation(s: RunSummary) -> list[str]:
     the fastest separable arm, or none."""
     if s.calibration is not None and s.calibration.break_even:
         return [f"{b.engine} {b.method} n_max {b.n_max}: {_break_even(b)}" for b in s.calibration.break_even]
+    if s.sessions is not None and s.baseline:  # a sessions workload is judged on session time
+        won = {a: c for a, c in s.sessions.comparisons.items() if c.verdict == "faster"}
+        if not won:
+            return [f"keep {s.baseline}: no arm finishes sessions separably faster"] if s.sessions.comparisons else []
+        arm, c = max(won.items(), key=lambda kv: kv[1].session_time_ratio)
+        return [f"{arm}: sessions {c.session_time_ratio:.2f}× ({c.ci_low:.2f}–{c.ci_high:.2f}) faster than "
+                f"{s.baseline}"]
     lines = [r.line for r in s.recommendations if r.depth is None and r.streams is None]
     if lines or not s.baseline:
         return lines
@@ -144,9 +152,22 @@ def merge_warnings(warnings: list[str], arms: list[str]) -> list[str]:
     return [f"{', '.join(dict.fromkeys(who))}: {rest}" if who else rest for rest, who in groups.items()]
 
 
+def _session_lines(s: RunSummary) -> list[str]:
+    """Per arm: "session 0.80× (0.74–0.86) slower, decode 1.60×: cache-hit ratio 40 % against ...". """
+    if s.sessions is None:
+        return []
+    out = []
+    for arm, c in s.sessions.comparisons.items():
+        decode = f", decode {c.decode_ratio:.2f}×" if c.decode_ratio is not None else ""
+        out.append(f"{arm}: session {c.session_time_ratio:.2f}× ({c.ci_low:.2f}–{c.ci_high:.2f}) {c.verdict}"
+                   f"{decode}" + (f"; {c.note}" if c.note else ""))
+    return out
+
+
 def verdict_of(s: RunSummary) -> Verdict:
     modes = f" × {len(s.modes)} modes" if len(s.modes) > 1 else ""
-    design = (f"{s.passes} pass(es) × {s.reps} rep(s) × {len(s.prompts)} prompt(s){modes}, {s.max_tokens} output "
+    what = "session turn(s)" if s.sessions is not None else "prompt(s)"
+    design = (f"{s.passes} pass(es) × {s.reps} rep(s) × {len(s.prompts)} {what}{modes}, {s.max_tokens} output "
               f"tokens; paired per request, {s.bootstrap.level:.0%} bootstrap intervals")
     rows = []
     for a in s.arms:
@@ -157,7 +178,8 @@ def verdict_of(s: RunSummary) -> Verdict:
     names = [a.arm for a in s.arms] + [f.arm for f in s.failures]
     warnings = merge_warnings([w for w in s.warnings if w not in shown], names)
     return Verdict(title=f"{s.name}: each arm against {s.baseline}" if s.baseline else s.name, design=design,
-                   baseline=s.baseline, rows=rows, recommendation=_recommendation(s), accounting=_accounting(s),
+                   baseline=s.baseline, rows=rows, recommendation=_recommendation(s), sessions=_session_lines(s),
+                   accounting=_accounting(s),
                    notes=_gate_notes(s), warnings=warnings, failures=merge_warnings(failures, names))
 
 
@@ -181,6 +203,8 @@ def print_verdict(v: Verdict, out: Console, *, more: str | None = None) -> None:
     lines = Table.grid(padding=(0, 1))  # a label column, so wrapped text keeps its indent
     lines.add_column(no_wrap=True)
     lines.add_column(overflow="fold")
+    for i, line in enumerate(v.sessions):
+        lines.add_row("[bold]session time[/bold]" if i == 0 else "", escape(line))
     for i, line in enumerate(v.recommendation):
         lines.add_row("[bold]recommendation[/bold]" if i == 0 else "", escape(line))
     if v.accounting:

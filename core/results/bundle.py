@@ -253,6 +253,9 @@ def _members(bundle: Path, out: Verified) -> tuple[bytes | None, dict[str, bytes
     manifest: bytes | None = None
     files: dict[str, bytes] = {}
     try:
+        with gzip.open(bundle) as whole:  # the gzip stream to its end and CRC: tarfile stops at the members it
+            while whole.read(1 << 20):   # finds, so a cut in the archive's zero padding would pass unseen
+                pass
         with tarfile.open(bundle, mode="r:gz") as tar:
             for member in tar:
                 name = member.name

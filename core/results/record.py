@@ -105,6 +105,8 @@ class ArmAttempt(_Open):
     gates: dict[str, GateAnswer] | None = Field(None, description="Quality probes' raw answers, first start only.")
     host: str | None = Field(None, description="Ray: the host whose block ran this attempt.")
     warmup: WarmupRecord | None = Field(None, description="Warm-up on a fresh engine start.")
+    prefix_cache: dict[str, Any] | None = Field(None, description="Sessions workload: the engine-only request "
+                                                "fields that turned the prefix cache on ({}: the server's default).")
 
     @property
     def failed(self) -> bool:

@@ -36,7 +36,9 @@ class Sample(BaseModel):
     # true token accounting
     completion_tokens: int | None = Field(None, description="N = usage.completion_tokens (the true count).")
     prompt_tokens: int | None = Field(None, description="usage.prompt_tokens.")
-    cached_tokens: int | None = Field(None, description="usage.prompt_tokens_details.cached_tokens, if reported.")
+    cached_tokens: int | None = Field(None, description="Prompt tokens served from the engine's prefix cache: "
+                                      "usage.prompt_tokens_details.cached_tokens, else the engine's own count "
+                                      "(llama.cpp timings.cache_n).")
     usage_present: bool = False
     n_first: int | None = Field(None, description="Tokens in the first token-bearing event.")
     n_first_source: Literal["usage", "one-per-event", "estimated"] | None = Field(
@@ -92,6 +94,9 @@ class Sample(BaseModel):
     batch_id: str | None = Field(None, description="Concurrency sweep: the batch of simultaneous streams.")
     batch_wall_s: float | None = Field(
         None, description="Concurrency sweep: first t_send to last t_done of the batch (perf_counter_ns, seconds).")
+
+    session: str | None = Field(None, description="Sessions workload: the session this turn belongs to.")
+    turn: int | None = Field(None, description="Sessions workload: the turn's index in its session (0 first).")
 
     phase: str | None = Field(None, description="Live-knob phase run: the phase id (arm is the knob or 'baseline').")
 

@@ -12,6 +12,7 @@ typed :class:`~bakeoff.core.results.record.ArmAttempt` as it goes; the caller ap
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
@@ -25,6 +26,7 @@ from ..analysis.fairness import OUTPUTS_FILE, finish_flags, output_line
 from ..common.errors import EngineStartupError
 from ..common.redact import LiveLogMasker, redact_argv
 from ..config.schema import Arm, Prompt, SamplingMode, Workload
+from ..config.sessions import Session
 from ..engine.adapter import Effective, read_effective
 from ..engine.attach import attach_base, probe_attached
 from ..engine.client import StreamResult, stream_chat
@@ -239,6 +241,29 @@ class ArmSession:
         self._check_engine(stored)
         return stored
 
+    def measure_session(self, session: Session, mode: str, rep: int, label: SampleLabel | None = None
+                        ) -> list[Sample]:
+        """One session, turn by turn through :meth:`measure` (same guards, flags, store and announcement):
+        each turn's request is the conversation so far plus its new messages, sent with the engine's prefix
+        cache on (``session_fields``); then the turn's *recorded* reply is appended, whatever the arm
+        generated, so every arm does identical work. The first message carries a salt drawn per replay (same
+        digit count every time), so no replay, of this arm or another on the same server, finds its prefix
+        in the cache: each session starts cold and warms only itself."""
+        salt = f"(session {random.SystemRandom().randrange(10**7, 10**8)})\n"
+        history: list[dict[str, str]] = []
+        floor: int | None = None
+        out = []
+        for index, turn in enumerate(session.turns):
+            history += [dict(m) for m in turn.messages]
+            if index == 0:
+                history[0]["content"] = salt + history[0]["content"]
+            prompt = Prompt(name=f"{session.id}/t{index}", kind="session", messages=[dict(m) for m in history])
+            point = Point(prompt, mode, rep, session=session.id, turn=index, prefix_floor=floor)
+            out += self.measure(point, label)
+            floor = out[-1].prompt_tokens if out[-1].status == "ok" else None
+            history.append({"role": "assistant", "content": turn.reply})
+        return out
+
     def _sample(self, point: Point, result: StreamResult, stats_log: EngineLog, before: object,
                 started_at: float, foreign: float | None) -> Sample:
         stats = self.adapter.server_stats(self.http, result.final, before, stats_log)
@@ -248,6 +273,9 @@ class ArmSession:
 
     def _single(self, point: Point, mode: SamplingMode) -> Sample:
         body = build_request(self.arm, self.adapter, self.workload, point.prompt, mode, self.effective.model_id)
+        if point.session is not None:  # the prefix cache on, through the engine's own switch; recorded
+            self.attempt.prefix_cache = self.adapter.session_fields(self.arm)
+            body.update(self.attempt.prefix_cache)
         depth_info = self.runner.prepare(body, point)
         before = self.adapter.before_request(self.http)
         self._log.read_new()

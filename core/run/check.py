@@ -234,8 +234,10 @@ def _notes(config: BakeoffFile, adapters: dict[str, EngineAdapter]) -> list[str]
 
 def _prompt_count(config: BakeoffFile) -> int:
     from ..config.prompts import resolve_prompts
+    from ..config.sessions import load_sessions
 
-    return len(resolve_prompts(config.workload))
+    w = config.workload
+    return sum(len(s.turns) for s in load_sessions(w.sessions)) if w.sessions else len(resolve_prompts(w))
 
 
 def _requests(config: BakeoffFile) -> int:

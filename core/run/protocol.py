@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Iterable
 
 from ..common.errors import BakeoffError, EngineError, MeasurementError, is_write_failure
 from ..common.redact import Redactor
+from ..config.schema import Prompt, Workload
+from ..config.sessions import Session, load_sessions
 from ..engine.launcher import SharedEngine
-from ..measure.points import DoneKeys, arm_points, is_done
+from ..measure.points import DoneKeys, Point, arm_points, is_done
 from ..results.record import ArmAttempt
 from ..results.store import RunDir
 from .arm import ArmSession
@@ -31,7 +34,10 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
     arm = planned.arm
     w = effective_workload(plan.config.workload, arm)
     todo = [pt for pt in arm_points(w, plan.prompts, plan.modes) if not is_done(done, arm.name, pt, pass_index)]
-    if not todo:
+    replays = _session_replays(w, plan.modes, arm.name, pass_index, done)
+    if replays is not None:
+        todo = []
+    if not todo and not replays:
         return ArmAttempt(status="skipped (already complete)", pass_index=pass_index)
     events.on_arm_start(arm.name, pass_index)
     session = ArmSession(planned, run, pass_index, w, prompts=plan.prompts, modes=plan.modes, shared=shared,
@@ -42,6 +48,8 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
             session.warm_up()
             for point in todo:
                 session.measure(point)
+            for replay, mode, rep in replays or []:
+                session.measure_session(replay, mode, rep)
             session.gates()
     except (EngineError, MeasurementError) as exc:  # MeasurementError: e.g. a depth prompt could not be fitted
         session.attempt = session.attempt.model_copy(update={
@@ -64,6 +72,18 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
             "status": "failed", "reason": "internal-error", "log_tail": "", "error": why})
         events.on_arm_failed(arm.name, why)
     return session.attempt
+
+
+def _session_replays(w: Workload, modes: Iterable[str], arm: str, pass_index: int, done: DoneKeys
+                     ) -> list[tuple[Session, str, int]] | None:
+    """A sessions workload's replays (session, mode, rep) not yet stored whole (None: not a sessions
+    workload). A session is replayed whole or not at all: a turn's time depends on the turns before it."""
+    if w.sessions is None:
+        return None
+    sessions = load_sessions(w.sessions)
+    return [(s, mode, rep) for mode in modes for rep in range(w.reps) for s in sessions
+            if not all(is_done(done, arm, Point(Prompt(name=f"{s.id}/t{i}", messages=[]), mode, rep), pass_index)
+                       for i in range(len(s.turns)))]
 
 
 def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,

@@ -467,6 +467,11 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         # not always true: a token ending inside a UTF-8 character streams with the next one).
         return {"cache_prompt": False, "timings_per_token": True}
 
+    def session_fields(self, arm: Arm) -> dict[str, Any]:
+        # A session reuses its prefix only in the slot that holds it: every turn is pinned to slot 0 (turns are
+        # sent one at a time, and sessions run one after another).
+        return {"cache_prompt": True, "id_slot": 0}
+
     def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
                             template_kwargs: dict[str, Any] | None = None) -> int:
         """Chat-template + tokenize exactly as /v1/chat/completions does (add_special and parse_special on).

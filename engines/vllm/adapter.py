@@ -363,6 +363,8 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
             argv.append("--enforce-eager")
         if not options.prefix_caching:
             argv.append("--no-enable-prefix-caching")
+        else:  # usage.prompt_tokens_details.cached_tokens: each session turn's reuse, from the engine's own count
+            argv.append("--enable-prompt-tokens-details")
         cfg = speculative_config(arm, resolve, options.speculative_extra)
         if cfg is not None:
             argv += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
@@ -491,6 +493,12 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
             time.sleep(0.05)
             after = scrape(http)
         return after
+
+    def sessions_problem(self, arm: Arm) -> str | None:
+        if arm.attached or self.options(arm).prefix_caching:  # type: ignore[attr-defined]
+            return None
+        return ("vLLM is launched with its prefix cache off (repeats must not be served from it); a sessions "
+                "workload needs it on: set options.prefix_caching: true")
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
                      log: EngineLog) -> ServerStats:

@@ -215,3 +215,11 @@ def test_a_report_can_compare_every_arm_with_another_baseline(tmp_path: Path) ->
     assert s.comparisons[0].verdict == "slower"
     with pytest.raises(ConfigError, match=r"--baseline 'nope': no such arm .*arms: off, ngram"):
         summarize_run(path, baseline="nope")
+
+
+def test_session_turns_reuse_their_prefix_without_making_a_pair_incomparable(tmp_path: Path) -> None:
+    samples = [_sample(arm, r, 10.0 + (arm == "ngram"), cached_tokens=20, session="s0", turn=1, drafted=5,
+                       accepted=4) for arm in ("off", "ngram") for r in range(2)]
+    s = summarize_run(_write(tmp_path / "run", {k: ARMS[k] for k in ("off", "ngram")}, samples))
+    c = s.comparison("ngram")
+    assert c and c.comparable and not any("prefix cache" in r for r in c.comparable["reasons"])

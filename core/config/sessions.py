@@ -1,0 +1,178 @@
+"""Agent sessions on paper: the conversations a sessions workload replays, turn by turn.
+
+A session is an ordered list of turns. A turn is the messages it adds (a user message or a tool result; the
+first turn also carries the system prompt) and the *recorded* assistant reply that follows it. Every arm is
+timed on the same turns and then given the same recorded reply, whatever it generated, so every arm does
+identical work and each turn's prompt extends the previous turn's prompt (the prefix an engine can reuse).
+
+Sources: a deterministic synthetic agent loop (:func:`synthetic_sessions`) or the user's own JSONL file of
+OpenAI-format message lists (:func:`read_conversations`), whose problems are refused before anything starts,
+naming file, line and session.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..common.errors import ConfigError
+from .schema import Arm, SessionsSpec, SyntheticSessions, Workload
+
+__all__ = ["ROLES", "Session", "Turn", "check_context", "estimate_tokens", "load_sessions", "read_conversations",
+           "synthetic_sessions"]
+
+ROLES = ("system", "user", "assistant", "tool")
+CHARS_PER_TOKEN = 4  # the estimate before launch, when no tokenizer is at hand (the engine's counts are recorded)
+TOKENS_PER_MESSAGE = 8  # a chat template's role markers, generously
+
+
+@dataclass(frozen=True)
+class Turn:
+    """The messages a turn adds before it is timed, and the assistant reply recorded after it."""
+
+    messages: tuple[dict[str, str], ...]
+    reply: str
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    turns: tuple[Turn, ...]
+    where: str = ""  # file:line, for errors
+
+
+def estimate_tokens(session: Session) -> int:
+    """The session's whole length in tokens, estimated (about four characters a token, plus template markers)."""
+    messages = [m for t in session.turns for m in t.messages] + [{"content": t.reply} for t in session.turns]
+    return sum(len(m.get("content", "")) // CHARS_PER_TOKEN + TOKENS_PER_MESSAGE for m in messages)
+
+
+# -- the synthetic agent loop ------------------------------------------------------------------------------
+_TOOLS = [
+    {"name": "read_file", "description": "Read a file of the repository.",
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
+    {"name": "grep", "description": "Search the repository for a pattern; returns matching lines.",
+     "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
+                    "required": ["pattern"]}},
+    {"name": "run_tests", "description": "Run the test suite and return its output.",
+     "parameters": {"type": "object", "properties": {"selector": {"type": "string"}}}},
+]
+_WORDS = ("the request handler returns a value when the cache is empty and the queue holds one item so "
+          "every worker reads its config file from disk before it opens the socket then logs the time "
+          "each test passed except one that failed on a missing key in the table of results").split()
+_FILES = ("server.py", "cache.py", "worker.py", "config.py", "tests/test_queue.py", "README.md")
+
+
+def _text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(words))
+
+
+def synthetic_sessions(spec: SyntheticSessions) -> list[Session]:
+    """``spec.sessions`` agent sessions, the same for the same spec: a system prompt with tool schemas and a
+    task, then turns that each add a tool result of ``tool_result_tokens`` words, each followed by a recorded
+    reply of ``reply_tokens`` words (a tool call in words)."""
+    system = ("You are a coding agent working in a repository. Call one tool per reply. Tools:\n"
+              + json.dumps(_TOOLS, indent=1))
+    out = []
+    for s in range(spec.sessions):
+        rng = random.Random(f"{spec.seed}/{s}")
+        turns = []
+        for t in range(spec.turns):
+            tool = rng.choice(_TOOLS)["name"]
+            result = f"[{tool} {rng.choice(_FILES)}]\n{_text(rng, spec.tool_result_tokens)}"
+            messages: list[dict[str, str]] = [{"role": "tool", "content": result}] if t else [
+                {"role": "system", "content": system},
+                {"role": "user", "content": f"Task {s}: find why a test fails and fix it. Context:\n{result}"}]
+            turns.append(Turn(tuple(messages), _text(rng, spec.reply_tokens)))
+        out.append(Session(id=f"s{s}", turns=tuple(turns), where=f"synthetic session {s}"))
+    return out
+
+
+# -- the user's conversations --------------------------------------------------------------------------------
+def _session_of(value: object, where: str, index: int) -> Session:
+    """One JSONL line as a Session. :raises ValueError: what is wrong with it (the caller adds where)."""
+    sid = f"line{index}"
+    if isinstance(value, dict):
+        sid = str(value.get("id", sid))
+        value = value.get("messages")
+    if not isinstance(value, list) or not value:
+        raise ValueError("a session is a non-empty list of messages (or {\"id\": ..., \"messages\": [...]})")
+    turns: list[Turn] = []
+    pending: list[dict[str, str]] = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict):
+            raise ValueError(f"session {sid!r}: message {i} is not an object")
+        role, content = m.get("role"), m.get("content")
+        if role not in ROLES:
+            raise ValueError(f"session {sid!r}: message {i} has unknown role {role!r} (known: {', '.join(ROLES)})")
+        if not isinstance(content, str):
+            raise ValueError(f"session {sid!r}: message {i} ({role}) has no text 'content'")
+        if role == "assistant":
+            if not pending:
+                raise ValueError(f"session {sid!r}: message {i} is an assistant reply with no new message before "
+                                 "it to time")
+            turns.append(Turn(tuple(pending), content))
+            pending = []
+        else:
+            pending.append({"role": role, "content": content})
+    if pending:
+        raise ValueError(f"session {sid!r}: turn {len(turns)} (message {len(value) - len(pending)} on) has no "
+                         "recorded assistant reply; end every turn with the assistant message to replay after it")
+    return Session(id=sid, turns=tuple(turns), where=where)
+
+
+def read_conversations(path: str | Path) -> list[Session]:
+    """Sessions from a JSONL file, one per line. :raises ConfigError: naming file, line and session."""
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"workload.sessions.file: cannot read {p}: {exc}") from None
+    out: list[Session] = []
+    seen: set[str] = set()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{p}:{n}"
+        try:
+            session = _session_of(json.loads(line), where, n)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: not JSON: {exc.msg} (column {exc.colno})") from None
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if session.id in seen:
+            raise ConfigError(f"{where}: session id {session.id!r} is used twice")
+        seen.add(session.id)
+        out.append(session)
+    if not out:
+        raise ConfigError(f"workload.sessions.file: {p} holds no session")
+    return out
+
+
+def load_sessions(spec: SessionsSpec) -> list[Session]:
+    """The sessions a workload replays. :raises ConfigError: a problem of the file, with file and line."""
+    if spec.synthetic is not None:
+        return synthetic_sessions(spec.synthetic)
+    assert spec.file is not None
+    return read_conversations(spec.file)
+
+
+def check_context(sessions: list[Session], arms: list[Arm], workload: Workload) -> None:
+    """Refuse before launch a session longer than an arm's context (``settings.ctx``; arms without one are
+    checked by the engine itself). The length is estimated, the last reply counted as ``max_tokens``.
+
+    :raises ConfigError: naming the session, where it is written and the arm.
+    """
+    for arm in arms:
+        ctx = arm.settings.ctx
+        if ctx is None:
+            continue
+        for s in sessions:
+            need = estimate_tokens(s) + workload.max_tokens
+            if need > ctx:
+                raise ConfigError(f"{s.where}: session {s.id!r} needs about {need} tokens (estimated at "
+                                  f"{CHARS_PER_TOKEN} characters a token, the last reply at max_tokens "
+                                  f"{workload.max_tokens}), more than arm {arm.name!r}'s context of {ctx}; "
+                                  "raise settings.ctx or shorten the session")

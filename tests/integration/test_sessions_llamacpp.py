@@ -1,0 +1,119 @@
+"""Sessions on a real llama-server: the prefix cache reused turn by turn, and a broken prefix seen as a session-time
+loss with cache-miss flags while the decode rate stays where it was.
+
+One llama-server (SmolLM2, started by the test, attached to by both arms), two arms: ``direct`` talks to it, ``broken``
+talks to it through a loopback proxy that rewrites the system prompt on every turn, so no turn can reuse the previous
+turn's prefix. Same server, same weights, same work: only the prefix reuse differs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+import bakeoff
+from bakeoff.core.results.sample import Sample
+
+pytestmark = pytest.mark.integration
+
+
+def _proxy_handler(upstream: str) -> type[BaseHTTPRequestHandler]:
+    turns = iter(range(1_000_000))
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _forward(self, body: bytes | None) -> None:
+            if body is not None and self.path.startswith("/v1/chat/completions"):
+                request = json.loads(body)
+                first = request["messages"][0]
+                first["content"] = f"(proxy rewrite {next(turns):06d}) {first['content']}"  # breaks the prefix
+                body = json.dumps(request).encode()
+            headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
+            with httpx.Client(timeout=300) as client, client.stream(
+                    self.command, upstream + self.path, content=body, headers=headers) as r:
+                self.send_response(r.status_code)
+                self.send_header("Content-Type", r.headers.get("content-type", "application/json"))
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for chunk in r.iter_raw():  # relayed as it comes: the stream's timing is kept
+                    if chunk:
+                        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                        self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            self.close_connection = True
+
+        def do_GET(self) -> None:
+            self._forward(None)
+
+        def do_POST(self) -> None:
+            self._forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+    return Handler
+
+
+@pytest.fixture
+def breaking_proxy(running_llama_server: str) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _proxy_handler(running_llama_server))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_broken_prefix_is_a_session_time_loss_with_cache_miss_flags_at_an_unchanged_decode_rate(
+        running_llama_server: str, breaking_proxy: str, tmp_path: Path) -> None:
+    path = tmp_path / "sessions.yaml"
+    path.write_text(f"""name: sessions-broken-prefix
+arms:
+  - {{name: direct, engine: llamacpp, url: "{running_llama_server}"}}
+  - {{name: broken, engine: llamacpp, url: "{breaking_proxy}"}}
+baseline: direct
+workload:
+  sessions: {{synthetic: {{sessions: 4, turns: 3, tool_result_tokens: 300, reply_tokens: 8, seed: 3}}}}
+  max_tokens: 8
+  reps: 1
+  passes: 1
+  warmup: 1
+  gates: []
+""")
+    summary = bakeoff.run(path, out=tmp_path / "runs")
+    assert summary.path is not None and summary.sessions is not None
+    samples = [Sample.model_validate_json(line) for line in (summary.path / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 * 4 * 3 and all(s.status == "ok" for s in samples)
+
+    def missed(s: Sample) -> bool:
+        return any(f.startswith("cache-miss:") for f in s.flags)
+
+    direct = [s for s in samples if s.arm == "direct"]
+    broken = [s for s in samples if s.arm == "broken"]
+    # spec-off, prefix intact: each turn reuses the previous turn's whole prompt, as the engine itself counts it
+    for s in direct:
+        assert s.cached_tokens is not None and s.prompt_tokens is not None
+        if s.turn:
+            before = next(p for p in direct if (p.session, p.pass_index, p.turn) == (s.session, s.pass_index,
+                                                                                     s.turn - 1))
+            assert before.prompt_tokens is not None and s.cached_tokens >= before.prompt_tokens and not missed(s)
+    assert not any(missed(s) for s in direct)
+    assert all(missed(s) for s in broken if s.turn)  # every turn after the first re-prefilled its prefix
+
+    arms, c = summary.sessions.arms, summary.sessions.comparisons["broken"]
+    assert arms["direct"].cache_hit_ratio is not None and arms["direct"].cache_hit_ratio > 0.5
+    assert arms["broken"].cache_hit_ratio is not None and arms["broken"].cache_hit_ratio < 0.2
+    assert c.verdict == "slower" and c.ci_high < 1, c
+    assert c.decode_ratio is not None and 0.67 < c.decode_ratio < 1.5, c  # the same server decodes alike
+    assert c.note is not None and "prefix lost from turn 1" in c.note

@@ -1,0 +1,159 @@
+"""Sessions workload: sessions on paper (synthetic, the user's JSONL, refusals before launch), the cache-miss
+flag, the session-time statistics, and one run through the whole spine on the sim engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import bakeoff
+from bakeoff.core.analysis.sessions import summarize_sessions
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.loader import load_bakeoff
+from bakeoff.core.config.schema import SyntheticSessions
+from bakeoff.core.config.sessions import read_conversations, synthetic_sessions
+from bakeoff.core.measure.points import cache_flags
+from bakeoff.core.results.sample import Sample
+
+ARMS = """arms:
+  - {name: base, engine: sim, model: sim, SETTINGSoptions: {itl_ms: 2}}
+  - {name: fast, engine: sim, model: sim, SETTINGSoptions: {itl_ms: 1}}
+baseline: base
+"""
+
+
+def _file(tmp_path: Path, sessions: str, ctx: int | None = None) -> Path:
+    """A bakeoff file of two sim arms (``ctx``: a context to check sessions against, on paper only)."""
+    path = tmp_path / "s.yaml"
+    arms = ARMS.replace("SETTINGS", f"settings: {{ctx: {ctx}}}, " if ctx else "")
+    path.write_text(arms + "workload: {max_tokens: 8, reps: 1, warmup: 0, gates: [], "
+                    f"sessions: {sessions}}}\n")
+    return path
+
+
+def test_synthetic_sessions_are_the_same_for_the_same_seed_and_grow_by_tool_results() -> None:
+    spec = SyntheticSessions(sessions=2, turns=3, tool_result_tokens=50, reply_tokens=5, seed=7)
+    a, b = synthetic_sessions(spec), synthetic_sessions(spec)
+    assert a == b and [s.id for s in a] == ["s0", "s1"]
+    assert a != synthetic_sessions(spec.model_copy(update={"seed": 8}))
+    first, *later = a[0].turns
+    assert [m["role"] for m in first.messages] == ["system", "user"] and "read_file" in first.messages[0]["content"]
+    assert all([m["role"] for m in t.messages] == ["tool"] for t in later)
+    assert all(len(t.reply.split()) == 5 for t in a[0].turns)
+    assert len(later[0].messages[0]["content"].split("\n", 1)[1].split()) == 50
+
+
+def test_a_conversations_file_is_read_from_the_bakeoff_files_folder(tmp_path: Path) -> None:
+    (tmp_path / "c.jsonl").write_text(json.dumps({"id": "a", "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+        {"role": "tool", "content": "x"}, {"role": "assistant", "content": "y"}]}) + "\n")
+    config = load_bakeoff(_file(tmp_path, "{file: c.jsonl}"))
+    assert config.workload.sessions is not None and config.workload.sessions.file == str(tmp_path / "c.jsonl")
+    [s] = read_conversations(tmp_path / "c.jsonl")
+    assert s.id == "a" and [t.reply for t in s.turns] == ["hello", "y"]
+
+
+@pytest.mark.parametrize(("messages", "needle"), [
+    ([{"role": "user", "content": "hi"}], "turn 0 (message 0 on) has no recorded assistant reply"),
+    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}],
+     "turn 1 (message 2 on) has no recorded assistant reply"),
+    ([{"role": "narrator", "content": "hi"}, {"role": "assistant", "content": "b"}], "unknown role 'narrator'"),
+    ([{"role": "assistant", "content": "b"}], "no new message before it"),
+])
+def test_bad_sessions_are_refused_before_launch_naming_file_line_and_session(
+        tmp_path: Path, messages: list[dict[str, str]], needle: str) -> None:
+    good = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    (tmp_path / "c.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({"id": "bad", "messages": messages}) + "\n")
+    with pytest.raises(ConfigError) as exc:
+        load_bakeoff(_file(tmp_path, "{file: c.jsonl}"))
+    assert f"{tmp_path / 'c.jsonl'}:2: session 'bad'" in str(exc.value) and needle in str(exc.value)
+
+
+def test_a_session_longer_than_an_arms_context_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"synthetic session 0: session 's0' needs about \d+ tokens .* arm 'base'"):
+        load_bakeoff(_file(tmp_path, "{synthetic: {sessions: 1, turns: 4, tool_result_tokens: 400}}", ctx=1024))
+
+
+def test_sessions_and_depths_do_not_mix(tmp_path: Path) -> None:
+    path = _file(tmp_path, "{synthetic: {sessions: 1}}")
+    path.write_text(path.read_text().replace("gates: [],", "gates: [], depths: [100],"))
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        load_bakeoff(path)
+
+
+def _turn(arm: str, session: str, turn: int, prompt: int, cached: int | None, e2e: float, decode: float = 50.0,
+          pass_index: int = 0) -> Sample:
+    s = Sample(arm=arm, engine="x", prompt=f"{session}/t{turn}", mode="greedy", rep=0, pass_index=pass_index,
+               session=session, turn=turn, prompt_tokens=prompt, cached_tokens=cached, e2e_s=e2e, decode_tps=decode)
+    return s
+
+
+def test_cache_miss_is_a_turn_that_reused_less_than_the_previous_prompt() -> None:
+    assert cache_flags(_turn("a", "s", 1, 300, 200, 1.0), floor=200) == []
+    [miss] = cache_flags(_turn("a", "s", 1, 300, 10, 1.0), floor=200)
+    assert miss.startswith("cache-miss: 10 of 300 prompt tokens cached") and "re-prefilled 290" in miss
+    assert cache_flags(_turn("a", "s", 0, 300, 0, 1.0), floor=None) == []  # a first turn reuses nothing
+    assert cache_flags(_turn("a", "s", 1, 300, None, 1.0), floor=200)[0].startswith("cache-unreported")
+
+
+def test_a_lost_prefix_reads_as_a_session_time_loss_beside_an_unchanged_decode_rate() -> None:
+    samples = []
+    for p in range(3):
+        for sid in ("s0", "s1"):
+            prev = 0
+            for t in range(4):
+                prompt = 100 + 200 * t
+                samples.append(_turn("base", sid, t, prompt, prev, 1.0 + 0.01 * p, 50.0 + p, p))
+                lost = _turn("lossy", sid, t, prompt, 5 if t else 0, 1.0 + 0.002 * prompt, 50.0 + p, p)
+                lost.flags += cache_flags(lost, prev or None)
+                samples.append(lost)
+                prev = prompt
+    summary = summarize_sessions(samples, ["base", "lossy"], "base", n_boot=300)
+    assert summary is not None
+    base, lossy = summary.arms["base"], summary.arms["lossy"]
+    assert base.sessions == lossy.sessions == 6 and base.cache_misses == 0 and lossy.cache_misses == 18
+    assert base.cache_hit_ratio is not None and lossy.cache_hit_ratio is not None
+    assert lossy.cache_hit_ratio < 0.05 < base.cache_hit_ratio
+    c = summary.comparisons["lossy"]
+    assert c.verdict == "slower" and c.ci_high < 1 and c.decode_ratio == pytest.approx(1.0)
+    assert c.note is not None and "prefix lost from turn 1" in c.note
+    assert [r.reprefill_tokens for r in lossy.turns] == [100, 295, 495, 695]
+
+
+def test_an_incomplete_replay_has_no_session_time() -> None:
+    samples = [_turn("a", "s0", t, 100, 0, 1.0) for t in range(3)] + [_turn("a", "s0", 0, 100, 0, 1.0, pass_index=1)]
+    summary = summarize_sessions(samples, ["a"], "a", n_boot=100)
+    assert summary is not None and summary.arms["a"].sessions == 1
+
+
+def test_a_sessions_run_goes_through_the_spine(tmp_path: Path) -> None:
+    path = _file(tmp_path, "{synthetic: {sessions: 2, turns: 3, tool_result_tokens: 20, reply_tokens: 4}}")
+    summary = bakeoff.run(path, out=tmp_path / "runs")
+    assert summary.path is not None
+    samples = [Sample.model_validate_json(line)
+               for line in (summary.path / "samples.jsonl").read_text().splitlines()]
+    assert sorted((s.arm, s.session, s.turn) for s in samples) == sorted(
+        (a, f"s{i}", t) for a in ("base", "fast") for i in range(2) for t in range(3))
+    assert all(any(f.startswith("cache-unreported") for f in s.flags) for s in samples)  # sim has no cache
+    assert summary.sessions is not None and summary.sessions.arms["base"].sessions == 2
+    assert summary.sessions.comparisons["fast"].session_time_ratio > 1
+    report = json.loads((summary.path / "report" / "summary.json").read_text())
+    assert set(report["sessions"]["arms"]) == {"base", "fast"}
+    assert "Sessions (the headline" in (summary.path / "report" / "report.md").read_text()
+    assert list(summary.path.rglob("session_turns.png"))  # TTFT and cached tokens by turn
+
+
+def test_vllm_replays_sessions_only_with_its_prefix_cache_on_and_then_reports_cached_tokens(tmp_path: Path) -> None:
+    from bakeoff.core.config.loader import parse_bakeoff
+    from bakeoff.core.run.plan import plan_run
+    from bakeoff.engines.vllm import VllmAdapter
+
+    text = ("arms: [{name: v, engine: vllm, model: smollm2, settings: {ctx: 4096}OPTIONS}]\n"
+            "workload: {max_tokens: 8, gates: [], sessions: {synthetic: {sessions: 1, turns: 2}}}\n")
+    with pytest.raises(ConfigError, match=r"arm 'v': .*set options.prefix_caching: true"):
+        plan_run(parse_bakeoff(text.replace("OPTIONS", "")))
+    config = parse_bakeoff(text.replace("OPTIONS", ", options: {prefix_caching: true}"))
+    argv = VllmAdapter().launch_spec(config.arms[0], 8000, tmp_path).argv
+    assert "--enable-prompt-tokens-details" in argv and "--no-enable-prefix-caching" not in argv
