@@ -495,7 +495,7 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         return after
 
     def sessions_problem(self, arm: Arm) -> str | None:
-        if arm.attached or self.options(arm).prefix_caching:  # type: ignore[attr-defined]
+        if arm.attached or self.options(arm).prefix_caching:
             return None
         return ("vLLM is launched with its prefix cache off (repeats must not be served from it); a sessions "
                 "workload needs it on: set options.prefix_caching: true")
