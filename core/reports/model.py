@@ -30,6 +30,7 @@ from ..analysis.stats import (
     unpaired_ratio,
     verdict,
 )
+from ..analysis.structured import StructuredSummary, summarize_structured
 from ..common.errors import ConfigError
 from ..common.redact import redact_text, redact_url
 from ..config.schema import DEFAULT_MODES, Speculative
@@ -131,6 +132,9 @@ class RunSummary(BaseModel):
     sweep: PointTable | None = Field(None, description="The n-max (or any config) sweep: one row per arm.")
     depth: PointTable | None = Field(None, description="The depth sweep: one row per arm and depth.")
     concurrency: PointTable | None = Field(None, description="The concurrency sweep: one row per arm and level.")
+    structured: StructuredSummary | None = Field(None, description="Structured requests (tool calls, JSON "
+                                                 "schemas): validity, drafting under the grammar, stalls, speed "
+                                                 "of the valid answers against the baseline.")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -398,6 +402,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         depth=depth_table(samples, arm_order, baseline, **boot),
         concurrency=concurrency_table(samples, arm_order, baseline, **boot),
         acceptance=run_acceptance(samples, arm_order),
+        structured=summarize_structured(samples, arm_order, baseline, **boot),
         calibration=analyze_calibration(config.model_dump(mode="json") if config else {}, samples, data.records,
                                         **boot, run_path=path))
     summary.hardware = _hardware(placement, samples, **boot)
@@ -409,6 +414,9 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     if baseline and not (config and config.calibrate):
         kinds = {str(p["name"]): str(p.get("kind") or p["name"]) for p in record.prompts}
         specs = {arm: e.speculative for arm, e in summary.engines.items()}
+        less_valid = {name: f"fewer valid structured answers than {baseline}: {a.valid}/{a.requests}"
+                      for name, a in (summary.structured.arms if summary.structured else {}).items()
+                      if a.less_valid_than_baseline}
         summary.recommendations = recommend(samples, baseline, summary.arms, summary.comparisons, kinds, specs,
-                                            **boot)
+                                            **boot, also_excluded=less_valid)
     return summary

@@ -29,6 +29,7 @@ from bakeoff.core import (
     EngineLog,
     FailureRule,
     LaunchSpec,
+    MethodKnobs,
     ServerStats,
 )
 
@@ -74,6 +75,10 @@ class SimOptions(BaseModel):
     prompt_tokens: int = Field(20, ge=0, description="usage.prompt_tokens reported.")
     slow_requests: int = Field(0, ge=0, description="The first chat requests (warm-up included) stream at half "
                                                     "speed, as an engine still warming up does.")
+    draft_per_event: int = Field(2, ge=0, description="Speculative arm: draft tokens reported per token event "
+                                                      "(half accepted).")
+    drafts_under_grammar: bool = Field(True, description="Speculative arm: false drafts nothing on a request "
+                                                         "with response_format or tools (speculation disengaged).")
 
     @model_validator(mode="after")
     def _consistent(self) -> SimOptions:
@@ -88,8 +93,9 @@ class SimAdapter(EngineAdapter):
     name = "sim"
     description = "a configurable misbehaving OpenAI-compatible engine, for tests (standard library only)"
     capabilities = Capabilities(
+        speculative={"none": MethodKnobs(), "ngram": MethodKnobs()},  # simulated counts only (server.py)
         token_counts="one_per_event",
-        acceptance_source="none",
+        acceptance_source="sim",
         launch_modes=("native",),
         fixed_length_field="ignore_eos",  # it always streams max_tokens tokens; the field is accepted
     )
@@ -108,7 +114,7 @@ class SimAdapter(EngineAdapter):
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         options: SimOptions = self.options(arm)  # type: ignore[assignment]
-        behaviour = options.model_dump(exclude={"kind"})
+        behaviour = {**options.model_dump(exclude={"kind"}), "speculative": arm.speculative.enabled}
         argv = [sys.executable, "-u", str(SERVER), "--host", arm.settings.host, "--port", str(port),
                 "--behaviour", json.dumps(behaviour, separators=(",", ":"))]
         if options.require_api_key and arm.api_key_env:
@@ -119,8 +125,10 @@ class SimAdapter(EngineAdapter):
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
                      log: EngineLog) -> ServerStats:
-        generated = ((final or {}).get("sim") or {}).get("generated_tokens")
-        stats = ServerStats(completion_tokens=generated, source="sim")
+        sim = (final or {}).get("sim") or {}
+        generated = sim.get("generated_tokens")
+        stats = ServerStats(completion_tokens=generated, source="sim", drafted=sim.get("drafted"),
+                            accepted=sim.get("accepted"), drafts=sim.get("drafts"))
         if final is not None and generated is None:
             stats.flags.append("server-count-missing")
         return stats
