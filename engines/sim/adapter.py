@@ -94,6 +94,7 @@ class SimAdapter(EngineAdapter):
     description = "a configurable misbehaving OpenAI-compatible engine, for tests (standard library only)"
     capabilities = Capabilities(
         speculative={"none": MethodKnobs(), "ngram": MethodKnobs()},  # simulated counts only (server.py)
+        structured=("json_schema", "tool_call"),  # accepted, answered with words (never valid)
         token_counts="one_per_event",
         acceptance_source="sim",
         launch_modes=("native",),
