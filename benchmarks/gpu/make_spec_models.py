@@ -8,8 +8,9 @@
 - ``mtp-agree-a0.70``: the same with a head that misses, so acceptance is 0.70 at n-max 1;
 - ``target-agree`` + ``dflash-agree`` (block 16): a llama target and a DFlash draft that always agree.
 
-It writes ``mtp.yaml``, ``dflash.yaml`` and ``split.yaml`` (the target on one GPU vs split over two in each
-llama.cpp split mode: for a machine with two GPUs).
+It writes ``mtp.yaml``, ``dflash.yaml``, ``structured.yaml`` (tool calls and JSON schemas with speculation off,
+n-gram and MTP at 1, 4 and 16 streams: issue 29) and ``split.yaml`` (the target on one GPU vs split over two in
+each llama.cpp split mode: for a machine with two GPUs).
 
 Random matrices are drawn on the GPU with torch where it is there (about 20 s a model), else numpy.
 ``--small`` makes tiny models of the same kinds, so the whole pipeline can be tried on a CPU.
@@ -95,6 +96,17 @@ def main() -> None:
             _arm("target-off", paths["target"], settings),
             _arm("dflash", paths["target"], settings, {"method": "dflash", "draft_model": str(paths["dflash"])},
                  {"speculative.n_max": [3, 7, 15]}),
+        ]},
+        # issue 29: tool calls and JSON-schema outputs on the MTP model, spec off vs n-gram vs MTP, 1/4/16 streams
+        # (16 slots of 2048 tokens each); benchmarks/gpu/structured-h200.yaml is this file as committed
+        "structured": {"name": "h200-structured", "baseline": "spec-off", "workload": {
+            "prompts": ["code_python"], "structured": {"kinds": ["json_schema", "tool_call"]},
+            "concurrency": [1, 4, 16], "max_tokens": a.max_tokens, "reps": 1, "passes": a.passes, "warmup": 1,
+            "modes": ["greedy"], "gates": [], "gpu_sample_interval_s": 0.1}, "arms": [
+            _arm("spec-off", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16}),
+            _arm("ngram", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16},
+                 {"method": "ngram", "variant": "mod", "n_max": 4}),
+            _arm("mtp", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16}, {"method": "mtp", "n_max": 2}),
         ]},
         # two GPUs (nvidia-h200-x2): the same target split over both, each llama.cpp split mode of this build
         "split": {"name": "h200x2-split", "baseline": "one-gpu", "workload": workload, "arms": [
