@@ -15,6 +15,7 @@ from pathlib import Path
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.reports import write_reports
 from bakeoff.core.reports.model import summarize_run
+from bakeoff.core.reports.verdict import verdict_of
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import read_samples
 from bakeoff.core.run.session import run_bakeoff
@@ -53,6 +54,11 @@ def test_an_engine_that_stops_drafting_under_a_grammar_is_flagged(tmp_path: Path
     assert written["ngram"]["drafting_engaged"] is False and written["ngram"]["requests"] == 2
     report = files.markdown.read_text()
     assert "Structured requests" in report and "DISENGAGED (2 flagged)" in report
+    (line,) = [x for x in verdict_of(summary).structured if x.startswith("ngram:")]
+    assert line.startswith("ngram: 0/2 valid")
+    assert f"DISENGAGED under the grammar (0 drafted, {plain.drafted} on free text)" in line
+    html = files.html.read_text()
+    assert '<ul id="structured-lines">' in html and '<table id="structured">' in html
 
 
 def test_an_engine_that_keeps_drafting_under_a_grammar_is_not_flagged(tmp_path: Path) -> None:
