@@ -273,6 +273,8 @@ class Structured(Strict):
 
     kinds: list[StructuredKind] = Field(default_factory=lambda: list(get_args(StructuredKind)),
                                         description="Built-in structured prompts to add to the suite.")
+    max_tokens: int | None = Field(256, ge=1, le=10_000_000, description="Limit of each structured answer (never "
+                                   "forced: the grammar ends it); None: the workload's max_tokens.")
     stall_s: float = Field(2.0, gt=0, description="A pause between two token events mid-answer at least this long "
                                                    "(and stall_factor times the stream's median gap) is a stall.")
     stall_factor: float = Field(10.0, ge=1, description="How far beyond the stream's own median gap a stall is.")

@@ -186,6 +186,8 @@ def build_request(arm: Arm, adapter: EngineAdapter, workload: Workload, prompt: 
     :param max_tokens: a shorter limit than the workload's (the untimed warm-up).
     """
     limit = workload.max_tokens if max_tokens is None else max_tokens
+    if prompt.structured and max_tokens is None and workload.structured and workload.structured.max_tokens:
+        limit = workload.structured.max_tokens  # a JSON document or tool call is as long as it is
     body: dict[str, Any] = {
         "model": model_id or arm.name,
         "messages": prompt.messages,

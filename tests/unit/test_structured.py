@@ -94,7 +94,9 @@ def test_a_structured_request_carries_its_constraint_and_is_not_forced_to_a_leng
     assert "ignore_eos" not in body and "response_format" not in body
     body = build_request(arm, adapter, w, ORDER, mode, "m")
     assert body["response_format"]["json_schema"]["schema"]["required"] == ["customer", "items"]
-    assert "ignore_eos" not in body
+    assert "ignore_eos" not in body and body["max_tokens"] == 64
+    w = Workload(max_tokens=64, structured=Structured(max_tokens=300))
+    assert build_request(arm, adapter, w, ORDER, mode, "m")["max_tokens"] == 300
     plain = build_request(arm, adapter, w, Prompt(name="p", messages=[{"role": "user", "content": "hi"}]), mode, "m")
     assert plain["ignore_eos"] is True and "tools" not in plain
 
