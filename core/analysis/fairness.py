@@ -73,8 +73,12 @@ def finish_flags(s: Sample, fixed_length: bool) -> list[str]:
 
 
 def finish_counts(samples: Iterable[Sample], fixed_length: bool) -> FinishCounts:
+    """Endings of the plain samples; a structured answer's ending is judged by its validity (a cut-off JSON
+    document is invalid, with the reason), so it is left out here."""
     counts = FinishCounts(expected=_expected_finish(fixed_length))
     for s in samples:
+        if s.structured is not None:
+            continue
         for flag in finish_flags(s, fixed_length):
             if flag.startswith("truncated"):
                 counts.truncated += 1

@@ -140,8 +140,8 @@ def _structured(s: RunSummary) -> list[str]:
     for name, a in s.structured.arms.items():
         line = f"{name}: {a.valid}/{a.requests} valid ({a.ci_low or 0:.0%}–{a.ci_high or 0:.0%})"
         if a.drafting_engaged is False:
-            line += f", speculation DISENGAGED under the grammar ({a.drafts_structured} drafted, " \
-                    f"{a.drafts_free_text} on free text)"
+            line += f", speculation DISENGAGED on {a.disengaged} of {a.requests} ({a.drafts_structured} drafted " \
+                    f"under the grammar, {a.drafts_free_text} on free text)"
         elif a.drafting_engaged:
             line += f", drafting ({a.drafts_structured} drafted)"
         if a.stalls:

@@ -56,7 +56,7 @@ def test_an_engine_that_stops_drafting_under_a_grammar_is_flagged(tmp_path: Path
     assert "Structured requests" in report and "DISENGAGED (2 flagged)" in report
     (line,) = [x for x in verdict_of(summary).structured if x.startswith("ngram:")]
     assert line.startswith("ngram: 0/2 valid")
-    assert f"DISENGAGED under the grammar (0 drafted, {plain.drafted} on free text)" in line
+    assert f"DISENGAGED on 2 of 2 (0 drafted under the grammar, {plain.drafted} on free text)" in line
     html = files.html.read_text()
     assert '<ul id="structured-lines">' in html and '<table id="structured">' in html
 
