@@ -40,7 +40,7 @@ _ORDER_SCHEMA = {
     "properties": {
         "customer": {"type": "string"},
         "date": {"type": "string"},
-        "items": {"type": "array", "minItems": 1, "items": {
+        "items": {"type": "array", "minItems": 1, "maxItems": 3, "items": {  # the grammar closes the list
             "type": "object",
             "properties": {"name": {"type": "string"}, "quantity": {"type": "integer", "minimum": 1},
                            "unit_price": {"type": "number"}},
