@@ -8,8 +8,9 @@
 - ``mtp-agree-a0.70``: the same with a head that misses, so acceptance is 0.70 at n-max 1;
 - ``target-agree`` + ``dflash-agree`` (block 16): a llama target and a DFlash draft that always agree.
 
-It writes ``mtp.yaml``, ``dflash.yaml``, ``split.yaml`` (the target on one GPU vs split over two in each
-llama.cpp split mode: for a machine with two GPUs) and ``sessions.yaml`` (agent sessions to ~32k tokens: the
+It writes ``mtp.yaml``, ``dflash.yaml``, ``structured.yaml`` (tool calls and JSON schemas with speculation off,
+n-gram and MTP at 1, 4 and 16 streams: issue 29), ``split.yaml`` (the target on one GPU vs split over two in
+each llama.cpp split mode: for a machine with two GPUs) and ``sessions.yaml`` (agent sessions to ~32k tokens: the
 same as benchmarks/gpu/sessions-h200.yaml, with this machine's model paths).
 
 Random matrices are drawn on the GPU with torch where it is there (about 20 s a model), else numpy.
@@ -116,6 +117,17 @@ def main() -> None:
             _arm("mtp-off", paths["mtp"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}),
             _arm("mtp", paths["mtp"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}, {"method": "mtp", "n_max": 3}),
         ], "workload": SESSION_WORKLOAD},
+        # issue 29: tool calls and JSON-schema outputs on the MTP model, spec off vs n-gram vs MTP, 1/4/16 streams
+        # (16 slots of 2048 tokens each); benchmarks/gpu/structured-h200.yaml is this file as committed
+        "structured": {"name": "h200-structured", "baseline": "spec-off", "workload": {
+            "prompts": ["code_python"], "structured": {"kinds": ["json_schema", "tool_call"]},
+            "concurrency": [1, 4, 16], "max_tokens": a.max_tokens, "reps": 1, "passes": a.passes, "warmup": 1,
+            "modes": ["greedy"], "gates": [], "gpu_sample_interval_s": 0.1}, "arms": [
+            _arm("spec-off", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16}),
+            _arm("ngram", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16},
+                 {"method": "ngram", "variant": "mod", "n_max": 4}),
+            _arm("mtp", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16}, {"method": "mtp", "n_max": 2}),
+        ]},
         # two GPUs (nvidia-h200-x2): the same target split over both, each llama.cpp split mode of this build
         "split": {"name": "h200x2-split", "baseline": "one-gpu", "workload": workload, "arms": [
             _arm("one-gpu", paths["target"], {**settings, "gpus": [0]}),

@@ -14,6 +14,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionToolChoiceOptionParam
+from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..common.errors import ConfigError
@@ -215,6 +217,41 @@ class Prompt(Strict):
     name: str = Field(description="Short prompt name; a column in the tables.")
     kind: str = Field("custom", description="What the prompt exercises: code, prose, math, ...")
     messages: list[dict[str, str]] = Field(description="Chat messages sent as-is.")
+    response_format: ResponseFormatJSONSchema | None = Field(
+        None, description="Structured output: OpenAI's {type: json_schema, json_schema: {name, schema}}; every "
+                          "answer is validated against the schema.")
+    tools: list[ChatCompletionFunctionToolParam] | None = Field(
+        None, description="Tool calling: OpenAI's function tools; the answer must call one with arguments valid "
+                          "against its parameters.")
+    tool_choice: ChatCompletionToolChoiceOptionParam | None = Field(
+        None, description="OpenAI's tool_choice (auto, required, none, or a named function); needs tools.")
+
+    @model_validator(mode="after")
+    def _structured_consistent(self) -> Prompt:
+        if self.tool_choice is not None and not self.tools:
+            raise ValueError("tool_choice needs tools")
+        if self.response_format is not None and self.tools:
+            raise ValueError("give response_format or tools, not both: each answer is validated against one")
+        schemas = [("response_format.json_schema.schema", self.response_format["json_schema"].get("schema"))
+                   ] if self.response_format is not None else []
+        schemas += [(f"tools[{i}].function.parameters", t["function"].get("parameters"))
+                    for i, t in enumerate(self.tools or [])]
+        for where, schema in schemas:
+            if schema is None:
+                raise ValueError(f"{where} is missing: bakeoff validates every answer against it")
+            from jsonschema import Draft202012Validator
+            from jsonschema.exceptions import SchemaError
+
+            try:
+                Draft202012Validator.check_schema(schema)
+            except SchemaError as exc:
+                raise ValueError(f"{where} is not a valid JSON Schema: {exc.message}") from None
+        return self
+
+    @property
+    def structured(self) -> str | None:
+        """json_schema or tool_call for a structured prompt, None for free text."""
+        return "json_schema" if self.response_format else "tool_call" if self.tools else None
 
 
 class SamplingMode(Strict):
@@ -262,6 +299,25 @@ class SessionsSpec(Strict):
         if (self.synthetic is None) == (self.file is None):
             raise ValueError("give exactly one of 'synthetic' or 'file'")
         return self
+StructuredKind = Literal["json_schema", "tool_call"]
+
+
+class Structured(Strict):
+    """``workload.structured``: tool calls and JSON-schema outputs, timed like any prompt, each answer validated."""
+
+    kinds: list[StructuredKind] = Field(default_factory=lambda: list(get_args(StructuredKind)),
+                                        description="Built-in structured prompts to add to the suite.")
+    max_tokens: int | None = Field(256, ge=1, le=10_000_000, description="Limit of each structured answer (never "
+                                   "forced: the grammar ends it); None: the workload's max_tokens.")
+    stall_s: float = Field(2.0, gt=0, description="A pause between two token events mid-answer at least this long "
+                                                   "(and stall_factor times the stream's median gap) is a stall.")
+    stall_factor: float = Field(10.0, ge=1, description="How far beyond the stream's own median gap a stall is.")
+
+    @field_validator("kinds")
+    @classmethod
+    def _kinds_listed_once(cls, v: list[StructuredKind]) -> list[StructuredKind]:
+        _no_repeats(v, "kind")
+        return v
 
 
 class Workload(Strict):
@@ -298,6 +354,9 @@ class Workload(Strict):
                                           "each turn is timed with the prefix cache on; the verdict is on session "
                                           "time (docs/sessions.md).")
     needle: bool = Field(False, description="Depth sweep: hide a code in the filler; the answer must repeat it.")
+    structured: Structured | None = Field(
+        None, description="Timed structured requests (docs/structured.md): the built-in JSON-schema and "
+                          "tool-call prompts of `kinds` run beside the plain prompts, each answer validated.")
     gates: list[GateName] = Field(
         default_factory=lambda: list(get_args(GateName)),
         description="Quality probes sent once per arm after its timed requests (greedy, short); an arm failing "

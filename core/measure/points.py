@@ -3,7 +3,8 @@
 This is the glue between the arm session's requests (core/run/arm.py) and the sweeps: it lists an arm's
 points, refuses the ones the running engine cannot serve (a depth past its context, more streams than its
 slots), rewrites a request for its point (depth filler, a salt per stream), and stamps each Sample with its
-point and the checks that belong to it (exact depth, exact output length under fixed work, needle found).
+point and the checks that belong to it (exact depth, exact output length under fixed work, needle found, a
+structured answer's validity and stalls).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..engine.client import StreamResult
 from ..results.sample import Sample
 from .concurrency import effective_slots, refused_levels
 from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
+from .structured import stamp_structured
 
 __all__ = ["CACHE_MISS_FLAG", "cache_flags", "DoneKeys", "Point", "arm_points", "is_done", "samples_expected",
            "PointRunner"]
@@ -155,6 +157,8 @@ class PointRunner:
         sample.depth, sample.concurrency = point.depth, point.concurrency
         sample.needle_found = needle_found(info, result.text)
         sample.session, sample.turn = point.session, point.turn
+        if point.prompt.structured:  # validity, longest pause, stall
+            stamp_structured(sample, point.prompt, result, self.workload.structured)
         if sample.status != "ok":
             return sample
         if point.session is not None:
@@ -163,7 +167,7 @@ class PointRunner:
             sample.flags.append(f"depth-mismatch: usage.prompt_tokens {sample.prompt_tokens}, target {point.depth}")
         if sample.needle_found is False:
             sample.flags.append("needle-missed")
-        if self.workload.fixed_length and sample.completion_tokens is not None \
+        if self.workload.fixed_length and not point.prompt.structured and sample.completion_tokens is not None \
                 and sample.completion_tokens != sample.max_tokens:
             sample.flags.append(f"fixed-length-missed: {sample.completion_tokens} of {sample.max_tokens} tokens")
         return sample

@@ -100,6 +100,16 @@ class Sample(BaseModel):
 
     phase: str | None = Field(None, description="Live-knob phase run: the phase id (arm is the knob or 'baseline').")
 
+    # structured requests (workload.structured, or a prompt with response_format / tools)
+    structured: Literal["json_schema", "tool_call"] | None = Field(
+        None, description="The request's constraint: json_schema (response_format) or tool_call (tools).")
+    valid: bool | None = Field(None, description="Structured: the answer parsed and validated against its "
+                                                 "schema (tool call: a declared tool, arguments valid against "
+                                                 "its parameters).")
+    invalid_reason: str | None = Field(None, description="Structured: why the answer is not valid.")
+    max_gap_s: float | None = Field(None, description="Structured: the longest pause between two token events "
+                                                      "mid-answer (flagged stall beyond the workload's threshold).")
+
     # noise guard
     client_cpu_s: float | None = Field(
         None, description="CPU seconds bakeoff's recording thread used from send to close (harness self-cost).")

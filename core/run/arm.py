@@ -4,9 +4,11 @@ This is the one place a timed request is made. Plain runs, depth and concurrency
 calibration arms, Ray blocks, self-tests and live runs all open an :class:`ArmSession` and call
 :meth:`ArmSession.measure`, so every sample gets the same guards whatever the run kind: the noise guard
 (CPU used by foreign processes), ``settings-mismatch`` when the read-back differs from what was asked,
-the finish flags, the point's own checks (exact depth, fixed length, needle), GPU telemetry, the kept
-greedy output, and the check that the engine is still alive and not stalled. The session fills the arm's
-typed :class:`~bakeoff.core.results.record.ArmAttempt` as it goes; the caller appends it to the run.
+the finish flags, the point's own checks (exact depth, fixed length, needle, a structured answer's
+validity and stalls), ``speculation-disengaged`` when a structured answer drafts nothing where free text
+drafted, GPU telemetry, the kept greedy output, and the check that the engine is still alive and not
+stalled. The session fills the arm's typed :class:`~bakeoff.core.results.record.ArmAttempt` as it goes; the
+caller appends it to the run.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ..measure.concurrency import Batch, run_batch
 from ..measure.definitions import account, build_request, make_sample, request_fields
 from ..measure.gates import run_gates
 from ..measure.points import Point, PointRunner
+from ..measure.structured import DraftTally
 from ..results.record import ArmAttempt, GateAnswer, WarmupRecord
 from ..results.sample import Sample
 from ..results.store import RunDir
@@ -142,6 +145,7 @@ class ArmSession:
         self.attempt = ArmAttempt(status="ok", pass_index=pass_index)
         self.fresh = False
         self.engine: RunningEngine | None = None
+        self._drafts = DraftTally()  # free-text drafts of this engine start, to judge structured answers by
         self._stack = ExitStack()
 
     # -- opening ---------------------------------------------------------------------------------
@@ -236,6 +240,8 @@ class ArmSession:
             if label is not None:
                 sample.arm, sample.phase, sample.pass_index = label.arm, label.phase, label.pass_index
             sample.flags += finish_flags(sample, self.workload.fixed_length)
+            if disengaged := self._drafts.judge(sample):
+                sample.flags.append(disengaged)
             stored.append(self.run.append(sample))
             self.events.on_sample(stored[-1])
         self._check_engine(stored)
