@@ -17,6 +17,7 @@ from ..analysis.calibration import Calibration, analyze_calibration
 from ..analysis.decision import Recommendation, recommend
 from ..analysis.fairness import equal_work, finish_counts
 from ..analysis.gates import score_gates, spec_identity
+from ..analysis.load import LoadSection, load_section
 from ..analysis.phases import PhaseResult, compare_phases
 from ..analysis.stats import (
     LEVEL,
@@ -131,6 +132,8 @@ class RunSummary(BaseModel):
     sweep: PointTable | None = Field(None, description="The n-max (or any config) sweep: one row per arm.")
     depth: PointTable | None = Field(None, description="The depth sweep: one row per arm and depth.")
     concurrency: PointTable | None = Field(None, description="The concurrency sweep: one row per arm and level.")
+    load: LoadSection | None = Field(None, description="Load points (concurrency levels and open-loop rates): "
+                                     "latency percentiles, goodput per SLO tier, the frontier and the crossover.")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -397,6 +400,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         sweep=sweep_table(samples, config.arms, baseline, **boot) if config else None,
         depth=depth_table(samples, arm_order, baseline, **boot),
         concurrency=concurrency_table(samples, arm_order, baseline, **boot),
+        load=load_section(samples, arm_order, baseline, workload.slo if workload else None, **boot),
         acceptance=run_acceptance(samples, arm_order),
         calibration=analyze_calibration(config.model_dump(mode="json") if config else {}, samples, data.records,
                                         **boot, run_path=path))
