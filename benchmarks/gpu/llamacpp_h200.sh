@@ -60,7 +60,7 @@ say "install exit $(cat "$WORK/install.rc")"; cat "$WORK/logs/install.log"
 bk engines > "$WORK/logs/engines.txt" 2>&1; grep llamacpp -A3 "$WORK/logs/engines.txt"
 
 # -- 4. the bakeoffs --------------------------------------------------------------------------------
-RUNS="mtp dflash"
+RUNS=${RUNS:-mtp dflash}  # RUNS=load: the load frontier (issue 30, benchmarks/gpu/load-h200.yaml)
 [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && RUNS="$RUNS split"  # split modes need two GPUs
 for name in $RUNS; do
   [ "$(left)" -le 40 ] && { say "no time left for $name"; break; }
@@ -70,6 +70,10 @@ for name in $RUNS; do
   say "exit $?"
   run=$(ls -td "$WORK"/runs/*"$name"*/ 2>/dev/null | head -1)
   [ -n "$run" ] && bk report "$run" > "$WORK/report-$name.txt" 2>&1 && cat "$WORK/report-$name.txt"
+  if [ -n "$run" ] && [ "$name" = load ]; then  # DFlash against its own spec-off target, and the flat tables
+    bk report "$run" --tables --baseline target-off > "$WORK/report-load-dflash.txt" 2>&1
+    bk export "$run" --format csv > /dev/null 2>&1
+  fi
 done
 pack
 say "done"

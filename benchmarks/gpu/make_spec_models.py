@@ -8,7 +8,8 @@
 - ``mtp-agree-a0.70``: the same with a head that misses, so acceptance is 0.70 at n-max 1;
 - ``target-agree`` + ``dflash-agree`` (block 16): a llama target and a DFlash draft that always agree.
 
-It writes ``mtp.yaml``, ``dflash.yaml`` and ``split.yaml`` (the target on one GPU vs split over two in each
+It writes ``mtp.yaml``, ``dflash.yaml``, ``load.yaml`` (the load frontier, issue 30) and ``split.yaml``
+(the target on one GPU vs split over two in each
 llama.cpp split mode: for a machine with two GPUs).
 
 Random matrices are drawn on the GPU with torch where it is there (about 20 s a model), else numpy.
@@ -83,6 +84,7 @@ def main() -> None:
 
     gpu_layers: object = int(a.gpu_layers) if a.gpu_layers.isdigit() else a.gpu_layers
     settings = {"ctx": 4096, "parallel": 1, "gpu_layers": gpu_layers, "flash_attn": "on"}
+    load_settings = {**settings, "ctx": 32768, "parallel": 64}
     workload = {"prompts": ["code_python", "prose", "code_bash"], "max_tokens": a.max_tokens, "reps": a.reps,
                 "passes": a.passes, "warmup": 1, "modes": ["greedy"], "gpu_sample_interval_s": 0.1}
     files = {
@@ -96,6 +98,21 @@ def main() -> None:
             _arm("dflash", paths["target"], settings, {"method": "dflash", "draft_model": str(paths["dflash"])},
                  {"speculative.n_max": [3, 7, 15]}),
         ]},
+        # issue 30: where speculation stops paying as the load grows (closed loop 1-64 streams, open loop 4 and
+        # 16 req/s), each method against its own spec-off model (`bakeoff report RUN --baseline target-off` for
+        # DFlash's crossover); 64 slots of 512 tokens each
+        "load": {"name": "h200-load", "baseline": "mtp-off", "workload": {
+            "prompts": ["code_python"], "max_tokens": 128, "reps": 2, "passes": 1, "warmup": 1, "modes": ["greedy"],
+            "gates": [], "gpu_sample_interval_s": 0.1, "concurrency": [1, 4, 16, 64],
+            "arrival": {"rates": [4, 16], "distribution": "poisson", "requests": 24, "seed": 1},
+            "slo": {"interactive": {"ttft_s": 0.5, "tpot_s": 0.02}, "relaxed": {"ttft_s": 2.0, "tpot_s": 0.05}}},
+            "arms": [
+                _arm("mtp-off", paths["mtp"], load_settings),
+                _arm("mtp-n3", paths["mtp"], load_settings, {"method": "mtp", "n_max": 3}),
+                _arm("target-off", paths["target"], load_settings),
+                _arm("dflash-n7", paths["target"], load_settings,
+                     {"method": "dflash", "draft_model": str(paths["dflash"]), "n_max": 7}),
+            ]},
         # two GPUs (nvidia-h200-x2): the same target split over both, each llama.cpp split mode of this build
         "split": {"name": "h200x2-split", "baseline": "one-gpu", "workload": workload, "arms": [
             _arm("one-gpu", paths["target"], {**settings, "gpus": [0]}),
