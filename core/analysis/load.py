@@ -176,7 +176,11 @@ def load_section(samples: Sequence[Sample], arm_order: Sequence[str], baseline: 
         return None
     order = {a: i for i, a in enumerate(arm_order)}
     points = []
-    for (arm, kind, value), group in sorted(groups.items(), key=lambda g: (order.get(g[0][0], len(order)), g[0])):
+    def place(g: tuple[tuple[str, LoadKind, float], list[Sample]]) -> tuple[object, ...]:
+        arm, kind, value = g[0]
+        return order.get(arm, len(order)), arm, kind != "streams", value  # closed-loop levels first
+
+    for (arm, kind, value), group in sorted(groups.items(), key=place):
         ok = [s for s in group if s.status == "ok"]
         key = f"load/{arm}/{kind}/{value:g}"
         wall = _walls(group)

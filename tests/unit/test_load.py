@@ -18,6 +18,7 @@ from bakeoff.core.config.schema import Prompt, Slo, Workload
 from bakeoff.core.measure.arrivals import schedule
 from bakeoff.core.measure.points import arm_points, is_done, samples_expected
 from bakeoff.core.reports.export import export_run
+from bakeoff.core.reports.plots import render_plots
 from bakeoff.core.results.db import done_key, point_of
 from bakeoff.core.results.sample import Sample
 
@@ -122,6 +123,7 @@ def test_load_section_has_closed_and_open_points_with_paired_verdicts(overloaded
     assert row.vs_baseline is not None and twin.vs_baseline is not None
     assert row.vs_baseline.ratio == twin.vs_baseline.ratio
     assert {c.arm for c in load.crossover} == {"fast"} and load.frontier
+    assert set(render_plots(overloaded)["load_frontier"]) == {"png", "svg"}
 
 
 def test_exports_load_in_pandas_with_the_load_fields(overloaded: bakeoff.RunSummary, tmp_path: Path) -> None:
