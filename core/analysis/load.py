@@ -140,8 +140,7 @@ def _crossover(arm: str, kind: LoadKind, points: Sequence[LoadPoint]) -> Crossov
             break
         out.last_faster = p.value
     out.first_slower = next((p.value for p in judged if p.vs_baseline and p.vs_baseline.verdict == "slower"), None)
-    parts = [f"faster up to {_fmt(kind, out.last_faster)}" if out.last_faster is not None
-             else f"not faster at {_fmt(kind, judged[0].value)}"]
+    parts = [f"faster up to {_fmt(kind, out.last_faster)}" if out.last_faster is not None else "never faster"]
     middle = [p.value for p in judged if p.vs_baseline and p.vs_baseline.verdict == "not separable"]
     if middle:
         parts.append("not separable at " + ", ".join(f"{v:g}" for v in middle))

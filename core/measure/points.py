@@ -130,7 +130,7 @@ class PointRunner:
 
     def prepare(self, body: dict[str, Any], point: Point) -> DepthInfo | None:
         """Shape one request for its point: salt, depth filler. Untimed."""
-        salt = uuid.uuid4().hex[:10]
+        salt = f"{uuid.uuid4().int % 10**10:010d}"  # fixed-length digits: the same token count in every arm
         if point.depth is not None and self._builder is not None:
             self._template_kwargs = body.get("chat_template_kwargs")
             body["messages"], info = self._builder.messages(point.prompt, point.depth, salt)

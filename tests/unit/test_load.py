@@ -155,6 +155,7 @@ def test_crossover_reads_the_verdicts_in_load_order() -> None:
                           summary="faster up to 4 streams; not separable at 8; slower from 16 streams")
     never = _crossover("a", "streams", [_point(1, "not separable"), _point(2, "faster")])
     assert never is not None and never.last_faster is None and never.first_slower is None
+    assert never.summary == "never faster; not separable at 1; never slower"
 
 
 def test_latency_definitions_and_slo() -> None:
