@@ -167,6 +167,7 @@ def recommend(samples: Sequence[Sample], baseline: str, arms: Sequence[ArmStats]
     :param also_excluded: arm -> why it may not be recommended, beyond the gates and equal work (e.g. fewer
         valid structured answers than the baseline).
     """
+    samples = [s for s in samples if s.rate is None]  # open-loop points: the load section's crossover says it
     stats = {a.arm: a for a in arms}
     by_arm = {c.arm: c for c in comparisons if c.reference == baseline}
     speculating = [a for a in by_arm if setting_label(specs.get(a)) != "off"]

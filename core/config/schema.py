@@ -26,6 +26,8 @@ from .placement import ExecutorSpec, Host, check_placement
 __all__ = [
     "SPEC_METHODS",
     "ARM_NAME_MAX",
+    "Arrival",
+    "Slo",
     "Speculative",
     "Settings",
     "Arm",
@@ -299,6 +301,8 @@ class SessionsSpec(Strict):
         if (self.synthetic is None) == (self.file is None):
             raise ValueError("give exactly one of 'synthetic' or 'file'")
         return self
+
+
 StructuredKind = Literal["json_schema", "tool_call"]
 
 
@@ -318,6 +322,54 @@ class Structured(Strict):
     def _kinds_listed_once(cls, v: list[StructuredKind]) -> list[StructuredKind]:
         _no_repeats(v, "kind")
         return v
+
+
+class Arrival(Strict):
+    """Open-loop load: requests sent at scheduled times whatever the server does (GuideLLM's and AIPerf's
+    request-rate load), unlike ``concurrency``, where each stream waits for its previous answer."""
+
+    rates: list[float] = Field(description="Request rates to run, in requests per second (one point each).")
+    distribution: Literal["poisson", "constant"] = Field(
+        "poisson", description="poisson: exponential gaps drawn from `seed`; constant: exactly 1/rate apart.")
+    requests: int | None = Field(None, ge=1, le=1_000_000, description="Requests per rate point.")
+    duration_s: float | None = Field(None, gt=0, le=86_400, description="Or: schedule rate x duration_s requests.")
+    seed: int = Field(0, description="Seed of the Poisson schedule (every arm gets the same schedule).")
+    max_in_flight: int | None = Field(None, ge=1, le=100_000, description="Most requests the client keeps open; "
+                                      "a request due while that many are open waits, and its latency still counts "
+                                      "from its scheduled time (None: no limit).")
+
+    @field_validator("rates")
+    @classmethod
+    def _positive_rates(cls, v: list[float]) -> list[float]:
+        if not v or any(r <= 0 for r in v):
+            raise ValueError("give a non-empty list of positive rates (requests per second)")
+        _no_repeats(v, "rate")
+        return v
+
+    @model_validator(mode="after")
+    def _one_size(self) -> Arrival:
+        if (self.requests is None) == (self.duration_s is None):
+            raise ValueError("give exactly one of 'requests' or 'duration_s'")
+        return self
+
+    def count(self, rate: float) -> int:
+        """Requests scheduled at ``rate``."""
+        return self.requests if self.requests is not None else max(1, round(rate * (self.duration_s or 0)))
+
+
+class Slo(Strict):
+    """One service-level tier: a request meets it when every limit given holds."""
+
+    ttft_s: float | None = Field(None, gt=0, description="Most seconds to the first token (from the scheduled "
+                                 "send time under open-loop load).")
+    tpot_s: float | None = Field(None, gt=0, description="Most seconds per output token after the first.")
+    e2e_s: float | None = Field(None, gt=0, description="Most seconds for the whole answer.")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> Slo:
+        if self.ttft_s is None and self.tpot_s is None and self.e2e_s is None:
+            raise ValueError("give at least one of ttft_s, tpot_s, e2e_s")
+        return self
 
 
 class Workload(Strict):
@@ -357,6 +409,10 @@ class Workload(Strict):
     structured: Structured | None = Field(
         None, description="Timed structured requests (docs/structured.md): the built-in JSON-schema and "
                           "tool-call prompts of `kinds` run beside the plain prompts, each answer validated.")
+    arrival: Arrival | None = Field(None, description="Open-loop load points: requests at scheduled times "
+                                    "(Poisson or constant), latency counted from each request's scheduled time.")
+    slo: dict[str, Slo] = Field(default_factory=dict, description="Goodput tiers: name -> limits; the load "
+                                "section reports the requests per second meeting each.")
     gates: list[GateName] = Field(
         default_factory=lambda: list(get_args(GateName)),
         description="Quality probes sent once per arm after its timed requests (greedy, short); an arm failing "
@@ -396,14 +452,20 @@ class Workload(Strict):
             _no_repeats([p.name for p in v], "prompt name")
         return v
 
+    @model_validator(mode="after")
+    def _arrival_alone(self) -> Workload:
+        if self.arrival is not None and self.depths:
+            raise ValueError("arrival: open-loop points do not combine with depths; run them in separate files")
+        return self
+
     def sampling_modes(self) -> dict[str, SamplingMode]:
         return {**DEFAULT_MODES, **self.sampling}
 
     @model_validator(mode="after")
     def _sessions_alone(self) -> Workload:
-        if self.sessions is not None and (self.depths or self.concurrency):
+        if self.sessions is not None and (self.depths or self.concurrency or self.arrival):
             raise ValueError("sessions replay whole conversations one turn at a time; they cannot be combined "
-                             "with 'depths' or 'concurrency'")
+                             "with 'depths', 'concurrency' or 'arrival'")
         return self
 
     @model_validator(mode="after")

@@ -18,6 +18,7 @@ from ..analysis.decision import Recommendation, recommend
 from ..analysis.fairness import equal_work, finish_counts
 from ..analysis.gates import score_gates, spec_identity
 from ..analysis.launches import launch_bands
+from ..analysis.load import LoadSection, load_section
 from ..analysis.phases import PhaseResult, compare_phases
 from ..analysis.sessions import SessionsSummary, summarize_sessions
 from ..analysis.stats import (
@@ -140,6 +141,8 @@ class RunSummary(BaseModel):
     structured: StructuredSummary | None = Field(None, description="Structured requests (tool calls, JSON "
                                                  "schemas): validity, drafting under the grammar, stalls, speed "
                                                  "of the valid answers against the baseline.")
+    load: LoadSection | None = Field(None, description="Load points (concurrency levels and open-loop rates): "
+                                     "latency percentiles, goodput per SLO tier, the frontier and the crossover.")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -423,6 +426,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         sweep=sweep_table(samples, config.arms, baseline, **boot) if config else None,
         depth=depth_table(samples, arm_order, baseline, **boot),
         concurrency=concurrency_table(samples, arm_order, baseline, **boot),
+        load=load_section(samples, arm_order, baseline, workload.slo if workload else None, **boot),
         acceptance=run_acceptance(samples, arm_order),
         sessions=summarize_sessions(samples, arm_order, baseline, **boot),
         structured=summarize_structured(samples, arm_order, baseline, **boot),
