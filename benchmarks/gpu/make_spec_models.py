@@ -43,7 +43,10 @@ SHAPE_SMALL = Dims(hidden=256, layers=4, heads=4, kv_heads=2, ffn=512, ctx=4096,
 
 
 # 8 turns of ~4000-token tool results: the last turn's prompt is ~33k tokens (SmolLM2's tokenizer; the engine's own
-# counts are in every sample). The models' trained context is 4096; llama.cpp runs past it with a warning.
+# counts are in every sample). The sessions get their own models with a trained context of 65536: llama-server
+# b11434 caps a slot at the model's trained context (a 4096 model served 4096 of the asked 49152, and every turn
+# past it failed with HTTP 400 on the H200, 2026-12-03).
+SESSION_CTX = 65536
 SESSION_SETTINGS: dict[str, object] = {"ctx": 49152, "parallel": 1, "flash_attn": "on"}
 SESSION_WORKLOAD: dict[str, object] = {
     "sessions": {"synthetic": {"sessions": 2, "turns": 8, "tool_result_tokens": 4000, "reply_tokens": 64,
@@ -92,6 +95,14 @@ def main() -> None:
         paths[label] = synthesize(spec, tok)
         print(f"{label}: {paths[label]} ({paths[label].stat().st_size / 1e9:.2f} GB, rng {dims.rng}, "
               f"{time.monotonic() - t0:.1f} s)", flush=True)
+    long = replace(dims, ctx=SESSION_CTX)
+    for label, spec in (("s-target", SynthSpec("target", agree=True, dims=long)),
+                        ("s-mtp", SynthSpec("mtp", agree=True, dims=long)),
+                        ("s-dflash", SynthSpec("dflash", agree=True, seed=1, dims=long))):
+        t0 = time.monotonic()
+        paths[label] = synthesize(spec, tok)
+        print(f"{label} (trained ctx {SESSION_CTX}): {paths[label]} ({paths[label].stat().st_size / 1e9:.2f} GB, "
+              f"{time.monotonic() - t0:.1f} s)", flush=True)
 
     gpu_layers: object = int(a.gpu_layers) if a.gpu_layers.isdigit() else a.gpu_layers
     settings = {"ctx": 4096, "parallel": 1, "gpu_layers": gpu_layers, "flash_attn": "on"}
@@ -111,13 +122,13 @@ def main() -> None:
         ]},
         # agent sessions to ~32k tokens (docs/sessions.md): the headline is session time, beside decode rate
         "sessions": {"name": "h200-sessions", "baseline": "target-off", "arms": [
-            _arm("target-off", paths["target"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}),
-            _arm("dflash", paths["target"], SESSION_SETTINGS | {"gpu_layers": gpu_layers},
-                 {"method": "dflash", "draft_model": str(paths["dflash"]), "n_max": 7}),
-            _arm("ngram", paths["target"], SESSION_SETTINGS | {"gpu_layers": gpu_layers},
+            _arm("target-off", paths["s-target"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}),
+            _arm("dflash", paths["s-target"], SESSION_SETTINGS | {"gpu_layers": gpu_layers},
+                 {"method": "dflash", "draft_model": str(paths["s-dflash"]), "n_max": 7}),
+            _arm("ngram", paths["s-target"], SESSION_SETTINGS | {"gpu_layers": gpu_layers},
                  {"method": "ngram", "variant": "mod"}),
-            _arm("mtp-off", paths["mtp"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}),
-            _arm("mtp", paths["mtp"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}, {"method": "mtp", "n_max": 3}),
+            _arm("mtp-off", paths["s-mtp"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}),
+            _arm("mtp", paths["s-mtp"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}, {"method": "mtp", "n_max": 3}),
         ], "workload": SESSION_WORKLOAD},
         # issue 29: tool calls and JSON-schema outputs on the MTP model, spec off vs n-gram vs MTP, 1/4/16 streams
         # (16 slots of 2048 tokens each); benchmarks/gpu/structured-h200.yaml is this file as committed
