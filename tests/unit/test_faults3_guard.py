@@ -118,7 +118,7 @@ def test_a_compose_project_brought_down_by_bakeoff_is_not_brought_down_again(tmp
 
 
 def test_a_killed_bakeoff_still_removes_its_docker_container(tmp_path: Path) -> None:
-    cli, calls, env = _setup(tmp_path)
+    _cli, calls, env = _setup(tmp_path)
     docker = tmp_path / "docker"
     docker.write_text(f"#!{sys.executable}\n" + FAKE_CLI)
     docker.chmod(0o755)
