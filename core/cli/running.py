@@ -7,6 +7,8 @@ call core/run/session.py ``run_bakeoff``.
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
@@ -56,13 +58,32 @@ def _signal_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+@contextmanager
+def _stop_signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise KeyboardInterrupt inside the block, then the caller's handlers come back.
+
+    A signal the caller ignores stays ignored: `nohup bakeoff run` must survive a closed terminal.
+    """
+    previous = {sig: signal.signal(sig, _signal_as_interrupt) for sig in _STOP_SIGNALS
+                if signal.getsignal(sig) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
             resume: Resume | None = None, executor: Executor | None = None,
             stop_on_verdict: bool = False, tables: bool = False) -> RunDir:
-    """Run one bakeoff (core/run/session.py) with a progress bar and signals as Ctrl-C, then print its tables."""
-    # A signal the caller ignores stays ignored: `nohup bakeoff run` must survive a closed terminal.
-    previous = {sig: signal.signal(sig, _signal_as_interrupt) for sig in _STOP_SIGNALS
-                if signal.getsignal(sig) is not signal.SIG_IGN}
+    """Run one bakeoff (core/run/session.py) with a progress bar, then print its tables and write its reports;
+    a stop signal anywhere in that (the report too) is an interruption like Ctrl-C (exit 130)."""
+    with _stop_signals_as_interrupt():
+        return _execute(config, out, until_ci, max_passes, resume, executor, stop_on_verdict, tables)
+
+
+def _execute(config: BakeoffFile, out: Path, until_ci: float | None, max_passes: int, resume: Resume | None,
+             executor: Executor | None, stop_on_verdict: bool, tables: bool) -> RunDir:
     # The bar appears once the run directory exists: a file refused before that is one error line, nothing more.
     progress = run_progress(console)  # a bar on a terminal, plain lines in a log
     task = progress.add_task("starting", total=0)
@@ -94,8 +115,6 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
     finally:
         if progress.live.is_started:
             progress.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     try:
         print_run(run.path, console, tables=tables)
     except (BakeoffError, OSError, ValueError) as exc:  # the samples are stored; `bakeoff report` can retry

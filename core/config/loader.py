@@ -26,6 +26,7 @@ from .sweep import expand_sweeps
 __all__ = ["MAX_YAML_VALUES", "load_bakeoff", "parse_bakeoff", "read_bakeoff", "resolve_model_paths"]
 
 MAX_YAML_VALUES = 200_000  # nodes a file may expand to through aliases: far above any real bakeoff
+MAX_YAML_DEPTH = 100  # nesting levels a file may have: a bakeoff file needs under 10, Python's stack ~300
 
 
 def read_bakeoff(text: str, source: str = "<string>", base: Path | None = None) -> BakeoffFile:
@@ -153,7 +154,25 @@ def _yaml_problem(exc: yaml.MarkedYAMLError, source: str) -> str:
 
 
 class _BakeoffLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last one silently)."""
+    """PyYAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last one silently),
+    nesting deeper than :data:`MAX_YAML_DEPTH` (PyYAML composes recursively: a deep file would end in a
+    RecursionError) and text that is not Unicode (a lone surrogate such as ``"\\uD800"`` cannot be stored)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {MAX_YAML_DEPTH} levels deep; a bakeoff file needs far fewer",
+                    self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if isinstance(node, yaml.ScalarNode):
+            node.value = _whole_characters(node.value, node.start_mark)
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[str, int] = {}
@@ -166,6 +185,23 @@ class _BakeoffLoader(yaml.SafeLoader):
                         "keep one", key.start_mark)
                 seen[key.value] = line
         return super().construct_mapping(node, deep)
+
+
+def _whole_characters(value: str, mark: yaml.Mark) -> str:
+    """``value`` with each escaped surrogate pair (``"\\uD83D\\uDE00"``) joined into its character; a lone
+    surrogate is refused (it cannot be stored as UTF-8: the run name, a sample, the report would fail)."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+    try:
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError as exc:
+        half = exc.object[exc.start:exc.end].decode("utf-16-le", "surrogatepass")
+        raise yaml.composer.ComposerError(
+            None, None, f"{half!r} is half of a UTF-16 surrogate pair, not a character; write the character "
+            "itself", mark) from None
 
 
 def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:

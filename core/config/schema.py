@@ -7,6 +7,7 @@ validated by that engine's own pydantic model when the run is planned.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import types
 from dataclasses import dataclass
@@ -55,7 +56,9 @@ GateName = Literal["arithmetic", "factual", "tool_call", "needle", "stream_equal
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # NaN and infinity pass every bound check (NaN compares false) and then fail at request time, or are stored
+    # as bare NaN in run.json (not JSON): no setting of a bakeoff file needs them
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class Speculative(Strict):
@@ -105,8 +108,23 @@ class Settings(Strict):
     dtype: str | None = Field(None, description="Weights/activation dtype (vLLM --dtype).")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="vLLM --gpu-memory-utilization.")
     enforce_eager: bool | None = Field(None, description="vLLM --enforce-eager (no compile/graphs: fast boot).")
-    host: str = Field("127.0.0.1", description="Interface the engine binds to; loopback unless you say otherwise.")
+    host: str = Field("127.0.0.1", description="Interface the engine binds to (an IPv4 address or localhost); "
+                                                "loopback unless you say otherwise.")
     port: int | None = Field(None, ge=1, le=65535, description="Port; a free one is picked when unset.")
+
+    @field_validator("host")
+    @classmethod
+    def _bindable_host(cls, value: str) -> str:
+        # the launcher binds an IPv4 socket to it: an IPv6 address or a name it would have to resolve fails
+        # only after the engine was started
+        if value == "localhost":
+            return value
+        try:
+            ipaddress.IPv4Address(value)
+        except ValueError:
+            raise ValueError("give an IPv4 address such as 127.0.0.1 (or localhost): the engine binds to it, "
+                             "and IPv6 addresses and host names are not supported") from None
+        return value
 
     def set_fields(self) -> set[str]:
         return {k for k in self.model_fields_set if k not in ("host", "port") and getattr(self, k) is not None}
@@ -257,9 +275,9 @@ class Prompt(Strict):
 
 
 class SamplingMode(Strict):
-    temperature: float = 0.0
-    top_p: float | None = None
-    top_k: int | None = None
+    temperature: float = Field(0.0, ge=0, le=100)
+    top_p: float | None = Field(None, ge=0, le=1)
+    top_k: int | None = Field(None, ge=-1, description="-1 or 0: no top-k (vLLM, llama.cpp)")
     seed: int | None = None
 
 

@@ -38,6 +38,7 @@ from ..common.errors import ConfigError, EngineStartupError, EngineUnavailable
 from ..config.schema import Arm
 from ..host.hostinfo import CpuMeter
 from .adapter import EngineAdapter
+from .container import ExitGuard
 from .launcher import startup_error_from_log
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
 ARM_LABEL = "org.bakeoff.arm"
 POLL_S = 0.25
 _UP: dict[str, list[str]] = {}  # project name -> compose command with -p/-f, for down_all()
+_GUARDS: dict[str, ExitGuard] = {}  # project name -> its guard, released once the project is down
 
 
 # -- finding the CLI and the engine ----------------------------------------------------------
@@ -225,9 +227,17 @@ def parse_ps(output: str) -> list[dict[str, Any]]:
 def down_all() -> None:
     """Bring down every project still up (interpreter exit, signal handlers)."""
     for project, base in list(_UP.items()):
-        subprocess.run([*base, "down", "--remove-orphans", "--timeout", "5"],
-                       capture_output=True, timeout=120, check=False)
+        done = subprocess.run([*base, "down", "--remove-orphans", "--timeout", "5"],
+                              capture_output=True, timeout=120, check=False)
         _UP.pop(project, None)
+        if done.returncode == 0:  # else its guard tries once more when bakeoff is gone
+            _release_guard(project)
+
+
+def _release_guard(project: str) -> None:
+    guard = _GUARDS.pop(project, None)
+    if guard is not None:
+        guard.release()
 
 
 atexit.register(down_all)
@@ -305,6 +315,10 @@ class ComposeEngine:
         self.file.write_text(yaml.safe_dump(project, sort_keys=False))
         self._base = [*(self.command or compose_command()), "-p", self.project, "-f", str(self.file)]
         _UP[self.project] = self._base
+        # a bakeoff killed past every handler still brings the project down (no parent-death signal reaches
+        # a container)
+        _GUARDS[self.project] = ExitGuard([*self._base, "down", "--remove-orphans", "--timeout", "5"],
+                                          env={**os.environ, **self._env})
         self._checked("create", "--pull", "missing", "--quiet-pull", timeout=None)  # image pulls can take long
         self._t0 = time.perf_counter()
         self._checked("start")
@@ -412,3 +426,4 @@ class ComposeEngine:
                     log.write(f"[bakeoff] compose down failed: {(done.stderr or done.stdout).strip()}\n")
             else:
                 _UP.pop(self.project, None)
+                _release_guard(self.project)

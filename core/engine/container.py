@@ -8,11 +8,15 @@ which core/engine/compose.py then checks and runs).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GPU_RESERVATION", "Mounts", "compose_service_spec", "docker_run"]
+__all__ = ["GPU_RESERVATION", "ExitGuard", "Mounts", "compose_service_spec", "docker_run"]
 
 # compose's way to give a service every NVIDIA GPU
 GPU_RESERVATION: dict[str, Any] = {"resources": {"reservations": {"devices": [
@@ -72,3 +76,41 @@ def docker_run(name: str, image: str, host: str, port: int, inner_port: int, *,
     for key in env_names:
         argv += ["-e", key]
     return [*argv, image, *command]
+
+
+# The guard's whole program: wait for bakeoff's end of the pipe to close; unless bakeoff said "released" first,
+# run the clean-up command.
+_GUARD = ("import json, subprocess, sys\n"
+          "if sys.stdin.buffer.read() != b'released\\n':\n"
+          "    subprocess.run(json.loads(sys.argv[1]), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,\n"
+          "                   stderr=subprocess.DEVNULL, timeout=300)\n")
+
+
+class ExitGuard:
+    """Runs ``argv`` (``compose down``, ``docker rm -f``) if bakeoff ends without :meth:`release`.
+
+    A container is the Docker daemon's child, not bakeoff's: a parent-death signal cannot reach it, and a
+    SIGKILLed bakeoff (or the OOM killer) runs no handler. The guard is a small process in its own session
+    (Ctrl-C and a signal to bakeoff's group pass it by) reading a pipe that only bakeoff holds open: the
+    kernel closes it however bakeoff ends, and the guard then cleans up unless bakeoff released it.
+
+    :param env: the clean-up command's environment (compose reads the service's variables from it).
+    """
+
+    def __init__(self, argv: list[str], env: Mapping[str, str] | None = None) -> None:
+        self.argv = argv
+        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [sys.executable, "-c", _GUARD, json.dumps(argv)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=dict(env) if env is not None else None, start_new_session=True)
+
+    def release(self) -> None:
+        """Bakeoff cleaned up itself: the guard exits without running anything. Safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.stdin is None:
+            return
+        with contextlib.suppress(OSError):  # a guard that is gone already has nothing left to do
+            proc.stdin.write(b"released\n")
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)

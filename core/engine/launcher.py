@@ -33,6 +33,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 from ..common.errors import EngineStartupError, EngineUnavailable
 from ..host.hostinfo import CpuMeter, docker_container_ids
 from .adapter import EngineAdapter, LaunchSpec, first_matching_line
+from .container import ExitGuard
 
 __all__ = ["free_port", "port_is_free", "Engine", "stop_all", "LogCursor", "startup_error_from_log",
            "running_dir", "stop_leftover_engines", "NOT_INHERITED", "SharedEngine"]
@@ -281,6 +282,7 @@ class Engine:
         self.log_path, self.boot_timeout_s = log_path, boot_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
         self.boot_s: float | None = None
+        self._guard: ExitGuard | None = None
 
     def __enter__(self) -> Engine:
         self.start()
@@ -312,6 +314,10 @@ class Engine:
         _LIVE[self.proc.pid] = self.proc
         _ARM_DIRS[self.proc.pid] = self.log_path.parent
         _record_engine(self.proc, self.spec.argv[0], self.log_path.parent)
+        # `docker run`'s container is the daemon's child: the parent-death signal stops only the CLI, so a
+        # killed bakeoff removes the container through a guard
+        self._guard = ExitGuard([self.spec.argv[0], "rm", "-f", self.spec.container], env=env) \
+            if self.spec.container else None
         self._t0 = time.perf_counter()
 
     def log_text(self) -> str:
@@ -378,6 +384,8 @@ class Engine:
     def stop(self) -> None:
         if self.proc is not None:
             _kill_group(self.proc)
+        if self._guard is not None:
+            self._guard.release()
 
 
 class SharedEngine:

@@ -6,13 +6,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 
 from ..analysis.stats import N_BOOT
-from ..common.errors import MeasurementError
+from ..common.errors import RunDirError
 from .html import render_html
 from .markdown import render_markdown
 from .model import REPORT_SCHEMA_VERSION, RunSummary, load_run, summarize_run
@@ -43,25 +44,49 @@ def write_reports(run_path: Path, summary: RunSummary | None = None, *, plots: b
     """Write report.md, summary.json, report.html and the plots into ``out`` (default ``run_path/report``);
     the run directory itself is only read.
 
-    :raises MeasurementError: the directory cannot be written.
+    Every file is rendered and written beside its final name first, and only once all are written do they
+    replace the previous ones: a full disk or an interruption leaves the previous report whole, never a
+    truncated file or a mix of two reports.
+
+    :raises RunDirError: the directory cannot be written.
     """
-    from .plots import render_plots, write_plots  # matplotlib: only when plots are drawn
+    from .plots import render_plots  # matplotlib: only when plots are drawn
 
     summary = summary or summarize_run(run_path)
     out = report_dir(run_path, out)
+    samples = load_run(run_path, drop_foreign_load=summary.dropped_foreign_load is not None)[1]
+    failures: list[str] = []
+    rendered = render_plots(summary, samples, failures) if plots else {}
+    plot_files = {f"{name}.{fmt}": data for name, formats in rendered.items() for fmt, data in formats.items()}
+    contents = dict(plot_files)
+    contents["report.md"] = render_markdown(summary).encode()
+    contents["summary.json"] = (summary.model_dump_json(indent=2) + "\n").encode()
+    contents["report.html"] = render_html(summary, rendered).encode()
+    _replace_files(out, contents)
+    return ReportFiles(out, out / "report.md", out / "summary.json", out / "report.html",
+                       [out / name for name in plot_files], failures)
+
+
+def _replace_files(directory: Path, contents: dict[str, bytes]) -> None:
+    """Write every file under a temporary name in ``directory``, then rename each into place (all or none)."""
+    staged: list[tuple[Path, Path]] = []
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        samples = load_run(run_path, drop_foreign_load=summary.dropped_foreign_load is not None)[1]
-        failures: list[str] = []
-        rendered = render_plots(summary, samples, failures) if plots else {}
-        files = ReportFiles(out, out / "report.md", out / "summary.json", out / "report.html",
-                            write_plots(rendered, out), failures)
-        files.markdown.write_text(render_markdown(summary))
-        files.json.write_text(summary.model_dump_json(indent=2) + "\n")
-        files.html.write_text(render_html(summary, rendered))
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, data in contents.items():
+            final = directory / name
+            temp = directory / f".{name}.{os.getpid()}.tmp"
+            staged.append((temp, final))
+            with open(temp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for temp, final in staged:
+            os.replace(temp, final)
     except OSError as exc:
-        raise MeasurementError(f"cannot write reports into {out}: {exc.strerror or exc}") from exc
-    return files
+        for temp, _ in staged:
+            temp.unlink(missing_ok=True)
+        raise RunDirError(f"cannot write reports into {directory}: {exc.strerror or exc}; the previous report "
+                          "files are left as they were") from exc
 
 
 def print_run(run_path: Path, out: Console, *, write: bool = True, n_boot: int = N_BOOT, seed: int | None = None,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -23,7 +22,7 @@ from .model import RunSummary
 
 __all__ = ["PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "ACCEPTANCE_PLOTS", "DECISION_PLOTS", "LOAD_PLOTS",
            "SESSION_PLOTS", "decode_figure", "acceptance_figure", "fit_title", "gpu_figure", "histogram_figure",
-           "load_figure", "positions_figure", "render_plots", "session_turns_figure", "write_plots"]
+           "load_figure", "positions_figure", "render_plots", "session_turns_figure"]
 
 PLOTS = ("decode_by_prompt", "decode_vs_acceptance")  # every run
 GPU_PLOTS = ("gpu_power_clock_temp",)  # runs with GPU telemetry
@@ -301,13 +300,3 @@ def render_plots(s: RunSummary, samples: Sequence[Sample] = (),
                 continue
             out[name] = formats
     return out
-
-
-def write_plots(plots: dict[str, dict[str, bytes]], directory: Path) -> list[Path]:
-    paths = []
-    for name, formats in plots.items():
-        for fmt, data in formats.items():
-            path = directory / f"{name}.{fmt}"
-            path.write_bytes(data)
-            paths.append(path)
-    return paths

@@ -10,6 +10,7 @@ unfinished points, which ``--resume`` measures again.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import threading
 import time
@@ -56,8 +57,9 @@ class RayExecutor:
         run.update_record(placement=record, baseline=first, executor="ray")
         started_here = not ray.is_initialized()
         if started_here:
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.WARNING, configure_logging=False)
+            with _loopback_kept(self.address):
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                         logging_level=logging.WARNING, configure_logging=False)
         hosts: dict[str, Any] = {k: v.model_dump(mode="json", exclude_unset=True)
                                  for k, v in run.read_record().hosts.items()}
         lock = threading.Lock()
@@ -138,6 +140,39 @@ class RayExecutor:
         elif kind == "end" and message[1]:
             self.failed_hosts[name] = str(message[1]).splitlines()[0]
             events.on_warning(f"host {name}: its block failed: {message[1]}")
+
+
+@contextlib.contextmanager
+def _loopback_kept(address: str | None) -> Iterator[None]:
+    """Inside: a cluster on this machine's loopback (or a Ray instance started here) stays on 127.0.0.1.
+
+    ``ray.init`` rewrites a loopback address, and its own node address, to the machine's interface address
+    (so that other machines could reach it): the driver then dials a head bound to 127.0.0.1 at an address it
+    does not listen on, and a Ray instance it starts listens on every interface. Ray keeps loopback where it
+    runs without clusters (its ``ENABLE_RAY_CLUSTER`` switch, read when an address is resolved); it is off
+    only for such an address, so a driver joining a cluster of other machines still uses the interface.
+    """
+    if address and address.startswith("ray://"):  # the Ray client: this process is no node of the cluster
+        yield
+        return
+    from ray._private import ray_constants, services  # no public switch: ray.init's own address rules
+
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        target = services.canonicalize_bootstrap_address(address)  # None: ray.init starts an instance here
+        if target is not None and not _is_loopback(target.rsplit(":", 1)[0].strip("[]")):
+            ray_constants.ENABLE_RAY_CLUSTER = before
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _block_on_node(payload: dict[str, Any]) -> Iterator[Message]:

@@ -138,9 +138,11 @@ def build_info(binary: Path) -> dict[str, Any]:
     ``libggml-cuda`` next to it means CUDA; ``libggml-cpu`` alone means a CPU-only build)."""
     for candidate in (binary.parent.parent / "BUILD.json", binary.parent / "BUILD.json"):
         try:
-            return dict(json.loads(candidate.read_text()))
+            info = json.loads(candidate.read_text())
         except (OSError, ValueError):
             continue
+        if isinstance(info, dict):  # anything else is not a record bakeoff wrote: the directory decides
+            return info
     names = {p.name for p in binary.parent.glob("libggml-*")} if binary.parent.is_dir() else set()
     for backend in ("cuda", "hip", "vulkan", "metal", "sycl"):
         if any(n.startswith(f"libggml-{backend}") for n in names):

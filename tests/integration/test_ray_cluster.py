@@ -8,6 +8,7 @@ its finished samples and no engine behind, and --resume must finish its block wi
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import subprocess
@@ -40,24 +41,45 @@ hosts:
   - {name: a, resources: {box-a: 1}, arms: [spec-off, ngram]}
   - {name: b, resources: {box-b: 1}, arms: [spec-off, draft]}
 """
+LOOPBACK = "127.0.0.1"  # the house rule: no test listens on the machine's interfaces
 WORKLOAD = "workload: {prompts: [code_python], max_tokens: 16, reps: 2, warmup: 1, gates: []}\n"
 
 
 class LocalCluster:
-    """A Ray head (no host resource) and one node per host, each with one CPU; always shut down."""
+    """A Ray head (no host resource) and one node per host, each with one CPU, all on loopback; always shut
+    down."""
 
     def __init__(self) -> None:
-        self.cluster = ray_cluster_utils.Cluster(
-            initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        self.cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "include_dashboard": False, "node_ip_address": LOOPBACK})
         self.nodes: dict[str, Any] = {}
 
     def add(self, host: str) -> None:
-        self.nodes[host] = self.cluster.add_node(num_cpus=1, resources={f"box-{host}": 1})
+        self.nodes[host] = self.cluster.add_node(num_cpus=1, resources={f"box-{host}": 1},
+                                                 node_ip_address=LOOPBACK)
         self.cluster.wait_for_nodes()
 
     @property
     def address(self) -> str:
         return str(self.cluster.address)
+
+
+def _is_loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip)
+    mapped = getattr(addr, "ipv4_mapped", None)  # Ray's gRPC servers listen on ::ffff:127.0.0.1
+    return (mapped or addr).is_loopback
+
+
+def _listening_off_loopback() -> list[str]:
+    """TCP sockets that this test's processes (the Ray nodes, their workers, bakeoff and its engines) listen on
+    at an address other than loopback."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            for conn in proc.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN and not _is_loopback(conn.laddr.ip):
+                    found.append(f"{proc.name()} (pid {proc.pid}) on {conn.laddr.ip}:{conn.laddr.port}")
+    return found
 
 
 @pytest.fixture
@@ -103,6 +125,7 @@ def test_a_run_split_over_two_hosts_reports_like_a_local_run(cluster: LocalClust
     proc = _bakeoff(bakeoff_cli, str(tmp_path / "ray.yaml"), "--executor", "ray", "--address", cluster.address,
                     "--out", str(tmp_path / "ray"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _listening_off_loopback() == []  # the nodes and their workers, after a run
     run = _only_run(tmp_path / "ray")
     samples = read_samples(run)
     assert Counter(s.arm for s in samples) == {"spec-off@a": 2, "ngram": 2, "spec-off@b": 2, "draft": 2}
@@ -159,6 +182,7 @@ def test_a_node_killed_mid_run_keeps_its_samples_leaves_no_engine_and_resume_com
                 break
             time.sleep(0.5)
         assert proc.poll() is None and engines, "host b stored no sample while its engine ran"
+        assert _listening_off_loopback() == []  # mid-run: bakeoff (the Ray driver), the nodes, the engines
         cluster.cluster.remove_node(cluster.nodes.pop("b"), allow_graceful=False)  # the node dies
         output, _ = proc.communicate(timeout=400)
     finally:
