@@ -446,13 +446,18 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         """Engine-only request fields that turn the prefix cache on for a sessions workload's turns (they replace
         :meth:`request_fields`' cache-busting ones), recorded in the arm's attempt. The default, none, leaves
         the server's own default (an attached OpenAI-compatible server); an engine whose cache is a launch
-        switch turns it on in its launch spec when ``workload.sessions`` is set."""
+        switch turns it on in :meth:`for_sessions` instead."""
         return {}
 
     def sessions_problem(self, arm: Arm) -> str | None:
-        """Why this arm cannot replay sessions with its prefix cache on (a launch switch left off), or None.
-        A sessions workload refuses the arm before anything starts."""
+        """Why this arm cannot replay sessions with its prefix cache on (a launch switch the user turned off), or
+        None. A sessions workload refuses the arm before anything starts."""
         return None
+
+    def for_sessions(self, arm: Arm) -> Arm:
+        """The arm as a sessions workload launches it: an engine whose prefix cache is a launch switch turns it
+        on here (the plan's arm, so its fingerprint, argv.txt and read-back show it). The default: unchanged."""
+        return arm
 
     def stream_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"include_usage": True}

@@ -42,6 +42,10 @@ class Effective(BaseModel):
                                                       "words (comma-separated when it runs several).")
     n_max: int | None = Field(None, description="Draft tokens (or steps) per step it runs with.")
     kv_type: str | None = Field(None, description="The KV cache type it runs with, in the engine's own words.")
+    prefix_block_tokens: int | None = Field(None, description="Tokens per prefix-cache block: the engine reuses a "
+                                            "cached prefix in whole blocks (vLLM's block_size), so a session turn "
+                                            "may re-prefill up to one block less than its prefix. None: token by "
+                                            "token, or not reported.")
     raw: dict[str, Any] = Field(default_factory=dict, description="Everything read back, under the engine's "
                                                                   "own names (run.json's 'effective').")
     sources: dict[str, tuple[str, str]] = Field(

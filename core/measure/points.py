@@ -101,14 +101,17 @@ def _salted(messages: list[dict[str, str]], salt: str) -> list[dict[str, str]]:
 CACHE_MISS_FLAG = "cache-miss"
 
 
-def cache_flags(sample: Sample, floor: int | None) -> list[str]:
+def cache_flags(sample: Sample, floor: int | None, block: int = 1) -> list[str]:
     """A session turn that reused less of its prefix than the previous turn's whole prompt re-prefilled what the
-    engine had already seen: ``cache-miss`` with the counts. An engine that reports no cached count says so."""
+    engine had already seen: ``cache-miss`` with the counts. An engine that reuses whole blocks of ``block``
+    tokens (vLLM) cannot reuse the previous prompt's last partial block, so a turn is a miss only when it
+    re-prefilled a whole block or more of that prompt. An engine that reports no cached count says so."""
     if sample.cached_tokens is None:
         return ["cache-unreported: the engine reports no cached prompt tokens for this turn"]
-    if floor is None or sample.cached_tokens >= floor:
+    if floor is None or floor - sample.cached_tokens < max(block, 1):
         return []
-    return [f"{CACHE_MISS_FLAG}: {sample.cached_tokens} of {sample.prompt_tokens} prompt tokens cached, the "
+    unit = f" (reused in blocks of {block})" if block > 1 else ""
+    return [f"{CACHE_MISS_FLAG}: {sample.cached_tokens} of {sample.prompt_tokens} prompt tokens cached{unit}, the "
             f"previous turn's prompt was {floor}; re-prefilled {(sample.prompt_tokens or 0) - sample.cached_tokens}"]
 
 
@@ -175,7 +178,7 @@ class PointRunner:
         if sample.status != "ok":
             return sample
         if point.session is not None:
-            sample.flags += cache_flags(sample, point.prefix_floor)
+            sample.flags += cache_flags(sample, point.prefix_floor, self.eff.prefix_block_tokens or 1)
         if point.depth is not None and sample.prompt_tokens != point.depth:
             sample.flags.append(f"depth-mismatch: usage.prompt_tokens {sample.prompt_tokens}, target {point.depth}")
         if sample.needle_found is False:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from types import TracebackType
@@ -254,14 +254,17 @@ class ArmSession:
         self._check_engine(stored)
         return stored
 
-    def measure_session(self, session: Session, mode: str, rep: int, label: SampleLabel | None = None
-                        ) -> list[Sample]:
+    def measure_session(self, session: Session, mode: str, rep: int, label: SampleLabel | None = None,
+                        stored: Collection[int] = ()) -> list[Sample]:
         """One session, turn by turn through :meth:`measure` (same guards, flags, store and announcement):
         each turn's request is the conversation so far plus its new messages, sent with the engine's prefix
         cache on (``session_fields``); then the turn's *recorded* reply is appended, whatever the arm
         generated, so every arm does identical work. The first message carries a salt drawn per replay (same
         digit count every time), so no replay, of this arm or another on the same server, finds its prefix
-        in the cache: each session starts cold and warms only itself."""
+        in the cache: each session starts cold and warms only itself.
+
+        :param stored: turns a resumed run already holds: sent again untimed, to rebuild the prefix the next
+            turn reuses, and never stored twice."""
         salt = f"(session {random.SystemRandom().randrange(10**7, 10**8)})\n"
         history: list[dict[str, str]] = []
         floor: int | None = None
@@ -272,10 +275,23 @@ class ArmSession:
                 history[0]["content"] = salt + history[0]["content"]
             prompt = Prompt(name=f"{session.id}/t{index}", kind="session", messages=[dict(m) for m in history])
             point = Point(prompt, mode, rep, session=session.id, turn=index, prefix_floor=floor)
-            out += self.measure(point, label)
-            floor = out[-1].prompt_tokens if out[-1].status == "ok" else None
+            if index in stored:
+                floor = self._untimed_turn(point)
+            else:
+                out += self.measure(point, label)
+                floor = out[-1].prompt_tokens if out[-1].status == "ok" else None
             history.append({"role": "assistant", "content": turn.reply})
         return out
+
+    def _untimed_turn(self, point: Point) -> int | None:
+        """A turn a resumed run already stored, sent again with the prefix cache on so the engine holds what the
+        next turn reuses; nothing is stored. Its prompt tokens (the next turn's floor), None if it failed."""
+        body = build_request(self.arm, self.adapter, self.workload, point.prompt, self.modes[point.mode],
+                             self.effective.model_id)
+        body.update(self.adapter.session_fields(self.arm))
+        result = stream_chat(self.http, body, self.workload.request_timeout_s, self.adapter.chunk_token_count)
+        prompt = (result.usage or {}).get("prompt_tokens")
+        return prompt if result.error is None and isinstance(prompt, int) else None
 
     def _sample(self, point: Point, result: StreamResult, stats_log: EngineLog, before: object,
                 started_at: float, foreign: float | None) -> Sample:

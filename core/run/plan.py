@@ -75,8 +75,10 @@ def plan_run(config: BakeoffFile) -> Plan:
         adapter = load_engine(arm.engine)
         adapter.options(arm, i)
         check_arm_capabilities(adapter, arm)
-        if config.workload.sessions is not None and (problem := adapter.sessions_problem(arm)):
-            raise ConfigError(f"arm {arm.name!r}: {problem}")
+        if config.workload.sessions is not None:
+            if problem := adapter.sessions_problem(arm):
+                raise ConfigError(f"arm {arm.name!r}: {problem}")
+            arm = adapter.for_sessions(arm)  # the prefix cache on, where the engine switches it at launch
         check_structured(adapter, arm, structured)
         arms.append(PlannedArm(arm, adapter, i))
     for planned in arms:

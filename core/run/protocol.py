@@ -48,8 +48,8 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
             session.warm_up()
             for point in todo:
                 session.measure(point)
-            for replay, mode, rep in replays or []:
-                session.measure_session(replay, mode, rep)
+            for replay, mode, rep, stored in replays or []:
+                session.measure_session(replay, mode, rep, stored=stored)
             session.gates()
     except (EngineError, MeasurementError) as exc:  # MeasurementError: e.g. a depth prompt could not be fitted
         session.attempt = session.attempt.model_copy(update={
@@ -75,15 +75,21 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
 
 
 def _session_replays(w: Workload, modes: Iterable[str], arm: str, pass_index: int, done: DoneKeys
-                     ) -> list[tuple[Session, str, int]] | None:
-    """A sessions workload's replays (session, mode, rep) not yet stored whole (None: not a sessions
-    workload). A session is replayed whole or not at all: a turn's time depends on the turns before it."""
+                     ) -> list[tuple[Session, str, int, frozenset[int]]] | None:
+    """A sessions workload's replays (session, mode, rep, turns already stored) not yet stored whole (None: not
+    a sessions workload). A replay runs every turn in order (a turn's time depends on the prefix the turns before
+    it left in the cache); on resume the turns already stored are sent untimed and not stored again."""
     if w.sessions is None:
         return None
-    sessions = load_sessions(w.sessions)
-    return [(s, mode, rep) for mode in modes for rep in range(w.reps) for s in sessions
-            if not all(is_done(done, arm, Point(Prompt(name=f"{s.id}/t{i}", messages=[]), mode, rep), pass_index)
-                       for i in range(len(s.turns)))]
+    sessions, out = load_sessions(w.sessions), []
+    for mode in modes:
+        for rep in range(w.reps):
+            for s in sessions:
+                stored = frozenset(i for i in range(len(s.turns)) if is_done(
+                    done, arm, Point(Prompt(name=f"{s.id}/t{i}", messages=[]), mode, rep), pass_index))
+                if len(stored) < len(s.turns):
+                    out.append((s, mode, rep, stored))
+    return out
 
 
 def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,

