@@ -37,6 +37,8 @@ from ..config.schema import (
 )
 from .client import SETUP_TIMEOUT_S, TokenCounts, bounded_get
 from .effective import Effective, compare_effective
+from .install import Installer, Program
+from .models import resolve_model
 from .readback import EngineLog
 
 __all__ = [
@@ -46,6 +48,10 @@ __all__ = [
     "KNOBS",
     "DraftRule",
     "LaunchSpec",
+    "LaunchInputs",
+    "resolve_launch",
+    "build_launch",
+    "install_hint",
     "Missing",
     "Effective",
     "ServerStats",
@@ -195,6 +201,25 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
+class LaunchInputs:
+    """What core resolved for one native or container launch, before it, and hands to ``launch_spec``.
+
+    :param port: the port the engine listens on.
+    :param workdir: the arm's directory (``LaunchSpec.files`` are written there; the engine may run in it).
+    :param model: the launched model as this engine loads it (:meth:`EngineAdapter.model_ref`).
+    :param draft_model: ``speculative.draft_model`` the same way; None when the arm has none.
+    :param program: the engine's program (:meth:`Installer.locate`); None for a container launch or an
+        engine without an installer.
+    """
+
+    port: int
+    workdir: Path
+    model: str
+    draft_model: str | None = None
+    program: Program | None = None
+
+
+@dataclass(frozen=True)
 class Missing:
     """Something this machine lacks to run an arm (``bakeoff check``), and the command that provides it."""
 
@@ -300,6 +325,9 @@ class EngineAdapter(ABC, Generic[OptionsT]):
     # (reason, needles, advice): the first rule with a needle in the log classifies a failed start, and
     # its log line is quoted. Argument errors belong first: engines print them before loading anything.
     startup_failures: ClassVar[tuple[FailureRule, ...]] = ()
+    # Where the engine's program is and how to install it (None: nothing to find, e.g. a server in this
+    # package, or an engine that only attaches); core locates the program before launch.
+    installer: ClassVar[Installer[Any] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -347,16 +375,25 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         """
         return []
 
-    @abstractmethod
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        """Turn an arm into argv + env. Pure: no I/O beyond reading the arm."""
+    def model_ref(self, model: str) -> str:
+        """What the engine loads for an arm's ``model`` or ``draft_model``, resolved by core before launch.
+        Default: a built-in model's cached file, or an existing path.
 
-    def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
-        """The arm as one docker compose service (``launch: compose``), published on ``127.0.0.1:port``.
+        :raises ConfigError: naming the model when it is neither.
+        """
+        return str(resolve_model(model))
+
+    @abstractmethod
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
+        """Turn an arm into argv + env. Pure translation: the program and the models come resolved in
+        ``launch`` (:func:`resolve_launch`); nothing here reads or writes a file."""
+
+    def compose_service(self, arm: Arm, launch: LaunchInputs) -> dict[str, Any]:
+        """The arm as one docker compose service (``launch: compose``), published on ``127.0.0.1:launch.port``.
 
         A service mapping of the compose specification: a pinned ``image``, ``command``, model files in
         ``volumes`` mounted read-only, ``ports``, a ``healthcheck`` (boot time is measured to healthy)
-        and, on GPUs, ``deploy.resources.reservations.devices``. Pure: no I/O beyond resolving paths.
+        and, on GPUs, ``deploy.resources.reservations.devices``. Pure, like :meth:`launch_spec`.
 
         :raises CapabilityNotSupported: this adapter cannot run its engine under compose.
         """
@@ -370,20 +407,6 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         """
         raise CapabilityNotSupported(f"arm {arm.name!r}: {self.name} cannot set the served model name; "
                                      "set it in the arm's extra_args or options")
-
-    def install_hint(self) -> str:
-        return f"see `bakeoff engines` for how to install {self.name}"
-
-    def installed(self) -> str | None:
-        """A line saying which engine binary or environment a run would use (``bakeoff engines``); None: unknown."""
-        return None
-
-    def install(self, log: Callable[[str], None]) -> str:
-        """Install or build the engine into bakeoff's cache; returns where it is.
-
-        :raises CapabilityNotSupported: this adapter cannot install its engine.
-        """
-        raise CapabilityNotSupported(f"{self.name} has no installer; {self.install_hint()}")
 
     def selftest_cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
         """The self-test (``bakeoff selftest``): one case per speculative method this adapter maps, usually on
@@ -641,14 +664,42 @@ def launch_fingerprint(adapter: EngineAdapter, arm: Arm, workload: Workload) -> 
     if arm.attached:
         launch = {"url": arm.url}
     elif arm.launch == "compose":
-        launch = probe.compose_service(plain, port)
+        launch = probe.compose_service(plain, resolve_launch(probe, plain, port, PLAN_WORKDIR))
     else:
-        spec = probe.launch_spec(plain, port, PLAN_WORKDIR)
+        spec = build_launch(probe, plain, port, PLAN_WORKDIR)
         launch = {"argv": spec.argv, "env": spec.env, "cwd": str(spec.cwd), "files": spec.files,
                   "ready": spec.ready_path}
     request = {"stream_options": probe.stream_options(), "fields": probe.request_fields(plain, workload),
                "workload": workload.model_dump(mode="json")}
     return json.dumps({"launch": launch, "request": request}, sort_keys=True, default=str)
+
+
+def install_hint(adapter: EngineAdapter) -> str:
+    """How to install the adapter's engine, for errors about a missing one."""
+    if adapter.installer is not None:
+        return adapter.installer.hint()
+    return f"see `bakeoff engines` for how to install {adapter.name}"
+
+
+def resolve_launch(adapter: EngineAdapter, arm: Arm, port: int, workdir: Path) -> LaunchInputs:
+    """Everything a launch needs from this machine, found once before it: the engine's program (a native
+    launch of an engine with an installer) and the models as the engine loads them.
+
+    :raises EngineUnavailable: the program is not installed (naming where it was looked for).
+    :raises ConfigError: a model is neither a built-in nor an existing path (naming it).
+    """
+    model = arm.launched_model  # first: "launching an engine needs 'model'" before anything is looked for
+    program = None
+    if arm.launch == "native" and adapter.installer is not None:
+        program = adapter.installer.locate(adapter.options(arm))
+    draft = arm.speculative.draft_model
+    return LaunchInputs(port=port, workdir=workdir, model=adapter.model_ref(model),
+                        draft_model=adapter.model_ref(draft) if draft else None, program=program)
+
+
+def build_launch(adapter: EngineAdapter, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    """The arm's launch spec: :func:`resolve_launch`, then the adapter's pure translation."""
+    return adapter.launch_spec(arm, resolve_launch(adapter, arm, port, workdir))
 
 
 def first_matching_line(log_text: str, needles: tuple[str, ...]) -> str | None:

@@ -37,7 +37,7 @@ import yaml
 from ..common.errors import ConfigError, EngineStartupError, EngineUnavailable
 from ..config.schema import Arm
 from ..host.hostinfo import CpuMeter
-from .adapter import EngineAdapter
+from .adapter import PLAN_WORKDIR, EngineAdapter, resolve_launch
 from .launcher import startup_error_from_log
 
 __all__ = [
@@ -181,7 +181,7 @@ def validate_service(service: Mapping[str, Any], port: int | None = None, where:
 
 
 def build_project(adapter: EngineAdapter, arm: Arm, port: int, project: str,
-                  boot_timeout_s: float = 600.0) -> dict[str, Any]:
+                  boot_timeout_s: float = 600.0, workdir: Path = PLAN_WORKDIR) -> dict[str, Any]:
     """The compose project for one arm: the adapter's service, checked, labelled, with boot-time probing.
 
     The health probe runs every second during a start period as long as the boot timeout, so "healthy"
@@ -193,7 +193,7 @@ def build_project(adapter: EngineAdapter, arm: Arm, port: int, project: str,
     if arm.settings.host != "127.0.0.1":
         raise ConfigError(f"arm {arm.name!r}: launch: compose publishes on 127.0.0.1 only; "
                           f"settings.host {arm.settings.host!r} is refused")
-    service = copy.deepcopy(dict(adapter.compose_service(arm, port)))
+    service = copy.deepcopy(dict(adapter.compose_service(arm, resolve_launch(adapter, arm, port, workdir))))
     health = dict(service.get("healthcheck") or {})
     if health.get("test"):
         health["start_period"] = f"{math.ceil(boot_timeout_s)}s"
@@ -295,7 +295,7 @@ class ComposeEngine:
 
     def start(self) -> None:
         """Write the project file, pull and create (not timed), start (the boot clock starts here)."""
-        project = build_project(self.adapter, self.arm, self.port, self.project, self.boot_timeout_s)
+        project = build_project(self.adapter, self.arm, self.port, self.project, self.boot_timeout_s, self.workdir)
         self.service = next(iter(project["services"]))
         service = project["services"][self.service]
         if isinstance(service.get("environment"), Mapping):  # compose.yaml names the variables; their values

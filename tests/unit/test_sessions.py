@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import bakeoff
+from bakeoff.core import build_launch
 from bakeoff.core.analysis.sessions import summarize_sessions
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import load_bakeoff
@@ -155,5 +156,5 @@ def test_vllm_replays_sessions_only_with_its_prefix_cache_on_and_then_reports_ca
     with pytest.raises(ConfigError, match=r"arm 'v': .*set options.prefix_caching: true"):
         plan_run(parse_bakeoff(text.replace("OPTIONS", "")))
     config = parse_bakeoff(text.replace("OPTIONS", ", options: {prefix_caching: true}"))
-    argv = VllmAdapter().launch_spec(config.arms[0], 8000, tmp_path).argv
+    argv = build_launch(VllmAdapter(), config.arms[0], 8000, tmp_path).argv
     assert "--enable-prompt-tokens-details" in argv and "--no-enable-prefix-caching" not in argv
