@@ -331,8 +331,9 @@ def _rate(s: Sample) -> float:
 
 def _point(s: Sample) -> tuple[object, ...]:
     """Where a request sits in the design: prompt, mode, rep, pass, and any swept value (depth, ...)."""
-    swept = tuple(getattr(s, f, None) for f in ("depth", "concurrency", "max_tokens", "rate"))
-    return (s.prompt, s.mode, s.rep, s.pass_index, *swept)
+    swept = tuple(getattr(s, f, None) for f in ("depth", "concurrency", "max_tokens"))
+    rate = (s.rate,) if s.rate is not None else ()  # only open-loop points: other runs keep their keys and draws
+    return (s.prompt, s.mode, s.rep, s.pass_index, *swept, *rate)
 
 
 def _keyed(samples: Iterable[Sample]) -> dict[tuple[object, ...], Sample]:
