@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         ServerStats,
         build_launch,
         cli_flags,
+        compose_service,
         first_matching_line,
         install_hint,
         method_key,
@@ -48,7 +49,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         resolve_launch,
     )
     from .engine.client import bounded_get
-    from .engine.container import Mounts, compose_service_spec, docker_run
+    from .engine.container import ComposeImage, Mounts, compose_service_spec, docker_run
     from .engine.effective import compare_effective
     from .engine.install import Installer, Program
     from .engine.metrics import MetricKey, delta, scrape
@@ -98,6 +99,7 @@ _EXPORTS: dict[str, str] = {
     "SelftestRow": "engine.adapter",
     "ServerStats": "engine.adapter",
     "build_launch": "engine.adapter",
+    "compose_service": "engine.adapter",
     "install_hint": "engine.adapter",
     "cli_flags": "engine.adapter",
     "first_matching_line": "engine.adapter",
@@ -108,6 +110,7 @@ _EXPORTS: dict[str, str] = {
     "bounded_get": "engine.client",
     "Installer": "engine.install",
     "Program": "engine.install",
+    "ComposeImage": "engine.container",
     "Mounts": "engine.container",
     "compose_service_spec": "engine.container",
     "docker_run": "engine.container",
@@ -173,6 +176,7 @@ __all__ = [
     "EngineStartupError",
     "EngineUnavailable",
     "FailureRule",
+    "ComposeImage",
     "Installer",
     "LaunchInputs",
     "LaunchSpec",
@@ -192,6 +196,7 @@ __all__ = [
     "cache_root",
     "cached_binary",
     "build_launch",
+    "compose_service",
     "cli_flags",
     "cpu_key",
     "install_hint",

@@ -13,6 +13,7 @@ Capabilities are declared as class attributes with conservative defaults and che
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -36,6 +37,7 @@ from ..config.schema import (
     format_validation_error,
 )
 from .client import SETUP_TIMEOUT_S, TokenCounts, bounded_get
+from .container import ComposeImage, Mounts, compose_service_spec
 from .effective import Effective, compare_effective
 from .install import Installer, Program
 from .models import resolve_model
@@ -51,6 +53,7 @@ __all__ = [
     "LaunchInputs",
     "resolve_launch",
     "build_launch",
+    "compose_service",
     "install_hint",
     "Missing",
     "Effective",
@@ -328,9 +331,12 @@ class EngineAdapter(ABC, Generic[OptionsT]):
     # Where the engine's program is and how to install it (None: nothing to find, e.g. a server in this
     # package, or an engine that only attaches); core locates the program before launch.
     installer: ClassVar[Installer[Any] | None] = None
+    # How the engine runs under launch: compose (None: it does not); core builds the service (compose_service).
+    compose: ClassVar[ComposeImage | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        _refuse_the_earlier_contract(cls)
         for base in getattr(cls, "__orig_bases__", ()):
             if get_origin(base) is not None and issubclass(get_origin(base), EngineAdapter):
                 (model,) = get_args(base)
@@ -387,18 +393,6 @@ class EngineAdapter(ABC, Generic[OptionsT]):
     def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         """Turn an arm into argv + env. Pure translation: the program and the models come resolved in
         ``launch`` (:func:`resolve_launch`); nothing here reads or writes a file."""
-
-    def compose_service(self, arm: Arm, launch: LaunchInputs) -> dict[str, Any]:
-        """The arm as one docker compose service (``launch: compose``), published on ``127.0.0.1:launch.port``.
-
-        A service mapping of the compose specification: a pinned ``image``, ``command``, model files in
-        ``volumes`` mounted read-only, ``ports``, a ``healthcheck`` (boot time is measured to healthy)
-        and, on GPUs, ``deploy.resources.reservations.devices``. Pure, like :meth:`launch_spec`.
-
-        :raises CapabilityNotSupported: this adapter cannot run its engine under compose.
-        """
-        raise CapabilityNotSupported(f"arm {arm.name!r}: {self.name} has no docker compose service "
-                                     f"(launch: compose)")
 
     def with_served_name(self, arm: Arm, name: str) -> Arm:
         """The arm serving its model under ``name`` on /v1/models (``bakeoff promote --served-name``).
@@ -664,7 +658,7 @@ def launch_fingerprint(adapter: EngineAdapter, arm: Arm, workload: Workload) -> 
     if arm.attached:
         launch = {"url": arm.url}
     elif arm.launch == "compose":
-        launch = probe.compose_service(plain, resolve_launch(probe, plain, port, PLAN_WORKDIR))
+        launch = compose_service(probe, plain, resolve_launch(probe, plain, port, PLAN_WORKDIR))
     else:
         spec = build_launch(probe, plain, port, PLAN_WORKDIR)
         launch = {"argv": spec.argv, "env": spec.env, "cwd": str(spec.cwd), "files": spec.files,
@@ -672,6 +666,27 @@ def launch_fingerprint(adapter: EngineAdapter, arm: Arm, workload: Workload) -> 
     request = {"stream_options": probe.stream_options(), "fields": probe.request_fields(plain, workload),
                "workload": workload.model_dump(mode="json")}
     return json.dumps({"launch": launch, "request": request}, sort_keys=True, default=str)
+
+
+# Hooks of the earlier contract, each replaced by a piece of its own (docs/plugins.md says how to move).
+RETIRED_HOOKS = {
+    "compose_service": "a ComposeImage as the class attribute 'compose'",
+    "install": "an Installer as the class attribute 'installer'",
+    "installed": "an Installer as the class attribute 'installer'",
+    "install_hint": "an Installer as the class attribute 'installer' (its hint())",
+}
+
+
+def _refuse_the_earlier_contract(cls: type) -> None:
+    """An adapter written against the earlier contract fails where it is defined, saying what replaced what,
+    rather than running with a hook core no longer calls."""
+    for hook, now in RETIRED_HOOKS.items():
+        if hook in cls.__dict__:
+            raise TypeError(f"{cls.__name__}.{hook}: this hook was replaced by {now}; see docs/plugins.md")
+    launch = cls.__dict__.get("launch_spec")
+    if launch is not None and "port" in inspect.signature(launch).parameters:
+        raise TypeError(f"{cls.__name__}.launch_spec(arm, port, workdir): it is launch_spec(arm, launch) now, with "
+                        "the port, the resolved models and the engine's program in launch; see docs/plugins.md")
 
 
 def install_hint(adapter: EngineAdapter) -> str:
@@ -695,6 +710,39 @@ def resolve_launch(adapter: EngineAdapter, arm: Arm, port: int, workdir: Path) -
     draft = arm.speculative.draft_model
     return LaunchInputs(port=port, workdir=workdir, model=adapter.model_ref(model),
                         draft_model=adapter.model_ref(draft) if draft else None, program=program)
+
+
+def compose_service(adapter: EngineAdapter, arm: Arm, launch: LaunchInputs) -> dict[str, Any]:
+    """The arm as one docker compose service (``launch: compose``), published on ``127.0.0.1:launch.port``: the
+    adapter's own launch spec for the inside of its :class:`ComposeImage`, each local model bind-mounted read-only
+    at the path the command names, a hub id read from the image's hub cache, GPUs reserved as the image says.
+
+    :raises CapabilityNotSupported: the adapter declares no compose image.
+    """
+    image = adapter.compose
+    if image is None:
+        raise CapabilityNotSupported(f"arm {arm.name!r}: {adapter.name} has no docker compose service "
+                                     f"(launch: compose)")
+    mounts, cache = Mounts(), image.hub_cache(arm)
+    hub = [ref for ref in (launch.model, launch.draft_model) if ref is not None and not Path(ref).is_absolute()]
+
+    def inside(ref: str | None) -> str | None:
+        return ref if ref is None or ref in hub else mounts.place(ref)
+
+    inner = LaunchInputs(port=image.inner_port, workdir=launch.workdir, model=inside(launch.model) or "",
+                         draft_model=inside(launch.draft_model), program=Program(image.program))
+    there = arm.model_copy(update={"settings": arm.settings.model_copy(update={"host": "0.0.0.0"})})
+    spec = adapter.launch_spec(there, inner)
+    gpus = image.uses_gpus(arm)
+    env = dict(spec.env)
+    service = compose_service_spec(image.image_of(arm), spec.argv, launch.port, image.inner_port, list(image.health),
+                                   mounts=mounts, env=env, gpus=gpus, **image.extra)
+    if hub and cache is not None:
+        service["volumes"].append({"type": "bind", "source": str(Path(cache).expanduser()),
+                                   "target": "/root/.cache/huggingface", "read_only": True})
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        service["environment"] = env
+    return service
 
 
 def build_launch(adapter: EngineAdapter, arm: Arm, port: int, workdir: Path) -> LaunchSpec:

@@ -37,7 +37,7 @@ import yaml
 from ..common.errors import ConfigError, EngineStartupError, EngineUnavailable
 from ..config.schema import Arm
 from ..host.hostinfo import CpuMeter
-from .adapter import PLAN_WORKDIR, EngineAdapter, resolve_launch
+from .adapter import PLAN_WORKDIR, EngineAdapter, compose_service, resolve_launch
 from .launcher import startup_error_from_log
 
 __all__ = [
@@ -193,7 +193,7 @@ def build_project(adapter: EngineAdapter, arm: Arm, port: int, project: str,
     if arm.settings.host != "127.0.0.1":
         raise ConfigError(f"arm {arm.name!r}: launch: compose publishes on 127.0.0.1 only; "
                           f"settings.host {arm.settings.host!r} is refused")
-    service = copy.deepcopy(dict(adapter.compose_service(arm, resolve_launch(adapter, arm, port, workdir))))
+    service = copy.deepcopy(compose_service(adapter, arm, resolve_launch(adapter, arm, port, workdir)))
     health = dict(service.get("healthcheck") or {})
     if health.get("test"):
         health["start_period"] = f"{math.ceil(boot_timeout_s)}s"

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bakeoff.core import (
     Arm,
     Capabilities,
+    ComposeImage,
     DraftRule,
     Effective,
     EngineAdapter,
@@ -43,12 +44,10 @@ from bakeoff.core import (
     LaunchSpec,
     MethodKnobs,
     Missing,
-    Mounts,
     PreflightError,
     SelftestCase,
     ServerStats,
     Workload,
-    compose_service_spec,
     counter_delta,
     engine_count,
     engine_rate,
@@ -189,6 +188,11 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
     startup_failures = STARTUP_FAILURES
 
     installer: ClassVar[LlamaCppInstaller] = LlamaCppInstaller()
+    # launch: compose: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is set and not 0);
+    # the image ships curl, and /health answers 503 until the model is loaded
+    compose = ComposeImage(COMPOSE_IMAGE_CPU, COMPOSE_PORT,
+                           ("CMD", "curl", "-fsS", f"http://127.0.0.1:{COMPOSE_PORT}/health"),
+                           gpus="with_gpu_layers", gpu_image=COMPOSE_IMAGE_CUDA)
 
     def binary_record(self, options: LlamaCppOptions) -> dict[str, Any]:
         """What run.json says about the binary: path, where it was found, backend and build flags."""
@@ -269,23 +273,6 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
 
     def with_served_name(self, arm: Arm, name: str) -> Arm:
         return arm.model_copy(update={"extra_args": [*arm.extra_args, "--alias", name]})
-
-    def compose_service(self, arm: Arm, launch: LaunchInputs) -> dict[str, Any]:
-        """``launch: compose``: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is
-        set and not 0), each model file bind-mounted read-only, published on 127.0.0.1:port only."""
-        options = self.options(arm)
-        mounts = Mounts()
-        command = ["-m", mounts.place(launch.model), "--host", "0.0.0.0",
-                   "--port", str(COMPOSE_PORT), "--metrics", "--no-webui", "-np", str(arm.settings.parallel or 1)]
-        command += self._setting_flags(arm, options)
-        if launch.draft_model:
-            mounts.place(launch.draft_model)
-        command += [mounts.inside(a) for a in self.spec_args(arm, options, launch.draft_model)] + arm.extra_args
-        gpu = arm.settings.gpu_layers not in (None, 0)
-        # the image ships curl; /health answers 503 until the model is loaded
-        health = ["CMD", "curl", "-fsS", f"http://127.0.0.1:{COMPOSE_PORT}/health"]
-        return compose_service_spec(COMPOSE_IMAGE_CUDA if gpu else COMPOSE_IMAGE_CPU, command, launch.port,
-                                    COMPOSE_PORT, health, mounts=mounts, env=arm.env, gpus=gpu)
 
     def spec_type(self, arm: Arm) -> str:
         """The ``--spec-type`` of an arm: ``draft-simple``, ``ngram-mod`` (the default n-gram variant), …"""

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bakeoff.core import LaunchInputs, resolve_launch
+from bakeoff.core import ComposeImage, LaunchInputs, compose_service, resolve_launch
 from bakeoff.core.common.errors import (
     CapabilityNotSupported,
     ConfigError,
@@ -68,7 +68,7 @@ def compose_config(cli: list[str], file: Path, env: dict[str, str] | None = None
 
 def _service(adapter: EngineAdapter, arm: Arm, port: int) -> dict[str, Any]:
     """The arm's compose service, with the models resolved by core as a run resolves them."""
-    return adapter.compose_service(arm, resolve_launch(adapter, arm, port, Path("/nonexistent")))
+    return compose_service(adapter, arm, resolve_launch(adapter, arm, port, Path("/nonexistent")))
 
 
 def test_one_stack_per_engine() -> None:
@@ -297,17 +297,14 @@ FAKE_CLI = textwrap.dedent('''
 
 class FakeAdapter(EngineAdapter):
     name = "fake"
+    compose = ComposeImage("fake/engine:1.0", 80, ("CMD", "probe"))
 
     def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
-        raise AssertionError("a compose arm never builds a native launch spec")
+        assert launch.program is not None and launch.port == 80  # only ever built for inside the image here
+        return LaunchSpec(argv=[*launch.program.argv, "serve", launch.model])
 
     def model_ref(self, model: str) -> str:
         return model  # a fake engine loads no file
-
-    def compose_service(self, arm: Arm, launch: LaunchInputs) -> dict[str, Any]:
-        return {"image": "fake/engine:1.0", "command": ["serve", arm.model],
-                "ports": [{"target": 80, "published": str(launch.port), "host_ip": "127.0.0.1"}],
-                "healthcheck": {"test": ["CMD", "probe"]}}
 
     def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
         if "out of memory" in log_text:

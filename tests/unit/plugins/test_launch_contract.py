@@ -188,3 +188,24 @@ def test_the_adapter_class_no_longer_carries_install_methods() -> None:
         assert not any(hasattr(cls, name) for cls in (EngineAdapter, LlamaCppAdapter, VllmAdapter, ExllamaAdapter,
                                                       IkLlamaAdapter, SglangAdapter)), name
     assert LlamaCppAdapter.installer is not None and LlamaCppAdapter.installer.backends == ("auto", "cpu", "cuda")
+
+
+def test_an_adapter_written_against_the_earlier_contract_fails_where_it_is_defined() -> None:
+    with pytest.raises(TypeError, match=r"launch_spec\(arm, port, workdir\): it is launch_spec\(arm, launch\) now"):
+        class _Old(EngineAdapter):
+            def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:  # type: ignore[override]
+                return LaunchSpec(argv=[])
+    with pytest.raises(TypeError, match=r"_OldCompose.compose_service: this hook was replaced by a ComposeImage"):
+        class _OldCompose(_Installable):
+            def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
+                return {}
+    with pytest.raises(TypeError, match=r"_OldInstall.install: this hook was replaced by an Installer"):
+        class _OldInstall(_Installable):
+            def install(self, log: Callable[[str], None]) -> str:
+                return ""
+
+
+@pytest.mark.parametrize("adapter", [LlamaCppAdapter(), VllmAdapter(), ExllamaAdapter(), SimAdapter(),
+                                     IkLlamaAdapter(), SglangAdapter()], ids=lambda a: a.name)
+def test_compose_is_declared_exactly_where_the_launch_mode_is(adapter: EngineAdapter) -> None:
+    assert ("compose" in adapter.capabilities.launch_modes) == (adapter.compose is not None)

@@ -26,6 +26,7 @@ from bakeoff.core import (
     PreflightError,
     Workload,
     build_launch,
+    compose_service,
     read_effective,
     resolve_launch,
 )
@@ -65,7 +66,7 @@ def after(args: list[str], flag: str) -> str:
 
 def _service(adapter: EngineAdapter, arm: Arm, port: int) -> dict[str, Any]:
     """The arm's compose service, with the models resolved by core as a run resolves them."""
-    return adapter.compose_service(arm, resolve_launch(adapter, arm, port, Path("/nonexistent")))
+    return compose_service(adapter, arm, resolve_launch(adapter, arm, port, Path("/nonexistent")))
 
 
 # -- the plugin is built on the public API only ----------------------------------------------

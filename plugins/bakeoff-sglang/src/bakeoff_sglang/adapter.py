@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bakeoff.core import (
     Arm,
     Capabilities,
+    ComposeImage,
     Effective,
     EngineAdapter,
     EngineLog,
@@ -44,10 +45,8 @@ from bakeoff.core import (
     LaunchInputs,
     LaunchSpec,
     MethodKnobs,
-    Mounts,
     PreflightError,
     ServerStats,
-    compose_service_spec,
     engine_count,
     engine_object,
     engine_rate,
@@ -202,6 +201,18 @@ def estimate_from_log(lines: list[dict[str, float | None]], completion_tokens: i
     return stats
 
 
+class SglangCompose(ComposeImage):
+    """The pinned SGLang image (options.image) on all GPUs; a hub id is read from the Hugging Face cache mounted
+    read-only (offline: the model must already be in it)."""
+
+    def image_of(self, arm: Arm) -> str:
+        return SglangAdapter().options(arm).image
+
+    def hub_cache(self, arm: Arm) -> str | None:
+        cache = SglangAdapter().options(arm).hf_cache
+        return cache or os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+
+
 class SglangAdapter(EngineAdapter[SglangOptions]):
     name = "sglang"
     description = "SGLang launch_server (Hugging Face models), native process or compose; plugin package"
@@ -237,6 +248,10 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
 
     # -- before launch -----------------------------------------------------------------
     installer: ClassVar[SglangInstaller] = SglangInstaller()
+    compose: ClassVar[SglangCompose] = SglangCompose(
+        IMAGE, CONTAINER_PORT, ("CMD", "python3", "-c", "import urllib.request; urllib.request.urlopen("
+                                f"'http://127.0.0.1:{CONTAINER_PORT}/health', timeout=4)"),
+        program=("python3", "-m", "sglang.launch_server"), extra={"shm_size": "16gb"})
 
     def model_ref(self, model: str) -> str:
         """A local path made absolute, or the string as given (a Hugging Face hub id)."""
@@ -304,37 +319,6 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
         argv = [*launch.program.argv, *self.server_args(arm, options, launch.model, launch.draft_model,
                                                         arm.settings.host, launch.port)]
         return LaunchSpec(argv=argv, env=dict(arm.env), ready_path="/health")
-
-    def compose_service(self, arm: Arm, launch: LaunchInputs) -> dict[str, Any]:
-        """The pinned SGLang image on all GPUs; local models bind-mounted read-only, hub ids read from the
-        Hugging Face cache mounted read-only (offline: the model must already be in it)."""
-        options = self.options(arm)
-        mounts = Mounts()
-        hub = False
-
-        def place(model: str) -> str:
-            nonlocal hub
-            if not Path(model).is_absolute():  # model_ref left a hub id as it is
-                hub = True
-                return model
-            return mounts.place(model)
-
-        model = place(launch.model)
-        draft = place(launch.draft_model) if launch.draft_model else None
-        env = dict(arm.env)
-        service = compose_service_spec(
-            options.image, ["python3", "-m", "sglang.launch_server",
-                            *self.server_args(arm, options, model, draft, "0.0.0.0", CONTAINER_PORT)],
-            launch.port, CONTAINER_PORT, ["CMD", "python3", "-c", f"import urllib.request; urllib.request.urlopen("
-                                   f"'http://127.0.0.1:{CONTAINER_PORT}/health', timeout=4)"],
-            mounts=mounts, env=env, gpus=True, shm_size="16gb")
-        if hub:
-            cache = options.hf_cache or os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
-            service["volumes"].append({"type": "bind", "source": str(Path(cache).expanduser()),
-                                       "target": "/root/.cache/huggingface", "read_only": True})
-            env.setdefault("HF_HUB_OFFLINE", "1")
-            service["environment"] = env
-        return service
 
     # -- startup -----------------------------------------------------------------------
 
