@@ -1,6 +1,7 @@
 """Launch an arm as a docker compose service, wait until it is healthy, attach, and always bring it down.
 
-The adapter describes the service (:meth:`EngineAdapter.compose_service`); core enforces the rules every
+The adapter declares its image (``EngineAdapter.compose``, a :class:`ComposeImage`) and core builds the service
+from the adapter's own launch spec (:func:`compose_service`); core enforces the rules every
 bakeoff stack keeps — a pinned image, a healthcheck, ports published on 127.0.0.1 only, bind-mounted
 files read-only, no host networking — writes the project into the arm's directory (``compose.yaml``, kept
 with the results) and drives it with the compose CLI. Boot time runs from ``start`` (image pull and

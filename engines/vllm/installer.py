@@ -45,6 +45,15 @@ class VllmInstaller(Installer["VllmOptions"]):
         raise EngineUnavailable("vLLM not found (options.python, options.binary, $BAKEOFF_VLLM_PYTHON, bakeoff's "
                                 f"cached venv, `vllm` on PATH). {self.hint()}")
 
+    def installed(self) -> str | None:
+        from .adapter import VllmOptions
+
+        try:
+            program = self.locate(VllmOptions())
+        except EngineUnavailable:
+            return None
+        return f"{' '.join(program.argv[:1])} from {program.found_in}"
+
     def install(self, log: Callable[[str], None], backend: str | None = None) -> str:
         from .install import ensure_venv, smollm2_dir
 
