@@ -726,11 +726,13 @@ def compose_service(adapter: EngineAdapter, arm: Arm, launch: LaunchInputs) -> d
     mounts, cache = Mounts(), image.hub_cache(arm)
     hub = [ref for ref in (launch.model, launch.draft_model) if ref is not None and not Path(ref).is_absolute()]
 
-    def inside(ref: str | None) -> str | None:
-        return ref if ref is None or ref in hub else mounts.place(ref)
+    def inside(ref: str) -> str:
+        return ref if ref in hub else mounts.place(ref)
 
-    inner = LaunchInputs(port=image.inner_port, workdir=launch.workdir, model=inside(launch.model) or "",
-                         draft_model=inside(launch.draft_model), program=Program(image.program))
+    model = inside(launch.model)  # first: the model is /models/0
+    draft = inside(launch.draft_model) if launch.draft_model is not None else None
+    inner = LaunchInputs(port=image.inner_port, workdir=launch.workdir, model=model, draft_model=draft,
+                         program=Program(image.program))
     there = arm.model_copy(update={"settings": arm.settings.model_copy(update={"host": "0.0.0.0"})})
     spec = adapter.launch_spec(there, inner)
     gpus = image.uses_gpus(arm)
