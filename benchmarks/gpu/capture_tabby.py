@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from bakeoff.core import build_launch
 from bakeoff.core.config.schema import Arm, Workload
 from bakeoff.core.engine.launcher import free_port
 from bakeoff.engines.exllama import ExllamaAdapter
@@ -54,7 +55,7 @@ def capture(out: Path, label: str, model: str, method: str = "none", draft: str 
     port = free_port()
     workdir = out / "work"
     workdir.mkdir(exist_ok=True)
-    ls = adapter.launch_spec(arm, port, workdir)
+    ls = build_launch(adapter, arm, port, workdir)
     for rel, content in ls.files.items():
         (workdir / rel).write_text(content)
     (out / "config.yml").write_text(ls.files["config.yml"])

@@ -37,8 +37,10 @@ def demo_command(
         try:
             adapter.preflight(config.arms[0])
         except EngineUnavailable:
+            if adapter.installer is None:
+                raise
             console.print(f"{engine} is not installed yet; installing it (once, cached)")
-            adapter.install(lambda msg: console.print(f"[dim]{msg}[/dim]"))
+            adapter.installer.install(lambda msg: console.print(f"[dim]{msg}[/dim]"))
     run = execute(config, out, tables=tables)
     finish(config, run, LocalExecutor())  # the exit code of `bakeoff run`: 3 nothing measured, 4 partial
 

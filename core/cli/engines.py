@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
-
 import typer
 from rich.table import Table
 
-from ..common.errors import ConfigError
+from ..common.errors import CapabilityNotSupported, ConfigError
+from ..engine.adapter import EngineAdapter, install_hint
 from ..engine.registry import list_engines, load_engine
 from .console import make_console
 
@@ -34,10 +33,11 @@ def engines_command(ctx: typer.Context) -> None:
     console.print(table)
 
 
-def _installed(adapter_class: type) -> str:
-    """Which binary the engine would run (llama.cpp: its backend and where it was found), or ''."""
+def _installed(adapter_class: type[EngineAdapter]) -> str:
+    """Which program the engine would run (llama.cpp: its backend and where it was found), or ''."""
+    installer = adapter_class.installer
     try:
-        return adapter_class().installed() or ""
+        return (installer.installed() if installer is not None else None) or ""
     except Exception as exc:
         return f"could not tell: {exc}"
 
@@ -48,13 +48,14 @@ def install_command(
     backend: str | None = typer.Option(None, "--backend", help="llamacpp: cpu, cuda or auto (default: cuda where "
                                        "nvcc and a GPU are present, else cpu)"),
 ) -> None:
-    """Build or install an engine into bakeoff's cache (outside the repository)."""
+    """Build or install an engine into bakeoff's cache (outside the repository), through its installer."""
     adapter = load_engine(name)
+    installer = adapter.installer
+    if installer is None:
+        raise CapabilityNotSupported(f"{name} has no installer; {install_hint(adapter)}")
+    if backend is not None and backend not in installer.backends:
+        raise ConfigError(f"--backend {backend!r}: {name} builds " + (
+            f"for {', '.join(installer.backends)}" if installer.backends else "no backends to choose from"))
     log = lambda msg: console.print(f"[dim]{msg}[/dim]", highlight=False)  # noqa: E731
-    if backend is not None:
-        if "backend" not in inspect.signature(adapter.install).parameters:
-            raise ConfigError(f"--backend: {name} has no build backends to choose from")
-        where = adapter.install(log, backend=backend)  # type: ignore[call-arg]
-    else:
-        where = adapter.install(log)
+    where = installer.install(log, backend=backend)
     console.print(f"{name}: installed at {where}")

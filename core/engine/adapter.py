@@ -13,6 +13,7 @@ Capabilities are declared as class attributes with conservative defaults and che
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -36,7 +37,10 @@ from ..config.schema import (
     format_validation_error,
 )
 from .client import SETUP_TIMEOUT_S, TokenCounts, bounded_get
+from .container import ComposeImage, Mounts, compose_service_spec
 from .effective import Effective, compare_effective
+from .install import Installer, Program
+from .models import resolve_model
 from .readback import EngineLog
 
 __all__ = [
@@ -46,6 +50,11 @@ __all__ = [
     "KNOBS",
     "DraftRule",
     "LaunchSpec",
+    "LaunchInputs",
+    "resolve_launch",
+    "build_launch",
+    "compose_service",
+    "install_hint",
     "Missing",
     "Effective",
     "ServerStats",
@@ -195,6 +204,25 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
+class LaunchInputs:
+    """What core resolved for one native or container launch, before it, and hands to ``launch_spec``.
+
+    :param port: the port the engine listens on.
+    :param workdir: the arm's directory (``LaunchSpec.files`` are written there; the engine may run in it).
+    :param model: the launched model as this engine loads it (:meth:`EngineAdapter.model_ref`).
+    :param draft_model: ``speculative.draft_model`` the same way; None when the arm has none.
+    :param program: the engine's program (:meth:`Installer.locate`); None for a container launch or an
+        engine without an installer.
+    """
+
+    port: int
+    workdir: Path
+    model: str
+    draft_model: str | None = None
+    program: Program | None = None
+
+
+@dataclass(frozen=True)
 class Missing:
     """Something this machine lacks to run an arm (``bakeoff check``), and the command that provides it."""
 
@@ -300,9 +328,15 @@ class EngineAdapter(ABC, Generic[OptionsT]):
     # (reason, needles, advice): the first rule with a needle in the log classifies a failed start, and
     # its log line is quoted. Argument errors belong first: engines print them before loading anything.
     startup_failures: ClassVar[tuple[FailureRule, ...]] = ()
+    # Where the engine's program is and how to install it (None: nothing to find, e.g. a server in this
+    # package, or an engine that only attaches); core locates the program before launch.
+    installer: ClassVar[Installer[Any] | None] = None
+    # How the engine runs under launch: compose (None: it does not); core builds the service (compose_service).
+    compose: ClassVar[ComposeImage | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        _refuse_the_earlier_contract(cls)
         for base in getattr(cls, "__orig_bases__", ()):
             if get_origin(base) is not None and issubclass(get_origin(base), EngineAdapter):
                 (model,) = get_args(base)
@@ -347,21 +381,18 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         """
         return []
 
-    @abstractmethod
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        """Turn an arm into argv + env. Pure: no I/O beyond reading the arm."""
+    def model_ref(self, model: str) -> str:
+        """What the engine loads for an arm's ``model`` or ``draft_model``, resolved by core before launch.
+        Default: a built-in model's cached file, or an existing path.
 
-    def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
-        """The arm as one docker compose service (``launch: compose``), published on ``127.0.0.1:port``.
-
-        A service mapping of the compose specification: a pinned ``image``, ``command``, model files in
-        ``volumes`` mounted read-only, ``ports``, a ``healthcheck`` (boot time is measured to healthy)
-        and, on GPUs, ``deploy.resources.reservations.devices``. Pure: no I/O beyond resolving paths.
-
-        :raises CapabilityNotSupported: this adapter cannot run its engine under compose.
+        :raises ConfigError: naming the model when it is neither.
         """
-        raise CapabilityNotSupported(f"arm {arm.name!r}: {self.name} has no docker compose service "
-                                     f"(launch: compose)")
+        return str(resolve_model(model))
+
+    @abstractmethod
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
+        """Turn an arm into argv + env. Pure translation: the program and the models come resolved in
+        ``launch`` (:func:`resolve_launch`); nothing here reads or writes a file."""
 
     def with_served_name(self, arm: Arm, name: str) -> Arm:
         """The arm serving its model under ``name`` on /v1/models (``bakeoff promote --served-name``).
@@ -370,20 +401,6 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         """
         raise CapabilityNotSupported(f"arm {arm.name!r}: {self.name} cannot set the served model name; "
                                      "set it in the arm's extra_args or options")
-
-    def install_hint(self) -> str:
-        return f"see `bakeoff engines` for how to install {self.name}"
-
-    def installed(self) -> str | None:
-        """A line saying which engine binary or environment a run would use (``bakeoff engines``); None: unknown."""
-        return None
-
-    def install(self, log: Callable[[str], None]) -> str:
-        """Install or build the engine into bakeoff's cache; returns where it is.
-
-        :raises CapabilityNotSupported: this adapter cannot install its engine.
-        """
-        raise CapabilityNotSupported(f"{self.name} has no installer; {self.install_hint()}")
 
     def selftest_cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
         """The self-test (``bakeoff selftest``): one case per speculative method this adapter maps, usually on
@@ -646,14 +663,98 @@ def launch_fingerprint(adapter: EngineAdapter, arm: Arm, workload: Workload) -> 
     if arm.attached:
         launch = {"url": arm.url}
     elif arm.launch == "compose":
-        launch = probe.compose_service(plain, port)
+        launch = compose_service(probe, plain, resolve_launch(probe, plain, port, PLAN_WORKDIR))
     else:
-        spec = probe.launch_spec(plain, port, PLAN_WORKDIR)
+        spec = build_launch(probe, plain, port, PLAN_WORKDIR)
         launch = {"argv": spec.argv, "env": spec.env, "cwd": str(spec.cwd), "files": spec.files,
                   "ready": spec.ready_path}
     request = {"stream_options": probe.stream_options(), "fields": probe.request_fields(plain, workload),
                "workload": workload.model_dump(mode="json")}
     return json.dumps({"launch": launch, "request": request}, sort_keys=True, default=str)
+
+
+# Hooks of the earlier contract, each replaced by a piece of its own (docs/plugins.md says how to move).
+RETIRED_HOOKS = {
+    "compose_service": "a ComposeImage as the class attribute 'compose'",
+    "install": "an Installer as the class attribute 'installer'",
+    "installed": "an Installer as the class attribute 'installer'",
+    "install_hint": "an Installer as the class attribute 'installer' (its hint())",
+}
+
+
+def _refuse_the_earlier_contract(cls: type) -> None:
+    """An adapter written against the earlier contract fails where it is defined, saying what replaced what,
+    rather than running with a hook core no longer calls."""
+    for hook, now in RETIRED_HOOKS.items():
+        if hook in cls.__dict__:
+            raise TypeError(f"{cls.__name__}.{hook}: this hook was replaced by {now}; see docs/plugins.md")
+    launch = cls.__dict__.get("launch_spec")
+    if launch is not None and "port" in inspect.signature(launch).parameters:
+        raise TypeError(f"{cls.__name__}.launch_spec(arm, port, workdir): it is launch_spec(arm, launch) now, with "
+                        "the port, the resolved models and the engine's program in launch; see docs/plugins.md")
+
+
+def install_hint(adapter: EngineAdapter) -> str:
+    """How to install the adapter's engine, for errors about a missing one."""
+    if adapter.installer is not None:
+        return adapter.installer.hint()
+    return f"see `bakeoff engines` for how to install {adapter.name}"
+
+
+def resolve_launch(adapter: EngineAdapter, arm: Arm, port: int, workdir: Path) -> LaunchInputs:
+    """Everything a launch needs from this machine, found once before it: the engine's program (a native
+    launch of an engine with an installer) and the models as the engine loads them.
+
+    :raises EngineUnavailable: the program is not installed (naming where it was looked for).
+    :raises ConfigError: a model is neither a built-in nor an existing path (naming it).
+    """
+    model = arm.launched_model  # first: "launching an engine needs 'model'" before anything is looked for
+    program = None
+    if arm.launch == "native" and adapter.installer is not None:
+        program = adapter.installer.locate(adapter.options(arm))
+    draft = arm.speculative.draft_model
+    return LaunchInputs(port=port, workdir=workdir, model=adapter.model_ref(model),
+                        draft_model=adapter.model_ref(draft) if draft else None, program=program)
+
+
+def compose_service(adapter: EngineAdapter, arm: Arm, launch: LaunchInputs) -> dict[str, Any]:
+    """The arm as one docker compose service (``launch: compose``), published on ``127.0.0.1:launch.port``: the
+    adapter's own launch spec for the inside of its :class:`ComposeImage`, each local model bind-mounted read-only
+    at the path the command names, a hub id read from the image's hub cache, GPUs reserved as the image says.
+
+    :raises CapabilityNotSupported: the adapter declares no compose image.
+    """
+    image = adapter.compose
+    if image is None:
+        raise CapabilityNotSupported(f"arm {arm.name!r}: {adapter.name} has no docker compose service "
+                                     f"(launch: compose)")
+    mounts, cache = Mounts(), image.hub_cache(arm)
+    hub = [ref for ref in (launch.model, launch.draft_model) if ref is not None and not Path(ref).is_absolute()]
+
+    def inside(ref: str) -> str:
+        return ref if ref in hub else mounts.place(ref)
+
+    model = inside(launch.model)  # first: the model is /models/0
+    draft = inside(launch.draft_model) if launch.draft_model is not None else None
+    inner = LaunchInputs(port=image.inner_port, workdir=launch.workdir, model=model, draft_model=draft,
+                         program=Program(image.program))
+    there = arm.model_copy(update={"settings": arm.settings.model_copy(update={"host": "0.0.0.0"})})
+    spec = adapter.launch_spec(there, inner)
+    gpus = image.uses_gpus(arm)
+    env = dict(spec.env)
+    service = compose_service_spec(image.image_of(arm), spec.argv, launch.port, image.inner_port, list(image.health),
+                                   mounts=mounts, env=env, gpus=gpus, **image.extra)
+    if hub and cache is not None:
+        service["volumes"].append({"type": "bind", "source": str(Path(cache).expanduser()),
+                                   "target": "/root/.cache/huggingface", "read_only": True})
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        service["environment"] = env
+    return service
+
+
+def build_launch(adapter: EngineAdapter, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    """The arm's launch spec: :func:`resolve_launch`, then the adapter's pure translation."""
+    return adapter.launch_spec(arm, resolve_launch(adapter, arm, port, workdir))
 
 
 def first_matching_line(log_text: str, needles: tuple[str, ...]) -> str | None:

@@ -1,6 +1,7 @@
 """Launch an arm as a docker compose service, wait until it is healthy, attach, and always bring it down.
 
-The adapter describes the service (:meth:`EngineAdapter.compose_service`); core enforces the rules every
+The adapter declares its image (``EngineAdapter.compose``, a :class:`ComposeImage`) and core builds the service
+from the adapter's own launch spec (:func:`compose_service`); core enforces the rules every
 bakeoff stack keeps — a pinned image, a healthcheck, ports published on 127.0.0.1 only, bind-mounted
 files read-only, no host networking — writes the project into the arm's directory (``compose.yaml``, kept
 with the results) and drives it with the compose CLI. Boot time runs from ``start`` (image pull and
@@ -37,7 +38,7 @@ import yaml
 from ..common.errors import ConfigError, EngineStartupError, EngineUnavailable
 from ..config.schema import Arm
 from ..host.hostinfo import CpuMeter
-from .adapter import EngineAdapter
+from .adapter import PLAN_WORKDIR, EngineAdapter, compose_service, resolve_launch
 from .container import ExitGuard
 from .launcher import startup_error_from_log
 
@@ -183,7 +184,7 @@ def validate_service(service: Mapping[str, Any], port: int | None = None, where:
 
 
 def build_project(adapter: EngineAdapter, arm: Arm, port: int, project: str,
-                  boot_timeout_s: float = 600.0) -> dict[str, Any]:
+                  boot_timeout_s: float = 600.0, workdir: Path = PLAN_WORKDIR) -> dict[str, Any]:
     """The compose project for one arm: the adapter's service, checked, labelled, with boot-time probing.
 
     The health probe runs every second during a start period as long as the boot timeout, so "healthy"
@@ -195,7 +196,7 @@ def build_project(adapter: EngineAdapter, arm: Arm, port: int, project: str,
     if arm.settings.host != "127.0.0.1":
         raise ConfigError(f"arm {arm.name!r}: launch: compose publishes on 127.0.0.1 only; "
                           f"settings.host {arm.settings.host!r} is refused")
-    service = copy.deepcopy(dict(adapter.compose_service(arm, port)))
+    service = copy.deepcopy(compose_service(adapter, arm, resolve_launch(adapter, arm, port, workdir)))
     health = dict(service.get("healthcheck") or {})
     if health.get("test"):
         health["start_period"] = f"{math.ceil(boot_timeout_s)}s"
@@ -305,7 +306,7 @@ class ComposeEngine:
 
     def start(self) -> None:
         """Write the project file, pull and create (not timed), start (the boot clock starts here)."""
-        project = build_project(self.adapter, self.arm, self.port, self.project, self.boot_timeout_s)
+        project = build_project(self.adapter, self.arm, self.port, self.project, self.boot_timeout_s, self.workdir)
         self.service = next(iter(project["services"]))
         service = project["services"][self.service]
         if isinstance(service.get("environment"), Mapping):  # compose.yaml names the variables; their values

@@ -13,10 +13,14 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-__all__ = ["GPU_RESERVATION", "ExitGuard", "Mounts", "compose_service_spec", "docker_run"]
+if TYPE_CHECKING:
+    from ..config.schema import Arm
+
+__all__ = ["GPU_RESERVATION", "ComposeImage", "ExitGuard", "Mounts", "compose_service_spec", "docker_run"]
 
 # compose's way to give a service every NVIDIA GPU
 GPU_RESERVATION: dict[str, Any] = {"resources": {"reservations": {"devices": [
@@ -114,3 +118,39 @@ class ExitGuard:
             proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class ComposeImage:
+    """How an engine runs under ``launch: compose``: a piece the adapter declares (``EngineAdapter.compose``), not a
+    method. Core builds the service from the adapter's own ``launch_spec``, run for the inside of the container:
+    models at their read-only mounts, :attr:`inner_port`, host ``0.0.0.0`` and :attr:`program` before the flags.
+
+    :param image: the pinned image.
+    :param inner_port: the port the engine listens on inside.
+    :param health: the healthcheck test; it must pass only once the model is loaded.
+    :param program: what starts the engine inside the image ahead of the flags (empty: the image's entrypoint).
+    :param gpus: ``always`` reserves every GPU; ``with_gpu_layers`` only for an arm whose settings.gpu_layers is
+        set and not 0, which then runs :attr:`gpu_image`.
+    :param extra: further service keys (``shm_size``).
+    """
+
+    image: str
+    inner_port: int
+    health: tuple[str, ...]
+    program: tuple[str, ...] = ()
+    gpus: Literal["always", "with_gpu_layers"] = "always"
+    gpu_image: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def uses_gpus(self, arm: Arm) -> bool:
+        return self.gpus == "always" or arm.settings.gpu_layers not in (None, 0)
+
+    def image_of(self, arm: Arm) -> str:
+        """The image an arm runs (an engine whose options pick the image overrides this)."""
+        return self.gpu_image if self.gpu_image and self.uses_gpus(arm) else self.image
+
+    def hub_cache(self, arm: Arm) -> str | None:
+        """Where a model given as a hub id is read from (mounted read-only, the engine offline); None: a hub id
+        is passed as it is and the engine downloads it."""
+        return None

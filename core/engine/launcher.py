@@ -32,7 +32,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 
 from ..common.errors import EngineStartupError, EngineUnavailable
 from ..host.hostinfo import CpuMeter, docker_container_ids
-from .adapter import EngineAdapter, LaunchSpec, first_matching_line
+from .adapter import EngineAdapter, LaunchSpec, first_matching_line, install_hint
 from .container import ExitGuard
 
 __all__ = ["free_port", "port_is_free", "Engine", "stop_all", "LogCursor", "startup_error_from_log",
@@ -310,7 +310,7 @@ class Engine:
                     env=env, cwd=self.spec.cwd, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
             except FileNotFoundError as exc:
                 raise EngineUnavailable(f"{self.adapter.name}: cannot run {self.spec.argv[0]!r}: "
-                                        f"{exc.strerror}. {self.adapter.install_hint()}") from exc
+                                        f"{exc.strerror}. {install_hint(self.adapter)}") from exc
         _LIVE[self.proc.pid] = self.proc
         _ARM_DIRS[self.proc.pid] = self.log_path.parent
         _record_engine(self.proc, self.spec.argv[0], self.log_path.parent)

@@ -29,7 +29,7 @@ from ..common.errors import EngineStartupError
 from ..common.redact import LiveLogMasker, redact_argv
 from ..config.schema import Arm, Prompt, SamplingMode, Workload
 from ..config.sessions import Session
-from ..engine.adapter import Effective, read_effective
+from ..engine.adapter import Effective, build_launch, read_effective
 from ..engine.attach import attach_base, probe_attached
 from ..engine.client import StreamResult, stream_chat
 from ..engine.compose import ComposeEngine, project_name
@@ -89,7 +89,7 @@ def engine_for(planned: PlannedArm, run: RunDir, pass_index: int, boot_timeout_s
                                project=project_name(run.run_id, arm.name)) as compose_engine:
                 yield compose_engine.base_url, compose_engine
             return
-        spec = planned.adapter.launch_spec(arm, port, run.arm_dir(arm.name))
+        spec = build_launch(planned.adapter, arm, port, run.arm_dir(arm.name))
         spec.env.update(visible_devices_env(arm))
         host = "127.0.0.1" if arm.settings.host in ("0.0.0.0", "::") else arm.settings.host
         base = f"http://{host}:{port}"

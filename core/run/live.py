@@ -25,6 +25,7 @@ from ..common.redact import redact_argv, redact_text
 from ..config.checks import check_live_config, stops_live
 from ..config.live import LiveService
 from ..config.schema import BakeoffFile
+from ..engine.adapter import build_launch
 from ..results.record import LiveRecord
 from ..results.store import RunDir
 from .plan import plan_run
@@ -209,7 +210,7 @@ def dry_run_lines(config: BakeoffFile) -> list[str]:
                 out.append(f"arm {arm.name}: attach to {arm.url}")
                 continue
             port = arm.settings.port or free_port(arm.settings.host)
-            spec = planned.adapter.launch_spec(arm, port, Path(tmp))
+            spec = build_launch(planned.adapter, arm, port, Path(tmp))
             out.append(f"arm {arm.name}: {shown(spec.argv)}   (a free loopback port, here {port})")
     if config.phases is not None:
         knobs = {k.name: k for k in config.phases.knobs}

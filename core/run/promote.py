@@ -29,7 +29,7 @@ from ..common.errors import ConfigError, EngineError, PromoteError, RunRecordErr
 from ..common.redact import REDACTED, masked_settings
 from ..config.live import LiveService
 from ..config.schema import Arm
-from ..engine.adapter import EngineAdapter
+from ..engine.adapter import EngineAdapter, build_launch
 from ..engine.compose import ComposeEngine, build_project, compose_command
 from ..engine.launcher import Engine, free_port
 from ..engine.registry import load_engine
@@ -85,7 +85,7 @@ class Candidate:
             self.files = [path]
             self.compose_base = [*compose_command(), "-p", project["name"], "-f", str(path)]
             return self.files
-        spec = self.adapter.launch_spec(self.arm, self.port, self.dir)
+        spec = build_launch(self.adapter, self.arm, self.port, self.dir)
         script = self.dir / "launch.sh"
         env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in spec.env.items())
         script.write_text(f"#!/bin/sh\n# bakeoff promote: arm {self.arm.name} on 127.0.0.1:{self.port}"
@@ -232,7 +232,7 @@ def _private_gate(c: Candidate, say: Callable[[str], None]) -> None:
     if c.compose:
         engine: Any = ComposeEngine(c.adapter, arm, private, c.dir / "gate", log, project=f"bakeoff-gate-{private}")
     else:
-        spec = c.adapter.launch_spec(arm, private, c.dir)
+        spec = build_launch(c.adapter, arm, private, c.dir)
         engine = Engine(c.adapter, spec, f"http://127.0.0.1:{private}", log, boot_timeout_s=600)
     with engine:
         problem = health_problem(f"http://127.0.0.1:{private}/health", c.served_name) or \

@@ -35,11 +35,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import httpx
 import yaml
@@ -53,6 +51,7 @@ from bakeoff.core import (
     EngineAdapter,
     EngineLog,
     EngineUnavailable,
+    LaunchInputs,
     LaunchSpec,
     MethodKnobs,
     Missing,
@@ -67,10 +66,11 @@ from bakeoff.core import (
     resolve_model,
 )
 
+from .installer import DOCKER_IMAGE, TabbyInstaller
+
 __all__ = ["ExllamaAdapter", "ExllamaOptions", "DRAFT_MODES", "MetricsLine", "parse_metrics_lines",
            "tabby_config", "cache_mode"]
 
-DOCKER_IMAGE = "ghcr.io/theroyallab/tabbyapi:latest"
 CONTAINER_MODELS = "/app/models"
 CONTAINER_DRAFTS = "/app/draft_models"
 CONTAINER_PORT = 5000
@@ -231,10 +231,10 @@ def _round_up(value: int, step: int = 256) -> int:
     return (value + step - 1) // step * step
 
 
-def tabby_config(arm: Arm, options: ExllamaOptions, port: int, *, docker: bool = False) -> dict[str, Any]:
+def tabby_config(arm: Arm, options: ExllamaOptions, launch: LaunchInputs, *, docker: bool = False) -> dict[str, Any]:
     """The config.yml content for an arm (pure; paths are container paths under docker)."""
-    s, spec = arm.settings, arm.speculative
-    model = resolve_model(arm.launched_model)
+    s, spec, port = arm.settings, arm.speculative, launch.port
+    model = Path(launch.model)
     model_section: dict[str, Any] = {
         "model_dir": CONTAINER_MODELS if docker else str(model.parent),
         "model_name": model.name,
@@ -263,8 +263,8 @@ def tabby_config(arm: Arm, options: ExllamaOptions, port: int, *, docker: bool =
     draft: dict[str, Any] = {"draft_mode": "disabled"}
     if spec.enabled:
         draft = {"draft_mode": DRAFT_MODES[spec.method]}
-        if spec.draft_model:
-            d = resolve_model(spec.draft_model)
+        if launch.draft_model:
+            d = Path(launch.draft_model)
             draft["draft_model_dir"] = CONTAINER_DRAFTS if docker else str(d.parent)
             draft["draft_model_name"] = d.name
         if spec.n_max is not None:
@@ -312,29 +312,13 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
     display_name = "TabbyAPI"
     startup_failures = STARTUP_FAILURES
 
-    # -- where TabbyAPI is ------------------------------------------------------------------
-    def tabby_main(self, options: ExllamaOptions) -> Path:
-        where = options.tabby_dir or os.environ.get("BAKEOFF_TABBY_DIR")
-        if not where:
-            raise EngineUnavailable(f"exllama: no TabbyAPI checkout configured. {self.install_hint()}")
-        main = Path(where).expanduser() / "main.py"
-        if not main.is_file():
-            raise EngineUnavailable(f"exllama: {main} does not exist. {self.install_hint()}")
-        return main
-
-    def python(self, options: ExllamaOptions) -> str:
-        return options.python or os.environ.get("BAKEOFF_TABBY_PYTHON") or sys.executable
-
-    def install_hint(self) -> str:
-        return ("Clone TabbyAPI, install its requirements with torch and exllamav3 into a Python, and set "
-                "options.tabby_dir / options.python (or $BAKEOFF_TABBY_DIR / $BAKEOFF_TABBY_PYTHON); or use "
-                f"launch: docker with {DOCKER_IMAGE}. See docs/exllama-h200.md.")
+    installer: ClassVar[TabbyInstaller] = TabbyInstaller()
 
     def missing(self, arm: Arm) -> list[Missing]:
         if arm.launch != "native":
             return []
         try:
-            self.tabby_main(self.options(arm))
+            self.installer.locate(self.options(arm))
         except EngineUnavailable as exc:
             return [Missing(str(exc).split(". ")[0].removeprefix("exllama: "),
                             "clone TabbyAPI with exllamav3 and set options.tabby_dir (or $BAKEOFF_TABBY_DIR); "
@@ -346,7 +330,7 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
         options = self.options(arm)
         spec, s = arm.speculative, arm.settings
         if arm.launch == "native":
-            self.tabby_main(options)
+            self.installer.locate(options)
         model = _model_dir(arm.launched_model, "model", arm)
         target = _read_config(model)
         if spec.method == "mtp":
@@ -377,27 +361,30 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
             raise PreflightError(f"arm {arm.name!r}: split 'tensor' with tensor_parallel 1 is contradictory")
 
     # -- launch --------------------------------------------------------------------------
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         options = self.options(arm)
         docker = arm.launch == "docker"
-        config = tabby_config(arm, options, port, docker=docker)
+        config = tabby_config(arm, options, launch, docker=docker)
         files = {"config.yml": "# written by bakeoff for arm " + arm.name + "\n"
                                + yaml.safe_dump(config, sort_keys=False)}
         env = {"TABBY_LOG_CONSOLE_WIDTH": "100000", "PYTHONUNBUFFERED": "1", **arm.env}
         if docker:
-            argv = self.docker_argv(arm, options, port, workdir)
+            argv = self.docker_argv(arm, options, launch)
         else:
-            argv = [self.python(options), str(self.tabby_main(options)), *arm.extra_args]
+            assert launch.program is not None  # core locates it for every native launch (resolve_launch)
+            argv = [*launch.program.argv, *arm.extra_args]
         container = argv[argv.index("--name") + 1] if docker else None
-        return LaunchSpec(argv=argv, env=env, cwd=workdir, ready_path="/health", files=files, container=container)
+        return LaunchSpec(argv=argv, env=env, cwd=launch.workdir, ready_path="/health", files=files,
+                          container=container)
 
-    def docker_argv(self, arm: Arm, options: ExllamaOptions, port: int, workdir: Path) -> list[str]:
+    def docker_argv(self, arm: Arm, options: ExllamaOptions, launch: LaunchInputs) -> list[str]:
         """``docker run`` for the TabbyAPI image: loopback port, models read-only, our config.yml."""
-        model = resolve_model(arm.launched_model)
+        port = launch.port
         name = f"bakeoff-{arm.name}-{port}".replace("+", "-")
-        volumes = [(str(model.parent), CONTAINER_MODELS, True), (str(workdir / "config.yml"), "/app/config.yml", True)]
-        if arm.speculative.draft_model:
-            volumes.append((str(resolve_model(arm.speculative.draft_model).parent), CONTAINER_DRAFTS, True))
+        volumes = [(str(Path(launch.model).parent), CONTAINER_MODELS, True),
+                   (str(launch.workdir / "config.yml"), "/app/config.yml", True)]
+        if launch.draft_model:
+            volumes.append((str(Path(launch.draft_model).parent), CONTAINER_DRAFTS, True))
         return docker_run(name, options.docker_image, arm.settings.host, port, CONTAINER_PORT, volumes=volumes,
                           env_names=arm.env, command=["main.py", *arm.extra_args],
                           flags=["--gpus", "all", "--shm-size", "8g",

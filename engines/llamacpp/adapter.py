@@ -23,11 +23,10 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,20 +34,20 @@ from pydantic import BaseModel, ConfigDict, Field
 from bakeoff.core import (
     Arm,
     Capabilities,
+    ComposeImage,
     DraftRule,
     Effective,
     EngineAdapter,
     EngineLog,
     EngineUnavailable,
+    LaunchInputs,
     LaunchSpec,
     MethodKnobs,
     Missing,
-    Mounts,
     PreflightError,
     SelftestCase,
     ServerStats,
     Workload,
-    compose_service_spec,
     counter_delta,
     engine_count,
     engine_rate,
@@ -62,6 +61,8 @@ from bakeoff.core import (
     scrape,
 )
 from bakeoff.core import cli_flags as _flags
+
+from .installer import LlamaCppInstaller
 
 __all__ = ["LlamaCppAdapter", "LlamaCppOptions", "SPEC_TYPES", "parse_acceptance_lines", "split_modes_of"]
 
@@ -186,69 +187,30 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
     display_name = "llama-server"
     startup_failures = STARTUP_FAILURES
 
-    # -- binary --------------------------------------------------------------------------
-    def find_binary(self, options: LlamaCppOptions) -> Path:
-        return self.binary_choice(options)[0]
-
-    def binary_choice(self, options: LlamaCppOptions) -> tuple[Path, str]:
-        """The llama-server to run and where it was found, in this order: the arm's ``options.binary``
-        (or ``options.build_version`` of bakeoff's cache), ``$BAKEOFF_LLAMA_SERVER``, ``llama-server`` on
-        PATH, bakeoff's cache (a CUDA build for this machine's GPUs before the CPU build)."""
-        from .build import DEFAULT_VERSION, cached_binary
-
-        if options.binary:
-            return Path(options.binary).expanduser(), "arm option"
-        if options.build_version:
-            pinned = cached_binary(options.build_version)
-            if pinned is None:
-                raise EngineUnavailable(f"options.build_version {options.build_version!r}: no such build in "
-                                        f"bakeoff's cache. {self.install_hint()}")
-            return pinned, "cache (options.build_version)"
-        if env := os.environ.get("BAKEOFF_LLAMA_SERVER"):
-            return Path(env), "$BAKEOFF_LLAMA_SERVER"
-        if on_path := shutil.which("llama-server"):
-            return Path(on_path), "PATH"
-        if cached := cached_binary(DEFAULT_VERSION):
-            return cached, "cache"
-        raise EngineUnavailable("llama-server not found (options.binary, $BAKEOFF_LLAMA_SERVER, PATH, bakeoff's "
-                                f"cache). {self.install_hint()}")
+    installer: ClassVar[LlamaCppInstaller] = LlamaCppInstaller()
+    # launch: compose: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is set and not 0);
+    # the image ships curl, and /health answers 503 until the model is loaded
+    compose = ComposeImage(COMPOSE_IMAGE_CPU, COMPOSE_PORT,
+                           ("CMD", "curl", "-fsS", f"http://127.0.0.1:{COMPOSE_PORT}/health"),
+                           gpus="with_gpu_layers", gpu_image=COMPOSE_IMAGE_CUDA)
 
     def binary_record(self, options: LlamaCppOptions) -> dict[str, Any]:
         """What run.json says about the binary: path, where it was found, backend and build flags."""
-        from .build import build_info
-
-        binary, source = self.binary_choice(options)
-        return {"path": str(binary), "found_in": source, **build_info(binary)}
-
-    def installed(self) -> str | None:
-        try:
-            record = self.binary_record(LlamaCppOptions())
-        except EngineUnavailable:
-            return None
-        arch = f" sm_{record['cuda_architectures']}" if record.get("cuda_architectures") else ""
-        return f"{record['backend']}{arch} llama-server from {record['found_in']}: {record['path']}"
-
-    def install_hint(self) -> str:
-        return ("Build it with `bakeoff engines install llamacpp` (CPU: about 13 minutes on 2 cores; "
-                "`--backend cuda` where nvcc and a GPU are present).")
-
-    def install(self, log: Callable[[str], None], backend: str = "auto") -> str:
-        from .build import build_llama_server
-
-        return str(build_llama_server(log=log, backend=backend))
+        return self.installer.binary_record(options.binary, options.build_version)
 
     def selftest_cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
         """Every mapped method on tiny synthesized models, through the installed llama-server."""
         from .selftest import selftest_cases
 
-        self.find_binary(self.default_options())  # EngineUnavailable before synthesizing
+        self.installer.locate(self.default_options())  # EngineUnavailable before synthesizing
         return selftest_cases(self, log)
 
     def missing(self, arm: Arm) -> list[Missing]:
         if arm.launch != "native":
             return []
         try:
-            binary, source = self.binary_choice(self.options(arm))
+            options = self.options(arm)
+            binary, source = self.installer.binary_choice(options.binary, options.build_version)
         except EngineUnavailable:
             return [Missing("llama-server is not installed", "bakeoff engines install llamacpp")]
         if not binary.is_file():
@@ -262,7 +224,7 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
 
         spec = arm.speculative
         if arm.launch == "native":
-            binary = self.find_binary(self.options(arm))
+            binary = Path(self.installer.locate(self.options(arm)).argv[0])
             if arm.settings.split:
                 modes = split_modes_of(binary)
                 if modes is not None and arm.settings.split not in modes:
@@ -290,21 +252,15 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
                 f"(architecture {draft.architecture!r}), not a {spec.method} draft")
 
     # -- launch --------------------------------------------------------------------------
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options = self.options(arm)
-        binary = self.find_binary(options)
-        s = arm.settings
-        argv = [str(binary), "-m", str(resolve_model(arm.launched_model)), "--host", s.host, "--port", str(port),
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
+        assert launch.program is not None  # core locates it for every native launch (resolve_launch)
+        options, s = self.options(arm), arm.settings
+        argv = [*launch.program.argv, "-m", launch.model, "--host", s.host, "--port", str(launch.port),
                 "--metrics", "--no-webui", "-np", str(s.parallel or 1)]
         argv += self._setting_flags(arm, options)
-        argv += self.spec_args(arm, options)
+        argv += self.spec_args(arm, options, launch.draft_model)
         argv += arm.extra_args
-        env = {**arm.env}
-        if (binary.parent / "libllama.so").exists() or any(binary.parent.glob("libllama.so*")):
-            # bakeoff's cached build keeps its shared libraries next to the binary
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(binary.parent),
-                                                                   os.environ.get("LD_LIBRARY_PATH")]))
-        return LaunchSpec(argv=argv, env=env, ready_path="/health")
+        return LaunchSpec(argv=argv, env={**launch.program.env, **arm.env}, ready_path="/health")
 
     def _setting_flags(self, arm: Arm, options: LlamaCppOptions) -> list[str]:
         s = arm.settings
@@ -318,29 +274,12 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
     def with_served_name(self, arm: Arm, name: str) -> Arm:
         return arm.model_copy(update={"extra_args": [*arm.extra_args, "--alias", name]})
 
-    def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
-        """``launch: compose``: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is
-        set and not 0), each model file bind-mounted read-only, published on 127.0.0.1:port only."""
-        options = self.options(arm)
-        mounts = Mounts()
-        command = ["-m", mounts.place(resolve_model(arm.launched_model)), "--host", "0.0.0.0",
-                   "--port", str(COMPOSE_PORT), "--metrics", "--no-webui", "-np", str(arm.settings.parallel or 1)]
-        command += self._setting_flags(arm, options)
-        if arm.speculative.draft_model:
-            mounts.place(resolve_model(arm.speculative.draft_model))
-        command += [mounts.inside(a) for a in self.spec_args(arm, options)] + arm.extra_args
-        gpu = arm.settings.gpu_layers not in (None, 0)
-        # the image ships curl; /health answers 503 until the model is loaded
-        health = ["CMD", "curl", "-fsS", f"http://127.0.0.1:{COMPOSE_PORT}/health"]
-        return compose_service_spec(COMPOSE_IMAGE_CUDA if gpu else COMPOSE_IMAGE_CPU, command, port, COMPOSE_PORT,
-                                    health, mounts=mounts, env=arm.env, gpus=gpu)
-
     def spec_type(self, arm: Arm) -> str:
         """The ``--spec-type`` of an arm: ``draft-simple``, ``ngram-mod`` (the default n-gram variant), …"""
         key = method_key(self.capabilities, arm.speculative) or arm.speculative.method
         return f"ngram-{key.partition('/')[2]}" if arm.speculative.method == "ngram" else SPEC_TYPES[key]
 
-    def spec_args(self, arm: Arm, options: LlamaCppOptions | None = None) -> list[str]:
+    def spec_args(self, arm: Arm, options: LlamaCppOptions | None = None, draft: str | None = None) -> list[str]:
         """The speculative flags for an arm, always with an explicit --spec-type.
 
         Only the knobs :data:`SPEC_FLAGS` declares for the arm's method/variant are mapped; core refused
@@ -350,7 +289,7 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         key = method_key(self.capabilities, spec) or spec.method
         args = ["--spec-type", self.spec_type(arm)]
         if spec.draft_model:
-            args += ["-md", str(resolve_model(spec.draft_model))]
+            args += ["-md", draft or spec.draft_model]
             if options and options.draft_gpu_layers is not None:
                 args += ["-ngld", str(options.draft_gpu_layers)]
         return args + _flags([(flag, getattr(spec, knob)) for knob, flag in SPEC_FLAGS.get(key, {}).items()])

@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 __all__ = ["GgufFacts", "read_gguf_facts"]
 
@@ -41,9 +45,22 @@ class GgufFacts:
         return "mtp" if self.has_nextn_tensor else "plain"
 
 
-def _scalar(reader: object, key: str) -> object | None:
-    field = reader.get_field(key)  # type: ignore[attr-defined]
+def _scalar(reader: GGUFReader, key: str) -> object | None:
+    field = reader.get_field(key)
     return field.contents() if field is not None else None
+
+
+def _count(reader: GGUFReader, key: str) -> int | None:
+    """An integer header value; None when the key is absent.
+
+    :raises ValueError: the value is not an integer (the file is then not a GGUF llama.cpp would read).
+    """
+    value = _scalar(reader, key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} is {str(value)[:40]!r}, not an integer")
+    return value
 
 
 def read_gguf_facts(path: str | Path) -> GgufFacts:
@@ -70,13 +87,17 @@ def _read_facts(p: Path, size: int, mtime_ns: int) -> GgufFacts:
         raise ValueError(f"{p} is not a readable GGUF file: {exc}") from exc
     arch = str(_scalar(reader, "general.architecture") or "")
     names = [t.name for t in reader.tensors]
-    block_size = _scalar(reader, f"{arch}.block_size")
+    try:
+        nextn, top_k, block_size = (_count(reader, f"{arch}.{key}")
+                                    for key in ("nextn_predict_layers", "selector_top_k", "block_size"))
+    except ValueError as exc:
+        raise ValueError(f"{p} is not a readable GGUF file: {exc}") from exc
     return GgufFacts(
         path=p,
         architecture=arch,
-        nextn_layers=int(_scalar(reader, f"{arch}.nextn_predict_layers") or 0),  # type: ignore[call-overload]
+        nextn_layers=nextn or 0,
         has_nextn_tensor=any(n.endswith(".nextn.eh_proj.weight") for n in names),
         has_markov_head=any(n.startswith("markov_w1") or ".markov_w1" in n for n in names),
-        selector_top_k=int(_scalar(reader, f"{arch}.selector_top_k") or 0),  # type: ignore[call-overload]
-        block_size=int(block_size) if block_size is not None else None,  # type: ignore[call-overload]
+        selector_top_k=top_k or 0,
+        block_size=block_size,
     )

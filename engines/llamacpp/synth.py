@@ -36,7 +36,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard, get_args
 
 import numpy as np
 
@@ -59,7 +59,8 @@ __all__ = [
 ]
 
 GENERATOR_VERSION = 3  # bump when the bytes a spec produces change: it is part of the cache key
-DRAFT_KINDS = ("dflash", "dflash2", "dspark", "eagle3")
+DraftKind = Literal["dflash", "dflash2", "dspark", "eagle3"]
+DRAFT_KINDS: tuple[DraftKind, ...] = get_args(DraftKind)
 Kind = Literal["mtp", "target", "dflash", "dflash2", "dspark", "eagle3"]
 COUNTER_START = 260  # SmolLM2 'Ġthe': the counter walks the BPE merges from here on
 AGREE_TOKEN = 260
@@ -616,12 +617,16 @@ def synthesize(spec: SynthSpec, tokenizer: Tokenizer | None = None, root: Path |
     return path
 
 
+def is_draft_kind(kind: str) -> TypeGuard[DraftKind]:
+    return kind in DRAFT_KINDS
+
+
 def synth_pair(kind: str, agree: bool, tokenizer: Tokenizer | None = None, root: Path | None = None,
                dims: Dims | None = None) -> tuple[Path, Path]:
     """A llama target and a ``kind`` draft that fit it (both agreeing, or both random)."""
-    if kind not in DRAFT_KINDS:
+    if not is_draft_kind(kind):
         raise ValueError(f"draft kind must be one of {', '.join(DRAFT_KINDS)}, not {kind!r}")
     base = SynthSpec("target", agree=agree, dims=dims or Dims())
     target = synthesize(base, tokenizer, root)
-    draft = synthesize(replace(base, kind=kind, seed=1), tokenizer, root)  # type: ignore[arg-type]
+    draft = synthesize(replace(base, kind=kind, seed=1), tokenizer, root)
     return target, draft

@@ -6,9 +6,7 @@ first event's token count is estimated (and flagged), and no acceptance is read.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from bakeoff.core import Arm, Capabilities, CapabilityNotSupported, EngineAdapter, LaunchSpec
+from bakeoff.core import Arm, Capabilities, CapabilityNotSupported, EngineAdapter, LaunchInputs, LaunchSpec
 
 __all__ = ["OpenAICompatAdapter"]
 
@@ -18,5 +16,5 @@ class OpenAICompatAdapter(EngineAdapter):
     description = "any OpenAI-compatible server, attach mode only (url:)"
     capabilities = Capabilities(launch_modes=(), structured=("json_schema", "tool_call"))  # the server decides
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         raise CapabilityNotSupported(f"arm {arm.name!r}: engine 'openai' cannot launch anything; give 'url:'")

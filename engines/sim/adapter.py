@@ -13,9 +13,7 @@ llama.cpp's ``timings.predicted_n``), so wrong usage is caught twice.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import random
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +28,7 @@ from bakeoff.core import (
     EngineAdapter,
     EngineLog,
     FailureRule,
+    LaunchInputs,
     LaunchSpec,
     MethodKnobs,
     ServerStats,
@@ -99,23 +98,6 @@ class SimOptions(BaseModel):
         return self
 
 
-def launch_speed(speeds: list[float], seed: int, launch: int) -> float:
-    """The speed the ``launch``-th launch (0 first) of an arm draws."""
-    return random.Random(f"{seed}:{launch}").choice(speeds)
-
-
-def _next_launch(workdir: Path) -> int:
-    """How many launches this arm had before this one (a counter in its directory)."""
-    counter = workdir / "sim-launches"
-    try:
-        done = int(counter.read_text() or 0)
-    except (OSError, ValueError):
-        done = 0
-    with contextlib.suppress(OSError):
-        counter.write_text(str(done + 1))
-    return done
-
-
 class SimAdapter(EngineAdapter[SimOptions]):
     name = "sim"
     description = "a configurable misbehaving OpenAI-compatible engine, for tests (standard library only)"
@@ -139,14 +121,19 @@ class SimAdapter(EngineAdapter[SimOptions]):
     def with_served_name(self, arm: Arm, name: str) -> Arm:
         return arm.model_copy(update={"options": {**arm.options, "model_id": name}})
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def model_ref(self, model: str) -> str:
+        return model  # the sim loads no model: the name is all it needs
+
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         options = self.options(arm)
         behaviour = {**options.model_dump(exclude={"kind", "launch_speeds", "launch_seed"}),
                      "speculative": arm.speculative.enabled}
-        if options.launch_speeds:
-            behaviour["launch_speed"] = launch_speed(options.launch_speeds, options.launch_seed, _next_launch(workdir))
-        argv = [sys.executable, "-u", str(SERVER), "--host", arm.settings.host, "--port", str(port),
+        argv = [sys.executable, "-u", str(SERVER), "--host", arm.settings.host, "--port", str(launch.port),
                 "--behaviour", json.dumps(behaviour, separators=(",", ":"))]
+        if options.launch_speeds:  # the server draws its speed, counting this arm's launches in its directory
+            argv += ["--launch-speeds", ",".join(map(str, options.launch_speeds)),
+                     "--launch-seed", str(options.launch_seed),
+                     "--launch-counter", str(launch.workdir / "sim-launches")]
         if options.require_api_key and arm.api_key_env:
             argv += ["--api-key-env", arm.api_key_env]  # the variable's name; the key stays in the environment
         argv += arm.extra_args

@@ -11,8 +11,9 @@ from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` i
   RST), ``kill`` (SIGKILL itself mid-stream), ``malformed`` (a truncated JSON data line) or ``http``
   (answer ``http_status`` instead of a stream);
 - ``boot_delay_s`` (answer 503 "Loading model" until then), ``crash_on_start`` (log this line and exit);
-- ``launch_speed``: this launch's speed for its whole life (0.5: token gaps doubled), which the adapter draws
-  per launch from ``options.launch_speeds`` (an engine with a fast and a slow launch state).
+- ``launch_speed``: this launch's speed for its whole life (0.5: token gaps doubled); with ``--launch-speeds``
+  the server draws it per launch, counting its launches in the ``--launch-counter`` file (an engine with a
+  fast and a slow launch state).
 - ``speculative`` (set by the adapter for a speculative arm): report ``draft_per_event`` drafted tokens per
   token event, half of them accepted, beside the generated count; with ``drafts_under_grammar`` false a
   request carrying ``response_format`` or ``tools`` drafts nothing, as an engine that switches speculation
@@ -26,8 +27,10 @@ required, is read from the environment variable named by ``--api-key-env`` and n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import struct
@@ -36,9 +39,10 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULTS", "Action", "stream_actions", "main"]
+__all__ = ["DEFAULTS", "Action", "launch_speed", "stream_actions", "main"]
 
 DEFAULTS: dict[str, Any] = {
     "tokens_per_event": 1,
@@ -280,14 +284,36 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, payload)
 
 
+def launch_speed(speeds: list[float], seed: int, launch: int) -> float:
+    """The speed the ``launch``-th launch (0 first) of an arm draws."""
+    return random.Random(f"{seed}:{launch}").choice(speeds)
+
+
+def _next_launch(counter: Path) -> int:
+    """How many launches this arm had before this one (a counter in its directory, bumped once per start)."""
+    try:
+        done = int(counter.read_text() or 0)
+    except (OSError, ValueError):
+        done = 0
+    with contextlib.suppress(OSError):
+        counter.write_text(str(done + 1))
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sim_server", description="bakeoff's misbehaving test engine")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--behaviour", default="{}", help="JSON object of behaviour keys (see module docstring)")
     parser.add_argument("--api-key-env", default=None, help="name of the environment variable holding the key")
+    parser.add_argument("--launch-speeds", default=None, help="comma-separated speeds one launch draws from")
+    parser.add_argument("--launch-seed", type=int, default=0)
+    parser.add_argument("--launch-counter", default="sim-launches", help="file counting this arm's launches")
     args = parser.parse_args(argv)
     behaviour = {**DEFAULTS, **json.loads(args.behaviour)}
+    if args.launch_speeds:
+        speeds = [float(x) for x in args.launch_speeds.split(",")]
+        behaviour["launch_speed"] = launch_speed(speeds, args.launch_seed, _next_launch(Path(args.launch_counter)))
     _log(f"I sim: starting on {args.host}:{args.port} (pid {os.getpid()})")
     if behaviour["crash_on_start"]:
         _log(f"E sim: {behaviour['crash_on_start']}")

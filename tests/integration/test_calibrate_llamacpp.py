@@ -36,7 +36,7 @@ def calibration_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions
 
     try:
-        LlamaCppAdapter().find_binary(LlamaCppOptions())
+        LlamaCppAdapter.installer.locate(LlamaCppOptions())
     except Exception as exc:  # EngineUnavailable
         pytest.skip(f"llama-server is not installed ({exc}); run `bakeoff engines install llamacpp`")
     exe = shutil.which("bakeoff")

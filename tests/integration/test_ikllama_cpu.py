@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bakeoff.core import build_launch
 from bakeoff.core.results.store import read_samples
 
 pytestmark = pytest.mark.integration
@@ -29,7 +30,7 @@ def ik_llama_server() -> Path:
     except ImportError as exc:
         pytest.skip(f"the ikllama plugin is not installed ({exc}); pip install ./plugins/bakeoff-ikllama")
     try:
-        return IkLlamaAdapter().find_binary(IkLlamaOptions())
+        return Path(IkLlamaAdapter.installer.locate(IkLlamaOptions()).argv[0])
     except Exception as exc:  # EngineUnavailable
         pytest.skip(f"ik_llama.cpp's llama-server is not installed ({exc}); run `bakeoff engines install ikllama`")
 
@@ -114,7 +115,7 @@ def test_prompt_tokens_counted_with_the_forks_tokenizer_are_what_it_processes(ik
 
     adapter = IkLlamaAdapter()
     port = free_port()
-    spec = adapter.launch_spec(Arm.model_validate(arm("count")), port, tmp_path)
+    spec = build_launch(adapter, Arm.model_validate(arm("count")), port, tmp_path)
     log = (tmp_path / "engine.log").open("wb")
     proc = subprocess.Popen(spec.argv, env={**os.environ, **spec.env}, cwd=spec.cwd, stdout=log,
                             stderr=subprocess.STDOUT)

@@ -105,9 +105,9 @@ def test_broken_plugin_is_unavailable_with_its_error_and_builtins_still_work(fre
     assert re.search(r"ModuleNotFoundError: No module named\s+'bakeoff_broken_missing_dependency'", rows["broken"])
     assert rows["llamacpp"].startswith("available") and rows["sglang"].startswith("available")
     # a built-in still loads and builds a launch spec in that venv
-    code = ("from bakeoff.core.engine.registry import load_engine; from bakeoff.core import Arm; "
+    code = ("from bakeoff.core.engine.registry import load_engine; from bakeoff.core import Arm, build_launch; "
             "a = load_engine('llamacpp'); "
-            "print(a.launch_spec(Arm(name='x', engine='llamacpp', model='/dev/null', "
+            "print(build_launch(a, Arm(name='x', engine='llamacpp', model='/dev/null', "
             "options={'binary': '/opt/llama-server'}), 8080, __import__('pathlib').Path('.')).argv[0])")
     done = run([str(fresh_venv / "bin" / "python"), "-c", code])
     assert done.returncode == 0 and done.stdout.strip() == "/opt/llama-server", done.stderr

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from bakeoff.core import EngineLog
+from bakeoff.core import EngineLog, build_launch
 from bakeoff.core.analysis.acceptance import histogram_from_positions
 from bakeoff.core.common.errors import EngineStartupError
 from bakeoff.core.config.prompts import SUITES
@@ -55,7 +55,7 @@ def test_an_unknown_speculative_method_is_classified_from_the_log(vllm_ready: No
     adapter.preflight(arm)
     port = free_port()
     with pytest.raises(EngineStartupError) as info, Engine(
-            adapter, adapter.launch_spec(arm, port, tmp_path), f"http://127.0.0.1:{port}", tmp_path / "engine.log",
+            adapter, build_launch(adapter, arm, port, tmp_path), f"http://127.0.0.1:{port}", tmp_path / "engine.log",
             boot_timeout_s=300):
         pass
     assert info.value.reason == "unknown-speculative-method"
@@ -111,7 +111,7 @@ def ngram_server(vllm_ready: None, tmp_path_factory: pytest.TempPathFactory) -> 
     adapter.preflight(arm)  # converts SmolLM2 on first use
     port = free_port()
     work = tmp_path_factory.mktemp("vllm-ngram")
-    spec = adapter.launch_spec(arm, port, work)
+    spec = build_launch(adapter, arm, port, work)
     with Engine(adapter, spec, f"http://127.0.0.1:{port}", work / "engine.log") as engine, \
             httpx.Client(base_url=f"http://127.0.0.1:{port}") as http:
         planned = PlannedArm(arm, adapter, 0)

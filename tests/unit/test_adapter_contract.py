@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from bakeoff.core import Arm, EngineAdapter, LaunchSpec, NoOptions
+from bakeoff.core import Arm, EngineAdapter, LaunchInputs, LaunchSpec, NoOptions, build_launch
 from bakeoff.engines.llamacpp.adapter import LlamaCppAdapter, LlamaCppOptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,21 +30,27 @@ class _Opts(BaseModel):
 class _Typed(EngineAdapter[_Opts]):
     name = "typed"
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         return LaunchSpec(argv=["serve", "--level", str(self.options(arm).level)])
+
+    def model_ref(self, model: str) -> str:
+        return model  # a fake engine loads no file
 
 
 class _Plain(EngineAdapter):
     name = "plain"
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         return LaunchSpec(argv=["serve"])
+
+    def model_ref(self, model: str) -> str:
+        return model  # a fake engine loads no file
 
 
 def test_the_type_parameter_is_the_options_model() -> None:
     arm = Arm(name="a", engine="typed", model="m.gguf", options={"level": 3})
     assert _Typed.Options is _Opts
-    assert _Typed().launch_spec(arm, 1, Path(".")).argv == ["serve", "--level", "3"]
+    assert build_launch(_Typed(), arm, 1, Path(".")).argv == ["serve", "--level", "3"]
     assert _Plain.Options is NoOptions
     assert LlamaCppAdapter.Options is LlamaCppOptions
     assert isinstance(LlamaCppAdapter().options(Arm(name="b", engine="llamacpp", model="m.gguf")), LlamaCppOptions)
@@ -55,7 +61,7 @@ def test_options_that_disagree_with_the_type_parameter_are_refused() -> None:
         class _Confused(EngineAdapter[_Opts]):
             Options = NoOptions
 
-            def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+            def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
                 return LaunchSpec(argv=[])
 
 
@@ -105,7 +111,7 @@ def test_a_launched_arm_needs_a_model_is_said_once_in_core(tmp_path: Path) -> No
     assert arm.launched_model == "m.gguf"
     bare = arm.model_copy(update={"model": None})  # a copy skips the schema's model-or-url check
     with pytest.raises(ConfigError, match="arm 'a': launching an engine needs 'model'"):
-        LlamaCppAdapter().launch_spec(bare, 1, tmp_path)
+        build_launch(LlamaCppAdapter(), bare, 1, tmp_path)
     sources = [*ROOT.glob("engines/*/adapter.py"), *ROOT.glob("plugins/*/src/*/adapter.py")]
     assert not [p.name for p in sources if "arm.model is None" in p.read_text()]
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from bakeoff.core import ComposeImage, LaunchInputs, compose_service, resolve_launch
 from bakeoff.core.common.errors import (
     CapabilityNotSupported,
     ConfigError,
@@ -63,6 +64,13 @@ def compose_config(cli: list[str], file: Path, env: dict[str, str] | None = None
 
 
 # -- the stacks in compose/ ----------------------------------------------------------------
+
+
+def _service(adapter: EngineAdapter, arm: Arm, port: int) -> dict[str, Any]:
+    """The arm's compose service, with the models resolved by core as a run resolves them."""
+    return compose_service(adapter, arm, resolve_launch(adapter, arm, port, Path("/nonexistent")))
+
+
 def test_one_stack_per_engine() -> None:
     assert {p.parent.name for p in STACKS} == {"llamacpp-cpu", "llamacpp-cuda", "vllm-cuda", "tabbyapi", "sglang"}
 
@@ -172,7 +180,7 @@ def llama_arm(tmp_path: Path, **kw: Any) -> Arm:
 def test_llamacpp_service_uses_the_native_flags_with_models_mounted_read_only(tmp_path: Path) -> None:
     arm = llama_arm(tmp_path, settings=Settings(ctx=2048, threads=2), extra_args=["--seed", "1"],
                     speculative={"method": "draft", "draft_model": gguf(tmp_path, "d.gguf"), "n_max": 3})
-    service = LlamaCppAdapter().compose_service(arm, 18080)
+    service = _service(LlamaCppAdapter(), arm, 18080)
     cmd = service["command"]
     assert service["image"] == COMPOSE_IMAGE_CPU and "deploy" not in service
     assert cmd[:2] == ["-m", "/models/0/m.gguf"] and cmd[cmd.index("--host") + 1] == "0.0.0.0"
@@ -188,7 +196,7 @@ def test_llamacpp_service_uses_the_native_flags_with_models_mounted_read_only(tm
 def test_llamacpp_service_on_gpus_takes_the_cuda_image_and_reserves_gpus(tmp_path: Path) -> None:
     arm = llama_arm(tmp_path, settings=Settings(gpu_layers="all", split="layer"),
                     speculative={"method": "draft", "draft_model": str(tmp_path / "m.gguf")})
-    service = LlamaCppAdapter().compose_service(arm, 18080)
+    service = _service(LlamaCppAdapter(), arm, 18080)
     assert service["image"] == COMPOSE_IMAGE_CUDA
     assert service["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     assert len(service["volumes"]) == 1, "the same file as target and draft is mounted once"
@@ -225,7 +233,7 @@ def test_compose_arm_needs_no_native_binary_and_native_arm_still_checks(tmp_path
     def no_binary(options: object) -> Path:
         raise EngineUnavailable("llama-server not found")
 
-    monkeypatch.setattr(adapter, "find_binary", no_binary)
+    monkeypatch.setattr(adapter.installer, "locate", no_binary)
     compose_arm = Arm(name="c", engine="llamacpp", model=str(model), launch="compose")
     check_arm_capabilities(adapter, compose_arm)
     adapter.preflight(compose_arm)  # the binary is in the image
@@ -242,14 +250,17 @@ def test_non_loopback_host_is_refused(tmp_path: Path) -> None:
 class NoComposeAdapter(EngineAdapter):
     name = "nocompose"
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         return LaunchSpec(argv=["true"])
+
+    def model_ref(self, model: str) -> str:
+        return model  # a fake engine loads no file
 
 
 def test_adapters_without_the_hook_refuse_compose(tmp_path: Path) -> None:
     arm = Arm(name="x", engine="nocompose", model="m", launch="compose")
     with pytest.raises(CapabilityNotSupported, match="launch: compose"):
-        NoComposeAdapter().compose_service(arm, 1)
+        _service(NoComposeAdapter(), arm, 1)
     with pytest.raises(CapabilityNotSupported, match="launch 'compose' is not available"):
         check_arm_capabilities(NoComposeAdapter(), arm)
 
@@ -286,14 +297,14 @@ FAKE_CLI = textwrap.dedent('''
 
 class FakeAdapter(EngineAdapter):
     name = "fake"
+    compose = ComposeImage("fake/engine:1.0", 80, ("CMD", "probe"))
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        raise AssertionError("a compose arm never builds a native launch spec")
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
+        assert launch.program is not None and launch.port == 80  # only ever built for inside the image here
+        return LaunchSpec(argv=[*launch.program.argv, "serve", launch.model])
 
-    def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
-        return {"image": "fake/engine:1.0", "command": ["serve", arm.model],
-                "ports": [{"target": 80, "published": str(port), "host_ip": "127.0.0.1"}],
-                "healthcheck": {"test": ["CMD", "probe"]}}
+    def model_ref(self, model: str) -> str:
+        return model  # a fake engine loads no file
 
     def classify_startup_failure(self, log_text: str) -> EngineStartupError | None:
         if "out of memory" in log_text:

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from sse_fakes import split_events
 
+from bakeoff.core import LaunchInputs
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm, Prompt, Settings, Workload
@@ -127,8 +128,11 @@ class Fake(EngineAdapter):
     name = "fake"
     capabilities = Capabilities(fixed_length_field="min_tokens", token_counts="one_per_event")
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         return LaunchSpec(argv=["true"])
+
+    def model_ref(self, model: str) -> str:
+        return model  # a fake engine loads no file
 
     def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
                             template_kwargs: dict[str, Any] | None = None) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bakeoff.core import LaunchInputs
 from bakeoff.core.common.errors import CapabilityNotSupported, ConfigError, MeasurementError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm, Prompt, Settings
@@ -113,8 +114,11 @@ def test_context_refusals() -> None:
 class NoTokenizer(EngineAdapter):
     name = "notok"
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         return LaunchSpec(argv=["true"])
+
+    def model_ref(self, model: str) -> str:
+        return model  # a fake engine loads no file
 
 
 def test_before_launch_refusals_name_the_key() -> None:

@@ -32,20 +32,20 @@ COMPOSE_BAKEOFF = textwrap.dedent('''
     import sys, time
     from pathlib import Path
     from bakeoff.core.config.schema import Arm
-    from bakeoff.core.engine.adapter import EngineAdapter
+    from bakeoff.core.engine.adapter import EngineAdapter, LaunchSpec
     from bakeoff.core.engine.compose import ComposeEngine
+    from bakeoff.core.engine.container import ComposeImage
 
     class Fake(EngineAdapter):
         name = "fake"
-        def launch_spec(self, arm, port, workdir):
-            raise AssertionError
-        def compose_service(self, arm, port):
-            return {"image": "fake/engine:1.0", "command": ["serve"],
-                    "ports": [{"target": 80, "published": str(port), "host_ip": "127.0.0.1"}],
-                    "healthcheck": {"test": ["CMD", "probe"]}}
+        compose = ComposeImage("fake/engine:1.0", 80, ("CMD", "probe"))
+        def launch_spec(self, arm, launch):
+            return LaunchSpec(["serve", "--model", launch.model])
 
     tmp, cli, keep = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "killed"
-    arm = Arm(name="a", engine="fake", model="/m", launch="compose")
+    model = tmp / "m.gguf"
+    model.write_bytes(b"GGUF")
+    arm = Arm(name="a", engine="fake", model=str(model), launch="compose")
     with ComposeEngine(Fake(), arm, 18080, tmp / "arm", tmp / "arm" / "engine.log", 30, project="bakeoff-g-a",
                        command=[sys.executable, cli]):
         print("up", flush=True)

@@ -8,7 +8,7 @@ import bakeoff
 from bakeoff.core.analysis.launches import launch_bands
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.results.sample import Sample
-from engines.sim.adapter import launch_speed
+from engines.sim.server import launch_speed
 
 
 def _samples(per_pass: list[float], arm: str = "a") -> list[Sample]:

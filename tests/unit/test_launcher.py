@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.core import LaunchInputs, build_launch
 from bakeoff.core.common.errors import EngineStartupError
 from bakeoff.core.config.schema import Arm
 from bakeoff.core.engine.adapter import EngineAdapter, LaunchSpec
@@ -22,8 +23,11 @@ LATE_BINDER = "import time, sys; time.sleep(1.0); print('bind: Address already i
 class LateBinder(EngineAdapter):
     name = "late-binder"
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         return LaunchSpec(argv=[sys.executable, "-c", LATE_BINDER])
+
+    def model_ref(self, model: str) -> str:
+        return model  # a fake engine loads no file
 
 
 class _Healthy(http.server.BaseHTTPRequestHandler):
@@ -46,7 +50,7 @@ def stranger() -> Iterator[int]:
 
 def _engine(port: int, tmp_path: Path, port_taken: bool) -> Engine:
     adapter = LateBinder()
-    spec = adapter.launch_spec(Arm(name="x", engine="late-binder", model="m"), port, tmp_path)
+    spec = build_launch(adapter, Arm(name="x", engine="late-binder", model="m"), port, tmp_path)
     return Engine(adapter, spec, f"http://127.0.0.1:{port}", tmp_path / "engine.log", boot_timeout_s=10,
                   port_taken=port_taken)
 

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from bakeoff.core import LaunchInputs
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm
 from bakeoff.core.engine.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
@@ -23,8 +24,11 @@ class StatefulFake(EngineAdapter):
     capabilities: ClassVar[Capabilities] = Capabilities(
         speculative={"none": MethodKnobs(), "ngram/mod": MethodKnobs()}, stateful_speculators=("ngram-mod",))
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         return LaunchSpec(argv=["true", str(arm.model), arm.speculative.method])
+
+    def model_ref(self, model: str) -> str:
+        return model  # a fake engine loads no file
 
 
 def _config(passes: int, reps: int = 1) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bakeoff.core import build_launch
 from bakeoff.core.common.errors import ConfigError, EngineStartupError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm, Settings
@@ -44,11 +45,11 @@ def test_engines_bind_loopback_unless_told_otherwise(tmp_path: Path) -> None:
     model = tmp_path / "m.gguf"
     model.write_bytes(b"")
     arm = Arm(name="x", engine="llamacpp", model=str(model), options={"binary": "/bin/true"})
-    argv = LlamaCppAdapter().launch_spec(arm, 1234, tmp_path).argv
+    argv = build_launch(LlamaCppAdapter(), arm, 1234, tmp_path).argv
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     arm = Arm(name="x", engine="llamacpp", model=str(model), options={"binary": "/bin/true"},
               settings=Settings(host="0.0.0.0"))
-    argv = LlamaCppAdapter().launch_spec(arm, 1234, tmp_path).argv
+    argv = build_launch(LlamaCppAdapter(), arm, 1234, tmp_path).argv
     assert argv[argv.index("--host") + 1] == "0.0.0.0"
 
 
@@ -198,6 +199,7 @@ def test_stored_error_texts_arm_records_argv_and_logs_are_masked(tmp_path: Path)
 
 
 def test_exllama_docker_argv_names_env_variables_without_values(tmp_path: Path) -> None:
+    from bakeoff.core import resolve_launch
     from bakeoff.engines.exllama import ExllamaAdapter, ExllamaOptions
 
     model = tmp_path / "models" / "m"
@@ -205,7 +207,7 @@ def test_exllama_docker_argv_names_env_variables_without_values(tmp_path: Path) 
     (model / "config.json").write_text("{}")
     arm = Arm(name="x", engine="exllama", model=str(model), launch="docker", env={"HF_TOKEN": ENV_SECRET})
     adapter = ExllamaAdapter()
-    argv = adapter.docker_argv(arm, ExllamaOptions(), 5123, tmp_path)
+    argv = adapter.docker_argv(arm, ExllamaOptions(), resolve_launch(adapter, arm, 5123, tmp_path))
     assert ENV_SECRET not in " ".join(argv)  # main: -e HF_TOKEN=<value> on argv (argv.txt, ps)
     assert argv[argv.index("HF_TOKEN") - 1] == "-e"
 

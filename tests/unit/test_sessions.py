@@ -14,8 +14,13 @@ from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import load_bakeoff
 from bakeoff.core.config.schema import SyntheticSessions
 from bakeoff.core.config.sessions import read_conversations, synthetic_sessions
+from bakeoff.core.engine.adapter import LaunchInputs
+from bakeoff.core.engine.install import Program
 from bakeoff.core.measure.points import cache_flags
 from bakeoff.core.results.sample import Sample
+
+# the program core would have found: launch_spec is pure, so the test needs no vLLM venv
+VLLM = Program(("/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server"))
 
 ARMS = """arms:
   - {name: base, engine: sim, model: sim, SETTINGSoptions: {itl_ms: 2}}
@@ -160,10 +165,11 @@ def test_vllm_replays_sessions_with_its_prefix_cache_on_unless_the_arm_turned_it
                                .replace("WORKLOAD", sessions)))
     [planned] = plan_run(parse_bakeoff(text.replace("OPTIONS", "").replace("WORKLOAD", sessions))).arms
     assert planned.arm.options == {"prefix_caching": True}  # sessions turn it on; the plan's arm is what launches
-    argv = VllmAdapter().launch_spec(planned.arm, 8000, tmp_path).argv
+    argv = VllmAdapter().launch_spec(planned.arm, LaunchInputs(8000, tmp_path, "/models/smollm2", program=VLLM)).argv
     assert "--enable-prompt-tokens-details" in argv and "--no-enable-prefix-caching" not in argv
     [plain] = plan_run(parse_bakeoff(text.replace("OPTIONS", "").replace("WORKLOAD", "prompts: [prose]"))).arms
-    argv = VllmAdapter().launch_spec(plain.arm, 8000, tmp_path).argv  # single prompts keep the cache busted
+    # single prompts keep the cache busted
+    argv = VllmAdapter().launch_spec(plain.arm, LaunchInputs(8000, tmp_path, "/models/smollm2", program=VLLM)).argv
     assert "--no-enable-prefix-caching" in argv and "--enable-prompt-tokens-details" not in argv
 
 

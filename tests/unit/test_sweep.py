@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from bakeoff.core import LaunchInputs
 from bakeoff.core.common.errors import CapabilityNotSupported, ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm, RequestOverrides, Workload
@@ -163,10 +164,13 @@ class _IgnoresNMin(EngineAdapter):
         speculative={"none": MethodKnobs(), "ngram/simple": MethodKnobs(knobs=("n_max", "n_min"))},
         default_variants={"ngram": "simple"})
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         n_max = arm.speculative.n_max
-        return LaunchSpec(argv=["engine", "-m", str(arm.model), "--port", str(port), "--spec",
+        return LaunchSpec(argv=["engine", "-m", str(arm.model), "--port", str(launch.port), "--spec",
                                 arm.speculative.method, *(["--n-max", str(n_max)] if n_max else [])])
+
+    def model_ref(self, model: str) -> str:
+        return model  # a fake engine loads no file
 
 
 def _forgetful_plan(monkeypatch: pytest.MonkeyPatch, sweep: str, twins: bool = False) -> Any:
@@ -192,10 +196,10 @@ def test_a_sweep_that_changes_the_launch_and_identical_twins_are_planned(monkeyp
 
 def test_a_launch_error_is_raised_at_plan_time_before_any_arm_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     class Broken(_IgnoresNMin):
-        def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+        def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
             if arm.model == "bad.gguf":
                 raise ConfigError("cannot build this launch")
-            return super().launch_spec(arm, port, workdir)
+            return super().launch_spec(arm, launch)
 
     monkeypatch.setattr(plan_module, "load_engine", lambda name: Broken())
     text = ("name: s\narms:\n  - {name: good, engine: forgetful, model: m.gguf}\n"

@@ -13,6 +13,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
+from bakeoff.core import LaunchInputs
 from bakeoff.core.analysis.stats import (
     MIN_ADAPTIVE_PASSES,
     VERDICT_ALPHA,
@@ -128,5 +129,9 @@ class FakeEngine(EngineAdapter):
     name: ClassVar[str] = "fake"
     capabilities: ClassVar[Capabilities] = Capabilities(speculative={"none": MethodKnobs()})
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         return LaunchSpec(argv=["true", str(arm.model)])
+
+
+    def model_ref(self, model: str) -> str:
+        return model  # a fake engine loads no file

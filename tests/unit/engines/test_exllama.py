@@ -19,7 +19,7 @@ import pytest
 import yaml
 from sse_fakes import split_events
 
-from bakeoff.core import EngineLog
+from bakeoff.core import EngineLog, build_launch
 from bakeoff.core.common.errors import CapabilityNotSupported, EngineUnavailable, PreflightError
 from bakeoff.core.config.schema import Arm, Workload
 from bakeoff.core.engine.adapter import check_arm_capabilities, read_effective
@@ -60,7 +60,7 @@ def arm(tmp_path: Path, tabby: Path, **kw: object) -> Arm:
 
 
 def config_of(a: Arm, port: int = 5123, workdir: Path = Path("/run/a")) -> dict[str, Any]:
-    spec = ExllamaAdapter().launch_spec(a, port, workdir)
+    spec = build_launch(ExllamaAdapter(), a, port, workdir)
     text = spec.files["config.yml"]
     assert text.startswith("# written by bakeoff")
     config = yaml.safe_load(text)
@@ -72,7 +72,7 @@ def config_of(a: Arm, port: int = 5123, workdir: Path = Path("/run/a")) -> dict[
 
 def test_native_launch_runs_main_py_in_the_arm_directory_with_unwrapped_logs(tmp_path: Path, tabby: Path) -> None:
     a = arm(tmp_path, tabby, extra_args=["--chunk-size", "1024"])
-    spec = ExllamaAdapter().launch_spec(a, 5123, tmp_path / "run")
+    spec = build_launch(ExllamaAdapter(), a, 5123, tmp_path / "run")
     assert spec.argv == ["/opt/py/bin/python3", str(tabby / "main.py"), "--chunk-size", "1024"]
     assert spec.cwd == tmp_path / "run"  # TabbyAPI reads config.yml from its working directory
     assert spec.ready_path == "/health"
@@ -135,7 +135,7 @@ def test_docker_argv_publishes_loopback_and_mounts_read_only(tmp_path: Path, tab
     draft = model_dir(tmp_path / "drafts" / "d")
     a = arm(tmp_path, tabby, launch="docker", speculative={"method": "draft", "draft_model": str(draft)},
             env={"CUDA_VISIBLE_DEVICES": "1"})
-    spec = ExllamaAdapter().launch_spec(a, 5123, tmp_path / "run")
+    spec = build_launch(ExllamaAdapter(), a, 5123, tmp_path / "run")
     argv = spec.argv
     assert argv[:4] == ["docker", "run", "--rm", "--name"]
     assert argv[argv.index("-p") + 1] == "127.0.0.1:5123:5000"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sse_fakes import split_events
 
-from bakeoff.core import EngineLog
+from bakeoff.core import EngineLog, build_launch
 from bakeoff.core.common.errors import CapabilityNotSupported, PreflightError
 from bakeoff.core.config.schema import Arm, Workload
 from bakeoff.core.engine.adapter import check_arm_capabilities, read_effective
@@ -47,7 +47,7 @@ def arm(tmp_path: Path, **kw: object) -> Arm:
 
 
 def argv(a: Arm) -> list[str]:
-    return adapter.launch_spec(a, 8080, Path("/tmp")).argv
+    return build_launch(adapter, a, 8080, Path("/tmp")).argv
 
 
 def test_plain_arm_pins_one_slot_loopback_and_explicit_spec_type(tmp_path: Path) -> None:
@@ -420,9 +420,9 @@ def test_the_binary_option_describes_the_order_find_binary_uses(tmp_path: Path, 
     monkeypatch.setenv("PATH", str(on_path.parent))
     monkeypatch.setenv("BAKEOFF_LLAMA_SERVER", "/from/env/llama-server")
     options = LlamaCppOptions()
-    order = [adapter.binary_choice(options)[1]]
+    order = [adapter.installer.locate(options).found_in]
     monkeypatch.delenv("BAKEOFF_LLAMA_SERVER")
-    order.append(adapter.binary_choice(options)[1])
+    order.append(adapter.installer.locate(options).found_in)
     assert order == ["$BAKEOFF_LLAMA_SERVER", "PATH"]
     description = LlamaCppOptions.model_fields["binary"].description or ""
     assert description.index("$BAKEOFF_LLAMA_SERVER") < description.index("PATH") < description.index("cached build")
@@ -450,5 +450,5 @@ def test_selftest_cases_emit_every_draft_knob_and_the_cpu_settings_flags() -> No
     cases = {c.label: c for c in selftest_cases(adapter)[0]}
     assert "--spec-draft-n-min 1 --spec-draft-p-min 0.05" in cases["draft"].flags
     none = cases["none"].arm.model_copy(update={"options": {"binary": "/opt/llama-server"}})
-    joined = " ".join(adapter.launch_spec(none, 8080, Path("/tmp")).argv)
+    joined = " ".join(build_launch(adapter, none, 8080, Path("/tmp")).argv)
     assert "-t 2 -ctk f16 -ctv f16 -fa auto -b 256 -ub 128" in joined

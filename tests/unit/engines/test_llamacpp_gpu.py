@@ -108,16 +108,16 @@ def test_binary_choice_order_option_env_path_cache(tmp_path: Path, monkeypatch: 
     on_path = _exe(tmp_path / "bin" / "llama-server")
     env_bin = _exe(tmp_path / "env" / "llama-server")
     monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
-    assert adapter.binary_choice(LlamaCppOptions()) == (cached, "cache")
+    assert adapter.installer.binary_choice() == (cached, "cache")
     monkeypatch.setenv("PATH", str(on_path.parent))
-    assert adapter.binary_choice(LlamaCppOptions()) == (on_path, "PATH")  # PATH before the cache
+    assert adapter.installer.binary_choice() == (on_path, "PATH")  # PATH before the cache
     monkeypatch.setenv("BAKEOFF_LLAMA_SERVER", str(env_bin))
-    assert adapter.binary_choice(LlamaCppOptions()) == (env_bin, "$BAKEOFF_LLAMA_SERVER")
-    assert adapter.binary_choice(LlamaCppOptions(binary="/opt/x/llama-server")) == (
+    assert adapter.installer.binary_choice() == (env_bin, "$BAKEOFF_LLAMA_SERVER")
+    assert adapter.installer.binary_choice(binary="/opt/x/llama-server") == (
         Path("/opt/x/llama-server"), "arm option")
     record = adapter.binary_record(LlamaCppOptions())
     assert record["found_in"] == "$BAKEOFF_LLAMA_SERVER" and record["path"] == str(env_bin)
-    assert "llama-server from $BAKEOFF_LLAMA_SERVER" in (adapter.installed() or "")
+    assert "llama-server from $BAKEOFF_LLAMA_SERVER" in (adapter.installer.installed() or "")
 
 
 CPU_LOG = """load_backend: loaded CPU backend from libggml-cpu.so

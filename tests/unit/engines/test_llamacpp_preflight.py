@@ -96,3 +96,22 @@ def test_a_real_failure_after_the_fitting_line_is_still_classified() -> None:
     err = adapter.classify_startup_failure("\n".join(log))
     assert err is not None and err.reason == "incompatible-draft-vocab"
     assert err.log_line is not None and "vocab type must match" in err.log_line
+
+
+def test_a_header_count_that_is_not_an_integer_is_an_unreadable_gguf(tmp_path: Path) -> None:
+    import numpy as np
+    from gguf import GGUFWriter
+
+    path = tmp_path / "odd.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_string("llama.nextn_predict_layers", "two")
+    writer.add_tensor("token_embd.weight", np.zeros((2, 2), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ValueError, match=r"odd\.gguf is not a readable GGUF file: llama\.nextn_predict_layers is "
+                                         r"'two', not an integer"):
+        read_gguf_facts(path)
+    with pytest.raises(PreflightError, match="not an integer"):
+        adapter.preflight(arm(path, method="mtp"))

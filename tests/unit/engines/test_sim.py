@@ -10,7 +10,7 @@ import httpx
 import pytest
 from sse_fakes import split_events
 
-from bakeoff.core import EngineLog
+from bakeoff.core import EngineLog, build_launch
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.schema import Arm
 from bakeoff.core.engine.client import stream_chat
@@ -77,16 +77,16 @@ def test_require_api_key_needs_api_key_env() -> None:
 
 # -- launch spec ---------------------------------------------------------------------------------
 def test_launch_spec_binds_loopback_by_default_and_host_when_asked(tmp_path: Any) -> None:
-    spec = SimAdapter().launch_spec(_arm(), 4321, tmp_path)
+    spec = build_launch(SimAdapter(), _arm(), 4321, tmp_path)
     assert spec.argv[2] == str(SERVER)
     assert spec.argv[spec.argv.index("--host") + 1] == "127.0.0.1"
     assert spec.argv[spec.argv.index("--port") + 1] == "4321"
-    spec = SimAdapter().launch_spec(_arm(settings={"host": "0.0.0.0"}), 4321, tmp_path)
+    spec = build_launch(SimAdapter(), _arm(settings={"host": "0.0.0.0"}), 4321, tmp_path)
     assert spec.argv[spec.argv.index("--host") + 1] == "0.0.0.0"
 
 
 def test_launch_spec_passes_behaviour_and_extra_args(tmp_path: Any) -> None:
-    spec = SimAdapter().launch_spec(_arm(options={"tokens_per_event": 3, "fault": "stall"},
+    spec = build_launch(SimAdapter(), _arm(options={"tokens_per_event": 3, "fault": "stall"},
                                          extra_args=["--bogus"]), 1, tmp_path)
     behaviour = json.loads(spec.argv[spec.argv.index("--behaviour") + 1])
     assert behaviour["tokens_per_event"] == 3 and behaviour["fault"] == "stall"
@@ -95,7 +95,7 @@ def test_launch_spec_passes_behaviour_and_extra_args(tmp_path: Any) -> None:
 
 def test_api_key_travels_by_variable_name_never_by_value(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIM_KEY", "s3cr3t-value-xyz")
-    spec = SimAdapter().launch_spec(_arm(api_key_env="SIM_KEY", options={"require_api_key": True}), 1, tmp_path)
+    spec = build_launch(SimAdapter(), _arm(api_key_env="SIM_KEY", options={"require_api_key": True}), 1, tmp_path)
     assert spec.argv[spec.argv.index("--api-key-env") + 1] == "SIM_KEY"
     assert "s3cr3t-value-xyz" not in " ".join(spec.argv) + json.dumps(spec.env)
 

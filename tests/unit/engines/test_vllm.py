@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sse_fakes import split_events
 
-from bakeoff.core import EngineLog
+from bakeoff.core import EngineLog, build_launch
 from bakeoff.core.common.errors import (
     CapabilityNotSupported,
     ConfigError,
@@ -68,7 +68,7 @@ def flag(argv: list[str], name: str) -> str:
 
 # -- launch ---------------------------------------------------------------------------------
 def test_native_launch_uses_the_api_server_module_of_the_cached_venv(cache: Path) -> None:
-    spec = adapter.launch_spec(arm(settings={"ctx": 2048, "parallel": 2, "tensor_parallel": 1, "dtype": "bfloat16",
+    spec = build_launch(adapter, arm(settings={"ctx": 2048, "parallel": 2, "tensor_parallel": 1, "dtype": "bfloat16",
                                              "kv_type": "auto", "gpu_memory_utilization": 0.8,
                                              "enforce_eager": True}), 8000, Path("/tmp"))
     argv = spec.argv
@@ -90,7 +90,7 @@ def test_native_launch_uses_the_api_server_module_of_the_cached_venv(cache: Path
 def test_ngram_becomes_speculative_config_json_with_per_request_spec_metrics() -> None:
     a = arm(speculative={"method": "ngram", "n_max": 4, "lookup_min": 2, "lookup_max": 4},
             options={"speculative_extra": {"disable_padded_drafter_batch": True}})
-    argv = adapter.launch_spec(a, 8000, Path("/tmp")).argv
+    argv = build_launch(adapter, a, 8000, Path("/tmp")).argv
     assert json.loads(flag(argv, "--speculative-config")) == {
         "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4,
         "disable_padded_drafter_batch": True}
@@ -101,7 +101,7 @@ def test_ngram_becomes_speculative_config_json_with_per_request_spec_metrics() -
                                                      ("dflash", "dflash")])
 def test_draft_methods_carry_the_resolved_draft_model(cache: Path, method: str, vllm_method: str) -> None:
     a = arm(speculative={"method": method, "draft_model": "smollm2", "n_max": 3})
-    cfg = json.loads(flag(adapter.launch_spec(a, 8000, Path("/tmp")).argv, "--speculative-config"))
+    cfg = json.loads(flag(build_launch(adapter, a, 8000, Path("/tmp")).argv, "--speculative-config"))
     assert cfg == {"method": vllm_method, "model": str(cache / "models/SmolLM2-135M-Instruct.Q4_1-hf"),
                    "num_speculative_tokens": 3}
 
@@ -119,12 +119,13 @@ def test_speculative_extra_may_not_repeat_a_mapped_key() -> None:
 
 
 def test_launcher_order_python_then_binary_then_env_then_venv(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
-    argv = adapter.launch_spec(arm(options={"binary": "/opt/vllm"}), 8000, Path("/tmp")).argv
+    argv = build_launch(adapter, arm(options={"binary": "/opt/vllm"}), 8000, Path("/tmp")).argv
     assert argv[:3] == ["/opt/vllm", "serve", str(cache / "models/SmolLM2-135M-Instruct.Q4_1-hf")]
     assert "--model" not in argv  # `vllm serve` takes the model positionally
-    assert adapter.launch_spec(arm(options={"python": "/env/bin/python"}), 1, Path("/tmp")).argv[0] == "/env/bin/python"
+    python_arm = arm(options={"python": "/env/bin/python"})
+    assert build_launch(adapter, python_arm, 1, Path("/tmp")).argv[0] == "/env/bin/python"
     monkeypatch.setenv("BAKEOFF_VLLM_PYTHON", "/other/python")
-    assert adapter.launch_spec(arm(), 1, Path("/tmp")).argv[:2] == ["/other/python", "-m"]
+    assert build_launch(adapter, arm(), 1, Path("/tmp")).argv[:2] == ["/other/python", "-m"]
 
 
 def test_no_vllm_anywhere_is_unavailable_with_the_install_command(monkeypatch: pytest.MonkeyPatch,
@@ -132,11 +133,11 @@ def test_no_vllm_anywhere_is_unavailable_with_the_install_command(monkeypatch: p
     monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "empty"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EngineUnavailable, match="bakeoff engines install vllm"):
-        adapter.launcher(adapter.options(arm()))
+        adapter.installer.locate(adapter.options(arm()))
 
 
 def test_arm_env_overrides_and_extra_args_come_last() -> None:
-    spec = adapter.launch_spec(arm(env={"VLLM_CPU_KVCACHE_SPACE": "4"}, extra_args=["--seed", "7"],
+    spec = build_launch(adapter, arm(env={"VLLM_CPU_KVCACHE_SPACE": "4"}, extra_args=["--seed", "7"],
                                    options={"cpu_reserved_cores": 1, "prefix_caching": True}), 8000, Path("/tmp"))
     assert spec.env["VLLM_CPU_KVCACHE_SPACE"] == "4" and spec.env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
     assert spec.argv[-2:] == ["--seed", "7"] and "--no-enable-prefix-caching" not in spec.argv
@@ -147,7 +148,7 @@ def test_docker_launch_maps_model_dirs_and_keeps_env_values_out_of_argv(cache: P
             speculative={"method": "draft", "draft_model": "smollm2", "n_max": 2},
             options={"docker_image": "vllm/vllm-openai:v0.32.0"})
     check_arm_capabilities(adapter, a)
-    spec = adapter.launch_spec(a, 8123, Path("/tmp"))
+    spec = build_launch(adapter, a, 8123, Path("/tmp"))
     argv = spec.argv
     assert argv[:3] == ["docker", "run", "--rm"]
     assert "127.0.0.1:8123:8000" in argv and flag(argv, "--gpus") == "all"
@@ -161,7 +162,7 @@ def test_docker_launch_maps_model_dirs_and_keeps_env_values_out_of_argv(cache: P
 
 
 def test_docker_with_a_hub_model_mounts_the_hub_cache_and_stays_online() -> None:
-    spec = adapter.launch_spec(arm(launch="docker", model="Qwen/Qwen3-0.6B", options={"docker_gpus": None}),
+    spec = build_launch(adapter, arm(launch="docker", model="Qwen/Qwen3-0.6B", options={"docker_gpus": None}),
                                8000, Path("/tmp"))
     assert "--gpus" not in spec.argv and "HF_HUB_OFFLINE" not in spec.env
     assert any(v.endswith(":/root/.cache/huggingface") for v in spec.argv)

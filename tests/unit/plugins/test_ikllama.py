@@ -19,6 +19,7 @@ from bakeoff.core import (
     EngineUnavailable,
     PreflightError,
     Workload,
+    build_launch,
     read_effective,
 )
 from bakeoff.core.engine.adapter import check_arm_capabilities
@@ -59,7 +60,7 @@ def make_arm(gguf: Path, **kw: Any) -> Arm:
 
 
 def argv(gguf: Path, **kw: Any) -> list[str]:
-    return IkLlamaAdapter().launch_spec(make_arm(gguf, **kw), 31000, gguf.parent).argv
+    return build_launch(IkLlamaAdapter(), make_arm(gguf, **kw), 31000, gguf.parent).argv
 
 
 def spec_of(key: str, gguf: Path, **knobs: Any) -> dict[str, Any]:
@@ -96,7 +97,7 @@ def test_entry_point_is_declared_in_the_plugin_package() -> None:
 
 # -- the dialect -----------------------------------------------------------------------------
 def test_the_fork_runs_in_the_arm_directory_where_it_writes_its_llama_log(gguf: Path) -> None:
-    assert IkLlamaAdapter().launch_spec(make_arm(gguf), 31000, gguf.parent).cwd == gguf.parent
+    assert build_launch(IkLlamaAdapter(), make_arm(gguf), 31000, gguf.parent).cwd == gguf.parent
 
 
 def test_the_gguf_chat_template_is_applied_as_llamacpp_does(gguf: Path) -> None:
@@ -136,7 +137,7 @@ def test_every_declared_knob_changes_the_command_line(gguf: Path, key: str) -> N
     for knob in SPECULATIVE[key].knobs:
         arm = make_arm(gguf, speculative=spec_of(key, gguf, **{knob: KNOB_VALUES[knob]}))
         check_arm_capabilities(IkLlamaAdapter(), arm)
-        args = IkLlamaAdapter().launch_spec(arm, 31000, gguf.parent).argv
+        args = build_launch(IkLlamaAdapter(), arm, 31000, gguf.parent).argv
         assert args != base, f"{knob} on {key} changes nothing"
         flag = KNOB_FLAGS[knob]
         assert args[args.index(flag) + 1] == str(KNOB_VALUES[knob]), (key, knob)
@@ -239,15 +240,15 @@ def test_missing_binary_says_how_to_install(gguf: Path, tmp_path: Path, monkeypa
     monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.delenv("BAKEOFF_IK_LLAMA_SERVER", raising=False)
     with pytest.raises(EngineUnavailable, match="bakeoff engines install ikllama"):
-        IkLlamaAdapter().find_binary(IkLlamaOptions())
+        IkLlamaAdapter.installer.locate(IkLlamaOptions())
 
 
 def test_installed_names_the_binary_a_run_would_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BAKEOFF_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.delenv("BAKEOFF_IK_LLAMA_SERVER", raising=False)
-    assert IkLlamaAdapter().installed() is None
+    assert IkLlamaAdapter.installer.installed() is None
     monkeypatch.setenv("BAKEOFF_IK_LLAMA_SERVER", "/opt/ik/bin/llama-server")
-    assert IkLlamaAdapter().installed() == "cpu llama-server: /opt/ik/bin/llama-server"
+    assert IkLlamaAdapter.installer.installed() == "cpu llama-server: /opt/ik/bin/llama-server"
 
 
 def test_the_build_is_the_server_target_of_the_sdist_cached_by_version_and_backend(

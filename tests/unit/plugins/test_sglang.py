@@ -20,11 +20,15 @@ from bakeoff.core import (
     Arm,
     CapabilityNotSupported,
     ConfigError,
+    EngineAdapter,
     EngineLog,
     EngineUnavailable,
     PreflightError,
     Workload,
+    build_launch,
+    compose_service,
     read_effective,
+    resolve_launch,
 )
 from bakeoff.core.analysis.acceptance import acceptance_detail
 from bakeoff.core.engine.adapter import check_arm_capabilities
@@ -53,14 +57,21 @@ def make_arm(tmp_path: Path, **kw: Any) -> Arm:
 
 
 def argv(tmp_path: Path, **kw: Any) -> list[str]:
-    return SglangAdapter().launch_spec(make_arm(tmp_path, **kw), 31000, tmp_path).argv
+    return build_launch(SglangAdapter(), make_arm(tmp_path, **kw), 31000, tmp_path).argv
 
 
 def after(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
+def _service(adapter: EngineAdapter, arm: Arm, port: int) -> dict[str, Any]:
+    """The arm's compose service, with the models resolved by core as a run resolves them."""
+    return compose_service(adapter, arm, resolve_launch(adapter, arm, port, Path("/nonexistent")))
+
+
 # -- the plugin is built on the public API only ----------------------------------------------
+
+
 def test_plugin_imports_only_bakeoff_core_public_names() -> None:
     import bakeoff.core
 
@@ -181,7 +192,7 @@ def test_preflight_wants_an_interpreter_with_sglang(tmp_path: Path, monkeypatch:
         SglangAdapter().preflight(make_arm(tmp_path, options={}))
     SglangAdapter().preflight(make_arm(tmp_path, launch="compose", options={}))  # the image has it
     monkeypatch.setenv("BAKEOFF_SGLANG_PYTHON", sys.executable + "-elsewhere")
-    assert SglangAdapter().python(SglangOptions()) == sys.executable + "-elsewhere"
+    assert SglangAdapter.installer.python(SglangOptions()) == sys.executable + "-elsewhere"
 
 
 def test_unknown_option_names_the_key(tmp_path: Path) -> None:
@@ -194,7 +205,7 @@ def test_compose_service_mounts_local_models_read_only_on_gpus(tmp_path: Path) -
     draft = tmp_path / "eagle3"
     draft.mkdir()
     arm = make_arm(tmp_path, launch="compose", speculative={"method": "eagle3", "draft_model": str(draft), "n_max": 3})
-    service = SglangAdapter().compose_service(arm, 31000)
+    service = _service(SglangAdapter(), arm, 31000)
     cmd = service["command"]
     assert service["image"] == IMAGE and cmd[:3] == ["python3", "-m", "sglang.launch_server"]
     assert after(cmd, "--model-path") == "/models/0/Qwen3-8B" and after(cmd, "--host") == "0.0.0.0"
@@ -209,7 +220,7 @@ def test_compose_service_mounts_local_models_read_only_on_gpus(tmp_path: Path) -
 def test_compose_service_reads_hub_models_from_the_cache_offline(tmp_path: Path) -> None:
     arm = make_arm(tmp_path, model="Qwen/Qwen3-8B", launch="compose",
                    options={"hf_cache": str(tmp_path / "hf")})
-    service = SglangAdapter().compose_service(arm, 31000)
+    service = _service(SglangAdapter(), arm, 31000)
     assert after(service["command"], "--model-path") == "Qwen/Qwen3-8B"
     assert service["volumes"] == [{"type": "bind", "source": str(tmp_path / "hf"),
                                    "target": "/root/.cache/huggingface", "read_only": True}]

@@ -25,11 +25,9 @@ Facts this adapter is built on (ik-llama-cpp-python 0.1.5, ``vendor/ik_llama.cpp
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,6 +39,7 @@ from bakeoff.core import (
     EngineAdapter,
     EngineLog,
     EngineUnavailable,
+    LaunchInputs,
     LaunchSpec,
     MeasurementError,
     MethodKnobs,
@@ -49,14 +48,12 @@ from bakeoff.core import (
     ServerStats,
     Workload,
     bounded_get,
-    build_from_sdist,
-    cached_binary,
     cli_flags,
     openai_model_id,
     resolve_model,
 )
 
-from .build import DEFAULT_VERSION, ik_llama_server_build
+from .build import IkLlamaInstaller
 
 __all__ = ["IkLlamaAdapter", "IkLlamaOptions", "parse_acceptance_lines", "speculation_from_log"]
 
@@ -176,35 +173,14 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
     display_name = "ik_llama.cpp llama-server"
     startup_failures = STARTUP_FAILURES
 
-    # -- binary --------------------------------------------------------------------------
-    def find_binary(self, options: IkLlamaOptions) -> Path:
-        if options.binary:
-            return Path(options.binary).expanduser()
-        if env := os.environ.get("BAKEOFF_IK_LLAMA_SERVER"):
-            return Path(env)
-        cached = cached_binary(ik_llama_server_build(options.build_version or DEFAULT_VERSION))
-        if cached:
-            return cached
-        raise EngineUnavailable(f"ik_llama.cpp's llama-server not found (options.binary, $BAKEOFF_IK_LLAMA_SERVER, "
-                                f"bakeoff's cache). {self.install_hint()}")
-
-    def installed(self) -> str | None:
-        try:
-            return f"cpu llama-server: {self.find_binary(IkLlamaOptions())}"
-        except EngineUnavailable:
-            return None
-
-    def install_hint(self) -> str:
-        return "Build it with `bakeoff engines install ikllama` (CPU, from the PyPI sdist ik-llama-cpp-python)."
-
-    def install(self, log: Callable[[str], None]) -> str:
-        return str(build_from_sdist(ik_llama_server_build(), log=log))
+    installer: ClassVar[IkLlamaInstaller] = IkLlamaInstaller()
 
     def missing(self, arm: Arm) -> list[Missing]:
         if arm.launch != "native":
             return []
         try:
-            binary = self.find_binary(self.options(arm))
+            options = self.options(arm)
+            binary = self.installer.binary(options.binary, options.build_version)
         except EngineUnavailable:
             return [Missing("ik_llama.cpp's llama-server is not installed", "bakeoff engines install ikllama")]
         if not binary.is_file():
@@ -216,7 +192,7 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
     def preflight(self, arm: Arm) -> None:
         options = self.options(arm)
         if arm.launch == "native":
-            self.find_binary(options)
+            self.installer.locate(options)
         model = resolve_model(arm.launched_model)
         spec, who = arm.speculative, f"arm {arm.name!r}"
         variant = spec.variant or "mod"
@@ -239,13 +215,12 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
                                      f"none; ik_llama.cpp would start with speculation silently off")
 
     # -- launch --------------------------------------------------------------------------
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
-        options = self.options(arm)
-        binary = self.find_binary(options)
-        s = arm.settings
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
+        assert launch.program is not None  # core locates it for every native launch (resolve_launch)
+        options, s = self.options(arm), arm.settings
         # --jinja: the GGUF's own chat template, as llama.cpp applies it by default; without it the fork uses a
         # built-in template (for SmolLM2: no default system prompt, 21 prompt tokens fewer than llama.cpp)
-        argv = [str(binary), "-m", str(resolve_model(arm.launched_model)), "--host", s.host, "--port", str(port),
+        argv = [*launch.program.argv, "-m", launch.model, "--host", s.host, "--port", str(launch.port),
                 "--metrics", "--jinja", "-np", str(s.parallel or 1)]
         argv += cli_flags([
             ("-c", s.ctx), ("-t", s.threads), ("-ngl", s.gpu_layers), ("-sm", s.split),
@@ -253,14 +228,10 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
             ("-ctk", s.kv_type), ("-ctv", s.kv_type), ("-fa", s.flash_attn), ("-b", s.batch), ("-ub", s.ubatch),
         ])
         argv += self.option_args(options)
-        argv += self.spec_args(arm)
+        argv += self.spec_args(arm, launch.draft_model)
         argv += arm.extra_args
-        env = {**arm.env}
-        if any(binary.parent.glob("libllama.so*")):  # bakeoff's build keeps its shared libraries beside the binary
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(binary.parent),
-                                                                   os.environ.get("LD_LIBRARY_PATH")]))
         # cwd: the fork writes a llama.log into its working directory; keep it in the arm's run directory
-        return LaunchSpec(argv=argv, env=env, cwd=workdir, ready_path="/health")
+        return LaunchSpec(argv=argv, env={**launch.program.env, **arm.env}, cwd=launch.workdir, ready_path="/health")
 
     @staticmethod
     def option_args(options: IkLlamaOptions) -> list[str]:
@@ -268,7 +239,7 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
         return args + [flag for field, flag in SWITCH_OPTIONS if getattr(options, field)]
 
     @staticmethod
-    def spec_args(arm: Arm) -> list[str]:
+    def spec_args(arm: Arm, draft: str | None = None) -> list[str]:
         """The fork's speculative flags: the method picks what is loaded, the knobs map one to one."""
         spec = arm.speculative
         if spec.method == "none":
@@ -279,7 +250,7 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
             args = ["-mtp"]
         else:  # draft: no --spec-type, or the n-gram kind would run before the draft model
             assert spec.draft_model is not None  # core refuses a draft arm without one
-            args = ["-md", str(resolve_model(spec.draft_model))]
+            args = ["-md", draft or spec.draft_model]
         knobs = SPECULATIVE[spec.method if spec.method != "ngram" else f"ngram/{spec.variant or 'mod'}"].knobs
         return args + cli_flags([(KNOB_FLAGS[k], getattr(spec, k)) for k in knobs])
 
@@ -309,7 +280,8 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
         if arm.attached:
             return None
         try:
-            binary = self.find_binary(self.options(arm))
+            options = self.options(arm)
+            binary = self.installer.binary(options.binary, options.build_version)
             return (binary.parent.parent / "VERSION").read_text().strip()
         except (OSError, EngineUnavailable):
             return None

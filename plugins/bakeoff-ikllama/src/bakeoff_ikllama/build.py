@@ -9,9 +9,25 @@ bf16 and q8_0 KV caches keep their fast kernels.
 
 from __future__ import annotations
 
-from bakeoff.core import NO_AMX_FLAGS, SdistBuild
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["DEFAULT_VERSION", "BACKENDS", "ik_llama_server_build"]
+from bakeoff.core import (
+    NO_AMX_FLAGS,
+    EngineUnavailable,
+    Installer,
+    Program,
+    SdistBuild,
+    build_from_sdist,
+    cached_binary,
+)
+
+if TYPE_CHECKING:
+    from .adapter import IkLlamaOptions
+
+__all__ = ["DEFAULT_VERSION", "BACKENDS", "IkLlamaInstaller", "ik_llama_server_build"]
 
 DEFAULT_VERSION = "0.1.5"
 BACKENDS = ("cpu",)  # CUDA: add its flags here once bakeoff has a backend option to pick it
@@ -50,3 +66,41 @@ def ik_llama_server_build(version: str = DEFAULT_VERSION, backend: str = "cpu") 
                       cmake_flags=(*COMMON_FLAGS, *BACKEND_FLAGS[backend]),
                       extra_files=(("common/cmake/build-info-gen-cpp.cmake",
                                     BUILD_INFO_SCRIPT.format(version=version)),))
+
+
+class IkLlamaInstaller(Installer["IkLlamaOptions"]):
+    """ik_llama.cpp's llama-server: found through options, $BAKEOFF_IK_LLAMA_SERVER or bakeoff's cache; built
+    from the PyPI sdist into that cache."""
+
+    engine = "ikllama"
+
+    def hint(self) -> str:
+        return "Build it with `bakeoff engines install ikllama` (CPU, from the PyPI sdist ik-llama-cpp-python)."
+
+    def locate(self, options: IkLlamaOptions) -> Program:
+        binary = self.binary(options.binary, options.build_version)
+        env = {}
+        if any(binary.parent.glob("libllama.so*")):  # a shared build keeps its libraries beside the binary
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(binary.parent),
+                                                                   os.environ.get("LD_LIBRARY_PATH")]))
+        return Program((str(binary),), env=env)
+
+    def binary(self, binary: str | None = None, build_version: str | None = None) -> Path:
+        if binary:
+            return Path(binary).expanduser()
+        if env := os.environ.get("BAKEOFF_IK_LLAMA_SERVER"):
+            return Path(env)
+        cached = cached_binary(ik_llama_server_build(build_version or DEFAULT_VERSION))
+        if cached:
+            return cached
+        raise EngineUnavailable(f"ik_llama.cpp's llama-server not found (options.binary, $BAKEOFF_IK_LLAMA_SERVER, "
+                                f"bakeoff's cache). {self.hint()}")
+
+    def installed(self) -> str | None:
+        try:
+            return f"cpu llama-server: {self.binary()}"
+        except EngineUnavailable:
+            return None
+
+    def install(self, log: Callable[[str], None], backend: str | None = None) -> str:
+        return str(build_from_sdist(ik_llama_server_build(), log=log))

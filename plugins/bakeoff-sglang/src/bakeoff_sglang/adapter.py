@@ -29,7 +29,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,22 +37,24 @@ from pydantic import BaseModel, ConfigDict, Field
 from bakeoff.core import (
     Arm,
     Capabilities,
+    ComposeImage,
     Effective,
     EngineAdapter,
     EngineLog,
     EngineUnavailable,
+    LaunchInputs,
     LaunchSpec,
     MethodKnobs,
-    Mounts,
     PreflightError,
     ServerStats,
-    compose_service_spec,
     engine_count,
     engine_object,
     engine_rate,
     engine_text,
     openai_model_id,
 )
+
+from .installer import SglangInstaller
 
 __all__ = [
     "ALGORITHMS",
@@ -199,6 +201,18 @@ def estimate_from_log(lines: list[dict[str, float | None]], completion_tokens: i
     return stats
 
 
+class SglangCompose(ComposeImage):
+    """The pinned SGLang image (options.image) on all GPUs; a hub id is read from the Hugging Face cache mounted
+    read-only (offline: the model must already be in it)."""
+
+    def image_of(self, arm: Arm) -> str:
+        return SglangAdapter().options(arm).image
+
+    def hub_cache(self, arm: Arm) -> str | None:
+        cache = SglangAdapter().options(arm).hf_cache
+        return cache or os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+
+
 class SglangAdapter(EngineAdapter[SglangOptions]):
     name = "sglang"
     description = "SGLang launch_server (Hugging Face models), native process or compose; plugin package"
@@ -233,12 +247,16 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
         self._algorithm: str | None = None
 
     # -- before launch -----------------------------------------------------------------
-    def python(self, options: SglangOptions) -> str:
-        return options.python or os.environ.get("BAKEOFF_SGLANG_PYTHON") or sys.executable
+    installer: ClassVar[SglangInstaller] = SglangInstaller()
+    compose: ClassVar[SglangCompose] = SglangCompose(
+        IMAGE, CONTAINER_PORT, ("CMD", "python3", "-c", "import urllib.request; urllib.request.urlopen("
+                                f"'http://127.0.0.1:{CONTAINER_PORT}/health', timeout=4)"),
+        program=("python3", "-m", "sglang.launch_server"), extra={"shm_size": "16gb"})
 
-    def install_hint(self) -> str:
-        return ("install SGLang in a GPU environment (`pip install sglang`) and point options.python or "
-                "$BAKEOFF_SGLANG_PYTHON at it, or use launch: compose")
+    def model_ref(self, model: str) -> str:
+        """A local path made absolute, or the string as given (a Hugging Face hub id)."""
+        path = Path(model).expanduser()
+        return str(path.resolve()) if path.exists() else model
 
     def preflight(self, arm: Arm) -> None:
         options = self.options(arm)
@@ -252,12 +270,12 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
             raise PreflightError(f"arm {arm.name!r}: options.eagle_topk > 1 drafts a tree; set "
                                  f"options.num_draft_tokens (its size) too")
         if arm.launch == "native":
-            python = self.python(options)
+            python = self.installer.python(options)
             if python == sys.executable:
                 if importlib.util.find_spec("sglang") is None:
-                    raise EngineUnavailable(f"arm {arm.name!r}: sglang is not installed here; {self.install_hint()}")
+                    raise EngineUnavailable(f"arm {arm.name!r}: sglang is not installed here; {self.installer.hint()}")
             elif not (Path(python).is_file() or shutil.which(python)):
-                raise EngineUnavailable(f"arm {arm.name!r}: interpreter {python!r} not found; {self.install_hint()}")
+                raise EngineUnavailable(f"arm {arm.name!r}: interpreter {python!r} not found; {self.installer.hint()}")
 
     # -- launch ------------------------------------------------------------------------
     def spec_args(self, arm: Arm, options: SglangOptions, draft_path: str | None) -> list[str]:
@@ -295,44 +313,12 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
             args.append("--disable-cuda-graph")
         return args + self.spec_args(arm, options, draft) + list(arm.extra_args)
 
-    def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
+        assert launch.program is not None  # core locates it for every native launch (resolve_launch)
         options = self.options(arm)
-        model = _local_or_hub(arm.launched_model)
-        draft = _local_or_hub(arm.speculative.draft_model) if arm.speculative.draft_model else None
-        argv = [self.python(options), "-m", "sglang.launch_server",
-                *self.server_args(arm, options, model, draft, arm.settings.host, port)]
+        argv = [*launch.program.argv, *self.server_args(arm, options, launch.model, launch.draft_model,
+                                                        arm.settings.host, launch.port)]
         return LaunchSpec(argv=argv, env=dict(arm.env), ready_path="/health")
-
-    def compose_service(self, arm: Arm, port: int) -> dict[str, Any]:
-        """The pinned SGLang image on all GPUs; local models bind-mounted read-only, hub ids read from the
-        Hugging Face cache mounted read-only (offline: the model must already be in it)."""
-        options = self.options(arm)
-        mounts = Mounts()
-        hub = False
-
-        def place(model: str) -> str:
-            nonlocal hub
-            if not Path(model).expanduser().exists():
-                hub = True
-                return model
-            return mounts.place(model)
-
-        model = place(arm.launched_model)
-        draft = place(arm.speculative.draft_model) if arm.speculative.draft_model else None
-        env = dict(arm.env)
-        service = compose_service_spec(
-            options.image, ["python3", "-m", "sglang.launch_server",
-                            *self.server_args(arm, options, model, draft, "0.0.0.0", CONTAINER_PORT)],
-            port, CONTAINER_PORT, ["CMD", "python3", "-c", f"import urllib.request; urllib.request.urlopen("
-                                   f"'http://127.0.0.1:{CONTAINER_PORT}/health', timeout=4)"],
-            mounts=mounts, env=env, gpus=True, shm_size="16gb")
-        if hub:
-            cache = options.hf_cache or os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
-            service["volumes"].append({"type": "bind", "source": str(Path(cache).expanduser()),
-                                       "target": "/root/.cache/huggingface", "read_only": True})
-            env.setdefault("HF_HUB_OFFLINE", "1")
-            service["environment"] = env
-        return service
 
     # -- startup -----------------------------------------------------------------------
 
@@ -404,8 +390,3 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
                                "line); /server_info average recorded in extra")
         return stats
 
-
-def _local_or_hub(model: str) -> str:
-    """A local path made absolute, or the string as given (a Hugging Face hub id)."""
-    path = Path(model).expanduser()
-    return str(path.resolve()) if path.exists() else model
