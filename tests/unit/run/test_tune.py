@@ -1,0 +1,107 @@
+"""``bakeoff tune`` on the sim engine: the race keeps identical candidates as a plateau, and the verification
+catches a candidate that is fast at one stream and collapses at four. Real sim processes, real requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.tune import candidate_settings, simplicity, tune_arms
+from bakeoff.core.run.tune import TUNE_FILE, engine_config, read_tune, run_tune
+
+WORKLOAD = "workload: {prompts: [prose], max_tokens: 24, reps: 3, warmup: 0, gates: [], seed: 3}\n"
+
+
+def test_space_expands_like_a_sweep_on_the_baseline() -> None:
+    config = parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim, options: {itl_ms: 20}}\n"
+                           "  - {name: fixed, engine: sim, model: sim, options: {itl_ms: 5}}\n" + WORKLOAD +
+                           "tune: {space: {options.itl_ms: [10, 15], options.tokens_per_event: [1, 2]}}\n")
+    arms = tune_arms(config)
+    assert [a.name for a in arms.candidates] == [
+        "fixed", "tune-itl_ms10-tokens_per_event1", "tune-itl_ms10-tokens_per_event2",
+        "tune-itl_ms15-tokens_per_event1", "tune-itl_ms15-tokens_per_event2"]
+    assert arms.settings("fixed") == {"options.itl_ms": 5}
+    # the baseline's own value is no change: tokens_per_event 1 is the sim's default, unset on the baseline
+    assert candidate_settings(arms.generated[0], arms.baseline) == {"options.itl_ms": 10,
+                                                                    "options.tokens_per_event": 1}
+    s = {n: simplicity(arms.settings(n), arms.space) for n in ["spec-off", *[a.name for a in arms.generated]]}
+    assert s["spec-off"] < s["tune-itl_ms10-tokens_per_event1"] < s["tune-itl_ms10-tokens_per_event2"] \
+        < s["tune-itl_ms15-tokens_per_event1"]
+
+
+def test_a_bad_space_key_is_named() -> None:
+    config = parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim}\n" + WORKLOAD +
+                           "tune: {space: {speculative.nmax: [2]}}\n")
+    with pytest.raises(ConfigError, match="tune.space.*nmax"):
+        tune_arms(config)
+    with pytest.raises(ConfigError, match="no 'tune:' section"):
+        tune_arms(parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim}\n"))
+
+
+def test_identical_candidates_stay_a_plateau_and_the_simplest_is_named(tmp_path: Path) -> None:
+    # usage_offset only matters when usage is wrong: the two candidates run the same speed (and differ on paper)
+    config = parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim, options: {itl_ms: 30}}\n" + WORKLOAD +
+                           "tune: {space: {options.itl_ms: [10], options.usage_offset: [4, 5]}, max_passes: 3, "
+                           "budget_s: 600}\n")
+    outcome = run_tune(config, tmp_path, verify=False)
+    result = outcome.result
+    statuses = {c.arm: c.status for c in result.candidates}
+    assert statuses == {"tune-itl_ms10-usage_offset4": "plateau", "tune-itl_ms10-usage_offset5": "plateau"}
+    assert "winner" not in statuses.values()
+    assert result.winner["arm"] == "tune-itl_ms10-usage_offset4"  # the earlier listed value: the simplest
+    assert result.winner["chosen_by"].startswith("simplest of a plateau of 2")
+    assert all(c.ci_low is not None and c.ci_low > 1 for c in result.candidates)  # both beat spec-off
+    assert result.passes == 3 and result.stopped == "max passes (3)"
+    assert read_tune(outcome.race.path) == result and (outcome.race.path / TUNE_FILE).is_file()
+
+
+def test_fast_at_one_stream_collapsing_at_four_is_caught_by_the_verification(tmp_path: Path) -> None:
+    config = parse_bakeoff(
+        "arms:\n  - {name: spec-off, engine: sim, model: sim, options: {itl_ms: 20}}\n" + WORKLOAD +
+        "tune: {space: {options.itl_ms: [8, 14], options.itl_ms_per_stream: [0, 40]}, streams: [1], "
+        "max_passes: 4, budget_s: 600, verify_streams: [1, 4], verify_passes: 3}\n")
+    outcome = run_tune(config, tmp_path)
+    result = outcome.result
+    # at one stream itl 8 is fastest whatever it does under load; the simplest of the two (no per-stream cost)...
+    winner = result.winner["arm"]
+    assert result.winner["settings"]["options.itl_ms"] == 8
+    assert {c.arm: c.status for c in result.candidates}["tune-itl_ms14-itl_ms_per_stream0"] == "dropped"
+    assert result.verify is not None
+    by_level = {p.streams: p for p in result.verify.points}
+    if winner == "tune-itl_ms8-itl_ms_per_stream40":  # named: the verification must catch it at 4 streams
+        assert by_level[4].collapse and result.verify.collapse_at == [4] and not by_level[1].collapse
+    else:  # the plateau's simplest holds; the collapsing one runs as runner-up and is separably slower at 4
+        assert winner == "tune-itl_ms8-itl_ms_per_stream0" and not result.verify.collapse
+        ratio = by_level[4].ratios["tune-itl_ms8-itl_ms_per_stream40"]
+        assert ratio is not None and ratio.hi < 1
+
+
+def test_a_collapsing_winner_is_flagged(tmp_path: Path) -> None:
+    # the only candidate: fast alone, slow with company
+    config = parse_bakeoff(
+        "arms:\n  - {name: spec-off, engine: sim, model: sim, options: {itl_ms: 20}}\n" + WORKLOAD +
+        "tune: {space: {options.itl_ms: [8], options.itl_ms_per_stream: [40]}, streams: [1], max_passes: 3, "
+        "budget_s: 600, verify_streams: [1, 4], verify_passes: 3}\n")
+    result = run_tune(config, tmp_path).result
+    assert result.winner["arm"] == "tune-itl_ms8-itl_ms_per_stream40"
+    assert [c.status for c in result.candidates] == ["winner"]
+    assert result.verify is not None and result.verify.collapse and result.verify.collapse_at == [4]
+    assert not {p.streams: p for p in result.verify.points}[1].collapse
+    with pytest.raises(ConfigError, match="no live: section"):
+        run_tune(config, tmp_path, promote=True)
+
+
+def test_engine_config_is_the_adapters_own_flags_less_the_baselines(tmp_path: Path) -> None:
+    from bakeoff.engines.llamacpp.adapter import LlamaCppAdapter
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    config = parse_bakeoff(f"arms:\n  - {{name: spec-off, engine: llamacpp, model: {model}}}\n" + WORKLOAD +
+                           "tune: {space: {speculative.method: [ngram], speculative.n_max: [4]}}\n")
+    arms = tune_arms(config)
+    out = engine_config(LlamaCppAdapter(), arms.generated[0], arms.baseline, tmp_path)
+    assert out["engine"] == "llamacpp" and "4" in out["flags"]
+    assert "--model" not in out["flags"] and "-m" not in out["flags"]
