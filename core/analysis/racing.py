@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from ..results.sample import Sample
 from .stats import MIN_ADAPTIVE_PASSES, N_BOOT, Interval, paired_ratio, verdict_stop_level
 
-__all__ = ["Look", "RaceCandidate", "TuneResult", "TuneVerify", "VerifyPoint", "look", "ratio_to_baseline"]
+__all__ = ["Look", "RaceCandidate", "Status", "TuneResult", "TuneVerify", "VerifyPoint", "look", "ratio_to_baseline"]
 
 Status = Literal["winner", "plateau", "dropped"]
 

@@ -17,13 +17,23 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ..analysis.racing import RaceCandidate, TuneResult, TuneVerify, VerifyPoint, look, ratio_to_baseline, separable
+from ..analysis.racing import (
+    RaceCandidate,
+    Status,
+    TuneResult,
+    TuneVerify,
+    VerifyPoint,
+    look,
+    ratio_to_baseline,
+    separable,
+)
 from ..common.errors import ConfigError
 from ..config.schema import Arm, BakeoffFile
 from ..config.tune import TuneArms, race_config, simplicity, tune_arms, verify_config, winner_file
@@ -82,10 +92,8 @@ def engine_config(adapter: EngineAdapter[Any], arm: Arm, baseline: Arm, workdir:
     out: dict[str, Any] = {"engine": arm.engine, "flags": flags}
     for flag, value in mine:
         if value is not None and value.startswith("{") and (flag, value) not in ref:
-            try:
+            with suppress(json.JSONDecodeError):
                 out[flag.lstrip("-").replace("-", "_")] = json.loads(value)
-            except json.JSONDecodeError:
-                pass
     return out
 
 
@@ -140,10 +148,11 @@ def _candidates(race: _Race, run: RunDir, plateau: list[str], named: str) -> lis
     for arm in race.arms.candidates:
         ci = ratio_to_baseline(samples, arm.name, race.baseline, seed=race.seed)
         drop = race.dropped.get(arm.name)
-        status = "dropped" if drop else ("winner" if plateau == [named] == [arm.name] else "plateau")
+        status: Status = "dropped" if drop else ("winner" if plateau == [named] == [arm.name] else "plateau")
         out.append(RaceCandidate(arm=arm.name, settings=race.arms.settings(arm.name), status=status,
                                  dropped_after_requests=drop["after"] if drop else None,
-                                 dropped_at_pass=drop["pass"] if drop else None, dropped_vs=drop["vs"] if drop else None,
+                                 dropped_at_pass=drop["pass"] if drop else None,
+                                 dropped_vs=drop["vs"] if drop else None,
                                  ratio=ci.estimate if ci else None, ci_low=ci.lo if ci else None,
                                  ci_high=ci.hi if ci else None))
     return out

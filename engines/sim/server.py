@@ -118,7 +118,8 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
             else:  # reset, kill: the stream ends here
                 yield (fault, None)
                 return
-        if sent and (b["itl_ms"] or b["itl_ms_per_stream"]):  # the first slow_requests stream at half speed: an engine still warming up
+        # the first slow_requests stream at half speed: an engine still warming up
+        if sent and (b["itl_ms"] or b["itl_ms_per_stream"]):
             # launch_speed: this launch's state (0.5: an engine that came up in a slow state, all its life)
             itl_ms = b["itl_ms"] + b["itl_ms_per_stream"] * max(0, in_flight() - 1)
             yield ("sleep", itl_ms / 1000 * (2 if request_no <= b["slow_requests"] else 1) / b["launch_speed"])
