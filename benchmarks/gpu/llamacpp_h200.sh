@@ -60,9 +60,13 @@ say "install exit $(cat "$WORK/install.rc")"; cat "$WORK/logs/install.log"
 bk engines > "$WORK/logs/engines.txt" 2>&1; grep llamacpp -A3 "$WORK/logs/engines.txt"
 
 # -- 4. the bakeoffs --------------------------------------------------------------------------------
-# RUNS=sessions runs only the agent sessions to ~32k tokens (sessions.yaml = benchmarks/gpu/sessions-h200.yaml)
-RUNS=${RUNS:-mtp dflash}
-[ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && [ "$RUNS" = "mtp dflash" ] && RUNS="$RUNS split"  # two GPUs
+# RUNS=sessions runs only the agent sessions to ~32k tokens (sessions.yaml = benchmarks/gpu/sessions-h200.yaml);
+# RUNS=load the load frontier (issue 30, benchmarks/gpu/load-h200.yaml); RUNS=structured only the tool-call /
+# JSON-schema file (issue 29); by default, the speculation table
+if [ -z "${RUNS:-}" ]; then
+  RUNS="mtp dflash"
+  [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && RUNS="$RUNS split"  # split modes need two GPUs
+fi
 for name in $RUNS; do
   [ "$(left)" -le 40 ] && { say "no time left for $name"; break; }
   say "bakeoff run $name.yaml"
@@ -71,6 +75,10 @@ for name in $RUNS; do
   say "exit $?"
   run=$(ls -td "$WORK"/runs/*"$name"*/ 2>/dev/null | head -1)
   [ -n "$run" ] && bk report "$run" > "$WORK/report-$name.txt" 2>&1 && cat "$WORK/report-$name.txt"
+  if [ -n "$run" ] && [ "$name" = load ]; then  # DFlash against its own spec-off target, and the flat tables
+    bk report "$run" --tables --baseline target-off > "$WORK/report-load-dflash.txt" 2>&1
+    bk export "$run" --format csv > /dev/null 2>&1
+  fi
 done
 pack
 say "done"

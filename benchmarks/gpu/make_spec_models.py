@@ -8,9 +8,11 @@
 - ``mtp-agree-a0.70``: the same with a head that misses, so acceptance is 0.70 at n-max 1;
 - ``target-agree`` + ``dflash-agree`` (block 16): a llama target and a DFlash draft that always agree.
 
-It writes ``mtp.yaml``, ``dflash.yaml``, ``split.yaml`` (the target on one GPU vs split over two in each
-llama.cpp split mode: for a machine with two GPUs) and ``sessions.yaml`` (agent sessions to ~32k tokens: the
-same as benchmarks/gpu/sessions-h200.yaml, with this machine's model paths).
+It writes ``mtp.yaml``, ``dflash.yaml``, ``structured.yaml`` (tool calls and JSON schemas with speculation off,
+n-gram and MTP at 1, 4 and 16 streams: issue 29), ``load.yaml`` (the load frontier, issue 30), ``split.yaml``
+(the target on one GPU vs split over two in each llama.cpp split mode: for a machine with two GPUs) and
+``sessions.yaml`` (agent sessions to ~32k tokens: the same as benchmarks/gpu/sessions-h200.yaml, with this
+machine's model paths).
 
 Random matrices are drawn on the GPU with torch where it is there (about 20 s a model), else numpy.
 ``--small`` makes tiny models of the same kinds, so the whole pipeline can be tried on a CPU.
@@ -93,6 +95,7 @@ def main() -> None:
 
     gpu_layers: object = int(a.gpu_layers) if a.gpu_layers.isdigit() else a.gpu_layers
     settings = {"ctx": 4096, "parallel": 1, "gpu_layers": gpu_layers, "flash_attn": "on"}
+    load_settings = {**settings, "ctx": 32768, "parallel": 64}
     workload = {"prompts": ["code_python", "prose", "code_bash"], "max_tokens": a.max_tokens, "reps": a.reps,
                 "passes": a.passes, "warmup": 1, "modes": ["greedy"], "gpu_sample_interval_s": 0.1}
     files = {
@@ -116,6 +119,32 @@ def main() -> None:
             _arm("mtp-off", paths["mtp"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}),
             _arm("mtp", paths["mtp"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}, {"method": "mtp", "n_max": 3}),
         ], "workload": SESSION_WORKLOAD},
+        # issue 29: tool calls and JSON-schema outputs on the MTP model, spec off vs n-gram vs MTP, 1/4/16 streams
+        # (16 slots of 2048 tokens each); benchmarks/gpu/structured-h200.yaml is this file as committed
+        "structured": {"name": "h200-structured", "baseline": "spec-off", "workload": {
+            "prompts": ["code_python"], "structured": {"kinds": ["json_schema", "tool_call"]},
+            "concurrency": [1, 4, 16], "max_tokens": a.max_tokens, "reps": 1, "passes": a.passes, "warmup": 1,
+            "modes": ["greedy"], "gates": [], "gpu_sample_interval_s": 0.1}, "arms": [
+            _arm("spec-off", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16}),
+            _arm("ngram", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16},
+                 {"method": "ngram", "variant": "mod", "n_max": 4}),
+            _arm("mtp", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16}, {"method": "mtp", "n_max": 2}),
+        ]},
+        # issue 30: where speculation stops paying as the load grows (closed loop 1-64 streams, open loop 4 and
+        # 16 req/s), each method against its own spec-off model (`bakeoff report RUN --baseline target-off` for
+        # DFlash's crossover); 64 slots of 512 tokens each
+        "load": {"name": "h200-load", "baseline": "mtp-off", "workload": {
+            "prompts": ["code_python"], "max_tokens": 128, "reps": 2, "passes": 1, "warmup": 1, "modes": ["greedy"],
+            "gates": [], "gpu_sample_interval_s": 0.1, "concurrency": [1, 4, 16, 64],
+            "arrival": {"rates": [4, 16], "distribution": "poisson", "requests": 24, "seed": 1},
+            "slo": {"interactive": {"ttft_s": 0.5, "tpot_s": 0.02}, "relaxed": {"ttft_s": 2.0, "tpot_s": 0.05}}},
+            "arms": [
+                _arm("mtp-off", paths["mtp"], load_settings),
+                _arm("mtp-n3", paths["mtp"], load_settings, {"method": "mtp", "n_max": 3}),
+                _arm("target-off", paths["target"], load_settings),
+                _arm("dflash-n7", paths["target"], load_settings,
+                     {"method": "dflash", "draft_model": str(paths["dflash"]), "n_max": 7}),
+            ]},
         # two GPUs (nvidia-h200-x2): the same target split over both, each llama.cpp split mode of this build
         "split": {"name": "h200x2-split", "baseline": "one-gpu", "workload": workload, "arms": [
             _arm("one-gpu", paths["target"], {**settings, "gpus": [0]}),

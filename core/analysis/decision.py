@@ -157,16 +157,22 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Callable[[st
 
 def recommend(samples: Sequence[Sample], baseline: str, arms: Sequence[ArmStats], comparisons: Sequence[Comparison],
               kinds: dict[str, str], specs: dict[str, Speculative], *, n_boot: int = N_BOOT,
-              level: float = LEVEL, seed: int = 0) -> list[Recommendation]:
+              level: float = LEVEL, seed: int = 0, also_excluded: dict[str, str] | None = None
+              ) -> list[Recommendation]:
     """One recommendation per use case (category x depth x streams, as the run swept them); [] when no
-    arm speculates.
+    arm speculates. An invalid structured answer (``Sample.valid`` False) is never paired: speed is compared
+    on valid answers only.
 
     :param kinds: prompt name -> category; :param specs: arm -> its speculative settings.
+    :param also_excluded: arm -> why it may not be recommended, beyond the gates and equal work (e.g. fewer
+        valid structured answers than the baseline).
     """
+    samples = [s for s in samples if s.rate is None]  # open-loop points: the load section's crossover says it
     stats = {a.arm: a for a in arms}
     by_arm = {c.arm: c for c in comparisons if c.reference == baseline}
     speculating = [a for a in by_arm if setting_label(specs.get(a)) != "off"]
-    why_not = {a: w for a in speculating if (w := _exclusion(a, stats, by_arm)) is not None}
+    why_not = {a: w for a in speculating
+               if (w := _exclusion(a, stats, by_arm) or (also_excluded or {}).get(a)) is not None}
     candidates = [a for a in speculating if a not in why_not]
     if not speculating:
         return []
@@ -187,7 +193,7 @@ def recommend(samples: Sequence[Sample], baseline: str, arms: Sequence[ArmStats]
         for point in points:
             def within(arm: str, prompts: list[str] = prompts,
                        point: tuple[int | None, int | None] | None = point) -> list[Sample]:
-                return [s for s in samples if s.arm == arm and s.prompt in prompts
+                return [s for s in samples if s.arm == arm and s.prompt in prompts and s.valid is not False
                         and (point is None or (s.depth, s.concurrency) == point)]
 
             depth, streams = point or (None, None)

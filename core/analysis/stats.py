@@ -229,9 +229,19 @@ def _resample(clusters: np.ndarray, n_boot: int, rng: np.random.Generator) -> tu
 
 
 def _boot(values: np.ndarray, clusters: np.ndarray, n_boot: int, rng: np.random.Generator,
-          stat: Literal["median", "mean"]) -> np.ndarray:
+          stat: Literal["median", "mean"] | float) -> np.ndarray:
     index, mask = _resample(clusters, n_boot, rng)
     draws = values[index]
+    if not isinstance(stat, str):  # a quantile (0.9: p90), linear like np.quantile; nanquantile is slow per row
+        if mask is None:
+            return np.asarray(np.quantile(draws, stat, axis=1), dtype=float)
+        ordered = np.sort(np.where(mask, draws, np.inf), axis=1)
+        pos = stat * (mask.sum(axis=1) - 1)
+        lo = np.floor(pos).astype(np.intp)
+        hi = np.minimum(lo + 1, ordered.shape[1] - 1)
+        rows = np.arange(ordered.shape[0])
+        a, b = ordered[rows, lo], ordered[rows, hi]
+        return np.asarray(a + (pos - lo) * np.where(np.isfinite(b), b - a, 0.0), dtype=float)
     if mask is None:
         out = np.median(draws, axis=1) if stat == "median" else np.mean(draws, axis=1)
     else:
@@ -247,9 +257,9 @@ def _quantiles(boot: np.ndarray, level: float) -> tuple[float, float]:
 
 
 def bootstrap_ci(values: Sequence[float], clusters: Sequence[object] | None = None, *, stat: Literal[
-        "median", "mean"] = "median", n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0,
+        "median", "mean"] | float = "median", n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0,
         key: str = "") -> Interval | None:
-    """Percentile bootstrap interval of the median (or mean) of ``values``.
+    """Percentile bootstrap interval of the median (or mean, or the quantile ``stat`` in (0, 1)) of ``values``.
 
     :param clusters: the pass of each value; passes are resampled first, then values within them.
     :param key: names the statistic, so its random draws do not depend on what else is computed.
@@ -259,7 +269,7 @@ def bootstrap_ci(values: Sequence[float], clusters: Sequence[object] | None = No
     if x.size == 0:
         return None
     cl = np.asarray(clusters if clusters is not None else np.zeros(x.size, dtype=int))
-    estimate = float(np.median(x) if stat == "median" else np.mean(x))
+    estimate = float(np.median(x) if stat == "median" else np.mean(x) if stat == "mean" else np.quantile(x, stat))
     boot = _boot(x, cl, n_boot, rng_for(seed, key), stat)
     lo, hi = _quantiles(boot, level)
     return Interval(estimate=estimate, lo=min(lo, estimate), hi=max(hi, estimate), level=level, n=int(x.size),
@@ -322,7 +332,8 @@ def _rate(s: Sample) -> float:
 def _point(s: Sample) -> tuple[object, ...]:
     """Where a request sits in the design: prompt, mode, rep, pass, and any swept value (depth, ...)."""
     swept = tuple(getattr(s, f, None) for f in ("depth", "concurrency", "max_tokens"))
-    return (s.prompt, s.mode, s.rep, s.pass_index, *swept)
+    rate = (s.rate,) if s.rate is not None else ()  # only open-loop points: other runs keep their keys and draws
+    return (s.prompt, s.mode, s.rep, s.pass_index, *swept, *rate)
 
 
 def _keyed(samples: Iterable[Sample]) -> dict[tuple[object, ...], Sample]:

@@ -130,6 +130,8 @@ def _request(workload: Workload, prompts: Sequence[Prompt]) -> dict[str, Any]:
         out["needle"] = workload.needle
     if workload.concurrency:
         out["concurrency"] = sorted(workload.concurrency)
+    if workload.arrival is not None:
+        out["arrival"] = workload.arrival.model_dump(mode="json")
     return out
 
 

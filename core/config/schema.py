@@ -14,6 +14,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionToolChoiceOptionParam
+from openai.types.shared_params import ResponseFormatJSONSchema
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..common.errors import ConfigError
@@ -24,6 +26,8 @@ from .placement import ExecutorSpec, Host, check_placement
 __all__ = [
     "SPEC_METHODS",
     "ARM_NAME_MAX",
+    "Arrival",
+    "Slo",
     "Speculative",
     "Settings",
     "Arm",
@@ -216,6 +220,41 @@ class Prompt(Strict):
     name: str = Field(description="Short prompt name; a column in the tables.")
     kind: str = Field("custom", description="What the prompt exercises: code, prose, math, ...")
     messages: list[dict[str, str]] = Field(description="Chat messages sent as-is.")
+    response_format: ResponseFormatJSONSchema | None = Field(
+        None, description="Structured output: OpenAI's {type: json_schema, json_schema: {name, schema}}; every "
+                          "answer is validated against the schema.")
+    tools: list[ChatCompletionFunctionToolParam] | None = Field(
+        None, description="Tool calling: OpenAI's function tools; the answer must call one with arguments valid "
+                          "against its parameters.")
+    tool_choice: ChatCompletionToolChoiceOptionParam | None = Field(
+        None, description="OpenAI's tool_choice (auto, required, none, or a named function); needs tools.")
+
+    @model_validator(mode="after")
+    def _structured_consistent(self) -> Prompt:
+        if self.tool_choice is not None and not self.tools:
+            raise ValueError("tool_choice needs tools")
+        if self.response_format is not None and self.tools:
+            raise ValueError("give response_format or tools, not both: each answer is validated against one")
+        schemas = [("response_format.json_schema.schema", self.response_format["json_schema"].get("schema"))
+                   ] if self.response_format is not None else []
+        schemas += [(f"tools[{i}].function.parameters", t["function"].get("parameters"))
+                    for i, t in enumerate(self.tools or [])]
+        for where, schema in schemas:
+            if schema is None:
+                raise ValueError(f"{where} is missing: bakeoff validates every answer against it")
+            from jsonschema import Draft202012Validator
+            from jsonschema.exceptions import SchemaError
+
+            try:
+                Draft202012Validator.check_schema(schema)
+            except SchemaError as exc:
+                raise ValueError(f"{where} is not a valid JSON Schema: {exc.message}") from None
+        return self
+
+    @property
+    def structured(self) -> str | None:
+        """json_schema or tool_call for a structured prompt, None for free text."""
+        return "json_schema" if self.response_format else "tool_call" if self.tools else None
 
 
 class SamplingMode(Strict):
@@ -265,6 +304,75 @@ class SessionsSpec(Strict):
         return self
 
 
+StructuredKind = Literal["json_schema", "tool_call"]
+
+
+class Structured(Strict):
+    """``workload.structured``: tool calls and JSON-schema outputs, timed like any prompt, each answer validated."""
+
+    kinds: list[StructuredKind] = Field(default_factory=lambda: list(get_args(StructuredKind)),
+                                        description="Built-in structured prompts to add to the suite.")
+    max_tokens: int | None = Field(256, ge=1, le=10_000_000, description="Limit of each structured answer (never "
+                                   "forced: the grammar ends it); None: the workload's max_tokens.")
+    stall_s: float = Field(2.0, gt=0, description="A pause between two token events mid-answer at least this long "
+                                                   "(and stall_factor times the stream's median gap) is a stall.")
+    stall_factor: float = Field(10.0, ge=1, description="How far beyond the stream's own median gap a stall is.")
+
+    @field_validator("kinds")
+    @classmethod
+    def _kinds_listed_once(cls, v: list[StructuredKind]) -> list[StructuredKind]:
+        _no_repeats(v, "kind")
+        return v
+
+
+class Arrival(Strict):
+    """Open-loop load: requests sent at scheduled times whatever the server does (GuideLLM's and AIPerf's
+    request-rate load), unlike ``concurrency``, where each stream waits for its previous answer."""
+
+    rates: list[float] = Field(description="Request rates to run, in requests per second (one point each).")
+    distribution: Literal["poisson", "constant"] = Field(
+        "poisson", description="poisson: exponential gaps drawn from `seed`; constant: exactly 1/rate apart.")
+    requests: int | None = Field(None, ge=1, le=1_000_000, description="Requests per rate point.")
+    duration_s: float | None = Field(None, gt=0, le=86_400, description="Or: schedule rate x duration_s requests.")
+    seed: int = Field(0, description="Seed of the Poisson schedule (every arm gets the same schedule).")
+    max_in_flight: int | None = Field(None, ge=1, le=100_000, description="Most requests the client keeps open; "
+                                      "a request due while that many are open waits, and its latency still counts "
+                                      "from its scheduled time (None: no limit).")
+
+    @field_validator("rates")
+    @classmethod
+    def _positive_rates(cls, v: list[float]) -> list[float]:
+        if not v or any(r <= 0 for r in v):
+            raise ValueError("give a non-empty list of positive rates (requests per second)")
+        _no_repeats(v, "rate")
+        return v
+
+    @model_validator(mode="after")
+    def _one_size(self) -> Arrival:
+        if (self.requests is None) == (self.duration_s is None):
+            raise ValueError("give exactly one of 'requests' or 'duration_s'")
+        return self
+
+    def count(self, rate: float) -> int:
+        """Requests scheduled at ``rate``."""
+        return self.requests if self.requests is not None else max(1, round(rate * (self.duration_s or 0)))
+
+
+class Slo(Strict):
+    """One service-level tier: a request meets it when every limit given holds."""
+
+    ttft_s: float | None = Field(None, gt=0, description="Most seconds to the first token (from the scheduled "
+                                 "send time under open-loop load).")
+    tpot_s: float | None = Field(None, gt=0, description="Most seconds per output token after the first.")
+    e2e_s: float | None = Field(None, gt=0, description="Most seconds for the whole answer.")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> Slo:
+        if self.ttft_s is None and self.tpot_s is None and self.e2e_s is None:
+            raise ValueError("give at least one of ttft_s, tpot_s, e2e_s")
+        return self
+
+
 class Workload(Strict):
     """What every arm is asked to do, identically."""
 
@@ -299,6 +407,13 @@ class Workload(Strict):
                                           "each turn is timed with the prefix cache on; the verdict is on session "
                                           "time (docs/sessions.md).")
     needle: bool = Field(False, description="Depth sweep: hide a code in the filler; the answer must repeat it.")
+    structured: Structured | None = Field(
+        None, description="Timed structured requests (docs/structured.md): the built-in JSON-schema and "
+                          "tool-call prompts of `kinds` run beside the plain prompts, each answer validated.")
+    arrival: Arrival | None = Field(None, description="Open-loop load points: requests at scheduled times "
+                                    "(Poisson or constant), latency counted from each request's scheduled time.")
+    slo: dict[str, Slo] = Field(default_factory=dict, description="Goodput tiers: name -> limits; the load "
+                                "section reports the requests per second meeting each.")
     gates: list[GateName] = Field(
         default_factory=lambda: list(get_args(GateName)),
         description="Quality probes sent once per arm after its timed requests (greedy, short); an arm failing "
@@ -338,14 +453,20 @@ class Workload(Strict):
             _no_repeats([p.name for p in v], "prompt name")
         return v
 
+    @model_validator(mode="after")
+    def _arrival_alone(self) -> Workload:
+        if self.arrival is not None and self.depths:
+            raise ValueError("arrival: open-loop points do not combine with depths; run them in separate files")
+        return self
+
     def sampling_modes(self) -> dict[str, SamplingMode]:
         return {**DEFAULT_MODES, **self.sampling}
 
     @model_validator(mode="after")
     def _sessions_alone(self) -> Workload:
-        if self.sessions is not None and (self.depths or self.concurrency):
+        if self.sessions is not None and (self.depths or self.concurrency or self.arrival):
             raise ValueError("sessions replay whole conversations one turn at a time; they cannot be combined "
-                             "with 'depths' or 'concurrency'")
+                             "with 'depths', 'concurrency' or 'arrival'")
         return self
 
     @model_validator(mode="after")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, cast, get_args, get_origin
@@ -26,12 +26,21 @@ from typing_extensions import TypeVar
 
 from ..analysis.acceptance import acceptance_rate
 from ..common.errors import CapabilityNotSupported, ConfigError, EngineStartupError
-from ..config.schema import SPEC_METHODS, Arm, Prompt, Speculative, Workload, format_validation_error
+from ..config.schema import (
+    SPEC_METHODS,
+    Arm,
+    Prompt,
+    Speculative,
+    StructuredKind,
+    Workload,
+    format_validation_error,
+)
 from .client import SETUP_TIMEOUT_S, TokenCounts, bounded_get
 from .effective import Effective, compare_effective
 from .readback import EngineLog
 
 __all__ = [
+    "check_structured",
     "Capabilities",
     "MethodKnobs",
     "KNOBS",
@@ -125,6 +134,10 @@ class Capabilities(BaseModel):
     thinking_field: Literal["chat_template_kwargs", "none"] = Field("none", description=(
         "How core sends workload.thinking on every request: chat_template_kwargs.enable_thinking, or not at "
         "all (a server that would refuse an unknown field)."))
+    structured: tuple[StructuredKind, ...] = Field((), description=(
+        "Structured requests the engine takes in OpenAI's shape: json_schema (response_format with a schema, "
+        "decoded under a grammar) and tool_call (tools and tool_choice); a prompt of another kind is refused "
+        "before launch."))
     build_options: tuple[str, ...] = Field((), description=(
         "Options that choose the engine build rather than how it runs (llama.cpp's binary, a vLLM venv's python, "
         "an image): the configuration fingerprint leaves them out, and the two arms of a regression gate may "
@@ -535,6 +548,20 @@ def check_arm_capabilities(adapter: EngineAdapter, arm: Arm) -> None:
     if arm.settings.kv_type and caps.kv_types and arm.settings.kv_type not in caps.kv_types:
         raise CapabilityNotSupported(f"arm {arm.name!r}: settings.kv_type {arm.settings.kv_type!r} is not a "
                                      f"{adapter.name} KV cache type ({', '.join(caps.kv_types)})")
+
+
+def check_structured(adapter: EngineAdapter, arm: Arm, kinds: Iterable[str]) -> None:
+    """Refuse, before launch, structured requests the engine does not take (a server that ignored
+    ``response_format`` would answer free text, and every answer would read as invalid).
+
+    :raises CapabilityNotSupported: naming the kind and what the engine takes.
+    """
+    offered = adapter.capabilities.structured
+    for kind in dict.fromkeys(kinds):
+        if kind not in offered:
+            raise CapabilityNotSupported(
+                f"arm {arm.name!r}: {adapter.name} does not declare {kind} requests (it takes: "
+                f"{', '.join(offered) or 'none'}); leave the structured prompts out for this arm's run")
 
 
 def method_key(caps: Capabilities, spec: Speculative) -> str | None:

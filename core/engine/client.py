@@ -96,6 +96,7 @@ class StreamResult:
     finish_reason: str | None = None
     finish_t_ns: int | None = None  # arrival of the event that carried finish_reason
     text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {id, name, arguments}, assembled from deltas
     error: str | None = None
     flags: list[str] = field(default_factory=list)
     http_status: int | None = None
@@ -545,6 +546,17 @@ def _shape_problem(payload: Any) -> str | None:
             value = (delta or {}).get(key)
             if value is not None and not isinstance(value, str):
                 return f"choices[{i}].delta.{key} is {value!r}, not a string"
+        calls = (delta or {}).get("tool_calls")
+        if calls is not None and (not isinstance(calls, list) or not all(isinstance(t, dict) for t in calls)):
+            return f"choices[{i}].delta.tool_calls is {calls!r}, not a list of objects"
+        for t in calls or []:
+            index = t.get("index")
+            if index is not None and (isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 256):
+                return f"choices[{i}].delta.tool_calls index is {index!r}, not an integer 0..255"
+            fn = t.get("function") or {}
+            if not isinstance(fn, dict) or any(fn.get(k) is not None and not isinstance(fn.get(k), str)
+                                               for k in ("name", "arguments")):
+                return f"choices[{i}].delta.tool_calls function is {fn!r}, not {{name, arguments}} strings"
         finish = c.get("finish_reason")
         if finish is not None and not isinstance(finish, str):
             return f"choices[{i}].finish_reason is {finish!r}, not a string"
@@ -563,8 +575,24 @@ def _shape_problem(payload: Any) -> str | None:
 
 
 def _delta_text(choice: dict[str, Any]) -> str:
+    """The output text an event carries: content, reasoning, and a tool call's name and argument fragments
+    (tokens the engine generated too, so a tool-call answer has a decode window like any other)."""
     delta = choice.get("delta") or {}
-    return (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
+    calls = "".join((t.get("function") or {}).get("name") or "" for t in delta.get("tool_calls") or []) + "".join(
+        (t.get("function") or {}).get("arguments") or "" for t in delta.get("tool_calls") or [])
+    return (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "") + calls
+
+
+def _add_tool_calls(calls: list[dict[str, Any]], choice: dict[str, Any]) -> None:
+    """Assemble streamed tool-call deltas: fragments of one call share its ``index``."""
+    for t in (choice.get("delta") or {}).get("tool_calls") or []:
+        index = t.get("index", len(calls) - 1 if calls and not t.get("id") else len(calls))
+        while len(calls) <= index:
+            calls.append({"id": None, "name": "", "arguments": ""})
+        fn = t.get("function") or {}
+        calls[index]["id"] = t.get("id") or calls[index]["id"]
+        calls[index]["name"] += fn.get("name") or ""
+        calls[index]["arguments"] += fn.get("arguments") or ""
 
 
 def _usage_count(payload: dict[str, Any]) -> int | None:
@@ -676,6 +704,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
         content = "".join(_delta_text(c) for c in choices)
         for c in choices:
             _witness(result, c)
+            _add_tool_calls(result.tool_calls, c)
             if c.get("finish_reason"):
                 result.finish_reason = c["finish_reason"]
                 result.finish_t_ns = t

@@ -181,9 +181,14 @@ def build_request(arm: Arm, adapter: EngineAdapter, workload: Workload, prompt: 
     """The request body every arm sends for one prompt and sampling mode: the same core fields everywhere,
     then thinking, fixed length and the engine's own fields (:func:`request_fields`).
 
+    A structured prompt adds its ``response_format`` or ``tools``/``tool_choice`` and is never forced to a
+    length: the grammar ends the answer, and an engine told to ignore the end would run past it.
+
     :param max_tokens: a shorter limit than the workload's (the untimed warm-up).
     """
     limit = workload.max_tokens if max_tokens is None else max_tokens
+    if prompt.structured and max_tokens is None and workload.structured and workload.structured.max_tokens:
+        limit = workload.structured.max_tokens  # a JSON document or tool call is as long as it is
     body: dict[str, Any] = {
         "model": model_id or arm.name,
         "messages": prompt.messages,
@@ -195,7 +200,10 @@ def build_request(arm: Arm, adapter: EngineAdapter, workload: Workload, prompt: 
     for key in ("top_p", "top_k", "seed"):
         if getattr(mode, key) is not None:
             body[key] = getattr(mode, key)
-    body.update(request_fields(arm, adapter, workload, limit))
+    for key in ("response_format", "tools", "tool_choice"):
+        if getattr(prompt, key) is not None:
+            body[key] = getattr(prompt, key)
+    body.update(request_fields(arm, adapter, workload, None if prompt.structured else limit))
     return body
 
 

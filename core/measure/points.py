@@ -3,7 +3,8 @@
 This is the glue between the arm session's requests (core/run/arm.py) and the sweeps: it lists an arm's
 points, refuses the ones the running engine cannot serve (a depth past its context, more streams than its
 slots), rewrites a request for its point (depth filler, a salt per stream), and stamps each Sample with its
-point and the checks that belong to it (exact depth, exact output length under fixed work, needle found).
+point and the checks that belong to it (exact depth, exact output length under fixed work, needle found, a
+structured answer's validity and stalls).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..engine.client import StreamResult
 from ..results.sample import Sample
 from .concurrency import effective_slots, refused_levels
 from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
+from .structured import stamp_structured
 
 __all__ = ["CACHE_MISS_FLAG", "cache_flags", "DoneKeys", "Point", "arm_points", "is_done", "samples_expected",
            "PointRunner"]
@@ -41,24 +43,33 @@ class Point:
     session: str | None = None  # a sessions workload's turn: its session, index, and the prefix it should reuse
     turn: int | None = None
     prefix_floor: int | None = None  # the previous turn's whole prompt, in tokens (None: the first turn)
+    rate: float | None = None  # open-loop: workload.arrival's requests at this rate, prompts in turn
 
     @property
     def label(self) -> str:
-        parts = [f"depth {self.depth}" if self.depth else "", f"{self.concurrency} streams" if self.concurrency else ""]
+        parts = [f"depth {self.depth}" if self.depth else "", f"{self.concurrency} streams" if self.concurrency else "",
+                 f"{self.rate:g} req/s" if self.rate else ""]
         return ", ".join(p for p in parts if p) or "plain"
 
 
 def arm_points(workload: Workload, prompts: Sequence[Prompt], modes: Collection[str]) -> list[Point]:
-    """Every point, depth outermost so one depth's requests run back to back."""
+    """Every point, depth outermost so one depth's requests run back to back; open-loop rate points last
+    (one per rate and mode: its requests take the prompts in turn). With ``arrival`` and no concurrency the
+    rate points are the arm's only points."""
     depths: list[int | None] = [*workload.depths] if workload.depths else [None]
     levels: list[int | None] = [*workload.concurrency] if workload.concurrency else [None]
-    return [Point(p, m, r, d, c) for d in depths for c in levels for p in prompts for m in modes
-            for r in range(workload.reps)]
+    closed = [] if workload.arrival is not None and not workload.concurrency else [
+        Point(p, m, r, d, c) for d in depths for c in levels for p in prompts for m in modes
+        for r in range(workload.reps)]
+    rates = workload.arrival.rates if workload.arrival is not None else []
+    return closed + [Point(prompts[0], m, 0, rate=rate) for rate in rates for m in modes]
 
 
 def is_done(done: DoneKeys, arm: str, point: Point, pass_index: int) -> bool:
     """Resume: plain points are keyed (arm, prompt, mode, rep, pass); swept points add (depth, concurrency)."""
     key: tuple[object, ...] = (arm, point.prompt.name, point.mode, point.rep, pass_index)
+    if point.rate is not None:  # a rate point's requests are stored together: its first one stands for it
+        return (*key, None, None, point.rate) in done
     if point.depth is None and point.concurrency is None:
         return key in done
     return (*key, point.depth, point.concurrency) in done
@@ -70,8 +81,12 @@ def samples_expected(workload: Workload, prompts: int, modes: int) -> int:
         from ..config.sessions import load_sessions
 
         return sum(len(s.turns) for s in load_sessions(workload.sessions)) * modes * workload.reps
+    arrival = workload.arrival
+    opened = sum(arrival.count(r) for r in arrival.rates) * modes if arrival is not None else 0
+    if arrival is not None and not workload.concurrency:
+        return opened
     levels = workload.concurrency or [1]
-    return len(workload.depths or [None]) * sum(levels) * prompts * modes * workload.reps
+    return len(workload.depths or [None]) * sum(levels) * prompts * modes * workload.reps + opened
 
 
 def _salted(messages: list[dict[str, str]], salt: str) -> list[dict[str, str]]:
@@ -139,12 +154,12 @@ class PointRunner:
 
     def prepare(self, body: dict[str, Any], point: Point) -> DepthInfo | None:
         """Shape one request for its point: salt, depth filler. Untimed."""
-        salt = uuid.uuid4().hex[:10]
+        salt = f"{uuid.uuid4().int % 10**10:010d}"  # fixed-length digits: the same token count in every arm
         if point.depth is not None and self._builder is not None:
             self._template_kwargs = body.get("chat_template_kwargs")
             body["messages"], info = self._builder.messages(point.prompt, point.depth, salt)
             return info
-        if point.concurrency is not None:  # N copies of one prompt must not share a prefix cache
+        if point.concurrency is not None or point.rate is not None:  # copies of a prompt must not share a cache
             body["messages"] = _salted(body["messages"], salt)
         return None
 
@@ -152,9 +167,11 @@ class PointRunner:
                info: DepthInfo | None) -> Sample:
         """Stamp the sample with its point and the checks the point owes."""
         sample.max_tokens = body.get("max_tokens")
-        sample.depth, sample.concurrency = point.depth, point.concurrency
+        sample.depth, sample.concurrency, sample.rate = point.depth, point.concurrency, point.rate
         sample.needle_found = needle_found(info, result.text)
         sample.session, sample.turn = point.session, point.turn
+        if point.prompt.structured:  # validity, longest pause, stall
+            stamp_structured(sample, point.prompt, result, self.workload.structured)
         if sample.status != "ok":
             return sample
         if point.session is not None:
@@ -163,7 +180,7 @@ class PointRunner:
             sample.flags.append(f"depth-mismatch: usage.prompt_tokens {sample.prompt_tokens}, target {point.depth}")
         if sample.needle_found is False:
             sample.flags.append("needle-missed")
-        if self.workload.fixed_length and sample.completion_tokens is not None \
+        if self.workload.fixed_length and not point.prompt.structured and sample.completion_tokens is not None \
                 and sample.completion_tokens != sample.max_tokens:
             sample.flags.append(f"fixed-length-missed: {sample.completion_tokens} of {sample.max_tokens} tokens")
         return sample

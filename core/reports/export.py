@@ -9,7 +9,8 @@ Two tables, written as CSV, JSON lines or Parquet:
 - **points**: one row per arm and measured point (``table``: overall, sweep, depth or concurrency; the point's
   values as ``point.*`` columns): the median decode rate with its interval, the paired ratio against the
   baseline with its interval and verdict, acceptance, TTFT, aggregate tok/s, from the same run summary every
-  report is drawn from, so the numbers are the report's.
+  report is drawn from, so the numbers are the report's; load points (``table: load``) add p50/p90/p95/p99 of
+  TTFT, ITL, TPOT and end-to-end time with intervals, goodput per SLO tier and per-user/aggregate tok/s.
 
 And **community**: the community table the reports print (arm, overall median, mean, a column per prompt,
 acceptance, vs baseline) with the machine, the engine build and the fingerprint added to each row, as
@@ -26,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from ..analysis.load import LoadPoint
 from ..common.errors import ConfigError, MeasurementError
 from ..config.schema import Arm
 from ..results.sample import Sample
@@ -119,7 +121,22 @@ def point_rows(summary: RunSummary) -> list[Row]:
     for table in (summary.sweep, summary.depth, summary.concurrency):
         if table is not None:
             rows += [_point_row(summary, table.kind, r) for r in table.rows]
+    if summary.load is not None:
+        rows += [{"run_id": summary.run_id, **_load_row(p)} for p in summary.load.points]
     return rows
+
+
+def _load_row(p: LoadPoint) -> Row:
+    """A load point: its percentiles (``ttft_s.p99`` with ``_lo``/``_hi``), goodput per tier, tok/s."""
+    row: Row = {"table": "load", "arm": p.arm, f"point.{p.load}": p.value, "n": p.requests, "errors": p.errors,
+                "is_baseline": p.is_baseline, **_interval("per_user_tps", p.per_user_tps),
+                "aggregate_tps": p.aggregate_tps, "offered_rps": p.offered_rps, "tok_per_j": p.tok_per_j,
+                "send_lag_p99_s": p.send_lag_p99_s, **_comparison(p.vs_baseline)}
+    for metric, qs in p.percentiles.items():
+        for q, ci in qs.items():
+            row.update(_interval(f"{metric}.{q}", ci))
+    row.update({f"goodput.{tier}": rps for tier, rps in p.goodput.items()})
+    return row
 
 
 def community_rows(summary: RunSummary) -> tuple[list[str], list[list[str]]]:

@@ -120,6 +120,9 @@ def _verdict_html(v: Verdict, s: RunSummary) -> list[str]:
             v.recommendation) else ""
         parts += [f"<p><b>Recommendation</b>{more}</p>", '<ul id="recommendation">'
                   + "".join(f"<li>{esc(line)}</li>" for line in v.recommendation) + "</ul>"]
+    if v.structured:
+        parts += ['<p><b>Structured requests</b> (<a href="#structured">the table</a>)</p>',
+                  '<ul id="structured-lines">' + "".join(f"<li>{esc(line)}</li>" for line in v.structured) + "</ul>"]
     if v.accounting:
         parts.append(f'<p id="accounting"><b>Token accounting</b>: {esc(v.accounting)}</p>')
     parts += [f'<p class="meta">{esc(n)}</p>' for n in v.notes]

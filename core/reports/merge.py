@@ -108,7 +108,7 @@ def _labels(manifests: Sequence[BundleManifest], given: Sequence[str]) -> list[s
 
 def _sample_key(s: Sample, run_id: str) -> tuple[Any, ...]:
     return (s.run_id or run_id, s.arm, s.prompt, s.mode, s.rep, s.pass_index, s.depth, s.concurrency, s.max_tokens,
-            s.started_at, s.output_sha256)
+            s.rate, s.started_at, s.output_sha256)
 
 
 def _refuse_duplicates(opened: Sequence[_Opened]) -> None:

@@ -18,6 +18,7 @@ from ..analysis.decision import Recommendation, recommend
 from ..analysis.fairness import equal_work, finish_counts
 from ..analysis.gates import score_gates, spec_identity
 from ..analysis.launches import launch_bands
+from ..analysis.load import LoadSection, load_section
 from ..analysis.phases import PhaseResult, compare_phases
 from ..analysis.sessions import SessionsSummary, summarize_sessions
 from ..analysis.stats import (
@@ -32,6 +33,7 @@ from ..analysis.stats import (
     unpaired_ratio,
     verdict,
 )
+from ..analysis.structured import StructuredSummary, summarize_structured
 from ..common.errors import ConfigError
 from ..common.redact import redact_text, redact_url
 from ..config.schema import DEFAULT_MODES, Speculative
@@ -136,6 +138,11 @@ class RunSummary(BaseModel):
     sessions: SessionsSummary | None = Field(None, description="Sessions workload: per arm session time, cache-hit "
                                              "ratio and turns; per arm the paired session-time ratio (the "
                                              "headline) beside the decode ratio.")
+    structured: StructuredSummary | None = Field(None, description="Structured requests (tool calls, JSON "
+                                                 "schemas): validity, drafting under the grammar, stalls, speed "
+                                                 "of the valid answers against the baseline.")
+    load: LoadSection | None = Field(None, description="Load points (concurrency levels and open-loop rates): "
+                                     "latency percentiles, goodput per SLO tier, the frontier and the crossover.")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -419,8 +426,10 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         sweep=sweep_table(samples, config.arms, baseline, **boot) if config else None,
         depth=depth_table(samples, arm_order, baseline, **boot),
         concurrency=concurrency_table(samples, arm_order, baseline, **boot),
+        load=load_section(samples, arm_order, baseline, workload.slo if workload else None, **boot),
         acceptance=run_acceptance(samples, arm_order),
         sessions=summarize_sessions(samples, arm_order, baseline, **boot),
+        structured=summarize_structured(samples, arm_order, baseline, **boot),
         calibration=analyze_calibration(config.model_dump(mode="json") if config else {}, samples, data.records,
                                         **boot, run_path=path))
     summary.hardware = _hardware(placement, samples, **boot)
@@ -433,6 +442,9 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     if baseline and not (config and config.calibrate):
         kinds = {str(p["name"]): str(p.get("kind") or p["name"]) for p in record.prompts}
         specs = {arm: e.speculative for arm, e in summary.engines.items()}
+        less_valid = {name: f"fewer valid structured answers than {baseline}: {a.valid}/{a.requests}"
+                      for name, a in (summary.structured.arms if summary.structured else {}).items()
+                      if a.less_valid_than_baseline}
         summary.recommendations = recommend(samples, baseline, summary.arms, summary.comparisons, kinds, specs,
-                                            **boot)
+                                            **boot, also_excluded=less_valid)
     return summary

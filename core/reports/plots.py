@@ -21,10 +21,9 @@ from .calibration import calibration_curves_figure, calibration_heatmap_figure
 from .decision import decision_map_figure
 from .model import RunSummary
 
-__all__ = ["SESSION_PLOTS", "session_turns_figure",
-           "PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "ACCEPTANCE_PLOTS", "DECISION_PLOTS", "decode_figure",
-           "acceptance_figure", "fit_title", "gpu_figure", "histogram_figure", "positions_figure", "render_plots",
-           "write_plots"]
+__all__ = ["PLOTS", "GPU_PLOTS", "CALIBRATION_PLOTS", "ACCEPTANCE_PLOTS", "DECISION_PLOTS", "LOAD_PLOTS",
+           "SESSION_PLOTS", "decode_figure", "acceptance_figure", "fit_title", "gpu_figure", "histogram_figure",
+           "load_figure", "positions_figure", "render_plots", "session_turns_figure", "write_plots"]
 
 PLOTS = ("decode_by_prompt", "decode_vs_acceptance")  # every run
 GPU_PLOTS = ("gpu_power_clock_temp",)  # runs with GPU telemetry
@@ -32,6 +31,7 @@ CALIBRATION_PLOTS = ("calibration_heatmap", "calibration_curves")  # runs with a
 ACCEPTANCE_PLOTS = ("acceptance_histogram", "acceptance_per_position")  # arms whose engine counts draft steps
 DECISION_PLOTS = ("decision_map",)  # runs with a baseline and speculating arms
 SESSION_PLOTS = ("session_turns",)  # sessions workloads
+LOAD_PLOTS = ("load_frontier",)  # runs with concurrency or open-loop points
 # text.parse_math off: run, arm and prompt names are user text, and a '$' in one is not TeX (D16)
 _RC: dict[str, Any] = {"svg.hashsalt": "bakeoff", "svg.fonttype": "path", "font.size": 9, "text.parse_math": False}
 
@@ -230,6 +230,39 @@ def session_turns_figure(s: RunSummary) -> Figure | None:
     return fig
 
 
+def load_figure(s: RunSummary) -> Figure | None:
+    """Per-user against aggregate tok/s at each load, a line per arm in load order (one panel per kind of load),
+    the Pareto frontier ringed; None without load points."""
+    load = s.load
+    if load is None or not load.points:
+        return None
+    kinds = [k for k in ("streams", "rate") if any(p.load == k for p in load.points)]
+    fig = Figure(figsize=(6.4 * len(kinds), 4.6), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(kinds), squeeze=False)[0]
+    arms = list(dict.fromkeys(p.arm for p in load.points))
+    front = {(f.arm, f.load, f.value) for f in load.frontier}
+    for ax, kind in zip(axes, kinds, strict=True):
+        for arm, color in zip(arms, _colors(len(arms)), strict=True):
+            own = [p for p in load.points if p.arm == arm and p.load == kind and p.per_user_tps and p.aggregate_tps]
+            xs = [p.aggregate_tps or 0.0 for p in own]
+            ys = [p.per_user_tps.estimate if p.per_user_tps else 0.0 for p in own]
+            ax.plot(xs, ys, "o-", ms=4, lw=1, color=color, label=arm)
+            for p, x, y in zip(own, xs, ys, strict=True):
+                ax.annotate(f"{p.value:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                if (p.arm, p.load, p.value) in front:
+                    ax.plot([x], [y], "o", ms=10, mfc="none", mec="#222", mew=0.8)
+        ax.set_xlabel("aggregate tok/s (all streams)")
+        ax.set_ylabel("per-user tok/s (median decode)")
+        ax.set_title("closed loop: streams at each point" if kind == "streams" else "open loop: req/s at each point",
+                     fontsize=9)
+        ax.grid(lw=0.3)
+    _legend(axes[0], fontsize=8, ncols=min(4, len(arms)), loc="lower center", bbox_to_anchor=(0.5, 1.08),
+            frameon=False)
+    fig.suptitle(f"{s.name}: per-user vs aggregate throughput (ringed: the Pareto frontier)", fontsize=9)
+    return fig
+
+
 def render_plots(s: RunSummary, samples: Sequence[Sample] = (),
                  failures: list[str] | None = None) -> dict[str, dict[str, bytes]]:
     """Every plot as ``{name: {"png": bytes, "svg": bytes}}``.
@@ -247,7 +280,8 @@ def render_plots(s: RunSummary, samples: Sequence[Sample] = (),
         ("calibration_heatmap", lambda: calibration_heatmap_figure(s.calibration) if s.calibration else None),
         ("calibration_curves", lambda: calibration_curves_figure(s.calibration) if s.calibration else None),
         ("decision_map", lambda: decision_map_figure(s.recommendations)),
-        ("session_turns", lambda: session_turns_figure(s)))
+        ("session_turns", lambda: session_turns_figure(s)),
+        ("load_frontier", lambda: load_figure(s)))
     with matplotlib.rc_context(_RC):  # type: ignore[arg-type]  # stubs list the keys as literals
         for name, make in makers:
             try:

@@ -90,7 +90,7 @@ def sweep_table(samples: Sequence[Sample], arms: Sequence[Arm], baseline: str | 
         return None
     if varies and "speculative.n_max" not in keys:
         keys.insert(0, "speculative.n_max")
-    plain = [s for s in samples if s.depth is None and s.concurrency is None]
+    plain = [s for s in samples if s.depth is None and s.concurrency is None and s.rate is None]
     use = plain or list(samples)
     stats = _Stats(baseline, n_boot, level, seed)
     reference = [s for s in use if s.arm == baseline]

@@ -435,10 +435,77 @@ def _session_sections(s: RunSummary) -> list[Section]:
     return out
 
 
+def _structured_sections(s: RunSummary) -> list[Section]:
+    """Structured requests per arm: validity with its interval, drafting under the grammar, stalls, speed."""
+    if s.structured is None:
+        return []
+    header = ["arm", "valid", "validity (interval)", "by kind", "drafted free text / structured",
+              "acceptance free text / structured", "drafting", "stalls (longest gap)", "decode tok/s (valid)",
+              f"vs {s.baseline} (valid)"]
+    rows = []
+    for name, a in s.structured.arms.items():
+        def pct(x: float | None) -> str:
+            return DASH if x is None else f"{x:.0%}"
+        drafting = {None: DASH, True: "engaged", False: f"DISENGAGED ({a.disengaged} flagged)"}[a.drafting_engaged]
+        vs = "baseline" if name == s.baseline else DASH if a.vs_baseline is None else (
+            f"{fmt_interval(a.vs_baseline, 2).replace(' (', '× (')} {a.verdict}")
+        if a.less_valid_than_baseline:
+            vs += "; less valid: not recommended"
+        rows.append([name, f"{a.valid}/{a.requests}", f"{pct(a.validity_rate)} ({pct(a.ci_low)}–{pct(a.ci_high)})",
+                     " ".join(f"{k} {v}" for k, v in a.by_kind.items()),
+                     f"{fmt(a.drafts_free_text, 0)} / {fmt(a.drafts_structured, 0)}",
+                     f"{pct(a.acceptance_free_text)} / {pct(a.acceptance_structured)}", drafting,
+                     f"{a.stalls} ({fmt(a.max_gap_s, 2)} s)", fmt(a.decode_tps), vs])
+    reasons = [f"{name}: {'; '.join(a.invalid_reasons)}" for name, a in s.structured.arms.items()
+               if a.invalid_reasons]
+    note = (f"validity: Wilson {s.bootstrap.level:.0%} interval; speed paired over requests valid on both sides; "
+            "drafting DISENGAGED: drafts on free text but none (or acceptance under a fifth) under the grammar"
+            + (". invalid: " + " | ".join(reasons) if reasons else ""))
+    return [Section("structured", "Structured requests (tool calls, JSON schema)", header, rows, note)]
+
+
+# -- load points (core/analysis/load.py) -------------------------------------------------------------------
+def _ms(ci: Interval | None) -> str:
+    return DASH if ci is None else f"{ci.estimate * 1000:.0f}"
+
+
+def _load_sections(s: RunSummary) -> list[Section]:
+    """The load points (percentiles, goodput, frontier) and each arm's crossover against the baseline."""
+    load = s.load
+    if load is None:
+        return []
+    tiers = list(dict.fromkeys(t for p in load.points for t in p.goodput))
+    on_frontier = {(f.arm, f.load, f.value) for f in load.frontier}
+    header = ["arm", "load", "requests", "per-user tok/s", "aggregate tok/s", "TTFT p50/p99 ms", "ITL p50/p99 ms",
+              "e2e p50/p99 ms", *[f"goodput {t} req/s" for t in tiers], "vs baseline", "frontier"]
+    rows = []
+    for p in load.points:
+        pct = p.percentiles
+
+        def pair(metric: str, pct: dict[str, dict[str, Interval | None]] = pct) -> str:
+            return f"{_ms(pct.get(metric, {}).get('p50'))} / {_ms(pct.get(metric, {}).get('p99'))}"
+
+        rows.append([p.arm, f"{p.value:g} {'streams' if p.load == 'streams' else 'req/s'}", str(p.requests),
+                     fmt_interval(p.per_user_tps), fmt(p.aggregate_tps, 1), pair("ttft_s"), pair("itl_s"),
+                     pair("e2e_s"), *[fmt(p.goodput.get(t), 2) for t in tiers],
+                     fmt_ratio(p.vs_baseline),
+                     "yes" if (p.arm, p.load, p.value) in on_frontier else ""])
+    note = ("open-loop TTFT and e2e count from each request's scheduled send time; ITL = 1 / a request's decode "
+            "rate; percentiles over requests, intervals in summary.json; goodput = requests meeting the SLO tier / "
+            "wall time; frontier: no other point has both more per-user and more aggregate tok/s")
+    out = [Section("load", "load points", header, rows, note)]
+    if load.crossover:
+        out.append(Section("crossover", "where speculation stops paying", ["arm", "load", "against the baseline"],
+                           [[c.arm, c.load, c.summary] for c in load.crossover],
+                           "from the paired verdict at each load point (interval of the ratio excluding 1)"))
+    return out
+
+
 # Builders of the sections after the main table, in report order. A new section (its rows built into
 # RunSummary) adds one function here and appears in the terminal, report.md and report.html.
 SECTION_BUILDERS: list[Callable[[RunSummary], list[Section]]] = [
-    _session_sections, _point_sections, _acceptance_sections, _decision_sections, _hardware_sections]
+    _session_sections, _point_sections, _load_sections, _acceptance_sections, _structured_sections,
+    _decision_sections, _hardware_sections]
 
 
 def sections(s: RunSummary) -> list[Section]:

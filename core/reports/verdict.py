@@ -47,6 +47,7 @@ class Verdict:
     sessions: list[str] = field(default_factory=list)  # a sessions workload's headline, one line per arm
     accounting: str | None = None
     notes: list[str] = field(default_factory=list)  # neutral facts (gates that say nothing about this model)
+    structured: list[str] = field(default_factory=list)  # per arm: valid answers, drafting under the grammar, stalls
     warnings: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # arms that failed a pass, one line per distinct failure
 
@@ -139,6 +140,26 @@ def _gate_notes(s: RunSummary) -> list[str]:
             f"{'them' if several else 'it'} too, and every arm is compared with it)"]
 
 
+def _structured(s: RunSummary) -> list[str]:
+    """One line per arm of the structured requests: valid answers with their interval, drafting, stalls."""
+    if s.structured is None:
+        return []
+    out = []
+    for name, a in s.structured.arms.items():
+        line = f"{name}: {a.valid}/{a.requests} valid ({a.ci_low or 0:.0%}–{a.ci_high or 0:.0%})"
+        if a.drafting_engaged is False:
+            line += f", speculation DISENGAGED on {a.disengaged} of {a.requests} ({a.drafts_structured} drafted " \
+                    f"under the grammar, {a.drafts_free_text} on free text)"
+        elif a.drafting_engaged:
+            line += f", drafting ({a.drafts_structured} drafted)"
+        if a.stalls:
+            line += f", {a.stalls} stall(s) up to {a.max_gap_s or 0:.1f} s"
+        if a.less_valid_than_baseline:
+            line += "; less valid than the baseline: not recommended"
+        out.append(line)
+    return out
+
+
 def merge_warnings(warnings: list[str], arms: list[str]) -> list[str]:
     """Each warning once; the same caveat for several arms ("a: X", "b: X") as one line ("a, b: X")."""
     groups: dict[str, list[str]] = {}
@@ -179,8 +200,8 @@ def verdict_of(s: RunSummary) -> Verdict:
     warnings = merge_warnings([w for w in s.warnings if w not in shown], names)
     return Verdict(title=f"{s.name}: each arm against {s.baseline}" if s.baseline else s.name, design=design,
                    baseline=s.baseline, rows=rows, recommendation=_recommendation(s), sessions=_session_lines(s),
-                   accounting=_accounting(s),
-                   notes=_gate_notes(s), warnings=warnings, failures=merge_warnings(failures, names))
+                   accounting=_accounting(s), notes=_gate_notes(s), structured=_structured(s), warnings=warnings,
+                   failures=merge_warnings(failures, names))
 
 
 def print_verdict(v: Verdict, out: Console, *, more: str | None = None) -> None:
@@ -207,6 +228,8 @@ def print_verdict(v: Verdict, out: Console, *, more: str | None = None) -> None:
         lines.add_row("[bold]session time[/bold]" if i == 0 else "", escape(line))
     for i, line in enumerate(v.recommendation):
         lines.add_row("[bold]recommendation[/bold]" if i == 0 else "", escape(line))
+    for i, line in enumerate(v.structured):
+        lines.add_row("[bold]structured[/bold]" if i == 0 else "", escape(line))
     if v.accounting:
         lines.add_row("[bold]accounting[/bold]", escape(v.accounting))
     for note in v.notes:

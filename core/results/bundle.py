@@ -26,6 +26,7 @@ import io
 import json
 import tarfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path, PurePosixPath
@@ -294,6 +295,11 @@ def verify_bundle(bundle: Path) -> Verified:
     except OSError as exc:
         raise BundleError(f"cannot read {bundle}: {exc.strerror or exc}") from exc
     out = Verified(bundle, _sha256(raw))
+    try:  # tarfile stops at the first end-of-archive block, so a cut-off tail would otherwise pass unseen
+        gzip.decompress(raw)
+    except (EOFError, OSError, zlib.error) as exc:
+        out.problems.append(f"not a readable bundle (a gzip tar archive): truncated or corrupt: {exc}")
+        return out
     manifest_bytes, files = _members(bundle, out)
     out.files = files
     if manifest_bytes is None:

@@ -83,19 +83,23 @@ CREATE INDEX IF NOT EXISTS samples_by_uid ON samples (run_id, uid);
 """
 
 
-Point = tuple[str, str, str, int, int, int | None, int | None]
+# (arm, prompt, mode, rep, pass, depth, concurrency), and the rate last for an open-loop request
+Point = tuple[Any, ...]
 T = TypeVar("T")
 
 
 def point_of(sample: Sample) -> Point:
-    """The measurement point a sample belongs to: (arm, prompt, mode, rep, pass, depth, concurrency)."""
-    return (sample.arm, sample.prompt, sample.mode, sample.rep, sample.pass_index,
-            getattr(sample, "depth", None), getattr(sample, "concurrency", None))
+    """The measurement point a sample belongs to: (arm, prompt, mode, rep, pass, depth, concurrency), and
+    the rate after them for an open-loop request (whose rep is its place in the point's schedule)."""
+    point = (sample.arm, sample.prompt, sample.mode, sample.rep, sample.pass_index,
+             getattr(sample, "depth", None), getattr(sample, "concurrency", None))
+    rate = getattr(sample, "rate", None)
+    return point if rate is None else (*point, rate)
 
 
 def done_key(point: Point) -> tuple[Any, ...]:
     """The protocol's resume key for a point: 5 fields for plain points, 7 when depth or concurrency is set."""
-    return point[:5] if point[5] is None and point[6] is None else point
+    return point[:5] if len(point) == 7 and point[5] is None and point[6] is None else point
 
 
 def slots_of(point: Point) -> int:

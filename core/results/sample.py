@@ -91,14 +91,35 @@ class Sample(BaseModel):
     depth: int | None = Field(None, description="Depth sweep: target prompt tokens, chat template included.")
     needle_found: bool | None = Field(None, description="Depth sweep with needle: the hidden code was in the answer.")
     concurrency: int | None = Field(None, description="Concurrency sweep: streams sent at once (None: not a sweep).")
-    batch_id: str | None = Field(None, description="Concurrency sweep: the batch of simultaneous streams.")
+    batch_id: str | None = Field(None, description="Concurrency sweep: the batch of simultaneous streams; open-loop: "
+                                                   "the point's requests.")
     batch_wall_s: float | None = Field(
-        None, description="Concurrency sweep: first t_send to last t_done of the batch (perf_counter_ns, seconds).")
+        None, description="Concurrency sweep: first t_send to last t_done of the batch; open-loop: first due time "
+                          "to last t_done of the point (perf_counter_ns, seconds).")
+
+    rate: float | None = Field(None, description="Open-loop point: requests per second scheduled (None: not one).")
+    scheduled_s: float | None = Field(None, description="Open-loop: when this request was due, seconds after the "
+                                      "point's first request was due.")
+    send_lag_s: float | None = Field(None, description="Open-loop: t_send - the time it was due (perf_counter_ns): "
+                                     "how long the client's own backlog held it.")
+    ttft_sched_s: float | None = Field(None, description="Open-loop: t_first - the time it was due (TTFT counted "
+                                       "from the schedule, no coordinated omission).")
+    e2e_sched_s: float | None = Field(None, description="Open-loop: t_done - the time it was due.")
 
     session: str | None = Field(None, description="Sessions workload: the session this turn belongs to.")
     turn: int | None = Field(None, description="Sessions workload: the turn's index in its session (0 first).")
 
     phase: str | None = Field(None, description="Live-knob phase run: the phase id (arm is the knob or 'baseline').")
+
+    # structured requests (workload.structured, or a prompt with response_format / tools)
+    structured: Literal["json_schema", "tool_call"] | None = Field(
+        None, description="The request's constraint: json_schema (response_format) or tool_call (tools).")
+    valid: bool | None = Field(None, description="Structured: the answer parsed and validated against its "
+                                                 "schema (tool call: a declared tool, arguments valid against "
+                                                 "its parameters).")
+    invalid_reason: str | None = Field(None, description="Structured: why the answer is not valid.")
+    max_gap_s: float | None = Field(None, description="Structured: the longest pause between two token events "
+                                                      "mid-answer (flagged stall beyond the workload's threshold).")
 
     # noise guard
     client_cpu_s: float | None = Field(

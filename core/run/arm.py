@@ -4,9 +4,11 @@ This is the one place a timed request is made. Plain runs, depth and concurrency
 calibration arms, Ray blocks, self-tests and live runs all open an :class:`ArmSession` and call
 :meth:`ArmSession.measure`, so every sample gets the same guards whatever the run kind: the noise guard
 (CPU used by foreign processes), ``settings-mismatch`` when the read-back differs from what was asked,
-the finish flags, the point's own checks (exact depth, fixed length, needle), GPU telemetry, the kept
-greedy output, and the check that the engine is still alive and not stalled. The session fills the arm's
-typed :class:`~bakeoff.core.results.record.ArmAttempt` as it goes; the caller appends it to the run.
+the finish flags, the point's own checks (exact depth, fixed length, needle, a structured answer's
+validity and stalls), ``speculation-disengaged`` when a structured answer drafts nothing where free text
+drafted, GPU telemetry, the kept greedy output, and the check that the engine is still alive and not
+stalled. The session fills the arm's typed :class:`~bakeoff.core.results.record.ArmAttempt` as it goes; the
+caller appends it to the run.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ from ..engine.launcher import Engine, LogCursor, RunningEngine, SharedEngine, fr
 from ..engine.readback import EngineLog
 from ..host.hostinfo import CpuMeter
 from ..host.telemetry import GpuMonitor, open_monitor
+from ..measure.arrivals import run_open_loop, schedule
 from ..measure.concurrency import Batch, run_batch
 from ..measure.definitions import account, build_request, make_sample, request_fields
 from ..measure.gates import run_gates
 from ..measure.points import Point, PointRunner
+from ..measure.structured import DraftTally
 from ..results.record import ArmAttempt, GateAnswer, WarmupRecord
 from ..results.sample import Sample
 from ..results.store import RunDir
@@ -142,6 +146,7 @@ class ArmSession:
         self.attempt = ArmAttempt(status="ok", pass_index=pass_index)
         self.fresh = False
         self.engine: RunningEngine | None = None
+        self._drafts = DraftTally()  # free-text drafts of this engine start, to judge structured answers by
         self._stack = ExitStack()
 
     # -- opening ---------------------------------------------------------------------------------
@@ -227,15 +232,23 @@ class ArmSession:
 
     # -- the timed requests ----------------------------------------------------------------------
     def measure(self, point: Point, label: SampleLabel | None = None) -> list[Sample]:
-        """One point: a request, or ``point.concurrency`` streams at once (a sample per stream). Every sample
-        is flagged, stored and announced here; a dead or stalled engine ends the arm after it."""
+        """One point: a request, ``point.concurrency`` streams at once, or an open-loop rate point (a sample per
+        request). Every sample is flagged, stored and announced here; a dead or stalled engine ends the arm
+        after it."""
         mode = self.modes[point.mode]
-        samples = self._batch(point, mode) if point.concurrency is not None else [self._single(point, mode)]
+        if point.rate is not None:
+            samples = self._open_loop(point, mode)
+        elif point.concurrency is not None:
+            samples = self._batch(point, mode)
+        else:
+            samples = [self._single(point, mode)]
         stored = []
         for sample in samples:
             if label is not None:
                 sample.arm, sample.phase, sample.pass_index = label.arm, label.phase, label.pass_index
             sample.flags += finish_flags(sample, self.workload.fixed_length)
+            if disengaged := self._drafts.judge(sample):
+                sample.flags.append(disengaged)
             stored.append(self.run.append(sample))
             self.events.on_sample(stored[-1])
         self._check_engine(stored)
@@ -312,6 +325,43 @@ class ArmSession:
             sample = self._sample(point, result, EngineLog(), None, started_at, foreign)
             sample = self.runner.finish(sample, point, body, result, info)
             sample.batch_id, sample.batch_wall_s = batch.batch_id, batch.wall_s
+            samples.append(sample)
+        return samples
+
+    def _open_loop(self, point: Point, mode: SamplingMode) -> list[Sample]:
+        """``workload.arrival``'s requests at ``point.rate``, each sent when the seeded schedule says (prompts
+        in turn), whatever the server is doing. TTFT and end-to-end time are also counted from when each was
+        due (``ttft_sched_s``, ``e2e_sched_s``); server stats come from each response only, as in a batch."""
+        arrival = self.workload.arrival
+        assert arrival is not None and point.rate is not None
+        count = arrival.count(point.rate)
+        offsets = schedule(point.rate, count, arrival.distribution, arrival.seed)
+        prompts = [self.prompts[i % len(self.prompts)] for i in range(count)]
+        bodies = [build_request(self.arm, self.adapter, self.workload, p, mode, self.effective.model_id)
+                  for p in prompts]
+        infos = [self.runner.prepare(body, point) for body in bodies]
+        started_at = time.time()
+        self._meter.start()
+        loop = run_open_loop(self.http, bodies, offsets, self.workload.request_timeout_s,
+                             self.adapter.chunk_token_count, arrival.max_in_flight)
+        foreign = self._meter.stop()
+        if loop.most_waiting > 1:
+            self.events.on_warning(f"{self.arm.name}: at {point.rate:g} req/s up to {loop.most_waiting} requests "
+                                   f"waited for a place (arrival.max_in_flight); their latency counts from when "
+                                   "they were due")
+        samples = []
+        for i, (prompt, body, info, result) in enumerate(zip(prompts, bodies, infos, loop.results, strict=True)):
+            at = Point(prompt, point.mode, i, rate=point.rate)
+            sample = self._sample(at, result, EngineLog(), None, started_at + offsets[i], foreign)
+            sample = self.runner.finish(sample, at, body, result, info)
+            due = loop.due_ns[i]
+            lag = (result.t_send_ns - due) / 1e9  # t_first - due = ttft_s + lag
+            sample.scheduled_s, sample.send_lag_s = offsets[i], max(0.0, lag)
+            if sample.ttft_s is not None:
+                sample.ttft_sched_s = sample.ttft_s + lag
+            if result.t_done_ns:
+                sample.e2e_sched_s = (result.t_done_ns - due) / 1e9
+            sample.batch_id, sample.batch_wall_s = loop.run_id, loop.wall_s
             samples.append(sample)
         return samples
 

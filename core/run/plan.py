@@ -28,7 +28,7 @@ from ..common.errors import CapabilityNotSupported, ConfigError
 from ..config.fingerprint import flatten
 from ..config.prompts import resolve_prompts
 from ..config.schema import Arm, BakeoffFile, Prompt, SamplingMode, Workload
-from ..engine.adapter import EngineAdapter, check_arm_capabilities, launch_fingerprint, method_key
+from ..engine.adapter import EngineAdapter, check_arm_capabilities, check_structured, launch_fingerprint, method_key
 from ..engine.fingerprint import arm_fingerprint
 from ..engine.hardware import hardware_record
 from ..engine.registry import load_engine
@@ -70,12 +70,14 @@ def plan_run(config: BakeoffFile) -> Plan:
     Nothing is launched: a config or preflight problem in any arm stops the run before it starts.
     """
     arms = []
+    structured = [p.structured for p in resolve_prompts(config.workload) if p.structured]
     for i, arm in enumerate(config.arms):
         adapter = load_engine(arm.engine)
         adapter.options(arm, i)
         check_arm_capabilities(adapter, arm)
         if config.workload.sessions is not None and (problem := adapter.sessions_problem(arm)):
             raise ConfigError(f"arm {arm.name!r}: {problem}")
+        check_structured(adapter, arm, structured)
         arms.append(PlannedArm(arm, adapter, i))
     for planned in arms:
         if planned.arm.api_key_env and not os.environ.get(planned.arm.api_key_env):

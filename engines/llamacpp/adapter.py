@@ -179,6 +179,9 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         thinking_field="chat_template_kwargs",
         build_options=("binary", "build_version"),
         setting_defaults={"parallel": 1},  # launch_spec passes -np 1 when parallel is unset
+        # response_format's schema becomes a GBNF grammar; tools go through the Jinja chat template (--jinja,
+        # on by default since llama.cpp made it so; an arm passing --no-jinja loses tool calls)
+        structured=("json_schema", "tool_call"),
     )
     display_name = "llama-server"
     startup_failures = STARTUP_FAILURES

@@ -16,7 +16,7 @@ __all__ = ["OpenAICompatAdapter"]
 class OpenAICompatAdapter(EngineAdapter):
     name = "openai"
     description = "any OpenAI-compatible server, attach mode only (url:)"
-    capabilities = Capabilities(launch_modes=())
+    capabilities = Capabilities(launch_modes=(), structured=("json_schema", "tool_call"))  # the server decides
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         raise CapabilityNotSupported(f"arm {arm.name!r}: engine 'openai' cannot launch anything; give 'url:'")

@@ -31,6 +31,7 @@ from bakeoff.core import (
     EngineLog,
     FailureRule,
     LaunchSpec,
+    MethodKnobs,
     ServerStats,
 )
 
@@ -78,6 +79,10 @@ class SimOptions(BaseModel):
                                      "(an engine fast at one stream that slows as streams are added).")
     slow_requests: int = Field(0, ge=0, description="The first chat requests (warm-up included) stream at half "
                                                     "speed, as an engine still warming up does.")
+    draft_per_event: int = Field(2, ge=0, description="Speculative arm: draft tokens reported per token event "
+                                                      "(half accepted).")
+    drafts_under_grammar: bool = Field(True, description="Speculative arm: false drafts nothing on a request "
+                                                         "with response_format or tools (speculation disengaged).")
 
     launch_speeds: list[float] | None = Field(
         None, description="Each launch draws its speed from this list (e.g. [1.0, 0.5]: some launches come up at "
@@ -117,8 +122,10 @@ class SimAdapter(EngineAdapter[SimOptions]):
     name = "sim"
     description = "a configurable misbehaving OpenAI-compatible engine, for tests (standard library only)"
     capabilities = Capabilities(
+        speculative={"none": MethodKnobs(), "ngram": MethodKnobs()},  # simulated counts only (server.py)
+        structured=("json_schema", "tool_call"),  # accepted, answered with words (never valid)
         token_counts="one_per_event",
-        acceptance_source="none",
+        acceptance_source="sim",
         launch_modes=("native",),
         fixed_length_field="ignore_eos",  # it always streams max_tokens tokens; the field is accepted
     )
@@ -136,7 +143,8 @@ class SimAdapter(EngineAdapter[SimOptions]):
 
     def launch_spec(self, arm: Arm, port: int, workdir: Path) -> LaunchSpec:
         options = self.options(arm)
-        behaviour = options.model_dump(exclude={"kind", "launch_speeds", "launch_seed"})
+        behaviour = {**options.model_dump(exclude={"kind", "launch_speeds", "launch_seed"}),
+                     "speculative": arm.speculative.enabled}
         if options.launch_speeds:
             behaviour["launch_speed"] = launch_speed(options.launch_speeds, options.launch_seed, _next_launch(workdir))
         argv = [sys.executable, "-u", str(SERVER), "--host", arm.settings.host, "--port", str(port),
@@ -149,8 +157,10 @@ class SimAdapter(EngineAdapter[SimOptions]):
 
     def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
                      log: EngineLog) -> ServerStats:
-        generated = ((final or {}).get("sim") or {}).get("generated_tokens")
-        stats = ServerStats(completion_tokens=generated, source="sim")
+        sim = (final or {}).get("sim") or {}
+        generated = sim.get("generated_tokens")
+        stats = ServerStats(completion_tokens=generated, source="sim", drafted=sim.get("drafted"),
+                            accepted=sim.get("accepted"), drafts=sim.get("drafts"))
         if final is not None and generated is None:
             stats.flags.append("server-count-missing")
         return stats

@@ -14,6 +14,10 @@ from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` i
 - ``itl_ms_per_stream``: added to ``itl_ms`` per other chat request in flight (slower under concurrency);
 - ``launch_speed``: this launch's speed for its whole life (0.5: token gaps doubled), which the adapter draws
   per launch from ``options.launch_speeds`` (an engine with a fast and a slow launch state).
+- ``speculative`` (set by the adapter for a speculative arm): report ``draft_per_event`` drafted tokens per
+  token event, half of them accepted, beside the generated count; with ``drafts_under_grammar`` false a
+  request carrying ``response_format`` or ``tools`` drafts nothing, as an engine that switches speculation
+  off under a grammar does.
 
 The response body is HTTP/1.1 chunked, as real engines send it, so a process that dies mid-stream is
 seen by the client as an incomplete body rather than as a clean end of stream. The API key, when one is
@@ -57,6 +61,8 @@ DEFAULTS: dict[str, Any] = {
     "slow_requests": 0,
     "itl_ms_per_stream": 0.0,
     "launch_speed": 1.0,
+    "draft_per_event": 2,
+    "drafts_under_grammar": True,
 }
 
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
@@ -79,25 +85,36 @@ def is_faulty(behaviour: dict[str, Any], request_no: int) -> bool:
 
 
 def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, *,
-                   include_usage: bool = True, chunk_usage: bool = False,
+                   include_usage: bool = True, chunk_usage: bool = False, grammar: bool = False,
                    in_flight: Callable[[], int] = lambda: 1) -> Iterator[Action]:
     """What the server does, step by step, for one streaming chat request.
 
     :param include_usage: the client asked ``stream_options.include_usage``.
     :param chunk_usage: the client asked ``stream_options.continuous_usage_stats`` (cumulative usage on
         every chunk, as vLLM sends it).
+    :param grammar: the request carries ``response_format`` or ``tools``.
     :param in_flight: chat requests streaming now, this one included (read before each token gap).
     """
     b = {**DEFAULTS, **behaviour}
+    speculative = bool(b.get("speculative"))  # set by the adapter from the arm, not an option
+    drafting = speculative and (b["drafts_under_grammar"] or not grammar)
+    events = 0
     faulty = is_faulty(b, request_no)
     fault = b["fault"] if faulty else "none"
     model, prompt_tokens = b["model_id"], b["prompt_tokens"]
     base = {"id": f"chatcmpl-sim-{request_no}", "object": "chat.completion.chunk", "created": 0, "model": model}
 
+    def own_counts() -> dict[str, int]:
+        out = {"generated_tokens": sent}
+        if speculative:
+            drafted = b["draft_per_event"] * events if drafting else 0
+            out.update(drafted=drafted, accepted=drafted // 2, drafts=events if drafting else 0)
+        return out
+
     def chunk(delta: dict[str, Any], finish: str | None, sent: int) -> bytes:
         payload: dict[str, Any] = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
         if finish:  # the server's own count rides on the finish event, as llama.cpp's timings do
-            payload["sim"] = {"generated_tokens": sent}
+            payload["sim"] = own_counts()
         if chunk_usage and b["usage"] != "missing":
             payload["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
                                 "total_tokens": prompt_tokens + sent}
@@ -126,6 +143,7 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
         n = min(b["tokens_per_event"], max_tokens - sent)
         text = "".join(WORDS[(sent + i) % len(WORDS)] + " " for i in range(n))
         sent += n
+        events += 1
         yield ("send", chunk({"content": text}, None, sent))
     yield ("send", chunk({}, "length", sent))
     if include_usage and b["usage"] != "missing":
@@ -133,7 +151,7 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
         yield ("send", _event({**base, "choices": [],
                                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": reported,
                                          "total_tokens": prompt_tokens + reported},
-                               "sim": {"generated_tokens": sent}}))
+                               "sim": own_counts()}))
     yield ("send", b"data: [DONE]\n\n")
 
 
@@ -237,15 +255,16 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.streaming += 1
         try:
-            self._stream(b, request_no, max_tokens, opts)
+            self._stream(b, request_no, max_tokens, opts, bool(body.get("response_format") or body.get("tools")))
         finally:
             with self.server.lock:
                 self.server.streaming -= 1
 
-    def _stream(self, b: dict[str, Any], request_no: int, max_tokens: int, opts: dict[str, Any]) -> None:
+    def _stream(self, b: dict[str, Any], request_no: int, max_tokens: int, opts: dict[str, Any],
+                grammar: bool) -> None:
         for kind, value in stream_actions(b, request_no, max_tokens, include_usage=bool(opts.get("include_usage")),
                                           chunk_usage=bool(opts.get("continuous_usage_stats")),
-                                          in_flight=lambda: self.server.streaming):
+                                          grammar=grammar, in_flight=lambda: self.server.streaming):
             if kind == "send":
                 self.wfile.write(f"{len(value):X}\r\n".encode() + value + b"\r\n")
             elif kind in ("sleep", "stall"):

@@ -216,6 +216,9 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         launch_modes=("native", "docker"),
         docker_image="vllm/vllm-openai",
         stateful_speculators=("suffix",),
+        # structured outputs (xgrammar) take response_format; tool_choice required or named is decoded under
+        # a schema, tool_choice auto needs --enable-auto-tool-choice --tool-call-parser NAME in extra_args
+        structured=("json_schema", "tool_call"),
         fixed_length_field="ignore_eos",
         thinking_field="chat_template_kwargs",
         build_options=("python", "binary", "venv_version", "docker_image"),

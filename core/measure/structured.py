@@ -1,0 +1,136 @@
+"""Structured requests: is the answer valid, did the stream stall, and did speculation keep drafting.
+
+A structured prompt (``response_format`` with a JSON schema, or ``tools``) is timed like any other by
+``ArmSession.measure``; after its stream, :func:`stamp_structured` (called from ``PointRunner.finish``)
+records whether the answer is valid and its longest pause, and :class:`DraftTally` (kept per engine start by
+the arm session) flags a structured answer that drafted nothing, or accepted far less, where the same engine
+drafted on free text. Validation is the ``jsonschema`` library's, never a hand-written one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from ..config.schema import Prompt, Structured
+from ..engine.client import StreamResult
+from ..results.sample import Sample
+
+__all__ = ["STALL_FLAG", "DISENGAGED_FLAG", "COLLAPSE_SHARE", "answer_problem", "gaps", "stamp_structured",
+           "DraftTally"]
+
+STALL_FLAG = "stall"
+DISENGAGED_FLAG = "speculation-disengaged"
+COLLAPSE_SHARE = 0.2  # structured acceptance below a fifth of the same engine's free-text acceptance: collapsed
+
+
+def _schema_problem(instance: Any, schema: dict[str, Any]) -> str | None:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    error = best_match(Draft202012Validator(schema).iter_errors(instance))
+    if error is None:
+        return None
+    return f"at {error.json_path}: {error.message}"[:300]
+
+
+def _parsed(text: str) -> tuple[Any, str | None]:
+    try:
+        return json.loads(text), None
+    except ValueError as exc:
+        return None, f"not JSON ({exc}): {text[:80]!r}"
+
+
+def answer_problem(prompt: Prompt, result: StreamResult) -> str | None:
+    """Why the answer to a structured prompt is not valid, or None when it is.
+
+    json_schema: the text parses as JSON and validates against the schema. tool_call: at least one tool call,
+    each naming a declared tool (the one ``tool_choice`` names, if it names one) with arguments that parse to
+    an object valid against that tool's parameters.
+    """
+    if prompt.response_format is not None:
+        value, why = _parsed(result.text.strip())
+        if why:
+            return why
+        schema = prompt.response_format["json_schema"].get("schema") or {}
+        problem = _schema_problem(value, schema)
+        return f"schema {problem}" if problem else None
+    tools = {t["function"]["name"]: t["function"].get("parameters") or {} for t in prompt.tools or []}
+    if not result.tool_calls:
+        return f"no tool call; answered with text {result.text[:80]!r}"
+    choice: Any = prompt.tool_choice  # a named function, or one of the other shapes (no name to check)
+    named = choice["function"]["name"] if isinstance(choice, dict) and choice.get("type") == "function" else None
+    for call in result.tool_calls:
+        name = call["name"]
+        if name not in tools:
+            return f"calls {name!r}, not a declared tool ({', '.join(tools)})"
+        if named is not None and name != named:
+            return f"calls {name!r}; tool_choice names {named!r}"
+        args, why = _parsed(call["arguments"] or "{}")
+        if why:
+            return f"{name} arguments {why}"
+        problem = _schema_problem(args, tools[name])
+        if problem:
+            return f"{name} arguments {problem}"
+    return None
+
+
+def gaps(result: StreamResult) -> list[float]:
+    """Seconds between consecutive token-bearing network reads, first token to last (mid-answer only)."""
+    times = sorted({e.t_ns for e in result.events if e.content})
+    return [(b - a) / 1e9 for a, b in itertools.pairwise(times)]
+
+
+def stamp_structured(sample: Sample, prompt: Prompt, result: StreamResult, rules: Structured | None) -> None:
+    """Validity, the longest pause and the stall flag of one structured answer (an errored one keeps None)."""
+    sample.structured = "json_schema" if prompt.response_format is not None else "tool_call"
+    if sample.status != "ok":
+        return
+    sample.invalid_reason = answer_problem(prompt, result)
+    sample.valid = sample.invalid_reason is None
+    rules = rules or Structured()
+    pauses = gaps(result)
+    if not pauses:
+        return
+    sample.max_gap_s = longest = max(pauses)
+    typical = statistics.median(pauses)
+    if longest >= rules.stall_s and longest >= rules.stall_factor * typical:
+        sample.flags.append(f"{STALL_FLAG}: {longest:.2f} s without a token mid-answer "
+                            f"({longest / typical:.0f}x the stream's median gap of {typical * 1e3:.1f} ms)"
+                            if typical > 0 else f"{STALL_FLAG}: {longest:.2f} s without a token mid-answer")
+
+
+@dataclass
+class DraftTally:
+    """Drafts on free text per engine start, against which each structured answer is judged.
+
+    Plain prompts run before structured ones at every point (the suite lists them first), so a structured
+    answer is judged against what the same engine drafted on free text just before it.
+    """
+
+    plain_requests: int = 0
+    plain_drafted: int = 0
+    plain_accepted: int = 0
+
+    def judge(self, sample: Sample) -> str | None:
+        """Record a plain sample; for a structured one, the speculation-disengaged flag or None."""
+        if sample.status != "ok" or sample.drafted is None:
+            return None
+        if sample.structured is None:
+            self.plain_requests += 1
+            self.plain_drafted += sample.drafted
+            self.plain_accepted += sample.accepted or 0
+            return None
+        if not self.plain_drafted:
+            return None  # nothing to compare with: this engine drafts nothing on free text either
+        plain = f"free text drafted {self.plain_drafted} in {self.plain_requests} request(s) on this engine start"
+        if sample.drafted == 0:
+            return f"{DISENGAGED_FLAG}: drafted 0 under {sample.structured}; {plain}"
+        plain_rate = self.plain_accepted / self.plain_drafted
+        if sample.acceptance is not None and plain_rate > 0 and sample.acceptance < COLLAPSE_SHARE * plain_rate:
+            return (f"{DISENGAGED_FLAG}: acceptance {sample.acceptance:.0%} under {sample.structured} against "
+                    f"{plain_rate:.0%} on free text ({plain})")
+        return None

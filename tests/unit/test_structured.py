@@ -1,0 +1,164 @@
+"""Structured requests, piece by piece: the prompt's declaration (OpenAI's shapes, a schema that is a schema),
+the body sent, the client's assembly of streamed tool calls, validity by jsonschema, stalls, drafting tallies,
+the per-arm summary, and the refusal of an engine that declares no structured requests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from sse_fakes import ev, paced_client
+
+from bakeoff.core.analysis.structured import summarize_structured, wilson
+from bakeoff.core.common.errors import CapabilityNotSupported, ConfigError
+from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.config.prompts import STRUCTURED_PROMPTS
+from bakeoff.core.config.schema import Arm, Prompt, Structured, Workload
+from bakeoff.core.engine.client import Event, StreamResult, stream_chat
+from bakeoff.core.engine.registry import load_engine
+from bakeoff.core.measure.definitions import build_request
+from bakeoff.core.measure.structured import DraftTally, answer_problem, stamp_structured
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.run.plan import plan_run
+
+ORDER, WEATHER = STRUCTURED_PROMPTS["json_schema"], STRUCTURED_PROMPTS["tool_call"]
+
+
+def _result(text: str = "", calls: list[dict[str, Any]] | None = None, times_ms: list[float] | None = None
+            ) -> StreamResult:
+    times = times_ms or [0.0, 10.0]
+    events = [Event(int(t * 1e6), i, "x", None) for i, t in enumerate(times)]
+    return StreamResult(t_send_ns=0, events=events, text=text, tool_calls=calls or [])
+
+
+def _call(name: str, arguments: str) -> dict[str, Any]:
+    return {"id": "c1", "name": name, "arguments": arguments}
+
+
+def test_a_json_answer_is_valid_only_when_it_parses_and_matches_the_schema() -> None:
+    good = {"customer": "Ada Lovelace", "items": [{"name": "notebook", "quantity": 3, "unit_price": 4.5}]}
+    assert answer_problem(ORDER, _result(json.dumps(good))) is None
+    assert answer_problem(ORDER, _result(' {"customer": "Ada"')).startswith("not JSON")  # type: ignore[union-attr]
+    bad = {**good, "items": [{"name": "notebook", "quantity": "three", "unit_price": 4.5}]}
+    why = answer_problem(ORDER, _result(json.dumps(bad)))
+    assert why is not None and "$.items[0].quantity" in why and "'three' is not of type 'integer'" in why
+    why = answer_problem(ORDER, _result(json.dumps({"customer": "Ada"})))
+    assert why is not None and "'items' is a required property" in why
+
+
+def test_a_tool_call_is_valid_only_when_it_names_a_declared_tool_with_valid_arguments() -> None:
+    assert answer_problem(WEATHER, _result(calls=[_call("get_weather", '{"city": "Lisbon", "unit": "celsius"}')])) \
+        is None
+    assert "no tool call" in str(answer_problem(WEATHER, _result("It is sunny in Lisbon.")))
+    assert "not a declared tool" in str(answer_problem(WEATHER, _result(calls=[_call("get_news", "{}")])))
+    assert "'kelvin' is not one of" in str(answer_problem(
+        WEATHER, _result(calls=[_call("get_weather", '{"city": "Lisbon", "unit": "kelvin"}')])))
+    assert "not JSON" in str(answer_problem(WEATHER, _result(calls=[_call("get_weather", '{"city": ')])))
+    named = WEATHER.model_copy(update={"tool_choice": {"type": "function", "function": {"name": "get_time"}}})
+    assert "tool_choice names 'get_time'" in str(answer_problem(
+        named, _result(calls=[_call("get_weather", '{"city": "Lisbon", "unit": "celsius"}')])))
+
+
+def test_the_client_assembles_streamed_tool_calls_and_counts_their_tokens() -> None:
+    def delta(d: dict[str, Any], finish: str | None = None) -> bytes:
+        return ev({"id": "x", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]})
+
+    body = b"".join([
+        delta({"role": "assistant", "tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                                    "function": {"name": "get_weather", "arguments": ""}}]}),
+        delta({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+        delta({"tool_calls": [{"index": 0, "function": {"arguments": '"Lisbon", "unit": "celsius"}'}}]}),
+        delta({}, "tool_calls"),
+        ev({"id": "x", "choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 3}}), ev("[DONE]")])
+    result = stream_chat(paced_client(body), {"max_tokens": 64}, 5)
+    assert result.error is None and result.finish_reason == "tool_calls"
+    assert result.tool_calls == [_call("get_weather", '{"city": "Lisbon", "unit": "celsius"}')]
+    assert sum(1 for e in result.events if e.content) == 3  # each fragment is a token-bearing event
+    assert answer_problem(WEATHER, result) is None
+
+
+def test_a_hostile_tool_call_index_is_an_error_not_a_huge_list() -> None:
+    body = ev({"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 10**9}]}}]}) + ev("[DONE]")
+    result = stream_chat(paced_client(body), {"max_tokens": 8}, 5)
+    assert result.error is not None and "index" in result.error and result.tool_calls == []
+
+
+def test_a_structured_request_carries_its_constraint_and_is_not_forced_to_a_length() -> None:
+    adapter = load_engine("llamacpp")
+    arm = Arm.model_validate({"name": "a", "engine": "llamacpp", "model": "m.gguf"})
+    w = Workload(max_tokens=64)  # fixed_length is on by default
+    mode = w.sampling_modes()["greedy"]
+    body = build_request(arm, adapter, w, WEATHER, mode, "m")
+    assert body["tools"][0]["function"]["name"] == "get_weather" and body["tool_choice"] == "required"
+    assert "ignore_eos" not in body and "response_format" not in body
+    body = build_request(arm, adapter, w, ORDER, mode, "m")
+    assert body["response_format"]["json_schema"]["schema"]["required"] == ["customer", "items"]
+    assert "ignore_eos" not in body and body["max_tokens"] == 64
+    w = Workload(max_tokens=64, structured=Structured(max_tokens=300))
+    assert build_request(arm, adapter, w, ORDER, mode, "m")["max_tokens"] == 300
+    plain = build_request(arm, adapter, w, Prompt(name="p", messages=[{"role": "user", "content": "hi"}]), mode, "m")
+    assert plain["ignore_eos"] is True and "tools" not in plain
+
+
+def test_a_schema_that_is_not_a_json_schema_is_refused_naming_where() -> None:
+    text = ("arms: [{name: a, engine: sim, model: sim}]\nworkload:\n  suite:\n    - name: bad\n"
+            "      messages: [{role: user, content: hi}]\n"
+            "      response_format: {type: json_schema, json_schema: {name: x, schema: {type: 12}}}\n")
+    with pytest.raises(ConfigError, match=r"response_format.json_schema.schema is not a valid JSON Schema"):
+        parse_bakeoff(text)
+    with pytest.raises(ConfigError, match="tool_choice needs tools"):
+        parse_bakeoff(text.replace("response_format: {type: json_schema, json_schema: {name: x, schema: {type: 12}}}",
+                                   "tool_choice: required"))
+
+
+def test_an_engine_that_declares_no_structured_requests_is_refused_before_launch() -> None:
+    text = ("arms: [{name: t, engine: exllama, model: ./m}]\n"
+            "workload: {prompts: [prose], structured: {kinds: [tool_call]}}\n")
+    with pytest.raises(CapabilityNotSupported, match="does not declare tool_call requests"):
+        plan_run(parse_bakeoff(text))
+
+
+def test_a_pause_far_beyond_the_streams_own_gap_is_a_stall_and_a_steady_stream_is_not() -> None:
+    rules = Structured(stall_s=1.0, stall_factor=10)
+    steady = Sample(arm="a", engine="e", prompt="p", mode="greedy", rep=0)
+    stamp_structured(steady, ORDER, _result("{}", times_ms=[0, 20, 40, 60, 80]), rules)
+    assert steady.max_gap_s == pytest.approx(0.02) and not steady.flags
+    slow = Sample(arm="a", engine="e", prompt="p", mode="greedy", rep=0)  # a slow engine, evenly slow: no stall
+    stamp_structured(slow, ORDER, _result("{}", times_ms=[0, 1500, 3000, 4500]), rules)
+    assert not slow.flags
+    stalled = Sample(arm="a", engine="e", prompt="p", mode="greedy", rep=0)
+    stamp_structured(stalled, ORDER, _result("{}", times_ms=[0, 20, 40, 2040, 2060]), rules)
+    assert stalled.flags == ["stall: 2.00 s without a token mid-answer (100x the stream's median gap of 20.0 ms)"]
+    assert stalled.valid is False  # {} lacks the required keys
+
+
+def _spec(prompt: str, drafted: int | None, accepted: int | None, kind: Any = None, **kw: Any) -> Sample:
+    return Sample(arm=kw.pop("arm", "ngram"), engine="e", prompt=prompt, mode="greedy", rep=kw.pop("rep", 0),
+                  drafted=drafted, accepted=accepted, structured=kind,
+                  acceptance=None if not drafted else (accepted or 0) / drafted, **kw)
+
+
+def test_the_tally_flags_collapse_and_silence_only_against_free_text_that_drafted() -> None:
+    tally = DraftTally()
+    assert tally.judge(_spec("json_order", 0, 0, "json_schema")) is None  # nothing drafted on free text yet
+    assert tally.judge(_spec("code", 40, 30)) is None
+    assert "drafted 0 under json_schema; free text drafted 40 in 1" in str(tally.judge(
+        _spec("json_order", 0, 0, "json_schema")))
+    assert "acceptance 10% under tool_call against 75%" in str(tally.judge(_spec("tool", 20, 2, "tool_call")))
+    assert tally.judge(_spec("tool", 20, 10, "tool_call")) is None  # lower, not collapsed
+
+
+def test_validity_interval_and_the_less_valid_gate() -> None:
+    lo, hi = wilson(10, 10)
+    assert hi == 1.0 and 0.6 < lo < 0.8  # never the point [1, 1] a bootstrap of ten 1s would give
+    samples = [_spec("json_order", None, None, "json_schema", arm="base", rep=r, valid=True, decode_tps=10.0)
+               for r in range(4)]
+    samples += [_spec("json_order", None, None, "json_schema", arm="fast", rep=r, valid=r < 2, decode_tps=20.0,
+                      invalid_reason=None if r < 2 else "not JSON") for r in range(4)]
+    out = summarize_structured(samples, ["base", "fast"], "base")
+    assert out is not None
+    fast = out.arms["fast"]
+    assert (fast.requests, fast.valid, fast.validity_rate, fast.less_valid_than_baseline) == (4, 2, 0.5, True)
+    assert fast.vs_baseline is not None and fast.vs_baseline.n == 2  # paired on requests valid on both sides
+    assert fast.invalid_reasons == ["not JSON"] and out.arms["base"].less_valid_than_baseline is False
