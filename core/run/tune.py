@@ -159,23 +159,23 @@ def _candidates(race: _Race, run: RunDir, plateau: list[str], named: str) -> lis
 
 
 def _verify(config: BakeoffFile, arms: list[Arm], out: Path, events: ProtocolEvents) -> TuneVerify:
-    from ..reports.model import summarize_run  # layer 9 for reading: imported lazily, as the CLI does
-
+    """Winner (and runner-up) against spec-off at each level of ``tune.verify_streams``: the paired ratio of
+    per-stream decode rates at that level, as the report's concurrency table reads it (same pairs, same draws)."""
     vconfig = verify_config(config, arms)
     run = run_bakeoff(vconfig, out, events=events)
-    summary = summarize_run(run.path)
-    winner = arms[1].name
-    points: dict[int, VerifyPoint] = {n: VerifyPoint(streams=n) for n in vconfig.workload.concurrency or []}
-    for row in summary.concurrency.rows if summary.concurrency else []:
-        level = row.point.get("streams")
-        if row.is_baseline or not isinstance(level, int) or level not in points:
-            continue
-        ci = row.vs_baseline.ratio if row.vs_baseline else None
-        points[level].ratios[row.arm] = ci
-        if row.arm == winner and ci is not None and ci.hi < 1:
-            points[level].collapse = True
-    collapse_at = [n for n, p in points.items() if p.collapse]
-    return TuneVerify(run_dir=str(run.path), arms=[a.name for a in arms], points=list(points.values()),
+    samples = [s for s in run.samples() if s.concurrency is not None]
+    baseline, winner = arms[0].name, arms[1].name
+    points = []
+    for level in vconfig.workload.concurrency or []:
+        here = [s for s in samples if s.concurrency == level]
+        point = VerifyPoint(streams=level)
+        for arm in arms[1:]:
+            point.ratios[arm.name] = ratio_to_baseline(here, arm.name, baseline, seed=vconfig.workload.seed)
+        ci = point.ratios[winner]
+        point.collapse = ci is not None and ci.hi < 1
+        points.append(point)
+    collapse_at = [p.streams for p in points if p.collapse]
+    return TuneVerify(run_dir=str(run.path), arms=[a.name for a in arms], points=points,
                       collapse=bool(collapse_at), collapse_at=collapse_at)
 
 
