@@ -16,6 +16,7 @@ What survives is a plateau: arms no look could tell apart from the best. The sim
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -23,9 +24,11 @@ from pydantic import BaseModel, Field
 from ..results.sample import Sample
 from .stats import MIN_ADAPTIVE_PASSES, N_BOOT, Interval, paired_ratio, verdict_stop_level
 
-__all__ = ["Look", "RaceCandidate", "Status", "TuneResult", "TuneVerify", "VerifyPoint", "look", "ratio_to_baseline"]
+__all__ = ["TUNE_FILE", "Look", "RaceCandidate", "Status", "TuneResult", "TuneVerify", "VerifyPoint", "look",
+           "ratio_to_baseline", "read_tune", "separable"]
 
 Status = Literal["winner", "plateau", "dropped"]
+TUNE_FILE = "tune.json"  # in the race's run directory; its report's summary.json carries it as ``tune``
 
 
 class RaceCandidate(BaseModel):
@@ -132,3 +135,9 @@ def separable(samples: Sequence[Sample], arm: str, other: str, passes_done: int,
     ci = paired_ratio(groups.get(arm, []), groups.get(other, []), level=verdict_stop_level(passes_done, max_passes),
                       seed=seed, n_boot=n_boot)
     return ci is not None and (ci.lo > 1 or ci.hi < 1)
+
+
+def read_tune(run_dir: Path) -> TuneResult | None:
+    """The tune result of a race's run directory (None for any other run)."""
+    path = run_dir / TUNE_FILE
+    return TuneResult.model_validate_json(path.read_text()) if path.exists() else None

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from ..analysis.racing import (
+    TUNE_FILE,
     RaceCandidate,
     Status,
     TuneResult,
@@ -32,6 +33,7 @@ from ..analysis.racing import (
     VerifyPoint,
     look,
     ratio_to_baseline,
+    read_tune,
     separable,
 )
 from ..common.errors import ConfigError
@@ -47,9 +49,8 @@ from .plan import add_pass, plan_run
 from .protocol import run_plan
 from .session import new_run, run_bakeoff
 
-__all__ = ["TUNE_FILE", "TuneOutcome", "engine_config", "read_tune", "run_tune"]
+__all__ = ["TUNE_FILE", "TuneOutcome", "engine_config", "promote_winner", "read_tune", "run_tune"]
 
-TUNE_FILE = "tune.json"  # in the race's run directory; the report's summary.json carries it as ``tune``
 WINNER_FILE = "tune-winner.yaml"
 
 
@@ -58,11 +59,6 @@ class TuneOutcome:
     race: RunDir
     verify: RunDir | None
     result: TuneResult
-
-
-def read_tune(run_dir: Path) -> TuneResult | None:
-    path = run_dir / TUNE_FILE
-    return TuneResult.model_validate_json(path.read_text()) if path.exists() else None
 
 
 def _flag_items(argv: list[str]) -> list[tuple[str, str | None]]:
@@ -132,7 +128,7 @@ class _Race:
 
 
 def _plateau(race: _Race, run: RunDir, passes: int) -> list[str]:
-    """The best arm and every arm no look told apart from it (spec-off included when it is not separable)."""
+    """The best arm and every arm no look told apart from it (spec-off included when it is not read_tune, separable)."""
     samples = run.samples()
     best = race.best
     out = [best] + [n for n in race.alive if n != best]
@@ -274,24 +270,31 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
             say(f"tune: COLLAPSE: {named} is separably slower than {race.baseline} at "
                 f"{result.verify.collapse_at} streams")
         _write(run, result)
+    outcome = TuneOutcome(race=run, verify=verify_run, result=result)
     if promote:
-        result.promoted = _promote(result, verify_run, named, say)
-        _write(run, result)
-    return TuneOutcome(race=run, verify=verify_run, result=result)
+        promote_winner(outcome, say)
+    return outcome
 
 
-def _promote(result: TuneResult, verify_run: RunDir | None, named: str, say: Callable[[str], None]
-             ) -> dict[str, Any]:
-    """Hand the verified winner to the live-box promote (health-gated, revertible); refused when unverified."""
+def promote_winner(outcome: TuneOutcome, say: Callable[[str], None]) -> dict[str, Any]:
+    """Hand the verified winner to the live-box promote (core/run/promote.py: private gate, live gate, rollback,
+    ``bakeoff promote --revert``); recorded in tune.json.
+
+    :raises ConfigError: spec-off won, the winner was not verified, or it collapses; nothing is touched.
+    :raises PromoteError: the promotion's gate failed (the previous service was restored, or it says why not).
+    """
     from .promote import promote
 
+    result, verify_run, named = outcome.result, outcome.verify, str(outcome.result.winner.get("arm"))
     if result.winner.get("spec_off"):
         raise ConfigError("tune --promote: spec-off won (no candidate beat it separably); nothing to promote")
     if result.verify is None or verify_run is None:
         raise ConfigError("tune --promote: the winner was not verified; nothing promoted")
     if result.verify.collapse:
         raise ConfigError(f"tune --promote: {named} collapses at {result.verify.collapse_at} streams; not promoted")
-    return promote(verify_run.path, named, say=say)
+    result.promoted = promote(verify_run.path, named, say=say)
+    _write(outcome.race, result)
+    return result.promoted
 
 
 def _write(run: RunDir, result: TuneResult) -> None:
