@@ -3,6 +3,7 @@ catches a candidate that is fast at one stream and collapses at four. Real sim p
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,9 @@ import pytest
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.tune import candidate_settings, simplicity, tune_arms
-from bakeoff.core.run.tune import TUNE_FILE, engine_config, read_tune, run_tune
+from bakeoff.core.reports import write_reports
+from bakeoff.core.reports.model import summarize_run
+from bakeoff.core.run.tune import TUNE_FILE, engine_config, promote_winner, read_tune, run_tune
 
 WORKLOAD = "workload: {prompts: [prose], max_tokens: 16, reps: 2, warmup: 0, gates: [], seed: 3}\n"
 
@@ -56,6 +59,12 @@ def test_identical_candidates_stay_a_plateau_and_the_simplest_is_named(tmp_path:
     assert all(c.ci_low is not None and c.ci_low > 1 for c in result.candidates)  # both beat spec-off
     assert result.passes == 3 and result.stopped == "max passes (3)"
     assert read_tune(outcome.race.path) == result and (outcome.race.path / TUNE_FILE).is_file()
+    summary = summarize_run(outcome.race.path)  # summary.json's tune section and report.md's
+    assert summary.tune == result
+    files = write_reports(outcome.race.path, summary, plots=False)
+    assert json.loads(files.json.read_text())["tune"]["winner"]["arm"] == "tune-itl_ms10-usage_offset4"
+    text = files.markdown.read_text()
+    assert "**Tune**" in text and "simplest of a plateau of 2" in text
 
 
 def test_a_separably_slower_candidate_is_dropped_and_the_one_left_wins(tmp_path: Path) -> None:
@@ -76,11 +85,14 @@ def test_a_collapsing_winner_is_flagged(tmp_path: Path) -> None:
         "arms:\n  - {name: spec-off, engine: sim, model: sim, options: {itl_ms: 20}}\n" + WORKLOAD +
         "tune: {space: {options.itl_ms: [8], options.itl_ms_per_stream: [25]}, streams: [1], max_passes: 3, "
         "budget_s: 600, verify_streams: [1, 4], verify_passes: 3}\n")
-    result = run_tune(config, tmp_path).result
+    outcome = run_tune(config, tmp_path)
+    result = outcome.result
     assert result.winner["arm"] == "tune-itl_ms8-itl_ms_per_stream25"
     assert [c.status for c in result.candidates] == ["winner"]
     assert result.verify is not None and result.verify.collapse and result.verify.collapse_at == [4]
     assert not {p.streams: p for p in result.verify.points}[1].collapse
+    with pytest.raises(ConfigError, match="collapses at \\[4\\] streams; not promoted"):
+        promote_winner(outcome, print)  # refused before the live box is touched
     with pytest.raises(ConfigError, match="no live: section"):
         run_tune(config, tmp_path, promote=True)
 
