@@ -36,7 +36,7 @@ from ..analysis.racing import (
     read_tune,
     separable,
 )
-from ..common.errors import ConfigError
+from ..common.errors import ConfigError, MeasurementError
 from ..config.schema import Arm, BakeoffFile
 from ..config.tune import TuneArms, race_config, simplicity, tune_arms, verify_config, winner_file
 from ..engine.adapter import EngineAdapter
@@ -217,6 +217,9 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
                 run_plan(plan, run, events)
             arm_runs += len(plan.orders[passes])
             passes += 1
+            if _ok_count(run.samples(), race.baseline) == 0:
+                raise MeasurementError(f"tune: the baseline {race.baseline!r} has no valid request after pass "
+                                       f"{passes}: every ratio is read against it (see {run.path})")
             race.look(run, passes, say)
             if not race.alive:
                 stopped = "every candidate was dropped"

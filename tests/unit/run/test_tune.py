@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.common.errors import ConfigError, MeasurementError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.tune import candidate_settings, simplicity, tune_arms
 from bakeoff.core.reports import write_reports
@@ -108,3 +108,10 @@ def test_engine_config_is_the_adapters_own_flags_less_the_baselines(tmp_path: Pa
     out = engine_config(LlamaCppAdapter(), arms.generated[0], arms.baseline, tmp_path)
     assert out["engine"] == "llamacpp" and "4" in out["flags"]
     assert "--model" not in out["flags"] and "-m" not in out["flags"]
+
+
+def test_a_baseline_without_a_valid_request_ends_the_race(tmp_path: Path) -> None:
+    config = parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim, options: {crash_on_start: "
+                           "'E sim: boom'}}\n" + WORKLOAD + "tune: {space: {options.crash_on_start: [null]}}\n")
+    with pytest.raises(MeasurementError, match="baseline 'spec-off' has no valid request after pass 1"):
+        run_tune(config, tmp_path)
