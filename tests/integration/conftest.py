@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -14,6 +14,7 @@ import pytest
 
 from bakeoff.core.engine.launcher import free_port
 from bakeoff.core.engine.models import smollm2_gguf
+from bakeoff.core.results.sample import Sample
 from bakeoff.engines.llamacpp import LlamaCppAdapter, LlamaCppOptions
 
 
@@ -35,6 +36,20 @@ def bakeoff_cli() -> str:
     exe = shutil.which("bakeoff")
     assert exe, "the bakeoff console script is not installed (pip install -e .)"
     return exe
+
+
+@pytest.fixture
+def run_bakeoff(bakeoff_cli: str, tmp_path: Path) -> Callable[[Path], tuple[Path, list[Sample]]]:
+    """``bakeoff run FILE`` as a user types it: it must exit 0; returns the run directory and its samples."""
+    def run(cfg: Path) -> tuple[Path, list[Sample]]:
+        out = tmp_path / "runs"
+        ran = subprocess.run([bakeoff_cli, "run", str(cfg), "--out", str(out)], capture_output=True, text=True,
+                             timeout=1200, env={**os.environ, "COLUMNS": "220"})
+        assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+        (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
+        lines = (run_dir / "samples.jsonl").read_text().splitlines()
+        return run_dir, [Sample.model_validate_json(line) for line in lines]
+    return run
 
 
 @pytest.fixture

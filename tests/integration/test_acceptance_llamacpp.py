@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -60,15 +60,10 @@ def _check_sample(s: Sample, n_max: int) -> None:
 
 
 def test_acceptance_detail_from_a_real_llama_server(llama_server: Path, smollm2: Path, tmp_path: Path,
-                                                    bakeoff_cli: str) -> None:
+                                                    run_bakeoff: Callable[[Path], tuple[Path, list[Sample]]]) -> None:
     cfg = tmp_path / "acceptance.yaml"
     cfg.write_text(RUN)
-    out = tmp_path / "runs"
-    ran = subprocess.run([bakeoff_cli, "run", str(cfg), "--out", str(out)], capture_output=True, text=True,
-                         timeout=1200, env={**os.environ, "COLUMNS": "220"})
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    (run,) = [d for d in out.iterdir() if d.is_dir()]
-    samples = [Sample.model_validate_json(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    run, samples = run_bakeoff(cfg)
     ok = {arm: [s for s in samples if s.arm == arm and s.status == "ok"] for arm in ("spec-off", "draft", "ngram")}
     assert all(len(v) == 4 for v in ok.values()), {k: len(v) for k, v in ok.items()}
 

@@ -11,8 +11,7 @@ whether SmolLM2's tool call is valid, and whether llama.cpp's n-gram drafter sti
 from __future__ import annotations
 
 import json
-import os
-import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,17 +25,12 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "structured-cpu.yaml"
 
 
 def test_structured_cpu_example_on_llama_server(llama_server: Path, smollm2: Path, tmp_path: Path,
-                                                bakeoff_cli: str) -> None:
+                                                run_bakeoff: Callable[[Path], tuple[Path, list[Sample]]]) -> None:
     config = yaml.safe_load(EXAMPLE.read_text())
     config["workload"]["concurrency"] = [1]  # the example also runs 2 streams; one level keeps CI short
     cfg = tmp_path / "structured.yaml"
     cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-    out = tmp_path / "runs"
-    ran = subprocess.run([bakeoff_cli, "run", str(cfg), "--out", str(out)], capture_output=True, text=True,
-                         timeout=1200, env={**os.environ, "COLUMNS": "220"})
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    (run,) = [d for d in out.iterdir() if d.is_dir()]
-    samples = [Sample.model_validate_json(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    run, samples = run_bakeoff(cfg)
     by = {(s.arm, s.prompt): s for s in samples}
     assert len(by) == 6 and all(s.status == "ok" for s in samples), [(s.arm, s.prompt, s.error) for s in samples]
 
