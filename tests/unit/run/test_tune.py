@@ -115,3 +115,15 @@ def test_a_baseline_without_a_valid_request_ends_the_race(tmp_path: Path) -> Non
                            "'E sim: boom'}}\n" + WORKLOAD + "tune: {space: {options.crash_on_start: [null]}}\n")
     with pytest.raises(MeasurementError, match="baseline 'spec-off' has no valid request after pass 1"):
         run_tune(config, tmp_path)
+
+
+def test_engine_config_gives_vllms_speculative_config_as_json(tmp_path: Path) -> None:
+    from bakeoff.engines.vllm.adapter import VllmAdapter
+
+    (tmp_path / "config.json").write_text("{}")  # a model directory, as vLLM takes one
+    config = parse_bakeoff(f"arms:\n  - {{name: spec-off, engine: vllm, model: {tmp_path}}}\n" + WORKLOAD +
+                           "tune: {space: {speculative.method: [ngram], speculative.n_max: [4]}}\n")
+    arms = tune_arms(config)
+    out = engine_config(VllmAdapter(), arms.generated[0], arms.baseline, tmp_path)
+    assert out["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4}
+    assert "--speculative-config" in out["flags"] and "--model" not in out["flags"]
