@@ -211,7 +211,7 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
                 index = add_pass(plan)
                 plan.orders[index] = [n for n in plan.orders[index] if n == race.baseline or n in race.alive]
                 run.update_record(orders=plan.orders)
-                events.on_pass_added(0)
+                events.on_pass_added(plan.requests_total // len(plan.arms) * len(plan.orders[index]))
                 run_plan(plan, run, events, start_pass=index)
             else:
                 run_plan(plan, run, events)
