@@ -7,11 +7,14 @@ call core/run/session.py ``run_bakeoff``.
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
 import typer
 from rich.markup import escape
+from rich.progress import Progress
 
 from ..common.errors import BakeoffError, ConfigError, RunDirError, is_write_failure
 from ..config.schema import BakeoffFile
@@ -28,7 +31,8 @@ from .console import make_console
 from .exit_codes import ExitCode, run_outcome
 from .progress import run_progress
 
-__all__ = ["TABLES_HELP", "execute", "finish", "percent", "run_loaded"]
+__all__ = ["TABLES_HELP", "execute", "finish", "percent", "progress_events", "run_loaded",
+           "stop_signals_as_interrupt"]
 
 console = make_console()
 TABLES_HELP = "Print every table (main, sweeps, acceptance, decision map, accounting, correctness, roofline) " \
@@ -56,13 +60,21 @@ def _signal_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
-            resume: Resume | None = None, executor: Executor | None = None,
-            stop_on_verdict: bool = False, tables: bool = False) -> RunDir:
-    """Run one bakeoff (core/run/session.py) with a progress bar and signals as Ctrl-C, then print its tables."""
-    # A signal the caller ignores stays ignored: `nohup bakeoff run` must survive a closed terminal.
+@contextmanager
+def stop_signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end what runs inside like Ctrl-C does (engines stopped, samples kept); a signal the
+    caller ignores stays ignored: `nohup bakeoff run` must survive a closed terminal."""
     previous = {sig: signal.signal(sig, _signal_as_interrupt) for sig in _STOP_SIGNALS
                 if signal.getsignal(sig) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def progress_events() -> tuple[Progress, ProtocolEvents]:
+    """The progress bar (started once the run directory exists) and the run's events drawn on it."""
     # The bar appears once the run directory exists: a file refused before that is one error line, nothing more.
     progress = run_progress(console)  # a bar on a terminal, plain lines in a log
     task = progress.add_task("starting", total=0)
@@ -88,14 +100,21 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
             highlight=False, soft_wrap=True),
         on_warning=warn,
     )
+    return progress, events
+
+
+def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
+            resume: Resume | None = None, executor: Executor | None = None,
+            stop_on_verdict: bool = False, tables: bool = False) -> RunDir:
+    """Run one bakeoff (core/run/session.py) with a progress bar and signals as Ctrl-C, then print its tables."""
+    progress, events = progress_events()
     try:
-        run = run_bakeoff(config, out, until_ci=until_ci, max_passes=max_passes, resume=resume,
-                          executor=executor, stop_on_verdict=stop_on_verdict, events=events)
+        with stop_signals_as_interrupt():
+            run = run_bakeoff(config, out, until_ci=until_ci, max_passes=max_passes, resume=resume,
+                              executor=executor, stop_on_verdict=stop_on_verdict, events=events)
     finally:
         if progress.live.is_started:
             progress.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     try:
         print_run(run.path, console, tables=tables)
     except (BakeoffError, OSError, ValueError) as exc:  # the samples are stored; `bakeoff report` can retry

@@ -3,7 +3,6 @@ setting under changing load, compile it for the engine (core/run/tune.py does th
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import typer
@@ -14,12 +13,10 @@ from ..common.errors import BakeoffError, ConfigError
 from ..config.loader import load_bakeoff
 from ..config.tune import race_config, tune_arms
 from ..reports import write_reports
-from ..run.events import ProtocolEvents
 from ..run.executor import LocalExecutor
 from ..run.tune import promote_winner, run_tune
 from .console import make_console
-from .progress import run_progress
-from .running import finish
+from .running import finish, progress_events, stop_signals_as_interrupt
 
 __all__ = ["tune_command", "tune_lines"]
 
@@ -73,31 +70,13 @@ def tune_command(
         raise ConfigError(f"{file}: tune --promote switches the service named in a live: section; the file has "
                           "none (docs/live.md)")
     race = race_config(config, tune_arms(config, str(file)))  # a bad tune: section fails here, before any bar
-    progress = run_progress(console)
-    task = progress.add_task("starting", total=0)
-
-    def started(run: object, total: int, done: int) -> None:
-        progress.console.print(f"run directory: [bold]{getattr(run, 'path', run)}[/bold]")
-        progress.update(task, total=total, completed=done)
-        progress.start()
-
-    events = ProtocolEvents(
-        on_run_start=started,
-        on_note=lambda msg: progress.console.print(escape(msg), highlight=False, soft_wrap=True),
-        on_arm_start=lambda arm, p: progress.update(task, description=f"{arm} (pass {p + 1}): starting"),
-        on_sample=lambda sample: progress.advance(task),
-        on_arm_failed=lambda arm, why: progress.console.print(f"[red]arm {arm} failed:[/red] {escape(why)}",
-                                                              highlight=False, soft_wrap=True),
-        on_warning=lambda msg: progress.console.print(f"[bold yellow]WARNING[/bold yellow] {escape(msg)}",
-                                                      highlight=False, soft_wrap=True),
-    )
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    progress, events = progress_events()
     try:
-        outcome = run_tune(config, out, source=str(file), events=events, verify=verify)
+        with stop_signals_as_interrupt():
+            outcome = run_tune(config, out, source=str(file), events=events, verify=verify)
     finally:
         if progress.live.is_started:
             progress.stop()
-        signal.signal(signal.SIGTERM, previous)
     for run in (outcome.race, outcome.verify):
         if run is not None:
             try:
