@@ -17,6 +17,7 @@ __all__ = ["TuneArms", "candidate_settings", "race_config", "simplicity", "tune_
            "winner_file"]
 
 CANDIDATE_BASE = "tune"  # generated candidates are named tune-<key><value>-..., as sweep names its arms
+_PAPER = "<tune.space>"  # the source name of the candidates' paper file, replaced in its errors
 _COMPARED = ("speculative", "settings", "options", "env", "extra_args", "engine", "model", "workload")
 
 
@@ -75,9 +76,10 @@ def tune_arms(config: BakeoffFile, source: str = "<config>") -> TuneArms:
     data.update(name=CANDIDATE_BASE, sweep=tune.space)
     try:
         paper = BakeoffFile.model_validate({"name": config.name, "arms": [data]})
-        generated = expand_sweeps(paper, source).arms
+        generated = expand_sweeps(paper, _PAPER).arms
     except ConfigError as exc:  # sweep's words, said about the tune: section
-        raise ConfigError(f"{source}: tune.space: {exc}".replace("sweep", "space")) from None
+        said = str(exc).removeprefix(f"{_PAPER}: ").replace("arms[0].sweep.", "tune.space.")
+        raise ConfigError(f"{source}: {said.replace('sweep point', 'tune.space point')}") from None
     for arm in generated:
         arm.set_origin(baseline.origin)
     names = {a.name for a in config.arms}

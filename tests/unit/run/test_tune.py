@@ -38,8 +38,12 @@ def test_space_expands_like_a_sweep_on_the_baseline() -> None:
 def test_a_bad_space_key_is_named() -> None:
     config = parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim}\n" + WORKLOAD +
                            "tune: {space: {speculative.nmax: [2]}}\n")
-    with pytest.raises(ConfigError, match=r"tune\.space.*nmax"):
-        tune_arms(config)
+    with pytest.raises(ConfigError, match=r"^f\.yaml: tune\.space\.speculative\.nmax: unknown key"):
+        tune_arms(config, "f.yaml")
+    invalid = parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim}\n" + WORKLOAD +
+                            "tune: {space: {settings.ctx: [0]}}\n")
+    with pytest.raises(ConfigError, match=r'^f\.yaml: tune\.space point \{"settings\.ctx": 0\} makes an invalid arm'):
+        tune_arms(invalid, "f.yaml")
     with pytest.raises(ConfigError, match="no 'tune:' section"):
         tune_arms(parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim}\n"))
 
