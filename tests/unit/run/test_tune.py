@@ -131,3 +131,13 @@ def test_engine_config_gives_vllms_speculative_config_as_json(tmp_path: Path) ->
     out = engine_config(VllmAdapter(), arms.generated[0], arms.baseline, tmp_path)
     assert out["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4}
     assert "--speculative-config" in out["flags"] and "--model" not in out["flags"]
+
+
+def test_bakeoff_check_checks_every_candidate_on_paper() -> None:
+    from bakeoff.core.run.check import check_config
+
+    config = parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim}\n" + WORKLOAD +
+                           "tune: {space: {speculative.method: [ngram, mtp]}}\n")
+    result = check_config(config, "f.yaml")
+    assert [a.name for a in result.arms] == ["spec-off", "tune-method-ngram", "tune-method-mtp"]
+    assert result.errors == ["arm 'tune-method-mtp': sim has no speculative method 'mtp'; it supports: none, ngram"]
