@@ -38,7 +38,7 @@ def tune_lines(t: TuneResult) -> list[str]:
             else ""
         lines.append(f"  {c.arm}: {c.status}, {ratio} vs {t.baseline}{drop}")
     w = t.winner
-    lines.append(f"named: {w.get('arm')} ({w.get('chosen_by')})" + (" - spec-off: no candidate beat it separably"
+    lines.append(f"named: {w.get('arm')} ({w.get('chosen_by')})" + (" - spec-off: nothing to deploy"
                                                                      if w.get("spec_off") else ""))
     config = w.get("engine_config") or {}
     if config.get("flags"):

@@ -78,7 +78,7 @@ def tune_markdown(t: TuneResult) -> list[str]:
              f"stopped: {t.stopped}; decode ratios vs `{t.baseline}`, paired, 95 % CI)", "",
              markdown_table(["candidate", "settings", "status", "dropped after requests", "vs spec-off"], rows), ""]
     if w.get("spec_off"):
-        parts.append(f"- named: `{t.baseline}` (spec-off): no candidate was told apart from it ({w.get('chosen_by')})")
+        parts.append(f"- named: `{t.baseline}` (spec-off, nothing to deploy): {w.get('chosen_by')}")
     else:
         parts.append(f"- named: `{w.get('arm')}` ({w.get('chosen_by')}); plateau: "
                      + ", ".join(f"`{a}`" for a in w.get("plateau", [])))

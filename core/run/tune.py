@@ -36,6 +36,7 @@ from ..analysis.racing import (
     read_tune,
     separable,
 )
+from ..analysis.stats import MIN_ADAPTIVE_PASSES
 from ..common.errors import ConfigError, MeasurementError
 from ..config.schema import Arm, BakeoffFile
 from ..config.tune import TuneArms, race_config, simplicity, tune_arms, verify_config, winner_file
@@ -242,16 +243,22 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
     plateau = _plateau(race, run, passes)
     named = min(plateau, key=lambda n: (simplicity(arms.settings(n), arms.space), n))
     by_name = {a.name: a for a in [arms.baseline, *arms.candidates]}
+    looked = passes >= MIN_ADAPTIVE_PASSES  # before that no look is made: nothing was compared at all
     result = TuneResult(baseline=race.baseline, budget_s=tune.budget_s, spent_s=round(spent, 1), passes=passes,
                         max_passes=tune.max_passes, stopped=stopped,
                         undecided=[n for n in plateau if n != race.baseline] if stopped.startswith("budget")
                         and len(plateau) > 1 else [],
                         candidates=_candidates(race, run, plateau, named))
     winner_arm = by_name[named]
+    chosen = "alone" if len(plateau) == 1 else \
+        f"simplest of a plateau of {len(plateau)} (fewest keys changed, then earliest listed values)"
+    if not looked:
+        chosen = (f"undecided: the budget allowed {passes} pass(es) and the first look needs "
+                  f"{MIN_ADAPTIVE_PASSES}; nothing was compared, so spec-off is kept")
+        events.on_warning(f"tune: {chosen}; raise tune.budget_s (one pass took about {spent / passes:.0f} s) "
+                          "or measure less per pass")
     result.winner = {"arm": named, "settings": arms.settings(named), "spec_off": named == race.baseline,
-                     "plateau": plateau,
-                     "chosen_by": "alone" if len(plateau) == 1 else
-                     f"simplest of a plateau of {len(plateau)} (fewest keys changed, then earliest listed values)"}
+                     "plateau": plateau, "chosen_by": chosen}
     say(f"tune: {stopped}; named {named} ({result.winner['chosen_by']})")
     if named != race.baseline:
         adapter = load_engine(winner_arm.engine)
