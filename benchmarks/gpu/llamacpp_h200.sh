@@ -62,7 +62,8 @@ bk engines > "$WORK/logs/engines.txt" 2>&1; grep llamacpp -A3 "$WORK/logs/engine
 # -- 4. the bakeoffs --------------------------------------------------------------------------------
 # RUNS=sessions runs only the agent sessions to ~32k tokens (sessions.yaml = benchmarks/gpu/sessions-h200.yaml);
 # RUNS=load the load frontier (issue 30, benchmarks/gpu/load-h200.yaml); RUNS=structured only the tool-call /
-# JSON-schema file (issue 29); by default, the speculation table
+# JSON-schema file (issue 29); RUNS="tune-mtp tune-dflash" `bakeoff tune` of MTP and DFlash n_max (issue 31, its
+# log run-tune-*.log ends with what it named and the verification); by default, the speculation table
 if [ -z "${RUNS:-}" ]; then
   RUNS="mtp dflash"
   [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && RUNS="$RUNS split"  # split modes need two GPUs
@@ -70,7 +71,8 @@ fi
 for name in $RUNS; do
   [ "$(left)" -le 40 ] && { say "no time left for $name"; break; }
   say "bakeoff run $name.yaml"
-  timeout "$(left)" python3 -P -c "from bakeoff.core.cli import main; main()" run "$WORK/yaml/$name.yaml" \
+  command=run; case "$name" in tune*) command=tune ;; esac  # tune-*.yaml: bakeoff tune (docs/tune.md)
+  timeout "$(left)" python3 -P -c "from bakeoff.core.cli import main; main()" $command "$WORK/yaml/$name.yaml" \
     --out "$WORK/runs" > "$WORK/logs/run-$name.log" 2>&1
   say "exit $?"
   run=$(ls -td "$WORK"/runs/*"$name"*/ 2>/dev/null | head -1)

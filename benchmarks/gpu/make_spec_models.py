@@ -54,6 +54,10 @@ SESSION_WORKLOAD: dict[str, object] = {
     "max_tokens": 64, "reps": 1, "passes": 2, "warmup": 1, "gates": [], "gpu_sample_interval_s": 0.1}
 
 
+TUNE_WORKLOAD = {"prompts": ["code_python"], "max_tokens": 128, "reps": 2, "warmup": 1, "modes": ["greedy"],
+                 "gates": [], "gpu_sample_interval_s": 0.1}
+
+
 def _rng() -> str:
     try:
         import torch
@@ -156,6 +160,18 @@ def main() -> None:
                 _arm("dflash-n7", paths["target"], load_settings,
                      {"method": "dflash", "draft_model": str(paths["dflash"]), "n_max": 7}),
             ]},
+        # issue 31: `bakeoff tune` races MTP n_max (and DFlash n_max, against its own target) at 1 and 4 streams
+        # within 240 s, then replays the named setting at 1, 16 and 4 streams (docs/tune.md); RUNS="tune-mtp
+        # tune-dflash" runs them with `bakeoff tune` instead of `bakeoff run`
+        "tune-mtp": {"name": "h200-tune-mtp", "baseline": "mtp-off", "workload": TUNE_WORKLOAD, "arms": [
+            _arm("mtp-off", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16})],
+            "tune": {"space": {"speculative.method": ["mtp"], "speculative.n_max": [1, 2, 3, 4]},
+                     "streams": [1, 4], "budget_s": 240, "max_passes": 6, "verify_streams": [1, 16, 4]}},
+        "tune-dflash": {"name": "h200-tune-dflash", "baseline": "target-off", "workload": TUNE_WORKLOAD, "arms": [
+            _arm("target-off", paths["target"], {**settings, "ctx": 32768, "parallel": 16})],
+            "tune": {"space": {"speculative.method": ["dflash"], "speculative.draft_model": [str(paths["dflash"])],
+                               "speculative.n_max": [3, 7, 15]},
+                     "streams": [1, 4], "budget_s": 240, "max_passes": 6, "verify_streams": [1, 16, 4]}},
         # two GPUs (nvidia-h200-x2): the same target split over both, each llama.cpp split mode of this build
         "split": {"name": "h200x2-split", "baseline": "one-gpu", "workload": workload, "arms": [
             _arm("one-gpu", paths["target"], {**settings, "gpus": [0]}),

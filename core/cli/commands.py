@@ -55,6 +55,8 @@ COMMANDS: dict[str, Command] = {
     "export": Command("export", "export_command", "Write a run as flat tables: samples (one row per request, the "
                       "arm's settings as columns) and points (one row per arm and measured point: median, interval, "
                       "paired ratio and verdict), or the community table row."),
+    "tune": Command("tune", "tune_command", "Race speculative settings against spec-off within a time budget, verify "
+                    "the winner under changing load, and compile it for the engine."),
     "engines": Command("engines", "app", "List engines, or install one."),
 }
 

@@ -14,6 +14,7 @@ from types import FrameType
 
 import typer
 from rich.markup import escape
+from rich.progress import Progress
 
 from ..common.errors import BakeoffError, ConfigError, RunDirError, is_write_failure
 from ..config.schema import BakeoffFile
@@ -30,7 +31,8 @@ from .console import make_console
 from .exit_codes import ExitCode, run_outcome
 from .progress import run_progress
 
-__all__ = ["TABLES_HELP", "execute", "finish", "percent", "run_loaded"]
+__all__ = ["TABLES_HELP", "execute", "finish", "percent", "progress_events", "run_loaded",
+           "stop_signals_as_interrupt"]
 
 console = make_console()
 TABLES_HELP = "Print every table (main, sweeps, acceptance, decision map, accounting, correctness, roofline) " \
@@ -59,11 +61,10 @@ def _signal_as_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def _stop_signals_as_interrupt() -> Iterator[None]:
-    """SIGTERM/SIGHUP raise KeyboardInterrupt inside the block, then the caller's handlers come back.
-
-    A signal the caller ignores stays ignored: `nohup bakeoff run` must survive a closed terminal.
-    """
+def stop_signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end what runs inside like Ctrl-C does (engines stopped, samples kept), then the caller's
+    handlers come back; a signal the caller ignores stays ignored: `nohup bakeoff run` must survive a closed
+    terminal."""
     previous = {sig: signal.signal(sig, _signal_as_interrupt) for sig in _STOP_SIGNALS
                 if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
@@ -73,17 +74,8 @@ def _stop_signals_as_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
-            resume: Resume | None = None, executor: Executor | None = None,
-            stop_on_verdict: bool = False, tables: bool = False) -> RunDir:
-    """Run one bakeoff (core/run/session.py) with a progress bar, then print its tables and write its reports;
-    a stop signal anywhere in that (the report too) is an interruption like Ctrl-C (exit 130)."""
-    with _stop_signals_as_interrupt():
-        return _execute(config, out, until_ci, max_passes, resume, executor, stop_on_verdict, tables)
-
-
-def _execute(config: BakeoffFile, out: Path, until_ci: float | None, max_passes: int, resume: Resume | None,
-             executor: Executor | None, stop_on_verdict: bool, tables: bool) -> RunDir:
+def progress_events() -> tuple[Progress, ProtocolEvents]:
+    """The progress bar (started once the run directory exists) and the run's events drawn on it."""
     # The bar appears once the run directory exists: a file refused before that is one error line, nothing more.
     progress = run_progress(console)  # a bar on a terminal, plain lines in a log
     task = progress.add_task("starting", total=0)
@@ -109,21 +101,31 @@ def _execute(config: BakeoffFile, out: Path, until_ci: float | None, max_passes:
             highlight=False, soft_wrap=True),
         on_warning=warn,
     )
-    try:
-        run = run_bakeoff(config, out, until_ci=until_ci, max_passes=max_passes, resume=resume,
-                          executor=executor, stop_on_verdict=stop_on_verdict, events=events)
-    finally:
-        if progress.live.is_started:
-            progress.stop()
-    try:
-        print_run(run.path, console, tables=tables)
-    except (BakeoffError, OSError, ValueError) as exc:  # the samples are stored; `bakeoff report` can retry
-        # not the boundary's business: the run itself succeeded, so this is a warning and the exit code stands
-        console.print(f"[bold yellow]WARNING[/bold yellow] the report could not be written "
-                      f"({type(exc).__name__}: {escape(str(exc))}); the samples are in {run.path}; "
-                      "`bakeoff report RUN_DIR` retries", highlight=False, soft_wrap=True)
-    console.print(f"run directory: [bold]{run.path}[/bold]")
-    return run
+    return progress, events
+
+
+def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
+            resume: Resume | None = None, executor: Executor | None = None,
+            stop_on_verdict: bool = False, tables: bool = False) -> RunDir:
+    """Run one bakeoff (core/run/session.py) with a progress bar, then print its tables and write its reports;
+    a stop signal anywhere in that (the report too) is an interruption like Ctrl-C (exit 130)."""
+    with stop_signals_as_interrupt():
+        progress, events = progress_events()
+        try:
+            run = run_bakeoff(config, out, until_ci=until_ci, max_passes=max_passes, resume=resume,
+                              executor=executor, stop_on_verdict=stop_on_verdict, events=events)
+        finally:
+            if progress.live.is_started:
+                progress.stop()
+        try:
+            print_run(run.path, console, tables=tables)
+        except (BakeoffError, OSError, ValueError) as exc:  # the samples are stored; `bakeoff report` can retry
+            # not the boundary's business: the run itself succeeded, so this is a warning and the exit code stands
+            console.print(f"[bold yellow]WARNING[/bold yellow] the report could not be written "
+                          f"({type(exc).__name__}: {escape(str(exc))}); the samples are in {run.path}; "
+                          "`bakeoff report RUN_DIR` retries", highlight=False, soft_wrap=True)
+        console.print(f"run directory: [bold]{run.path}[/bold]")
+        return run
 
 
 def _explain_empty(run: RunDir, arm: str, samples: list[Sample]) -> str:

@@ -41,6 +41,7 @@ __all__ = [
     "BakeoffFile",
     "CalibrateSection",
     "GateSpec",
+    "TuneSection",
     "parse_share",
     "format_validation_error",
     "yaml_line",
@@ -580,6 +581,44 @@ class GateSpec(Strict):
         return self
 
 
+class TuneSection(Strict):
+    """``bakeoff tune FILE`` (docs/tune.md): race speculative settings against the baseline within a budget,
+    verify the winner under changing load, compile it into the engine's configuration."""
+
+    space: dict[str, list[Any]] = Field(description="The search space: dotted arm keys to lists of values, as in "
+                                        "sweep:, e.g. {speculative.method: [ngram], speculative.n_max: [2, 4, 8]}; "
+                                        "every combination, applied to the baseline arm, is a candidate. List each "
+                                        "key's simplest value first: a plateau names the simplest.")
+    budget_s: float = Field(900.0, gt=0, description="Seconds the race may spend (verification comes after it).")
+    streams: list[int] | None = Field(None, description="The use case: simultaneous streams the race measures "
+                                      "(workload.concurrency for the race), e.g. [1, 4].")
+    depths: list[int] | None = Field(None, description="The use case: context depths the race measures.")
+    prompts: list[str] | None = Field(None, description="The use case: prompt names (categories) of the suite.")
+    max_passes: int = Field(10, ge=3, le=1000, description="Most race passes; the error budget of dropping a "
+                            "candidate is spread over this many looks, as --stop-on-verdict spreads it.")
+    verify_streams: list[int] = Field(default_factory=lambda: [1, 4, 2], description="Verification: concurrency "
+                                      "levels in the order they are replayed (load that changes over time).")
+    verify_passes: int = Field(3, ge=3, le=1000, description="Interleaved passes of the verification run.")
+
+    @field_validator("space")
+    @classmethod
+    def _space_not_empty(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        if not v:
+            raise ValueError("give at least one dotted key with its values, e.g. speculative.n_max: [2, 4]")
+        for key, values in v.items():
+            if not values:
+                raise ValueError(f"{key}: give at least one value")
+        return v
+
+    @field_validator("streams", "depths", "verify_streams")
+    @classmethod
+    def _positive_levels(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(x < 1 for x in v)):
+            raise ValueError("give a non-empty list of positive integers")
+        _no_repeats(v or [], "level")
+        return v
+
+
 class BakeoffFile(Strict):
     """A whole bakeoff: arms, workload and the arm others are compared with."""
 
@@ -602,6 +641,8 @@ class BakeoffFile(Strict):
                                                        "(docs/ray.md).")
     gate: GateSpec | None = Field(None, description="A regression gate between two builds (`bakeoff gate FILE`, "
                                                     "docs/sharing.md); `bakeoff run` runs the arms without judging.")
+    tune: TuneSection | None = Field(None, description="A tuning race (`bakeoff tune FILE`, docs/tune.md); "
+                                                       "`bakeoff run` runs the file's arms without racing.")
 
     @model_validator(mode="after")
     def _unique_names_and_baseline(self) -> BakeoffFile:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+from ..analysis.racing import TuneResult
+from ..analysis.stats import Interval
 from .calibration import (
     break_even_rows,
     calibration_rows,
@@ -56,6 +60,50 @@ def calibration_markdown(s: RunSummary) -> list[str]:
     return parts
 
 
+def _ratio(estimate: float | None, lo: float | None, hi: float | None) -> str:
+    return "–" if estimate is None or lo is None or hi is None else f"{estimate:.2f}x ({lo:.2f}–{hi:.2f})"
+
+
+def _interval(ci: Interval | None) -> str:
+    return "–" if ci is None else _ratio(ci.estimate, ci.lo, ci.hi)
+
+
+def tune_markdown(t: TuneResult) -> list[str]:
+    """The tune section: the race's candidates, the named setting and its engine flags, the verification."""
+    rows = [[f"`{c.arm}`", ", ".join(f"{k}={v}" for k, v in c.settings.items()), c.status,
+             "" if c.dropped_after_requests is None else f"{c.dropped_after_requests} (vs `{c.dropped_vs}`)",
+             _ratio(c.ratio, c.ci_low, c.ci_high)] for c in t.candidates]
+    w = t.winner
+    parts = [f"**Tune** ({t.passes} of at most {t.max_passes} passes, {t.spent_s:.0f} s of {t.budget_s:.0f} s; "
+             f"stopped: {t.stopped}; decode ratios vs `{t.baseline}`, paired, 95 % CI)", "",
+             markdown_table(["candidate", "settings", "status", "dropped after requests", "vs spec-off"], rows), ""]
+    if w.get("spec_off"):
+        parts.append(f"- named: `{t.baseline}` (spec-off, nothing to deploy): {w.get('chosen_by')}")
+    else:
+        parts.append(f"- named: `{w.get('arm')}` ({w.get('chosen_by')}); plateau: "
+                     + ", ".join(f"`{a}`" for a in w.get("plateau", [])))
+        config = w.get("engine_config") or {}
+        if config.get("flags"):
+            parts.append(f"- {config.get('engine')} flags: `{' '.join(config['flags'])}`")
+        for key, value in config.items():
+            if key not in ("engine", "flags", "note"):
+                parts.append(f"- {config.get('engine')} {key}: `{json.dumps(value)}`")
+        if w.get("winner_file"):
+            parts.append(f"- re-check it: `bakeoff run {w['winner_file']}`")
+    if t.undecided:
+        parts.append("- undecided when the budget ran out: " + ", ".join(f"`{a}`" for a in t.undecided))
+    if t.verify is not None:
+        arms = t.verify.arms[1:]
+        vrows = [[str(p.streams), *[_interval(p.ratios.get(a)) for a in arms], "**collapse**" if p.collapse else ""]
+                 for p in t.verify.points]
+        parts += ["", f"**Tune verification** (streams in replay order; per-stream decode vs `{t.verify.arms[0]}`; "
+                  f"run {t.verify.run_dir})", "",
+                  markdown_table(["streams", *[f"`{a}`" for a in arms], ""], vrows)]
+    if t.promoted is not None:
+        parts.append(f"- promoted: {t.promoted.get('status')} on port {t.promoted.get('port')}")
+    return parts
+
+
 def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
     parts = [f"## {s.name}", "", markdown_table(*community_table(s)), ""]
     parts += [f"- {note}" for note in footnotes(s)]
@@ -73,6 +121,8 @@ def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
                   markdown_table(*phase_rows(s.phases))]
     if s.calibration is not None:
         parts += ["", *calibration_markdown(s)]
+    if s.tune is not None:
+        parts += ["", *tune_markdown(s.tune)]
     if (roof := roofline_table(s)) is not None:
         parts += ["", "**Roofline** (how close each arm decodes to the memory-bandwidth limit)", "",
                   markdown_table(*roof), "", f"- {roofline_note(s)}"]

@@ -20,6 +20,7 @@ from ..analysis.gates import score_gates, spec_identity
 from ..analysis.launches import launch_bands
 from ..analysis.load import LoadSection, load_section
 from ..analysis.phases import PhaseResult, compare_phases
+from ..analysis.racing import TuneResult, read_tune
 from ..analysis.sessions import SessionsSummary, summarize_sessions
 from ..analysis.stats import (
     LEVEL,
@@ -141,6 +142,9 @@ class RunSummary(BaseModel):
     structured: StructuredSummary | None = Field(None, description="Structured requests (tool calls, JSON "
                                                  "schemas): validity, drafting under the grammar, stalls, speed "
                                                  "of the valid answers against the baseline.")
+    tune: TuneResult | None = Field(None, description="bakeoff tune: the race's candidates (winner, plateau, "
+                                    "dropped), the named setting compiled for the engine, the verification under "
+                                    "changing load, time spent (docs/tune.md).")
     load: LoadSection | None = Field(None, description="Load points (concurrency levels and open-loop rates): "
                                      "latency percentiles, goodput per SLO tier, the frontier and the crossover.")
 
@@ -433,6 +437,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         calibration=analyze_calibration(config.model_dump(mode="json") if config else {}, samples, data.records,
                                         **boot, run_path=path))
     summary.hardware = _hardware(placement, samples, **boot)
+    summary.tune = read_tune(path)
     if drop_foreign_load:
         summary.dropped_foreign_load = len(data.samples) - len(samples)
     _rooflines(record, samples, summary)

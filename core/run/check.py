@@ -24,6 +24,7 @@ from ..config.calibration import expand_calibration, plan_points
 from ..config.checks import check_live_config, check_phases_config
 from ..config.loader import load_bakeoff
 from ..config.schema import Arm, BakeoffFile
+from ..config.tune import race_config, tune_arms
 from ..engine.adapter import EngineAdapter, check_arm_capabilities
 from ..engine.models import builtin_cached
 from ..engine.registry import KNOWN_PLUGINS, load_engine
@@ -99,6 +100,11 @@ def check_config(config: BakeoffFile, source: str) -> CheckResult:
         config = expand_calibration(config, source, synth=_on_paper)
     except BakeoffError as exc:
         errors.append(str(exc))
+    if config.tune is not None:  # the race's arms: the baseline, the fixed and the generated candidates
+        try:
+            config = race_config(config, tune_arms(config, source))
+        except BakeoffError as exc:
+            errors.append(str(exc))
     adapters: dict[str, EngineAdapter] = {}
     lacks: dict[tuple[str, str], list[str]] = {}  # (what, fix) -> arms; merged by fix at the end
     for index, arm in enumerate(config.arms):

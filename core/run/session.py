@@ -23,10 +23,10 @@ from .plan import Plan, plan_run, run_record
 from .protocol import run_extra_pass
 from .resume import Resume
 
-__all__ = ["run_bakeoff"]
+__all__ = ["new_run", "run_bakeoff"]
 
 
-def _new_run(out: Path, plan: Plan) -> RunDir:
+def new_run(out: Path, plan: Plan) -> RunDir:
     """The run directory under ``out``; a path that cannot hold it is a one-line error, before any launch."""
     try:
         run = RunDir(new_run_dir(out, plan.config.name))
@@ -61,7 +61,7 @@ def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None
     for line in stop_leftover_engines():  # engines a killed bakeoff could not stop (its port, its memory)
         events.on_warning(line)
     if resume is None:
-        run = _new_run(out, plan)
+        run = new_run(out, plan)
     else:  # same directory, recorded orders, stored samples skipped
         run = resume.run
         resume.apply(plan)

@@ -74,6 +74,8 @@ class SimOptions(BaseModel):
     require_api_key: bool = Field(False, description="Refuse requests without the key from arm.api_key_env.")
     model_id: str = Field("sim", description="Model id served on /v1/models.")
     prompt_tokens: int = Field(20, ge=0, description="usage.prompt_tokens reported.")
+    itl_ms_per_stream: float = Field(0.0, ge=0, description="Added to itl_ms for every other request in flight "
+                                     "(an engine fast at one stream that slows as streams are added).")
     slow_requests: int = Field(0, ge=0, description="The first chat requests (warm-up included) stream at half "
                                                     "speed, as an engine still warming up does.")
     draft_per_event: int = Field(2, ge=0, description="Speculative arm: draft tokens reported per token event "

@@ -11,6 +11,7 @@ from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` i
   RST), ``kill`` (SIGKILL itself mid-stream), ``malformed`` (a truncated JSON data line) or ``http``
   (answer ``http_status`` instead of a stream);
 - ``boot_delay_s`` (answer 503 "Loading model" until then), ``crash_on_start`` (log this line and exit);
+- ``itl_ms_per_stream``: added to ``itl_ms`` per other chat request in flight (slower under concurrency);
 - ``launch_speed``: this launch's speed for its whole life (0.5: token gaps doubled); with ``--launch-speeds``
   the server draws it per launch, counting its launches in the ``--launch-counter`` file (an engine with a
   fast and a slow launch state).
@@ -37,7 +38,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ DEFAULTS: dict[str, Any] = {
     "model_id": "sim",
     "prompt_tokens": 20,
     "slow_requests": 0,
+    "itl_ms_per_stream": 0.0,
     "launch_speed": 1.0,
     "draft_per_event": 2,
     "drafts_under_grammar": True,
@@ -87,13 +89,15 @@ def is_faulty(behaviour: dict[str, Any], request_no: int) -> bool:
 
 
 def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, *,
-                   include_usage: bool = True, chunk_usage: bool = False, grammar: bool = False) -> Iterator[Action]:
+                   include_usage: bool = True, chunk_usage: bool = False, grammar: bool = False,
+                   in_flight: Callable[[], int] = lambda: 1) -> Iterator[Action]:
     """What the server does, step by step, for one streaming chat request.
 
     :param include_usage: the client asked ``stream_options.include_usage``.
     :param chunk_usage: the client asked ``stream_options.continuous_usage_stats`` (cumulative usage on
         every chunk, as vLLM sends it).
     :param grammar: the request carries ``response_format`` or ``tools``.
+    :param in_flight: chat requests streaming now, this one included (read before each token gap).
     """
     b = {**DEFAULTS, **behaviour}
     speculative = bool(b.get("speculative"))  # set by the adapter from the arm, not an option
@@ -135,9 +139,11 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
             else:  # reset, kill: the stream ends here
                 yield (fault, None)
                 return
-        if sent and b["itl_ms"]:  # the first slow_requests stream at half speed: an engine still warming up
+        # the first slow_requests stream at half speed: an engine still warming up
+        if sent and (b["itl_ms"] or b["itl_ms_per_stream"]):
             # launch_speed: this launch's state (0.5: an engine that came up in a slow state, all its life)
-            yield ("sleep", b["itl_ms"] / 1000 * (2 if request_no <= b["slow_requests"] else 1) / b["launch_speed"])
+            itl_ms = b["itl_ms"] + b["itl_ms_per_stream"] * max(0, in_flight() - 1)
+            yield ("sleep", itl_ms / 1000 * (2 if request_no <= b["slow_requests"] else 1) / b["launch_speed"])
         n = min(b["tokens_per_event"], max_tokens - sent)
         text = "".join(WORDS[(sent + i) % len(WORDS)] + " " for i in range(n))
         sent += n
@@ -163,6 +169,7 @@ class _Server(ThreadingHTTPServer):
     api_key: str | None
     ready_at: float
     requests = 0
+    streaming = 0  # chat requests streaming now (itl_ms_per_stream)
     lock = threading.Lock()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -249,9 +256,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        with self.server.lock:
+            self.server.streaming += 1
+        try:
+            self._stream(b, request_no, max_tokens, opts, bool(body.get("response_format") or body.get("tools")))
+        finally:
+            with self.server.lock:
+                self.server.streaming -= 1
+
+    def _stream(self, b: dict[str, Any], request_no: int, max_tokens: int, opts: dict[str, Any],
+                grammar: bool) -> None:
         for kind, value in stream_actions(b, request_no, max_tokens, include_usage=bool(opts.get("include_usage")),
                                           chunk_usage=bool(opts.get("continuous_usage_stats")),
-                                          grammar=bool(body.get("response_format") or body.get("tools"))):
+                                          grammar=grammar, in_flight=lambda: self.server.streaming):
             if kind == "send":
                 self.wfile.write(f"{len(value):X}\r\n".encode() + value + b"\r\n")
             elif kind in ("sleep", "stall"):

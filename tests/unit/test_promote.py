@@ -138,3 +138,24 @@ def _alive(pid: int) -> bool:
         return False
 
 
+
+
+def test_tune_promote_puts_the_verified_winner_live_and_revert_restores(tmp_path: Path, live: LiveSim,  # noqa: F811
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from bakeoff.core.run.tune import run_tune
+
+    monkeypatch.setenv("BAKEOFF_STATE_DIR", str(tmp_path / "state"))
+    live.up()
+    data = {"arms": [{"name": "spec-off", "engine": "sim", "model": "sim", "options": {"itl_ms": 20}}],
+            "workload": {"prompts": ["prose"], "max_tokens": 16, "reps": 2, "warmup": 0, "gates": []},
+            "tune": {"space": {"options.itl_ms": [8]}, "max_passes": 3, "verify_streams": [1, 2]},
+            "live": live.section()}
+    outcome = run_tune(parse_bakeoff(yaml.safe_dump(data)), tmp_path / "runs", promote=True)
+    result = outcome.result
+    assert result.winner["arm"] == "tune-itl_ms8" and result.verify is not None and not result.verify.collapse
+    assert result.promoted is not None and result.promoted["status"] == "promoted"
+    assert result.promoted["arm"] == "tune-itl_ms8" and result.promoted["run_dir"] == str(outcome.verify.path
+                                                                                         if outcome.verify else "")
+    assert health_problem(live.health, "qwen-live") is None  # the winner serves the live name on the live port
+    back = revert(say=lambda m: None)
+    assert back["status"] == "reverted" and health_problem(live.health, "qwen-live") is None

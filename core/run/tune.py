@@ -1,0 +1,311 @@
+"""``bakeoff tune FILE``: race the candidates of ``tune.space`` against spec-off, verify the winner, compile it.
+
+The race is an ordinary run (one run directory, passes through :func:`~bakeoff.core.run.protocol.run_plan`, every
+request through ArmSession): after each pass a look (core/analysis/racing.py) drops the candidates separably
+slower than the current best, and the next pass runs only the baseline and the candidates left, in the order
+:func:`~bakeoff.core.run.plan.add_pass` draws from the seed. It ends when one candidate is left and told apart
+from spec-off, at ``tune.max_passes``, or when the next pass would overrun ``tune.budget_s``.
+
+Then the named arm (the winner, or the simplest of the plateau) is compiled into the engine's own flags (the
+adapter's own translation: its launch command, less the baseline's), written as a bakeoff file against spec-off,
+and verified in a second run at ``tune.verify_streams`` with the runner-up and spec-off: a level where it is
+separably slower than spec-off is a collapse. ``promote`` hands a verified winner to core/run/promote.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..analysis.racing import (
+    TUNE_FILE,
+    RaceCandidate,
+    Status,
+    TuneResult,
+    TuneVerify,
+    VerifyPoint,
+    look,
+    ratio_to_baseline,
+    read_tune,
+    separable,
+)
+from ..analysis.stats import MIN_ADAPTIVE_PASSES
+from ..common.errors import ConfigError, MeasurementError
+from ..config.schema import Arm, BakeoffFile
+from ..config.tune import TuneArms, race_config, simplicity, tune_arms, verify_config, winner_file
+from ..engine.adapter import EngineAdapter, build_launch
+from ..engine.launcher import stop_leftover_engines
+from ..engine.registry import load_engine
+from ..results.store import RunDir
+from .events import ProtocolEvents
+from .live import LiveRun
+from .plan import add_pass, plan_run
+from .protocol import run_plan
+from .session import new_run, run_bakeoff
+
+__all__ = ["TUNE_FILE", "TuneOutcome", "engine_config", "promote_winner", "read_tune", "run_tune"]
+
+WINNER_FILE = "tune-winner.yaml"
+
+
+@dataclass
+class TuneOutcome:
+    race: RunDir
+    verify: RunDir | None
+    result: TuneResult
+
+
+def _flag_items(argv: list[str]) -> list[tuple[str, str | None]]:
+    """argv as (flag, value) items: a flag takes the next token as its value unless that is a flag too."""
+    items: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            items.append((token, argv[i + 1]))
+            i += 2
+        else:
+            items.append((token, None))
+            i += 1
+    return items
+
+
+def engine_config(adapter: EngineAdapter[Any], arm: Arm, baseline: Arm, workdir: Path) -> dict[str, Any]:
+    """The arm's setting in the engine's own words: the flags of its launch command (the adapter's translation)
+    that the baseline's command lacks, and any JSON-valued flag parsed (vLLM ``--speculative-config``)."""
+    if arm.attached or arm.launch == "compose":
+        return {"engine": arm.engine, "note": "attached or compose arm: no launch command to read the flags from"}
+    port = arm.settings.port or 8080
+    mine = _flag_items(build_launch(adapter, arm, port, workdir).argv)
+    ref = set(_flag_items(build_launch(adapter, baseline, port, workdir).argv))
+    flags = [x for item in mine if item not in ref for x in item if x is not None]
+    out: dict[str, Any] = {"engine": arm.engine, "flags": flags}
+    for flag, value in mine:
+        if value is not None and value.startswith("{") and (flag, value) not in ref:
+            with suppress(json.JSONDecodeError):
+                out[flag.lstrip("-").replace("-", "_")] = json.loads(value)
+    return out
+
+
+def _ok_count(samples: list[Any], arm: str) -> int:
+    return sum(1 for s in samples if s.arm == arm and s.status == "ok" and s.decode_tps)
+
+
+class _Race:
+    """The race's state: who is still in, who was dropped when and against whom."""
+
+    def __init__(self, arms: TuneArms, seed: int, max_passes: int) -> None:
+        self.arms, self.seed, self.max_passes = arms, seed, max_passes
+        self.baseline = arms.baseline.name
+        self.alive = [a.name for a in arms.candidates]
+        self.dropped: dict[str, dict[str, Any]] = {}
+        self.best = self.baseline
+
+    def look(self, run: RunDir, passes: int, say: Callable[[str], None]) -> None:
+        samples = run.samples()
+        for name in [n for n in self.alive if _ok_count(samples, n) == 0]:  # failed: nothing to race with
+            self.alive.remove(name)
+            self.dropped[name] = {"after": 0, "pass": passes, "vs": "failed (no valid request)"}
+            say(f"tune: {name} dropped: no valid request in pass {passes}")
+        lk = look(samples, self.alive, self.baseline, passes, self.max_passes, seed=self.seed)
+        self.best = lk.best
+        for name, ci in lk.dropped.items():
+            self.alive.remove(name)
+            self.dropped[name] = {"after": _ok_count(samples, name), "pass": passes, "vs": lk.best}
+            say(f"tune: {name} dropped after pass {passes}: {ci.estimate:.2f}x of {lk.best} "
+                f"({ci.lo:.2f}-{ci.hi:.2f} at the {ci.level:.1%} level)")
+
+    def decided(self, run: RunDir, passes: int) -> bool:
+        """One candidate left and told apart from spec-off (faster: it won; slower it would have been dropped)."""
+        return len(self.alive) == 1 and separable(run.samples(), self.alive[0], self.baseline, passes,
+                                                  self.max_passes, seed=self.seed)
+
+
+def _plateau(race: _Race, run: RunDir, passes: int) -> list[str]:
+    """The best arm and every arm no look told apart from it (spec-off included when it is not read_tune, separable)."""
+    samples = run.samples()
+    best = race.best
+    out = [best] + [n for n in race.alive if n != best]
+    if best != race.baseline and not separable(samples, best, race.baseline, passes, race.max_passes,
+                                               seed=race.seed):
+        out.append(race.baseline)
+    return out
+
+
+def _candidates(race: _Race, run: RunDir, plateau: list[str], named: str) -> list[RaceCandidate]:
+    samples = run.samples()
+    out = []
+    for arm in race.arms.candidates:
+        ci = ratio_to_baseline(samples, arm.name, race.baseline, seed=race.seed)
+        drop = race.dropped.get(arm.name)
+        status: Status = "dropped" if drop else ("winner" if plateau == [named] == [arm.name] else "plateau")
+        out.append(RaceCandidate(arm=arm.name, settings=race.arms.settings(arm.name), status=status,
+                                 dropped_after_requests=drop["after"] if drop else None,
+                                 dropped_at_pass=drop["pass"] if drop else None,
+                                 dropped_vs=drop["vs"] if drop else None,
+                                 ratio=ci.estimate if ci else None, ci_low=ci.lo if ci else None,
+                                 ci_high=ci.hi if ci else None))
+    return out
+
+
+def _verify(config: BakeoffFile, arms: list[Arm], out: Path, events: ProtocolEvents) -> TuneVerify:
+    """Winner (and runner-up) against spec-off at each level of ``tune.verify_streams``: the paired ratio of
+    per-stream decode rates at that level, as the report's concurrency table reads it (same pairs, same draws)."""
+    vconfig = verify_config(config, arms)
+    run = run_bakeoff(vconfig, out, events=events)
+    samples = [s for s in run.samples() if s.concurrency is not None]
+    baseline, winner = arms[0].name, arms[1].name
+    points = []
+    for level in vconfig.workload.concurrency or []:
+        here = [s for s in samples if s.concurrency == level]
+        point = VerifyPoint(streams=level)
+        for arm in arms[1:]:
+            point.ratios[arm.name] = ratio_to_baseline(here, arm.name, baseline, seed=vconfig.workload.seed)
+        ci = point.ratios[winner]
+        point.collapse = ci is not None and ci.hi < 1
+        points.append(point)
+    collapse_at = [p.streams for p in points if p.collapse]
+    return TuneVerify(run_dir=str(run.path), arms=[a.name for a in arms], points=points,
+                      collapse=bool(collapse_at), collapse_at=collapse_at)
+
+
+def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events: ProtocolEvents | None = None,
+             verify: bool = True, promote: bool = False, clock: Callable[[], float] = time.monotonic
+             ) -> TuneOutcome:
+    """Race, compile, verify (and with ``promote`` put the verified winner live); returns both run directories
+    and the result, also written as ``tune.json`` in the race's run directory.
+
+    :raises ConfigError: no tune: section, a space that makes invalid arms, ``promote`` without a live: section.
+    """
+    events = events or ProtocolEvents()
+    say = events.on_note
+    if promote and config.live is None:
+        raise ConfigError("tune --promote: the file has no live: section naming the service to switch "
+                          "(docs/live.md)")
+    arms = tune_arms(config, source)  # raises the clear error when the file has no tune: section
+    tune = config.tune
+    assert tune is not None
+    race_file = race_config(config, arms)
+    plan = plan_run(race_file)  # every candidate checked on paper (capabilities, ineffective knobs) first
+    for line in stop_leftover_engines():
+        events.on_warning(line)
+    run = new_run(out, plan)
+    events.on_run_start(run, plan.requests_total, 0)
+    race = _Race(arms, race_file.workload.seed, tune.max_passes)
+    say(f"tune: {len(arms.candidates)} candidates against {race.baseline}; budget {tune.budget_s:g} s, "
+        f"at most {tune.max_passes} passes")
+    started = clock()
+    passes, stopped = 0, ""
+    live = LiveRun(race_file, run, say)
+    try:
+        live.open()
+        arm_runs = 0
+        while True:
+            if passes:
+                index = add_pass(plan)
+                plan.orders[index] = [n for n in plan.orders[index] if n == race.baseline or n in race.alive]
+                run.update_record(orders=plan.orders)
+                events.on_pass_added(plan.requests_total // len(plan.arms) * len(plan.orders[index]))
+                run_plan(plan, run, events, start_pass=index)
+            else:
+                run_plan(plan, run, events)
+            arm_runs += len(plan.orders[passes])
+            passes += 1
+            if _ok_count(run.samples(), race.baseline) == 0:
+                raise MeasurementError(f"tune: the baseline {race.baseline!r} has no valid request after pass "
+                                       f"{passes}: every ratio is read against it (see {run.path})")
+            race.look(run, passes, say)
+            if not race.alive:
+                stopped = "every candidate was dropped"
+                break
+            if race.decided(run, passes):
+                stopped = "one candidate left, told apart from spec-off"
+                break
+            if passes >= tune.max_passes:
+                stopped = f"max passes ({tune.max_passes})"
+                break
+            spent = clock() - started
+            next_cost = spent / arm_runs * (len(race.alive) + 1)
+            if spent + next_cost > tune.budget_s:
+                stopped = f"budget: another pass would take about {next_cost:.0f} s more of {tune.budget_s:g} s"
+                break
+    finally:
+        live.close()
+        run.release()
+    spent = clock() - started
+    plateau = _plateau(race, run, passes)
+    named = min(plateau, key=lambda n: (simplicity(arms.settings(n), arms.space), n))
+    by_name = {a.name: a for a in [arms.baseline, *arms.candidates]}
+    looked = passes >= MIN_ADAPTIVE_PASSES  # before that no look is made: nothing was compared at all
+    result = TuneResult(baseline=race.baseline, budget_s=tune.budget_s, spent_s=round(spent, 1), passes=passes,
+                        max_passes=tune.max_passes, stopped=stopped,
+                        undecided=[n for n in plateau if n != race.baseline] if stopped.startswith("budget")
+                        and len(plateau) > 1 else [],
+                        candidates=_candidates(race, run, plateau, named))
+    winner_arm = by_name[named]
+    chosen = "alone" if len(plateau) == 1 else \
+        f"simplest of a plateau of {len(plateau)} (fewest keys changed, then earliest listed values)"
+    if not looked:
+        chosen = (f"undecided: the budget allowed {passes} pass(es) and the first look needs "
+                  f"{MIN_ADAPTIVE_PASSES}; nothing was compared, so spec-off is kept")
+        events.on_warning(f"tune: {chosen}; raise tune.budget_s (one pass took about {spent / passes:.0f} s) "
+                          "or measure less per pass")
+    result.winner = {"arm": named, "settings": arms.settings(named), "spec_off": named == race.baseline,
+                     "plateau": plateau, "chosen_by": chosen}
+    say(f"tune: {stopped}; named {named} ({result.winner['chosen_by']})")
+    if named != race.baseline:
+        adapter = load_engine(winner_arm.engine)
+        result.winner["engine_config"] = engine_config(adapter, winner_arm, arms.baseline, run.arm_dir(named))
+        path = run.path / WINNER_FILE
+        path.write_text(yaml.safe_dump(winner_file(config, arms.baseline, winner_arm), sort_keys=False))
+        result.winner["winner_file"] = str(path)
+    _write(run, result)
+    verify_run: RunDir | None = None
+    if verify and named != race.baseline:
+        ranked = sorted((c for c in result.candidates if c.arm != named and c.ratio is not None),
+                        key=lambda c: -(c.ratio or 0))
+        verify_arms = [arms.baseline, winner_arm] + ([by_name[ranked[0].arm]] if ranked else [])
+        say(f"tune: verifying {', '.join(a.name for a in verify_arms[1:])} against {race.baseline} at "
+            f"{tune.verify_streams} streams, in that order")
+        result.verify = _verify(config, verify_arms, out, events)
+        verify_run = RunDir(Path(result.verify.run_dir))
+        if result.verify.collapse:
+            say(f"tune: COLLAPSE: {named} is separably slower than {race.baseline} at "
+                f"{result.verify.collapse_at} streams")
+        _write(run, result)
+    outcome = TuneOutcome(race=run, verify=verify_run, result=result)
+    if promote:
+        promote_winner(outcome, say)
+    return outcome
+
+
+def promote_winner(outcome: TuneOutcome, say: Callable[[str], None]) -> dict[str, Any]:
+    """Hand the verified winner to the live-box promote (core/run/promote.py: private gate, live gate, rollback,
+    ``bakeoff promote --revert``); recorded in tune.json.
+
+    :raises ConfigError: spec-off won, the winner was not verified, or it collapses; nothing is touched.
+    :raises PromoteError: the promotion's gate failed (the previous service was restored, or it says why not).
+    """
+    from .promote import promote
+
+    result, verify_run, named = outcome.result, outcome.verify, str(outcome.result.winner.get("arm"))
+    if result.winner.get("spec_off"):
+        raise ConfigError("tune --promote: spec-off won (no candidate beat it separably); nothing to promote")
+    if result.verify is None or verify_run is None:
+        raise ConfigError("tune --promote: the winner was not verified; nothing promoted")
+    if result.verify.collapse:
+        raise ConfigError(f"tune --promote: {named} collapses at {result.verify.collapse_at} streams; not promoted")
+    result.promoted = promote(verify_run.path, named, say=say)
+    _write(outcome.race, result)
+    return result.promoted
+
+
+def _write(run: RunDir, result: TuneResult) -> None:
+    (run.path / TUNE_FILE).write_text(result.model_dump_json(indent=2) + "\n")
