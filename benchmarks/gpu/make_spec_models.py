@@ -110,7 +110,7 @@ def main() -> None:
 
     gpu_layers: object = int(a.gpu_layers) if a.gpu_layers.isdigit() else a.gpu_layers
     settings = {"ctx": 4096, "parallel": 1, "gpu_layers": gpu_layers, "flash_attn": "on"}
-    load_settings = {**settings, "ctx": 32768, "parallel": 64}
+    load_settings = {**settings, "ctx": 512, "parallel": 64}  # ctx is per slot: 32768 in all
     workload = {"prompts": ["code_python", "prose", "code_bash"], "max_tokens": a.max_tokens, "reps": a.reps,
                 "passes": a.passes, "warmup": 1, "modes": ["greedy"], "gpu_sample_interval_s": 0.1}
     files = {
@@ -140,10 +140,10 @@ def main() -> None:
             "prompts": ["code_python"], "structured": {"kinds": ["json_schema", "tool_call"]},
             "concurrency": [1, 4, 16], "max_tokens": a.max_tokens, "reps": 1, "passes": a.passes, "warmup": 1,
             "modes": ["greedy"], "gates": [], "gpu_sample_interval_s": 0.1}, "arms": [
-            _arm("spec-off", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16}),
-            _arm("ngram", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16},
+            _arm("spec-off", paths["mtp"], {**settings, "ctx": 2048, "parallel": 16}),
+            _arm("ngram", paths["mtp"], {**settings, "ctx": 2048, "parallel": 16},
                  {"method": "ngram", "variant": "mod", "n_max": 4}),
-            _arm("mtp", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16}, {"method": "mtp", "n_max": 2}),
+            _arm("mtp", paths["mtp"], {**settings, "ctx": 2048, "parallel": 16}, {"method": "mtp", "n_max": 2}),
         ]},
         # issue 30: where speculation stops paying as the load grows (closed loop 1-64 streams, open loop 4 and
         # 16 req/s), each method against its own spec-off model (`bakeoff report RUN --baseline target-off` for
@@ -164,11 +164,11 @@ def main() -> None:
         # within 240 s, then replays the named setting at 1, 16 and 4 streams (docs/tune.md); RUNS="tune-mtp
         # tune-dflash" runs them with `bakeoff tune` instead of `bakeoff run`
         "tune-mtp": {"name": "h200-tune-mtp", "baseline": "mtp-off", "workload": TUNE_WORKLOAD, "arms": [
-            _arm("mtp-off", paths["mtp"], {**settings, "ctx": 32768, "parallel": 16})],
+            _arm("mtp-off", paths["mtp"], {**settings, "ctx": 2048, "parallel": 16})],
             "tune": {"space": {"speculative.method": ["mtp"], "speculative.n_max": [1, 2, 3, 4]},
                      "streams": [1, 4], "budget_s": 240, "max_passes": 6, "verify_streams": [1, 16, 4]}},
         "tune-dflash": {"name": "h200-tune-dflash", "baseline": "target-off", "workload": TUNE_WORKLOAD, "arms": [
-            _arm("target-off", paths["target"], {**settings, "ctx": 32768, "parallel": 16})],
+            _arm("target-off", paths["target"], {**settings, "ctx": 2048, "parallel": 16})],
             "tune": {"space": {"speculative.method": ["dflash"], "speculative.draft_model": [str(paths["dflash"])],
                                "speculative.n_max": [3, 7, 15]},
                      "streams": [1, 4], "budget_s": 240, "max_passes": 6, "verify_streams": [1, 16, 4]}},

@@ -264,8 +264,10 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
 
     def _setting_flags(self, arm: Arm, options: LlamaCppOptions) -> list[str]:
         s = arm.settings
+        # settings.ctx is per request; with -np N (kv_unified off) the server splits -c into N slots
         return _flags([
-            ("-c", s.ctx), ("-t", s.threads), ("-ngl", s.gpu_layers), ("-sm", s.split),
+            ("-c", s.ctx * (s.parallel or 1) if s.ctx else None), ("-t", s.threads), ("-ngl", s.gpu_layers),
+            ("-sm", s.split),
             ("-ts", ",".join(f"{x:g}" for x in s.tensor_split) if s.tensor_split else None),
             ("-ctk", s.kv_type), ("-ctv", s.kv_type), ("-fa", s.flash_attn), ("-b", s.batch), ("-ub", s.ubatch),
             ("-lv", options.verbosity),

@@ -61,6 +61,13 @@ def test_plain_arm_pins_one_slot_loopback_and_explicit_spec_type(tmp_path: Path)
     assert "--metrics" in args
 
 
+def test_ctx_is_per_request_so_several_slots_get_ctx_each(tmp_path: Path) -> None:
+    # llama-server splits -c over -np slots (kv_unified off with an explicit -np): seen on the H200, ctx 32768
+    # with 16 slots read back as n_ctx 2048 per slot
+    args = argv(arm(tmp_path, settings={"ctx": 2048, "parallel": 16}))
+    assert args[args.index("-np") + 1] == "16" and args[args.index("-c") + 1] == str(2048 * 16)
+
+
 @pytest.mark.parametrize(("method", "spec_type"), [("draft", "draft-simple"), ("dflash", "draft-dflash"),
                                                    ("dspark", "draft-dspark"), ("eagle3", "draft-eagle3")])
 def test_draft_methods_emit_spec_type_and_md(tmp_path: Path, method: str, spec_type: str) -> None:

@@ -156,7 +156,8 @@ def test_a_draft_arm_without_a_draft_model_and_an_unknown_variant_are_refused(gg
 def test_settings_map_to_the_same_flags_as_llamacpp(gguf: Path) -> None:
     args = argv(gguf, settings={"ctx": 2048, "parallel": 2, "threads": 3, "kv_type": "q8_0", "flash_attn": "on",
                                 "batch": 512, "ubatch": 128, "split": "layer", "tensor_split": [1, 2]})
-    pairs = {"-c": "2048", "-np": "2", "-t": "3", "-ctk": "q8_0", "-ctv": "q8_0", "-fa": "on", "-b": "512",
+    # -c is the whole context: 2048 per slot x 2 slots
+    pairs = {"-c": "4096", "-np": "2", "-t": "3", "-ctk": "q8_0", "-ctv": "q8_0", "-fa": "on", "-b": "512",
              "-ub": "128", "-sm": "layer", "-ts": "1,2"}
     for flag, value in pairs.items():
         assert args[args.index(flag) + 1] == value, flag

@@ -222,8 +222,10 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
         # built-in template (for SmolLM2: no default system prompt, 21 prompt tokens fewer than llama.cpp)
         argv = [*launch.program.argv, "-m", launch.model, "--host", s.host, "--port", str(launch.port),
                 "--metrics", "--jinja", "-np", str(s.parallel or 1)]
+        # settings.ctx is per request; with -np N (kv_unified off) the server splits -c into N slots
         argv += cli_flags([
-            ("-c", s.ctx), ("-t", s.threads), ("-ngl", s.gpu_layers), ("-sm", s.split),
+            ("-c", s.ctx * (s.parallel or 1) if s.ctx else None), ("-t", s.threads), ("-ngl", s.gpu_layers),
+            ("-sm", s.split),
             ("-ts", ",".join(f"{x:g}" for x in s.tensor_split) if s.tensor_split else None),
             ("-ctk", s.kv_type), ("-ctv", s.kv_type), ("-fa", s.flash_attn), ("-b", s.batch), ("-ub", s.ubatch),
         ])
