@@ -6,6 +6,8 @@ markdown, the plots and the HTML only format this object, so they can never disa
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -249,7 +251,9 @@ def _warnings(record: RunRecord, data: RunData, summary: RunSummary) -> list[str
                        f"truncated {a.finish['truncated']}, empty {a.finish['empty']}")
     for a in summary.arms:
         if a.flagged:
-            out.append(f"{a.arm}: {a.flagged} sample(s) flagged (see samples.jsonl flags, e.g. foreign-load)")
+            kinds = Counter(f.split(":", 1)[0] for s in data.samples if s.arm == a.arm for f in set(s.flags))
+            named = ", ".join(f"{kind} ×{n}" for kind, n in kinds.most_common())
+            out.append(f"{a.arm}: {a.flagged} sample(s) flagged ({named}; see samples.jsonl flags)")
     return out
 
 
