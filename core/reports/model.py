@@ -7,7 +7,6 @@ markdown, the plots and the HTML only format this object, so they can never disa
 from __future__ import annotations
 
 from collections import Counter
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
