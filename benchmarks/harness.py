@@ -14,6 +14,10 @@ were within 1 %, and bakeoff's CPU per 1,000 tokens and in cores while streaming
 wall time, the source excluded). ``--outlier N`` then sends N requests at one rate and lists the worst
 ones with their position, so a periodic stall (every k-th request) shows.
 
+``--streams 64 --stream-rates 25,100`` then reads 64 streams at once through bakeoff's concurrency path
+(``run_batch``, as a ``workload.concurrency`` point sends them), from a source that only sleeps between events,
+and prints every request's decode rate against the truth and bakeoff's CPU per 1,000 tokens.
+
 ``--peers guidellm,aiperf --peer-venv DIR`` adds GuideLLM's and AIPerf's own per-request figures on the same
 streams and their CPU (benchmarks/peers.py), each tool from its own environment under DIR.
 
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +47,7 @@ import httpx
 import bakeoff.core.engine.client as client_module
 from bakeoff.core.engine.client import stream_chat
 from bakeoff.core.host.hostinfo import CpuMeter
+from bakeoff.core.measure.concurrency import run_batch
 from bakeoff.core.measure.definitions import account
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import RunDir
@@ -220,6 +226,79 @@ def outliers(port: int, rate: int, per_event: int, count: int,
     return out, with_gc
 
 
+@dataclass
+class StreamsRow:
+    streams: int
+    rate: int
+    per_event: int
+    errors: list[float] = field(default_factory=list)
+    flagged: int = 0
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    tokens: int = 0
+    source_late_s: float = 0.0  # the source's worst lateness against its own schedule
+
+
+def streams_rows(port: int, streams: int, rates: list[int], per_event: int, batches: int,
+                 run_dir: Path) -> list[StreamsRow]:
+    """``batches`` batches of ``streams`` requests at each per-stream rate, sent together by ``run_batch`` and
+    accounted and stored one by one, as a run's concurrency point does."""
+    run, rows = RunDir(run_dir), []
+    body = {"model": "source", "max_tokens": N_TOKENS, "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    for rate in rates:
+        row = StreamsRow(streams, rate, per_event)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}/r/{rate}/{per_event}") as http:
+            run_batch(http, [dict(body, max_tokens=32)] * streams, 60.0)  # warm the threads and the source
+            for b in range(batches):
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                batch = run_batch(http, [dict(body) for _ in range(streams)], 60.0)
+                for i, result in enumerate(batch.results):
+                    fields = account(result, "usage_per_chunk")
+                    flags = fields.pop("flags")
+                    sample = Sample(arm="h", engine="openai", prompt="p", mode="greedy", rep=b * streams + i,
+                                    started_at=time.time(), concurrency=streams, flags=flags, **fields)
+                    run.append(sample)
+                    truth = (result.final or {}).get("truth")
+                    if result.error or truth is None or sample.decode_tps is None:
+                        row.errors.append(float("nan"))
+                        row.flagged += 1
+                    else:
+                        row.errors.append(sample.decode_tps / _truth_rate(truth) - 1)
+                        row.flagged += bool(flags)
+                    row.source_late_s = max(row.source_late_s, truth["max_late_s"] if truth else 0.0)
+                row.cpu_s += time.process_time() - cpu0
+                row.wall_s += time.perf_counter() - wall0
+                row.tokens += streams * N_TOKENS
+        rows.append(row)
+        print(f"  {streams} streams × {rate} tok/s done", flush=True)
+    return rows
+
+
+def print_streams(rows: list[StreamsRow]) -> None:
+    print("\n| streams | tok/s per stream | tok/event | requests | bakeoff median / worst | within 1 % | flagged "
+          "| bakeoff CPU ms per 1k tok | bakeoff cores | aggregate tok/s | source's worst lateness ms |")
+    print("|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        within = sum(abs(e) <= 0.01 for e in r.errors if e == e)
+        print(f"| {r.streams} | {r.rate} | {r.per_event} | {len(r.errors)} | {_pct(_median(r.errors))} / "
+              f"{_pct(_worst(r.errors))} | {within}/{len(r.errors)} | {r.flagged} | {r.cpu_s / r.tokens * 1e6:.1f} "
+              f"| {r.cpu_s / r.wall_s:.3f} | {r.tokens / r.wall_s:.0f} | {r.source_late_s * 1e3:.1f} |")
+
+
+def _with_sleeping_source(measure: Callable[[int], list[StreamsRow]]) -> list[StreamsRow]:
+    """``measure(port)`` against a source of its own that sleeps between events instead of spinning."""
+    port = _free_port()
+    source = subprocess.Popen([sys.executable, str(Path(__file__).with_name("stream_source.py")), str(port), "",
+                               "sleep"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert source.stdout is not None
+        source.stdout.readline()
+        return measure(port)
+    finally:
+        source.terminate()
+        source.wait()
+
+
 def bakeoff_command() -> list[str]:
     """The console script beside this Python, or the CLI through ``python -P`` where bakeoff was installed
     without scripts (``pip install --target``, as on the GPU machine)."""
@@ -313,6 +392,10 @@ def main() -> None:
     ap.add_argument("--outlier", type=int, default=200, help="requests in the periodic-outlier check (0: skip)")
     ap.add_argument("--outlier-rate", type=int, default=20000)
     ap.add_argument("--cli", type=int, default=0, help="also send this many requests through `bakeoff run` itself")
+    ap.add_argument("--streams", type=int, default=0, help="also read this many streams at once (0: skip)")
+    ap.add_argument("--stream-rates", default="25,100", help="tok/s of each stream with --streams")
+    ap.add_argument("--stream-batches", type=int, default=2, help="batches of --streams requests per rate")
+    ap.add_argument("--only-streams", action="store_true", help="skip the sequential sweep and the outlier check")
     ap.add_argument("--peers", default="", help="comma-separated peers to run on the same streams: guidellm,aiperf")
     ap.add_argument("--peer-venv", type=Path, default=None,
                     help="folder holding guidellm/ and aiperf/: a venv each, or a pip --target folder each")
@@ -347,12 +430,17 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             peer_run = (PeerRun(tools, args.peer_venv, truth_file, scratch / "peers", args.peer_timeout)
                         if tools else None)
-            rows = sweep(port, [int(x) for x in args.rates.split(",")], [int(x) for x in args.per_event.split(",")],
-                         Path(tmp) / "sweep", peer_run)
-            print_table(rows, tools)
+            if not args.only_streams:
+                rows = sweep(port, [int(x) for x in args.rates.split(",")],
+                             [int(x) for x in args.per_event.split(",")], Path(tmp) / "sweep", peer_run)
+                print_table(rows, tools)
             if tools:
                 print(f"\npeers' own result files and consoles: {scratch / 'peers'}")
-            if args.outlier:
+            if args.streams:
+                print_streams(_with_sleeping_source(lambda p: streams_rows(
+                    p, args.streams, [int(x) for x in args.stream_rates.split(",")], 1, args.stream_batches,
+                    Path(tmp) / "streams")))
+            if args.outlier and not args.only_streams:
                 got, with_gc = outliers(port, args.outlier_rate, 1, args.outlier, Path(tmp) / "outlier")
                 errs = [e for _, e in got if e == e]
                 worst = sorted(got, key=lambda x: -abs(x[1]) if x[1] == x[1] else float("-inf"))[:5]
