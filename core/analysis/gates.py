@@ -25,12 +25,16 @@ from ..config.schema import Arm, SamplingMode
 from ..results.record import ArmAttempt, GateAnswer
 from .fairness import read_outputs
 
-__all__ = ["CONTEXT_CHARS", "FAILING", "NOT_INFORMATIVE", "Divergence", "GateStatus", "SpecCheck", "first_difference",
-           "gate_label", "reference_arm", "score_gates", "spec_identity"]
+__all__ = ["CONTEXT_CHARS", "EARLY_DIVERGENCE_CHARS", "FAILING", "NOT_INFORMATIVE", "Divergence", "GateStatus",
+           "SpecCheck", "different_task", "first_difference", "gate_label", "reference_arm", "score_gates",
+           "spec_identity"]
 
 FAILING = ("fail", "regressed")
 NOT_INFORMATIVE = "not-informative"
 CONTEXT_CHARS = 40  # of each continuation shown after a divergence
+# greedy answers of the same weights that part within this many characters were not answering the same prompt
+# (an engine that rendered another template), whatever numerics later split them
+EARLY_DIVERGENCE_CHARS = 16
 
 
 class GateStatus(BaseModel):
@@ -162,3 +166,23 @@ def _any_pass(key: tuple[Any, ...], outputs: dict[tuple[Any, ...], str]) -> str 
     prompt, mode, _rep, _pass, depth, max_tokens = key
     return next((t for k, t in outputs.items() if (k[0], k[1], k[4], k[5]) == (prompt, mode, depth, max_tokens)),
                 None)
+
+
+def different_task(run_path: Path, arm: str, reference: str, sampling: Mapping[str, SamplingMode]) -> str | None:
+    """Why two arms on the same weights (different engines) did not do the same work: their greedy answers part
+    within the first :data:`EARLY_DIVERGENCE_CHARS` characters on most prompts compared; None when they agree
+    that far (numerics may split them later) or nothing greedy can be compared."""
+    mine, theirs = read_outputs(run_path, arm), read_outputs(run_path, reference)
+    keys = sorted((k for k in mine if _is_greedy(k[1], sampling) and (k in theirs or _any_pass(k, theirs))), key=str)
+    early: list[tuple[tuple[Any, ...], int, str]] = []
+    for k in keys:
+        other = theirs.get(k) if k in theirs else _any_pass(k, theirs)
+        assert other is not None
+        if mine[k] != other and (pos := first_difference(mine[k], other)) < EARLY_DIVERGENCE_CHARS:
+            early.append((k, pos, other))
+    if not keys or len(early) * 2 <= len(keys):
+        return None
+    k, pos, other = early[0]
+    return (f"same weights, but the greedy answers part within {EARLY_DIVERGENCE_CHARS} characters on {len(early)} "
+            f"of {len(keys)} prompts, as if the engines got different prompts (e.g. {k[0]}: {reference} "
+            f"{other[:CONTEXT_CHARS]!r}, {arm} {mine[k][:CONTEXT_CHARS]!r})")

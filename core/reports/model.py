@@ -17,7 +17,7 @@ from ..analysis.acceptance import ArmAcceptance, mean_accepted_length, run_accep
 from ..analysis.calibration import Calibration, analyze_calibration
 from ..analysis.decision import Recommendation, recommend
 from ..analysis.fairness import equal_work, finish_counts
-from ..analysis.gates import score_gates, spec_identity
+from ..analysis.gates import different_task, score_gates, spec_identity
 from ..analysis.launches import launch_bands
 from ..analysis.load import LoadSection, load_section
 from ..analysis.phases import PhaseResult, compare_phases
@@ -308,9 +308,16 @@ def _correctness(path: Path, data: RunData, samples: list[Sample], summary: RunS
             a.spec_check = check.model_dump()
             a.identical_to_baseline = check.fraction if check.same_engine else None
     guard = equal_work(samples, config, records, path, [(c.arm, c.reference) for c in summary.comparisons])
+    prints = data.record.fingerprints
     for c in summary.comparisons:
         c.comparable = guard[(c.arm, c.reference)].model_dump()
         c.notes += [f"near-equal work: {note}" for note in guard[(c.arm, c.reference)].notes]
+        mine, theirs = prints.get(c.arm), prints.get(c.reference)
+        if (mine and theirs and mine.canonical.get("engine") != theirs.canonical.get("engine")
+                and mine.canonical.get("model") == theirs.canonical.get("model")
+                and (why := different_task(path, c.arm, c.reference, workload.sampling_modes() if workload
+                                           else DEFAULT_MODES))):
+            c.comparable = {**c.comparable, "ok": False, "reasons": [*c.comparable["reasons"], why]}
 
 
 def _launch_states(samples: list[Sample], summary: RunSummary) -> None:

@@ -14,6 +14,7 @@ from rich.console import Console
 from bakeoff.core.analysis.fairness import OUTPUTS_FILE, finish_flags, output_line
 from bakeoff.core.analysis.gates import score_gates
 from bakeoff.core.common.errors import ConfigError
+from bakeoff.core.config.fingerprint import ArmFingerprint
 from bakeoff.core.config.schema import Arm
 from bakeoff.core.measure.gates import check_schema, run_gates
 from bakeoff.core.reports import print_summary, render_html, render_markdown, summarize_run
@@ -223,3 +224,37 @@ def test_session_turns_reuse_their_prefix_without_making_a_pair_incomparable(tmp
     s = summarize_run(_write(tmp_path / "run", {k: ARMS[k] for k in ("off", "ngram")}, samples))
     c = s.comparison("ngram")
     assert c and c.comparable and not any("prefix cache" in r for r in c.comparable["reasons"])
+
+
+def test_the_same_weights_on_another_engine_answering_otherwise_from_the_start_is_not_comparable(
+        tmp_path: Path) -> None:
+    # issue 33 item 4: ik_llama.cpp, on llama.cpp's GGUF, wrote "You are a 21-year-old…" where llama.cpp wrote
+    # "The small harbour town…" with equal prompt token counts, and read 1.78x faster
+    arms = {"llama": {"engine": "llamacpp", "model": "m"}, "fork": {"engine": "ikllama", "model": "m"},
+            "fork-late": {"engine": "ikllama", "model": "m"}, "other": {"engine": "vllm", "model": "m-hf"}}
+    weights = {"name": "m.gguf", "bytes": 1000, "head_sha256": "ab"}
+    path = _write(tmp_path / "run", arms, [_sample(a, r, 10.0 + 8 * (a != "llama")) for a in arms for r in range(2)],
+                  outputs={a: [(_sample(a, r, 1.0), text) for r in range(2)] for a, text in {
+                      "llama": "The small harbour town of Ravenshire wakes",
+                      "fork": "You are a 21-year-old female college student",
+                      "fork-late": "The small harbour town of Ravenshire sleeps",  # parts at character 34
+                      "other": "A harbour town changes slowly because"}.items()})
+    run = RunDir(path)
+    record = run.read_record()
+    run.write_record(record.model_copy(update={"fingerprints": {
+        name: ArmFingerprint(id=name, canonical={"engine": cfg["engine"],
+                                                 "model": weights if cfg["engine"] != "vllm" else {"name": "m-hf"}})
+        for name, cfg in arms.items()}}))
+    s = summarize_run(path)
+    fork, late, other = s.comparison("fork"), s.comparison("fork-late"), s.comparison("other")
+    assert fork and fork.comparable and not fork.comparable["ok"]
+    [why] = fork.comparable["reasons"]
+    console = Console(file=io.StringIO(), width=400)
+    print_summary(s, console)
+    for text in (render_markdown(s), console.file.getvalue()):  # type: ignore[attr-defined]
+        assert "fork vs llama: not comparable: same weights, but the greedy answers part" in text
+        assert not any(line.lstrip("|│ ").startswith("fork ") and "faster" in line for line in text.splitlines())
+    assert why.startswith("same weights, but the greedy answers part within 16 characters on 2 of 2 prompts")
+    assert "fork 'You are a 21-year-old female college stu'" in why
+    assert late and late.comparable and late.comparable["ok"]  # numerics may part them later: still the same task
+    assert other and other.comparable and other.comparable["ok"]  # other weights: agreement is reported, not judged
