@@ -22,4 +22,4 @@ if ! docker info >/dev/null 2>&1; then
   echo "e2e tests (tests/e2e, launch: docker/compose) not run: no Docker engine here ('docker info' fails)"
   tiers=(-m "not e2e")
 fi
-python -m pytest tests -q -rs "${tiers[@]}" "$@"
+python -m pytest tests -q -rs --durations=25 "${tiers[@]}" "$@"
