@@ -16,7 +16,7 @@ import copy
 import inspect
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, cast, get_args, get_origin
@@ -471,6 +471,11 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         None. A sessions workload refuses the arm before anything starts."""
         return None
 
+    def structured_problem(self, arm: Arm, kinds: Sequence[str]) -> str | None:
+        """Why this arm, as launched, cannot answer these structured request kinds although the engine declares
+        them (a launch flag the engine needs for them is missing), or None. Refused before anything starts."""
+        return None
+
     def for_sessions(self, arm: Arm) -> Arm:
         """The arm as a sessions workload launches it: an engine whose prefix cache is a launch switch turns it
         on here (the plan's arm, so its fingerprint, argv.txt and read-back show it). The default: unchanged."""
@@ -578,12 +583,14 @@ def check_structured(adapter: EngineAdapter, arm: Arm, kinds: Iterable[str]) -> 
 
     :raises CapabilityNotSupported: naming the kind and what the engine takes.
     """
-    offered = adapter.capabilities.structured
-    for kind in dict.fromkeys(kinds):
+    offered, wanted = adapter.capabilities.structured, list(dict.fromkeys(kinds))
+    for kind in wanted:
         if kind not in offered:
             raise CapabilityNotSupported(
                 f"arm {arm.name!r}: {adapter.name} does not declare {kind} requests (it takes: "
                 f"{', '.join(offered) or 'none'}); leave the structured prompts out for this arm's run")
+    if wanted and (problem := adapter.structured_problem(arm, wanted)):
+        raise CapabilityNotSupported(f"arm {arm.name!r}: {problem}")
 
 
 def method_key(caps: Capabilities, spec: Speculative) -> str | None:

