@@ -288,6 +288,14 @@ DEFAULT_MODES: dict[str, SamplingMode] = {
 }
 
 
+def _levels(v: list[int] | None) -> list[int] | None:
+    """Depths, stream counts: a non-empty list of distinct positive integers (or unset)."""
+    if v is not None and (not v or any(x < 1 for x in v)):
+        raise ValueError("give a non-empty list of positive integers")
+    _no_repeats(v or [], "level")
+    return v
+
+
 def _no_repeats(values: list[Any], what: str) -> None:
     """A value listed twice would measure the same point twice (and stop the run when it is stored)."""
     seen: set[Any] = set()
@@ -440,10 +448,7 @@ class Workload(Strict):
     @field_validator("depths", "concurrency")
     @classmethod
     def _positive_levels(cls, v: list[int] | None) -> list[int] | None:
-        if v is not None and (not v or any(x < 1 for x in v)):
-            raise ValueError("give a non-empty list of positive integers")
-        _no_repeats(v or [], "level")
-        return v
+        return _levels(v)
 
     @field_validator("prompts")
     @classmethod
@@ -613,10 +618,7 @@ class TuneSection(Strict):
     @field_validator("streams", "depths", "verify_streams")
     @classmethod
     def _positive_levels(cls, v: list[int] | None) -> list[int] | None:
-        if v is not None and (not v or any(x < 1 for x in v)):
-            raise ValueError("give a non-empty list of positive integers")
-        _no_repeats(v or [], "level")
-        return v
+        return _levels(v)
 
 
 class BakeoffFile(Strict):
