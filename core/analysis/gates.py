@@ -140,25 +140,34 @@ def spec_identity(run_path: Path, arms: Mapping[str, Arm], baseline: str | None,
         ref, same = reference_arm(arm, arms, baseline)
         if ref is None:
             continue
-        mine, theirs = outputs[arm], outputs.get(ref, {})
-        keys = [k for k in mine if _is_greedy(k[1], sampling) and (k in theirs or _any_pass(k, theirs))]
-        if not keys:
+        pairs = _greedy_pairs(outputs[arm], outputs.get(ref, {}), sampling)
+        if not pairs:
             continue
-        check = SpecCheck(reference=ref, compared=len(keys), identical=0, fraction=None, same_engine=same)
-        for k in sorted(keys, key=str):
-            other = theirs.get(k) if k in theirs else _any_pass(k, theirs)
-            assert other is not None
-            if mine[k] == other:
+        check = SpecCheck(reference=ref, compared=len(pairs), identical=0, fraction=None, same_engine=same)
+        for k, text, other in pairs:
+            if text == other:
                 check.identical += 1
                 continue
-            pos = first_difference(mine[k], other)
+            pos = first_difference(text, other)
             if len(check.divergences) < 5:
                 check.divergences.append(Divergence(point=f"{k[0]}/{k[1]} rep {k[2]} pass {k[3]}", position=pos,
                                                     reference=other[pos:pos + CONTEXT_CHARS],
-                                                    arm=mine[k][pos:pos + CONTEXT_CHARS]))
+                                                    arm=text[pos:pos + CONTEXT_CHARS]))
         check.fraction = check.identical / check.compared
         out[arm] = check
     return out
+
+
+def _greedy_pairs(mine: dict[tuple[Any, ...], str], theirs: dict[tuple[Any, ...], str],
+                  sampling: Mapping[str, SamplingMode]) -> list[tuple[tuple[Any, ...], str, str]]:
+    """(point, this arm's greedy output, the reference's at the same point or, failing that, at the same prompt
+    in another rep or pass), in a stable order; points the reference has no output for are left out."""
+    pairs = []
+    for k in sorted((k for k in mine if _is_greedy(k[1], sampling)), key=str):
+        other = theirs[k] if k in theirs else _any_pass(k, theirs)
+        if other is not None:
+            pairs.append((k, mine[k], other))
+    return pairs
 
 
 def _any_pass(key: tuple[Any, ...], outputs: dict[tuple[Any, ...], str]) -> str | None:
@@ -172,17 +181,12 @@ def different_task(run_path: Path, arm: str, reference: str, sampling: Mapping[s
     """Why two arms on the same weights (different engines) did not do the same work: their greedy answers part
     within the first :data:`EARLY_DIVERGENCE_CHARS` characters on most prompts compared; None when they agree
     that far (numerics may split them later) or nothing greedy can be compared."""
-    mine, theirs = read_outputs(run_path, arm), read_outputs(run_path, reference)
-    keys = sorted((k for k in mine if _is_greedy(k[1], sampling) and (k in theirs or _any_pass(k, theirs))), key=str)
-    early: list[tuple[tuple[Any, ...], int, str]] = []
-    for k in keys:
-        other = theirs.get(k) if k in theirs else _any_pass(k, theirs)
-        assert other is not None
-        if mine[k] != other and (pos := first_difference(mine[k], other)) < EARLY_DIVERGENCE_CHARS:
-            early.append((k, pos, other))
-    if not keys or len(early) * 2 <= len(keys):
+    pairs = _greedy_pairs(read_outputs(run_path, arm), read_outputs(run_path, reference), sampling)
+    early = [(k, text, other) for k, text, other in pairs
+             if text != other and first_difference(text, other) < EARLY_DIVERGENCE_CHARS]
+    if not pairs or len(early) * 2 <= len(pairs):
         return None
-    k, pos, other = early[0]
+    k, text, other = early[0]
     return (f"same weights, but the greedy answers part within {EARLY_DIVERGENCE_CHARS} characters on {len(early)} "
-            f"of {len(keys)} prompts, as if the engines got different prompts (e.g. {k[0]}: {reference} "
-            f"{other[:CONTEXT_CHARS]!r}, {arm} {mine[k][:CONTEXT_CHARS]!r})")
+            f"of {len(pairs)} prompts, as if the engines got different prompts (e.g. {k[0]}: {reference} "
+            f"{other[:CONTEXT_CHARS]!r}, {arm} {text[:CONTEXT_CHARS]!r})")

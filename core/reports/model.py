@@ -296,7 +296,8 @@ def _correctness(path: Path, data: RunData, samples: list[Sample], summary: RunS
     by_name = {a.name: a for a in config.arms} if config else {}
     gates = score_gates(records, by_name, summary.baseline)
     workload = config.workload if config else None
-    spec = spec_identity(path, by_name, summary.baseline, workload.sampling_modes() if workload else DEFAULT_MODES)
+    sampling = workload.sampling_modes() if workload else DEFAULT_MODES
+    spec = spec_identity(path, by_name, summary.baseline, sampling)
     for a in summary.arms:
         arm = by_name.get(a.arm)
         fixed = arm.workload.fixed_length if arm is not None else None
@@ -315,8 +316,7 @@ def _correctness(path: Path, data: RunData, samples: list[Sample], summary: RunS
         mine, theirs = prints.get(c.arm), prints.get(c.reference)
         if (mine and theirs and mine.canonical.get("engine") != theirs.canonical.get("engine")
                 and mine.canonical.get("model") == theirs.canonical.get("model")
-                and (why := different_task(path, c.arm, c.reference, workload.sampling_modes() if workload
-                                           else DEFAULT_MODES))):
+                and (why := different_task(path, c.arm, c.reference, sampling))):
             c.comparable = {**c.comparable, "ok": False, "reasons": [*c.comparable["reasons"], why]}
 
 
