@@ -37,7 +37,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from typing import Any
 import httpx
 
 import bakeoff.core.engine.client as client_module
-from bakeoff.core.engine.client import stream_chat
+from bakeoff.core.engine.client import StreamResult, stream_chat
 from bakeoff.core.host.hostinfo import CpuMeter
 from bakeoff.core.measure.concurrency import run_batch
 from bakeoff.core.measure.definitions import account
@@ -165,18 +166,30 @@ class BakeoffPath:
         result = stream_chat(http, body, 30.0)
         foreign = self.meter.stop()
         self.last_gc = GC.inside(result.t_send_ns, result.t_done_ns or result.t_send_ns)
-        fields = account(result, "usage_per_chunk")
-        flags = fields.pop("flags")
-        sample = Sample(arm="h", engine="openai", prompt="p", mode="greedy", rep=self.rep, started_at=time.time(),
-                        foreign_cpu_cores=foreign, flags=flags, **fields)
+        sample = stored_sample(self.run, result, self.rep, foreign_cpu_cores=foreign)
         self.rep += 1
         self.last_clock = result.arrival_clock
-        self.run.append(sample)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-        truth = (result.final or {}).get("truth")
-        if result.error or truth is None or sample.decode_tps is None:
-            return float("nan"), [*flags, result.error or "no truth"], cpu, wall
-        return sample.decode_tps / _truth_rate(truth) - 1, flags, cpu, wall
+        error = truth_error(result, sample)
+        if error is None:
+            return float("nan"), [*sample.flags, result.error or "no truth"], cpu, wall
+        return error, sample.flags, cpu, wall
+
+
+def stored_sample(run: RunDir, result: StreamResult, rep: int, **fields: Any) -> Sample:
+    """A stream accounted, made a Sample (its flags included) and stored, the way a run does it."""
+    sample = Sample(arm="h", engine="openai", prompt="p", mode="greedy", rep=rep, started_at=time.time(),
+                    **account(result, "usage_per_chunk"), **fields)
+    run.append(sample)
+    return sample
+
+
+def truth_error(result: StreamResult, sample: Sample) -> float | None:
+    """The sample's decode rate against the source's truth (relative error); None when either is missing."""
+    truth = (result.final or {}).get("truth")
+    if result.error or truth is None or sample.decode_tps is None:
+        return None
+    return sample.decode_tps / _truth_rate(truth) - 1
 
 
 def _requests_for(rate: int) -> int:
@@ -253,18 +266,11 @@ def streams_rows(port: int, streams: int, rates: list[int], per_event: int, batc
                 cpu0, wall0 = time.process_time(), time.perf_counter()
                 batch = run_batch(http, [dict(body) for _ in range(streams)], 60.0)
                 for i, result in enumerate(batch.results):
-                    fields = account(result, "usage_per_chunk")
-                    flags = fields.pop("flags")
-                    sample = Sample(arm="h", engine="openai", prompt="p", mode="greedy", rep=b * streams + i,
-                                    started_at=time.time(), concurrency=streams, flags=flags, **fields)
-                    run.append(sample)
+                    sample = stored_sample(run, result, b * streams + i, concurrency=streams)
+                    error = truth_error(result, sample)
+                    row.errors.append(float("nan") if error is None else error)
+                    row.flagged += error is None or bool(sample.flags)
                     truth = (result.final or {}).get("truth")
-                    if result.error or truth is None or sample.decode_tps is None:
-                        row.errors.append(float("nan"))
-                        row.flagged += 1
-                    else:
-                        row.errors.append(sample.decode_tps / _truth_rate(truth) - 1)
-                        row.flagged += bool(flags)
                     row.source_late_s = max(row.source_late_s, truth["max_late_s"] if truth else 0.0)
                 row.cpu_s += time.process_time() - cpu0
                 row.wall_s += time.perf_counter() - wall0
@@ -285,15 +291,17 @@ def print_streams(rows: list[StreamsRow]) -> None:
               f"| {r.cpu_s / r.wall_s:.3f} | {r.tokens / r.wall_s:.0f} | {r.source_late_s * 1e3:.1f} |")
 
 
-def _with_sleeping_source(measure: Callable[[int], list[StreamsRow]]) -> list[StreamsRow]:
-    """``measure(port)`` against a source of its own that sleeps between events instead of spinning."""
+@contextmanager
+def stream_source(truth_file: Path | None, sleep: bool = False) -> Iterator[int]:
+    """benchmarks/stream_source.py in its own process, listening (its port); ``sleep``: it sleeps between events
+    instead of spinning before each (many streams on few cores)."""
     port = _free_port()
-    source = subprocess.Popen([sys.executable, str(Path(__file__).with_name("stream_source.py")), str(port), "",
-                               "sleep"], stdout=subprocess.PIPE, text=True)
+    source = subprocess.Popen([sys.executable, str(Path(__file__).with_name("stream_source.py")), str(port),
+                               str(truth_file or ""), *(["sleep"] if sleep else [])], stdout=subprocess.PIPE, text=True)
     try:
         assert source.stdout is not None
-        source.stdout.readline()
-        return measure(port)
+        source.stdout.readline()  # the source prints its URL once it listens
+        yield port
     finally:
         source.terminate()
         source.wait()
@@ -417,14 +425,9 @@ def main() -> None:
         client_module._gc_pause = contextlib.nullcontext()  # type: ignore[assignment]
     if args.clock == "user":
         client_module._ask_kernel_stamps = lambda sock: False
-    port = _free_port()
     scratch = Path(tempfile.mkdtemp(prefix="bakeoff-harness-"))
     truth_file = scratch / "truth.jsonl"
-    source = subprocess.Popen([sys.executable, str(Path(__file__).with_name("stream_source.py")), str(port),
-                               str(truth_file)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert source.stdout is not None
-        source.stdout.readline()  # the source prints its URL once it listens
+    with stream_source(truth_file) as port:
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores); "
               f"python {sys.version.split()[0]}; gc thresholds {gc.get_threshold()}", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
@@ -437,9 +440,9 @@ def main() -> None:
             if tools:
                 print(f"\npeers' own result files and consoles: {scratch / 'peers'}")
             if args.streams:
-                print_streams(_with_sleeping_source(lambda p: streams_rows(
-                    p, args.streams, [int(x) for x in args.stream_rates.split(",")], 1, args.stream_batches,
-                    Path(tmp) / "streams")))
+                with stream_source(None, sleep=True) as sleeping:
+                    print_streams(streams_rows(sleeping, args.streams, [int(x) for x in args.stream_rates.split(",")],
+                                               1, args.stream_batches, Path(tmp) / "streams"))
             if args.outlier and not args.only_streams:
                 got, with_gc = outliers(port, args.outlier_rate, 1, args.outlier, Path(tmp) / "outlier")
                 errs = [e for _, e in got if e == e]
@@ -461,9 +464,6 @@ def main() -> None:
                   "(request #, error, flagged): "
                   + ", ".join(f"#{i} {_pct(e)} {flagged(fl)}" for i, e, fl in worst_cli))
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    finally:
-        source.terminate()
-        source.wait()
 
 
 if __name__ == "__main__":
