@@ -133,13 +133,15 @@ def raw_request(port: int, path: str, n: int) -> float:
             event = buf[offset:end]
             offset = end + 2
             if b'"content":"tok' in event:
-                stamps.append(t)
+                stamps.append((t, event.count(b"tok ")))
             elif b'"truth"' in event:
                 truth = json.loads(event[6:])["truth"]
     assert truth is not None and len(stamps) >= 2
-    if stamps[-1] == stamps[0]:
+    if stamps[-1][0] == stamps[0][0]:
         return float("nan")  # every token event in one read: this client saw no decode window at all
-    measured = float((truth["n"] - truth["n_first"]) / ((stamps[-1] - stamps[0]) / 1e9))
+    # the window opens when the first token read arrived: its tokens are before it (bakeoff's definition too)
+    before = sum(tokens for t, tokens in stamps if t == stamps[0][0])
+    measured = float((truth["n"] - before) / ((stamps[-1][0] - stamps[0][0]) / 1e9))
     return measured / _truth_rate(truth) - 1
 
 
@@ -316,13 +318,15 @@ def bakeoff_command() -> list[str]:
     return [sys.executable, "-P", "-c", "from bakeoff.core.cli import main; main()"]
 
 
-def cli_run(port: int, truth_file: Path, rate: int, count: int, out: Path) -> list[tuple[int, float, list[str]]]:
+def cli_run(port: int, truth_file: Path, rate: int, per_event: int, count: int,
+            out: Path) -> list[tuple[int, float, list[str]]]:
     """``count`` requests through the real ``bakeoff run`` (progress display, store, meter: everything), each
-    sample joined to the source's truth line by order (one arm, one pass, sequential requests, no warm-up)."""
+    sample joined to the source's truth line by order (one arm, one pass, sequential requests, no warm-up, no
+    gates: every request the source sees is a sample)."""
     config = out / "harness.yaml"
     config.write_text(f"""arms:
-  - {{name: source, engine: openai, url: "http://127.0.0.1:{port}/r/{rate}/1"}}
-workload: {{prompts: [prose], max_tokens: {N_TOKENS}, reps: {count}, warmup: 0, request_timeout_s: 30}}
+  - {{name: source, engine: openai, url: "http://127.0.0.1:{port}/r/{rate}/{per_event}"}}
+workload: {{prompts: [prose], max_tokens: {N_TOKENS}, reps: {count}, warmup: 0, gates: [], request_timeout_s: 30}}
 """)
     truth_file.write_text("")
     subprocess.run([*bakeoff_command(), "run", str(config), "--out", str(out / "runs")], check=False,
@@ -400,6 +404,8 @@ def main() -> None:
     ap.add_argument("--outlier", type=int, default=200, help="requests in the periodic-outlier check (0: skip)")
     ap.add_argument("--outlier-rate", type=int, default=20000)
     ap.add_argument("--cli", type=int, default=0, help="also send this many requests through `bakeoff run` itself")
+    ap.add_argument("--cli-rate", type=int, default=None, help="tok/s of the --cli requests (default --outlier-rate)")
+    ap.add_argument("--cli-per-event", type=int, default=1, help="tokens per event of the --cli requests")
     ap.add_argument("--streams", type=int, default=0, help="also read this many streams at once (0: skip)")
     ap.add_argument("--stream-rates", default="25,100", help="tok/s of each stream with --streams")
     ap.add_argument("--stream-batches", type=int, default=2, help="batches of --streams requests per rate")
@@ -452,17 +458,23 @@ def main() -> None:
                       f"worst (request #, error): " + ", ".join(f"#{i} {_pct(e)}" for i, e in worst)
                       + f"; a GC ran inside the stream of {len(with_gc)} request(s): {with_gc[:20]}")
         if args.cli:
-            got_cli = cli_run(port, truth_file, args.outlier_rate, args.cli, scratch)
+            rate = args.cli_rate or args.outlier_rate
+            got_cli = cli_run(port, truth_file, rate, args.cli_per_event, args.cli, scratch)
             errs = [e for _, e, _ in got_cli if e == e]
             worst_cli = sorted(got_cli, key=lambda x: -abs(x[1]) if x[1] == x[1] else float("-inf"))[:5]
+            # the plain reader on the same source and pace, in the same minute: the fair comparison
+            path = f"/r/{rate}/{args.cli_per_event}/v1/chat/completions"
+            raw = [raw_request(port, path, N_TOKENS) for _ in range(args.cli)]
 
             def flagged(flags: list[str]) -> str:
                 return "yes" if [f for f in flags if not f.startswith("foreign-load")] else "no"
 
-            print(f"\n`bakeoff run`: {len(got_cli)} requests at {args.outlier_rate} tok/s, 1 token/event: median "
-                  f"{_pct(_median(errs))}, within 1 %: {sum(abs(e) <= 0.01 for e in errs)}/{len(got_cli)}; worst "
-                  "(request #, error, flagged): "
+            print(f"\n`bakeoff run`: {len(got_cli)} requests at {rate} tok/s, {args.cli_per_event} token(s)/event: "
+                  f"median {_pct(_median(errs))}, within 1 %: {sum(abs(e) <= 0.01 for e in errs)}/{len(got_cli)}; "
+                  "worst (request #, error, flagged): "
                   + ", ".join(f"#{i} {_pct(e)} {flagged(fl)}" for i, e, fl in worst_cli))
+            print(f"raw client, the same point right after: median {_pct(_median(raw))}, worst {_pct(_worst(raw))}, "
+                  f"within 1 %: {sum(abs(e) <= 0.01 for e in raw)}/{len(raw)}")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -8,6 +8,7 @@ It binds 127.0.0.1 only.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -23,11 +24,12 @@ Script = Callable[[], Iterable["bytes | float"]]  # bytes are written, floats ar
 
 
 def split_events(body: bytes) -> list[bytes]:
-    """An SSE body cut after every blank line: one piece per event, as a streaming server flushes them."""
+    """An SSE body cut after every blank line (LF or CRLF framing: TabbyAPI writes CRLF): one piece per event,
+    as a streaming server flushes them."""
     pieces, start = [], 0
-    while (end := body.find(b"\n\n", start)) != -1:
-        pieces.append(body[start:end + 2])
-        start = end + 2
+    while match := re.compile(rb"\r?\n\r?\n").search(body, start):
+        pieces.append(body[start:match.end()])
+        start = match.end()
     if start < len(body):
         pieces.append(body[start:])
     return pieces

@@ -86,6 +86,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--tune-budget", type=int, default=240, help="tune.budget_s of tune-mtp and tune-dflash "
+                    "(the race only; verification comes after it)")
     a = ap.parse_args()
 
     dims = replace(SHAPE_SMALL if a.small else SHAPE_3B, rng=_rng())  # type: ignore[arg-type]
@@ -161,17 +163,17 @@ def main() -> None:
                      {"method": "dflash", "draft_model": str(paths["dflash"]), "n_max": 7}),
             ]},
         # issue 31: `bakeoff tune` races MTP n_max (and DFlash n_max, against its own target) at 1 and 4 streams
-        # within 240 s, then replays the named setting at 1, 16 and 4 streams (docs/tune.md); RUNS="tune-mtp
-        # tune-dflash" runs them with `bakeoff tune` instead of `bakeoff run`
+        # within --tune-budget seconds (240), then replays the named setting at 1, 16 and 4 streams (docs/tune.md);
+        # RUNS="tune-mtp tune-dflash" runs them with `bakeoff tune` instead of `bakeoff run`
         "tune-mtp": {"name": "h200-tune-mtp", "baseline": "mtp-off", "workload": TUNE_WORKLOAD, "arms": [
             _arm("mtp-off", paths["mtp"], {**settings, "ctx": 2048, "parallel": 16})],
             "tune": {"space": {"speculative.method": ["mtp"], "speculative.n_max": [1, 2, 3, 4]},
-                     "streams": [1, 4], "budget_s": 240, "max_passes": 6, "verify_streams": [1, 16, 4]}},
+                     "streams": [1, 4], "budget_s": a.tune_budget, "max_passes": 6, "verify_streams": [1, 16, 4]}},
         "tune-dflash": {"name": "h200-tune-dflash", "baseline": "target-off", "workload": TUNE_WORKLOAD, "arms": [
             _arm("target-off", paths["target"], {**settings, "ctx": 2048, "parallel": 16})],
             "tune": {"space": {"speculative.method": ["dflash"], "speculative.draft_model": [str(paths["dflash"])],
                                "speculative.n_max": [3, 7, 15]},
-                     "streams": [1, 4], "budget_s": 240, "max_passes": 6, "verify_streams": [1, 16, 4]}},
+                     "streams": [1, 4], "budget_s": a.tune_budget, "max_passes": 6, "verify_streams": [1, 16, 4]}},
         # two GPUs (nvidia-h200-x2): the same target split over both, each llama.cpp split mode of this build
         "split": {"name": "h200x2-split", "baseline": "one-gpu", "workload": workload, "arms": [
             _arm("one-gpu", paths["target"], {**settings, "gpus": [0]}),

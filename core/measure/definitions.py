@@ -5,7 +5,8 @@ This is DESIGN.md's "Measurement definitions" in code, in one place (see docs/ar
 - :func:`build_request`: the request every arm sends (same prompt, sampling and length everywhere; the
   engine's own fields come from its adapter);
 - :func:`account`: the client-side accounting of one recorded stream (core/engine/client.py records and parses
-  it): token-bearing events, ``n_first``, the decode window, decode and prefill rates, TTFT, and the flags
+  it): token-bearing events, ``n_first`` (the tokens of the read that opens the decode window), the decode
+  window, decode and prefill rates, TTFT, and the flags
   that say a rate cannot be read (burst delivery, a client away from the socket, no decode window);
 - :func:`make_sample`: that accounting plus the server's own counts and acceptance (rate =
   accepted/drafted, mean accepted length = 1 + accepted/drafts, per-position rates and the histogram of
@@ -104,16 +105,22 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
         return out
 
     counts = [c for _, _, c in per_event]
+    # The decode window opens when the read that carried the first token event arrived: a read is stamped with
+    # its newest packet, so every token that came in that read (a late reader gets several events at once) is
+    # before the window, not in it. Counting only the first event's tokens over-read such streams by 15-38 %.
+    first_read = per_event[0][1]
+    in_first_read = [c for _, read, c in per_event if read == first_read]
     if have_counts:
-        n_first, source = counts[0], "usage"
+        n_first, source = sum(in_first_read), "usage"
         out["max_tokens_per_event"] = max(counts)
     elif token_counts == "one_per_event":
-        n_first, source = 1, "one-per-event"
+        n_first, source = len(in_first_read), "one-per-event"
         out["max_tokens_per_event"] = 1
     else:
-        # No per-chunk count: the first event's share of the output text is the best estimate of its tokens
+        # No per-chunk count: the first read's share of the output text is the best estimate of its tokens
         # (M5: N / events is biased when one event carries most of the text).
-        share = len(text_events[0].content) / max(1, len(result.text))
+        first_text = sum(len(e.content) for e in text_events if e.read == text_events[0].read)
+        share = first_text / max(1, len(result.text))
         n_first, source = max(1, round((n if n and n > 0 else len(per_event)) * share)), "estimated"
         out["flags"].append("n_first-estimated")
     out["n_first"], out["n_first_source"] = n_first, source

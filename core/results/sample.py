@@ -40,7 +40,9 @@ class Sample(BaseModel):
                                       "usage.prompt_tokens_details.cached_tokens, else the engine's own count "
                                       "(llama.cpp timings.cache_n).")
     usage_present: bool = False
-    n_first: int | None = Field(None, description="Tokens in the first token-bearing event.")
+    n_first: int | None = Field(None, description=(
+        "Tokens before the decode window: those of the network read that carried the first token-bearing event "
+        "(usually that event alone)."))
     n_first_source: Literal["usage", "one-per-event", "estimated"] | None = Field(
         None, description="usage: the engine's per-chunk count; estimated: the first event's share of the text.")
     events: int = Field(0, description="SSE data events received (excluding [DONE]).")
