@@ -63,7 +63,8 @@ from .plan import add_pass, plan_run
 from .protocol import run_plan
 from .session import new_run, run_bakeoff
 
-__all__ = ["TUNE_FILE", "TuneOutcome", "engine_config", "promote_winner", "read_tune", "run_tune"]
+__all__ = ["TUNE_FILE", "TuneOutcome", "compile_schedule", "engine_config", "n_max_arms", "promote_winner", "read_tune",
+           "run_tune"]
 
 WINNER_FILE = "tune-winner.yaml"
 
@@ -240,8 +241,8 @@ def n_max_arms(winner: Arm, arms: list[Arm]) -> dict[str, int]:
     return out
 
 
-def _schedule(result: TuneResult, config: BakeoffFile, arms: TuneArms, winner: Arm, samples: list[Sample],
-              run: RunDir, seed: int, say: Callable[[str], None]) -> None:
+def compile_schedule(result: TuneResult, config: BakeoffFile, arms: TuneArms, winner: Arm, samples: list[Sample],
+                     run: RunDir, seed: int, say: Callable[[str], None]) -> None:
     """Where the samples (verification, or a race at several stream counts) call for another n_max at some
     stream count, compile a per-batch-size schedule through the adapter, or say why the engine takes none."""
     n_max = n_max_arms(winner, [arms.baseline, *arms.candidates])
@@ -371,8 +372,8 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
             say(f"tune: COLLAPSE: {named} is separably slower than {race.baseline} at "
                 f"{result.verify.collapse_at} streams")
     if named != race.baseline:  # the verification's stream counts, else the race's own
-        _schedule(result, config, arms, winner_arm, verify_run.samples() if verify_run else run.samples(), run,
-                  race_file.workload.seed, say)
+        compile_schedule(result, config, arms, winner_arm, verify_run.samples() if verify_run else run.samples(),
+                         run, race_file.workload.seed, say)
     _write(run, result)
     outcome = TuneOutcome(race=run, verify=verify_run, result=result)
     if promote:

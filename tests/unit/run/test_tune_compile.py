@@ -190,3 +190,55 @@ def test_the_tune_sections_show_the_schedule_and_the_nothing_drafted_cost() -> N
     lines = tune_lines(result)
     assert any(line.startswith("n_max by stream count (1: 4, 4: 2): no schedule") for line in lines)
     assert f"nothing drafted: {nd.ratio:.2f}x ({nd.ci_low:.2f}-{nd.ci_high:.2f}) over 8 requests vs off" in lines
+
+
+def test_tune_reports_the_nothing_drafted_cost_of_its_verified_winner(tmp_path: Path) -> None:
+    # sim processes, real requests: the candidate has speculation on and reports 0 drafted tokens per request
+    from bakeoff.core.run.tune import run_tune
+
+    config = parse_bakeoff(
+        "arms:\n  - {name: spec-off, engine: sim, model: sim, options: {itl_ms: 20}}\n" + WORKLOAD +
+        "tune: {space: {speculative.method: [ngram], options.itl_ms: [8], options.draft_per_event: [0]}, "
+        "max_passes: 3, budget_s: 600, verify_streams: [1, 2], verify_passes: 3}\n")
+    result = run_tune(config, tmp_path).result
+    assert result.winner["arm"] != "spec-off" and result.verify is not None
+    nd = result.verify.nothing_drafted
+    assert nd is not None and nd.reason is None
+    assert nd.requests == 3 * 2 * (1 + 2)  # every verification request of the winner drafted nothing
+    assert nd.ratio is not None and nd.ci_low is not None and nd.ci_low > 1  # the sim's 8 ms vs 20 ms token gap
+    assert "n_max_schedule" not in result.winner  # the sim has no n_max: nothing to schedule
+
+
+@pytest.mark.parametrize("has_key", [True, False])
+def test_the_schedule_is_compiled_into_the_winner_or_refused_with_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, has_key: bool) -> None:
+    from bakeoff.core.results.store import RunDir
+    from bakeoff.core.run.tune import WINNER_FILE, compile_schedule
+    from bakeoff.engines.vllm.adapter import SCHEDULE_KEY, VllmAdapter
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    config = parse_bakeoff(f"arms:\n  - {{name: spec-off, engine: vllm, model: {tmp_path / 'm'}}}\n" + WORKLOAD +
+                           "tune: {space: {speculative.method: [ngram], speculative.n_max: [2, 4]}}\n")
+    arms = tune_arms(config)
+    k2, k4 = (a.name for a in arms.candidates)
+    python = _fake_vllm(tmp_path / "venv", has_key=has_key)
+    monkeypatch.setattr(VllmAdapter.installer, "locate", lambda options: Program((str(python), "-m", "vllm.x")))
+    data = (samples("spec-off", 100, streams=[1, 4]) + samples(k4, lambda n: {1: 130, 4: 100}[n], streams=[1, 4])
+            + samples(k2, lambda n: {1: 120, 4: 115}[n], streams=[1, 4]))
+    run = RunDir(tmp_path / "run")
+    result = TuneResult(baseline="spec-off", winner={"arm": k4})
+    said: list[str] = []
+    compile_schedule(result, config, arms, arms.candidates[1], data, run, 0, said.append)
+    record = result.winner["n_max_schedule"]
+    assert [lv["n_max"] for lv in record["levels"]] == [4, 2] and record["schedule"] == [[1, 3, 4], [4, 4, 2]]
+    if has_key:
+        assert record["compiled"] is True
+        spec = result.winner["engine_config"]["speculative_config"]
+        assert spec[SCHEDULE_KEY] == [[1, 3, 4], [4, 4, 2]] and spec["num_speculative_tokens"] == 4
+        recheck = yaml.safe_load((run.path / WINNER_FILE).read_text())  # the re-check file carries it too
+        assert recheck["arms"][1]["options"]["speculative_extra"][SCHEDULE_KEY] == [[1, 3, 4], [4, 4, 2]]
+    else:
+        assert record["compiled"] is False and "engine_config" not in result.winner
+        assert f"has no {SCHEDULE_KEY}" in record["reason"] and "compiled a single n_max (4)" in record["reason"]
+        assert any("the results call for n_max by stream count (1 stream(s): 4, 4 stream(s): 2)" in s for s in said)
