@@ -6,10 +6,12 @@ slower than the current best, and the next pass runs only the baseline and the c
 :func:`~bakeoff.core.run.plan.add_pass` draws from the seed. It ends when one candidate is left and told apart
 from spec-off, at ``tune.max_passes``, or when the next pass would overrun ``tune.budget_s``.
 
-Then the named arm (the winner, or the simplest of the plateau) is compiled into the engine's own flags (the
-adapter's own translation: its launch command, less the baseline's), written as a bakeoff file against spec-off,
-and verified in a second run at ``tune.verify_streams`` with the runner-up and spec-off: a level where it is
-separably slower than spec-off is a collapse. ``promote`` hands a verified winner to core/run/promote.py.
+Then the named arm (the winner, or the simplest of the plateau) is compiled into the engine's own words (the
+adapter's own translation: its launch command and config files, less the baseline's), written as a bakeoff file
+against spec-off, and verified in a second run at ``tune.verify_streams`` with the runner-up and spec-off: a level
+where it is separably slower than spec-off is a collapse, and its requests that drafted nothing give the cost of
+speculation on with nothing drafted. Where the stream counts call for different n_max values, a per-batch-size
+schedule is compiled when the engine takes one. ``promote`` hands a verified winner to core/run/promote.py.
 """
 
 from __future__ import annotations
