@@ -24,7 +24,8 @@ from pydantic import BaseModel, Field
 from ..results.sample import Sample
 from .stats import MIN_ADAPTIVE_PASSES, N_BOOT, Interval, paired_ratio, verdict_stop_level
 
-__all__ = ["TUNE_FILE", "Look", "RaceCandidate", "Status", "TuneResult", "TuneVerify", "VerifyPoint", "look",
+__all__ = ["TUNE_FILE", "Look", "NothingDrafted", "RaceCandidate", "ScheduleLevel", "Status", "TuneResult",
+           "TuneVerify", "VerifyPoint", "batch_schedule", "look", "n_max_by_streams", "nothing_drafted",
            "ratio_to_baseline", "read_tune", "separable"]
 
 Status = Literal["winner", "plateau", "dropped"]
@@ -54,12 +55,33 @@ class VerifyPoint(BaseModel):
     collapse: bool = Field(False, description="The winner is separably slower than spec-off here.")
 
 
+class NothingDrafted(BaseModel):
+    """The cost of speculation switched on with nothing drafted (summary.json ``tune.verify.nothing_drafted``):
+    the named setting's requests whose own drafted count is 0, paired with spec-off's same request."""
+
+    requests: int = Field(0, description="Paired requests of the named setting that drafted nothing.")
+    ratio: float | None = Field(None, description="Their paired decode ratio against spec-off (median).")
+    ci_low: float | None = None
+    ci_high: float | None = None
+    reason: str | None = Field(None, description="Why it could not be measured (ratio is None).")
+
+
 class TuneVerify(BaseModel):
     run_dir: str
     arms: list[str]
     points: list[VerifyPoint] = Field(default_factory=list)
     collapse: bool = False
     collapse_at: list[int] = Field(default_factory=list, description="Stream counts where the winner collapsed.")
+    nothing_drafted: NothingDrafted | None = None
+
+
+class ScheduleLevel(BaseModel):
+    """One stream count of a per-batch-size n_max schedule, and what decided it."""
+
+    streams: int
+    n_max: int = Field(description="0: speculation off at this level.")
+    arm: str | None = Field(description="The arm whose n_max this is (None: spec-off's).")
+    why: str
 
 
 class TuneResult(BaseModel):
@@ -141,3 +163,79 @@ def read_tune(run_dir: Path) -> TuneResult | None:
     """The tune result of a race's run directory (None for any other run)."""
     path = run_dir / TUNE_FILE
     return TuneResult.model_validate_json(path.read_text()) if path.exists() else None
+
+
+def nothing_drafted(samples: Sequence[Sample], arm: str, baseline: str, *, seed: int = 0,
+                    n_boot: int = N_BOOT) -> NothingDrafted:
+    """The paired decode ratio against ``baseline`` of ``arm``'s requests that drafted nothing (their own
+    per-request ``drafted`` is 0): what having speculation on costs when it proposes nothing.
+
+    Those requests are the ones the speculator found nothing for (an n-gram lookup with no match), so the ratio
+    is for them, not for an average request; each is paired with the baseline's same prompt, point and pass."""
+    groups = _by_arm(samples)
+    mine = [s for s in groups.get(arm, []) if s.status == "ok"]
+    counted = [s for s in mine if s.drafted is not None]
+    if not mine:
+        return NothingDrafted(reason=f"{arm} has no valid request")
+    if not counted:
+        why = next((v for s in mine for k, v in s.acceptance_unavailable.items() if k == "drafted"), None)
+        return NothingDrafted(reason=f"the engine gave no per-request drafted count for {arm}"
+                                     + (f" ({why})" if why else ""))
+    if not any(s.drafted == 0 for s in counted):
+        return NothingDrafted(reason=f"every one of {arm}'s {len(counted)} counted requests drafted tokens: "
+                                     "none ran with nothing drafted")
+    ci = paired_ratio(mine, groups.get(baseline, []), seed=seed, n_boot=n_boot, where=lambda s: s.drafted == 0)
+    if ci is None:
+        return NothingDrafted(reason=f"no request of {arm} that drafted nothing has a {baseline} partner")
+    return NothingDrafted(requests=ci.n, ratio=ci.estimate, ci_low=ci.lo, ci_high=ci.hi)
+
+
+def n_max_by_streams(samples: Sequence[Sample], n_max: dict[str, int], named: str, baseline: str, *,
+                     seed: int = 0, n_boot: int = N_BOOT) -> list[ScheduleLevel]:
+    """The n_max to use at each stream count the samples were measured at (``Sample.concurrency``).
+
+    ``n_max`` maps the named arm and the arms that differ from it only in n_max to their n_max. At each level
+    the named setting's n_max stays unless the paired numbers say otherwise there: another arm separably faster
+    than the named one (95 % interval wholly above 1; the fastest such) gives its n_max, and when the arm so
+    chosen is separably slower than ``baseline`` there (a collapse) the level gets 0, speculation off.
+    Differences no interval separates change nothing: a schedule is not drawn from noise."""
+    levels = sorted({s.concurrency for s in samples if s.concurrency is not None and s.arm == named})
+    out = []
+    for streams in levels:
+        here = [s for s in samples if s.concurrency == streams]
+        faster = {a: ci for a in n_max if a != named
+                  if (ci := ratio_to_baseline(here, a, named, seed=seed, n_boot=n_boot)) is not None and ci.lo > 1}
+        chosen = max(faster, key=lambda a: faster[a].estimate) if faster else named
+        own = ratio_to_baseline(here, chosen, baseline, seed=seed, n_boot=n_boot)
+        if own is not None and own.hi < 1:
+            level = ScheduleLevel(streams=streams, n_max=0, arm=None,
+                                  why=f"{chosen} {own.estimate:.2f}x ({own.lo:.2f}-{own.hi:.2f}) of {baseline}")
+        elif chosen != named:
+            ci = faster[chosen]
+            level = ScheduleLevel(streams=streams, n_max=n_max[chosen], arm=chosen,
+                                  why=f"{chosen} {ci.estimate:.2f}x ({ci.lo:.2f}-{ci.hi:.2f}) of {named}")
+        else:
+            level = ScheduleLevel(streams=streams, n_max=n_max[named], arm=named,
+                                  why=f"no arm separably faster, not separably slower than {baseline}")
+        out.append(level)
+    return out
+
+
+def batch_schedule(levels: Sequence[ScheduleLevel]) -> list[list[int]] | None:
+    """``levels`` as inclusive batch-size ranges ``[first, last, n_max]`` (vLLM's
+    ``num_speculative_tokens_per_batch_size``), or None when every level takes the same n_max.
+
+    The first range starts at 1; a level's n_max holds from it up to the next measured level, and past the last
+    one (vLLM carries the last entry forward). Between two measured levels the lower one's n_max is kept: what
+    lies there was not measured."""
+    if len({lv.n_max for lv in levels}) < 2:
+        return None
+    entries: list[list[int]] = []
+    for i, lv in enumerate(levels):
+        first = 1 if i == 0 else lv.streams
+        last = levels[i + 1].streams - 1 if i + 1 < len(levels) else lv.streams
+        if entries and entries[-1][2] == lv.n_max:
+            entries[-1][1] = last
+        else:
+            entries.append([first, last, lv.n_max])
+    return entries

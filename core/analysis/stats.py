@@ -355,7 +355,8 @@ _PAIRED_MAX = 20_000
 
 def paired_ratio(arm: Iterable[Sample], reference: Iterable[Sample], *, prompt: str | None = None,
                  n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0, key: str = "",
-                 value: Callable[[Sample], float | None] | None = None, value_name: str = "decode") -> Interval | None:
+                 value: Callable[[Sample], float | None] | None = None, value_name: str = "decode",
+                 where: Callable[[Sample], bool] | None = None) -> Interval | None:
     """Median of per-request ratios arm/reference, paired on (prompt, mode, rep, pass), with its interval.
 
     Ratios are resampled in log space (the median commutes with the logarithm), passes first.
@@ -366,6 +367,8 @@ def paired_ratio(arm: Iterable[Sample], reference: Iterable[Sample], *, prompt: 
 
     :param value: what to compare (default the decode rate; e.g. tokens per joule, named by ``value_name``).
     :param key: an extra salt for independent trials on the same requests (benchmarks); reports leave it empty.
+    :param where: keep only the pairs whose ``arm`` request passes it, chosen after pairing (the streams of one
+        batch are paired by their order, which filtering before pairing would shift).
     :returns: None when no request has a partner.
     """
     get = value or _rate
@@ -377,7 +380,8 @@ def paired_ratio(arm: Iterable[Sample], reference: Iterable[Sample], *, prompt: 
 
     mine = [s for s in usable(arm) if prompt is None or s.prompt == prompt]
     ref = _keyed(s for s in usable(reference) if prompt is None or s.prompt == prompt)
-    pairs = sorted(((k, s, ref[k]) for k, s in _keyed(mine).items() if k in ref), key=lambda p: repr(p[0]))
+    pairs = sorted(((k, s, ref[k]) for k, s in _keyed(mine).items() if k in ref and (where is None or where(s))),
+                   key=lambda p: repr(p[0]))
     logs = [float(np.log(float(get(s) or 0) / float(get(r) or 1))) for _, s, r in pairs]
     passes = [s.pass_index for _, s, _ in pairs]
     names = (sorted({s.arm for _, s, _ in pairs}), sorted({r.arm for _, _, r in pairs}))

@@ -43,6 +43,12 @@ def tune_lines(t: TuneResult) -> list[str]:
     config = w.get("engine_config") or {}
     if config.get("flags"):
         lines.append(f"{config.get('engine')} flags: {' '.join(config['flags'])}")
+    for name, path in (config.get("config_files") or {}).items():
+        lines.append(f"{config.get('engine')} {name}: {path}")
+    if sched := w.get("n_max_schedule"):
+        levels = ", ".join(f"{lv['streams']}: {lv['n_max']}" for lv in sched["levels"])
+        lines.append(f"n_max by stream count ({levels}): " + (f"schedule {sched['schedule']}" if sched["compiled"]
+                                                              else f"no schedule: {sched.get('reason')}"))
     if w.get("winner_file"):
         lines.append(f"re-check: bakeoff run {w['winner_file']}")
     if t.undecided:
@@ -52,6 +58,10 @@ def tune_lines(t: TuneResult) -> list[str]:
             cells = ", ".join(f"{arm} {ci.estimate:.2f}x ({ci.lo:.2f}-{ci.hi:.2f})" if ci else f"{arm} -"
                               for arm, ci in p.ratios.items())
             lines.append(f"verify {p.streams} stream(s): {cells}" + ("  COLLAPSE" if p.collapse else ""))
+        if (nd := t.verify.nothing_drafted) is not None:
+            lines.append("nothing drafted: " + (f"{nd.ratio:.2f}x ({nd.ci_low:.2f}-{nd.ci_high:.2f}) over "
+                                                f"{nd.requests} requests vs {t.baseline}" if nd.ratio is not None
+                                                else f"not measured: {nd.reason}"))
     return lines
 
 

@@ -402,6 +402,14 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         raise CapabilityNotSupported(f"arm {arm.name!r}: {self.name} cannot set the served model name; "
                                      "set it in the arm's extra_args or options")
 
+    def with_n_max_schedule(self, arm: Arm, schedule: list[list[int]]) -> Arm:
+        """The arm with a per-batch-size n_max schedule (``bakeoff tune``'s compile): entries ``[first, last,
+        n_max]`` over inclusive batch-size ranges, first starting at 1; the launch command then carries it.
+
+        :raises CapabilityNotSupported: the engine, as installed for this arm, takes no such schedule (say why).
+        """
+        raise CapabilityNotSupported(f"{self.display_name or self.name} takes no per-batch-size n_max schedule")
+
     def selftest_cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
         """The self-test (``bakeoff selftest``): one case per speculative method this adapter maps, usually on
         tiny models it provides, and the mapped methods it has no case for (each becomes a failed row). Core

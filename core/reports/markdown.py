@@ -90,6 +90,11 @@ def tune_markdown(t: TuneResult) -> list[str]:
                 parts.append(f"- {config.get('engine')} {key}: `{json.dumps(value)}`")
         if w.get("winner_file"):
             parts.append(f"- re-check it: `bakeoff run {w['winner_file']}`")
+        if sched := w.get("n_max_schedule"):
+            levels = ", ".join(f"{lv['streams']} stream(s): {lv['n_max']} ({lv['why']})" for lv in sched["levels"])
+            parts.append(f"- n_max by stream count: {levels}; " + (
+                f"compiled as a per-batch-size schedule `{json.dumps(sched['schedule'])}`" if sched["compiled"]
+                else f"not compiled as a schedule: {sched.get('reason')}"))
     if t.undecided:
         parts.append("- undecided when the budget ran out: " + ", ".join(f"`{a}`" for a in t.undecided))
     if t.verify is not None:
@@ -99,6 +104,11 @@ def tune_markdown(t: TuneResult) -> list[str]:
         parts += ["", f"**Tune verification** (streams in replay order; per-stream decode vs `{t.verify.arms[0]}`; "
                   f"run {t.verify.run_dir})", "",
                   markdown_table(["streams", *[f"`{a}`" for a in arms], ""], vrows)]
+        if (nd := t.verify.nothing_drafted) is not None:
+            parts += ["", f"- speculation on with nothing drafted (`{t.verify.arms[1]}`'s requests that drafted "
+                      f"0 tokens, paired with `{t.verify.arms[0]}`'s same requests): "
+                      + (f"{_ratio(nd.ratio, nd.ci_low, nd.ci_high)} over {nd.requests} requests"
+                         if nd.ratio is not None else f"not measured: {nd.reason}")]
     if t.promoted is not None:
         parts.append(f"- promoted: {t.promoted.get('status')} on port {t.promoted.get('port')}")
     return parts

@@ -6,10 +6,12 @@ slower than the current best, and the next pass runs only the baseline and the c
 :func:`~bakeoff.core.run.plan.add_pass` draws from the seed. It ends when one candidate is left and told apart
 from spec-off, at ``tune.max_passes``, or when the next pass would overrun ``tune.budget_s``.
 
-Then the named arm (the winner, or the simplest of the plateau) is compiled into the engine's own flags (the
-adapter's own translation: its launch command, less the baseline's), written as a bakeoff file against spec-off,
-and verified in a second run at ``tune.verify_streams`` with the runner-up and spec-off: a level where it is
-separably slower than spec-off is a collapse. ``promote`` hands a verified winner to core/run/promote.py.
+Then the named arm (the winner, or the simplest of the plateau) is compiled into the engine's own words (the
+adapter's own translation: its launch command and config files, less the baseline's), written as a bakeoff file
+against spec-off, and verified in a second run at ``tune.verify_streams`` with the runner-up and spec-off: a level
+where it is separably slower than spec-off is a collapse, and its requests that drafted nothing give the cost of
+speculation on with nothing drafted. Where the stream counts call for different n_max values, a per-batch-size
+schedule is compiled when the engine takes one. ``promote`` hands a verified winner to core/run/promote.py.
 """
 
 from __future__ import annotations
@@ -27,22 +29,35 @@ import yaml
 from ..analysis.racing import (
     TUNE_FILE,
     RaceCandidate,
+    ScheduleLevel,
     Status,
     TuneResult,
     TuneVerify,
     VerifyPoint,
+    batch_schedule,
     look,
+    n_max_by_streams,
+    nothing_drafted,
     ratio_to_baseline,
     read_tune,
     separable,
 )
 from ..analysis.stats import MIN_ADAPTIVE_PASSES
-from ..common.errors import ConfigError, MeasurementError
+from ..common.errors import CapabilityNotSupported, ConfigError, MeasurementError
 from ..config.schema import Arm, BakeoffFile
-from ..config.tune import TuneArms, race_config, simplicity, tune_arms, verify_config, winner_file
+from ..config.tune import (
+    TuneArms,
+    candidate_settings,
+    race_config,
+    simplicity,
+    tune_arms,
+    verify_config,
+    winner_file,
+)
 from ..engine.adapter import EngineAdapter, build_launch
 from ..engine.launcher import stop_leftover_engines
 from ..engine.registry import load_engine
+from ..results.sample import Sample
 from ..results.store import RunDir
 from .events import ProtocolEvents
 from .live import LiveRun
@@ -50,7 +65,8 @@ from .plan import add_pass, plan_run
 from .protocol import run_plan
 from .session import new_run, run_bakeoff
 
-__all__ = ["TUNE_FILE", "TuneOutcome", "engine_config", "promote_winner", "read_tune", "run_tune"]
+__all__ = ["TUNE_FILE", "TuneOutcome", "compile_schedule", "engine_config", "n_max_arms", "promote_winner", "read_tune",
+           "run_tune"]
 
 WINNER_FILE = "tune-winner.yaml"
 
@@ -77,21 +93,48 @@ def _flag_items(argv: list[str]) -> list[tuple[str, str | None]]:
     return items
 
 
-def engine_config(adapter: EngineAdapter[Any], arm: Arm, baseline: Arm, workdir: Path) -> dict[str, Any]:
-    """The arm's setting in the engine's own words: the flags of its launch command (the adapter's translation)
-    that the baseline's command lacks, and any JSON-valued flag parsed (vLLM ``--speculative-config``)."""
+def engine_config(adapter: EngineAdapter[Any], arm: Arm, baseline: Arm, workdir: Path,
+                  out: Path | None = None) -> dict[str, Any]:
+    """The arm's setting in the engine's own words, from the adapter's own translation (its launch spec): the
+    flags of its launch command that the baseline's command lacks, any JSON-valued flag parsed (vLLM
+    ``--speculative-config``), and the config files the engine reads (TabbyAPI's config.yml) where they differ
+    from the baseline's: the sections that differ under ``config``, and with ``out`` each whole file written
+    there as ``tune-winner-<name>`` (listed under ``config_files``)."""
     if arm.attached or arm.launch == "compose":
         return {"engine": arm.engine, "note": "attached or compose arm: no launch command to read the flags from"}
     port = arm.settings.port or 8080
-    mine = _flag_items(build_launch(adapter, arm, port, workdir).argv)
-    ref = set(_flag_items(build_launch(adapter, baseline, port, workdir).argv))
+    spec, ref_spec = build_launch(adapter, arm, port, workdir), build_launch(adapter, baseline, port, workdir)
+    mine = _flag_items(spec.argv)
+    ref = set(_flag_items(ref_spec.argv))
     flags = [x for item in mine if item not in ref for x in item if x is not None]
-    out: dict[str, Any] = {"engine": arm.engine, "flags": flags}
+    result: dict[str, Any] = {"engine": arm.engine, "flags": flags}
     for flag, value in mine:
         if value is not None and value.startswith("{") and (flag, value) not in ref:
             with suppress(json.JSONDecodeError):
-                out[flag.lstrip("-").replace("-", "_")] = json.loads(value)
-    return out
+                result[flag.lstrip("-").replace("-", "_")] = json.loads(value)
+    for name, text in spec.files.items():
+        changed = _changed_sections(text, ref_spec.files.get(name))
+        if not changed:
+            continue
+        result.setdefault("config", {})[name] = changed
+        if out is not None:
+            path = out / f"tune-winner-{Path(name).name}"
+            path.write_text(text)
+            result.setdefault("config_files", {})[name] = str(path)
+    return result
+
+
+def _changed_sections(text: str, ref: str | None) -> dict[str, Any] | str | None:
+    """The top-level sections of a YAML/JSON config file that differ from the baseline's (the whole text when it
+    is not a mapping); None when nothing differs (a comment naming the arm is no difference)."""
+    try:
+        mine, theirs = yaml.safe_load(text), yaml.safe_load(ref or "")
+    except yaml.YAMLError:
+        return None if text == ref else text
+    if not isinstance(mine, dict):
+        return None if mine == theirs else text
+    theirs = theirs if isinstance(theirs, dict) else {}
+    return {k: v for k, v in mine.items() if theirs.get(k) != v} or None
 
 
 def _ok_count(samples: list[Any], arm: str) -> int:
@@ -173,7 +216,62 @@ def _verify(config: BakeoffFile, arms: list[Arm], out: Path, events: ProtocolEve
         points.append(point)
     collapse_at = [p.streams for p in points if p.collapse]
     return TuneVerify(run_dir=str(run.path), arms=[a.name for a in arms], points=points,
-                      collapse=bool(collapse_at), collapse_at=collapse_at)
+                      collapse=bool(collapse_at), collapse_at=collapse_at,
+                      nothing_drafted=nothing_drafted(run.samples(), winner, baseline, seed=vconfig.workload.seed))
+
+
+def _compile(result: TuneResult, config: BakeoffFile, arms: TuneArms, winner: Arm, run: RunDir) -> None:
+    """The named arm in the engine's own words (result.winner engine_config) and its re-check file."""
+    adapter = load_engine(winner.engine)
+    result.winner["engine_config"] = engine_config(adapter, winner, arms.baseline, run.arm_dir(winner.name),
+                                                   run.path)
+    path = run.path / WINNER_FILE
+    path.write_text(yaml.safe_dump(winner_file(config, arms.baseline, winner), sort_keys=False))
+    result.winner["winner_file"] = str(path)
+
+
+def n_max_arms(winner: Arm, arms: list[Arm]) -> dict[str, int]:
+    """The winner's n_max and that of every arm that differs from it in n_max alone: the arms a per-batch-size
+    schedule may choose between (another method or draft is another setting, not another n_max)."""
+    if winner.speculative.n_max is None:
+        return {}
+    out = {winner.name: winner.speculative.n_max}
+    for arm in arms:
+        if arm.name != winner.name and arm.speculative.n_max is not None \
+                and set(candidate_settings(arm, winner)) == {"speculative.n_max"}:
+            out[arm.name] = arm.speculative.n_max
+    return out
+
+
+def compile_schedule(result: TuneResult, config: BakeoffFile, arms: TuneArms, winner: Arm, samples: list[Sample],
+                     run: RunDir, seed: int, say: Callable[[str], None]) -> None:
+    """Where the samples (verification, or a race at several stream counts) call for another n_max at some
+    stream count, compile a per-batch-size schedule through the adapter, or say why the engine takes none."""
+    n_max = n_max_arms(winner, [arms.baseline, *arms.candidates])
+    levels = n_max_by_streams(samples, n_max, winner.name, arms.baseline.name, seed=seed) if n_max else []
+    if len(levels) < 2:
+        return
+    entries = batch_schedule(levels)
+    record: dict[str, Any] = {"levels": [lv.model_dump() for lv in levels], "schedule": entries,
+                              "compiled": False}
+    result.winner["n_max_schedule"] = record
+    if entries is None:
+        record["reason"] = f"one n_max ({winner.speculative.n_max}) at every stream count measured"
+        return
+    adapter = load_engine(winner.engine)
+    try:
+        scheduled = adapter.with_n_max_schedule(winner, entries)
+    except CapabilityNotSupported as exc:
+        record["reason"] = f"{exc}; compiled a single n_max ({winner.speculative.n_max})"
+        say(f"tune: the results call for n_max by stream count ({_levels_text(levels)}), but {record['reason']}")
+        return
+    record["compiled"] = True
+    _compile(result, config, arms, scheduled, run)
+    say(f"tune: compiled a per-batch-size n_max schedule {entries} ({_levels_text(levels)})")
+
+
+def _levels_text(levels: list[ScheduleLevel]) -> str:
+    return ", ".join(f"{lv.streams} stream(s): {lv.n_max}" for lv in levels)
 
 
 def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events: ProtocolEvents | None = None,
@@ -261,11 +359,7 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
                      "plateau": plateau, "chosen_by": chosen}
     say(f"tune: {stopped}; named {named} ({result.winner['chosen_by']})")
     if named != race.baseline:
-        adapter = load_engine(winner_arm.engine)
-        result.winner["engine_config"] = engine_config(adapter, winner_arm, arms.baseline, run.arm_dir(named))
-        path = run.path / WINNER_FILE
-        path.write_text(yaml.safe_dump(winner_file(config, arms.baseline, winner_arm), sort_keys=False))
-        result.winner["winner_file"] = str(path)
+        _compile(result, config, arms, winner_arm, run)
     _write(run, result)
     verify_run: RunDir | None = None
     if verify and named != race.baseline:
@@ -279,7 +373,10 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
         if result.verify.collapse:
             say(f"tune: COLLAPSE: {named} is separably slower than {race.baseline} at "
                 f"{result.verify.collapse_at} streams")
-        _write(run, result)
+    if named != race.baseline:  # the verification's stream counts, else the race's own
+        compile_schedule(result, config, arms, winner_arm, verify_run.samples() if verify_run else run.samples(),
+                         run, race_file.workload.seed, say)
+    _write(run, result)
     outcome = TuneOutcome(race=run, verify=verify_run, result=result)
     if promote:
         promote_winner(outcome, say)

@@ -43,6 +43,7 @@ from bakeoff.core import (
     BUILTIN_MODELS,
     Arm,
     Capabilities,
+    CapabilityNotSupported,
     ConfigError,
     Effective,
     EngineAdapter,
@@ -72,7 +73,8 @@ from bakeoff.core import cli_flags as _flags
 
 from .installer import API_SERVER_MODULE, VllmInstaller
 
-__all__ = ["VllmAdapter", "VllmOptions", "VLLM_METHODS", "speculative_config", "acceptance_from_metrics"]
+__all__ = ["SCHEDULE_KEY", "VllmAdapter", "VllmOptions", "VLLM_METHODS", "acceptance_from_metrics",
+           "schedule_unsupported", "speculative_config"]
 
 # shared vocabulary -> vLLM speculative_config.method
 VLLM_METHODS = {
@@ -88,6 +90,10 @@ VLLM_METHODS = {
 CONFIG_KEYS = {"n_max": "num_speculative_tokens", "lookup_min": "prompt_lookup_min",
                "lookup_max": "prompt_lookup_max"}
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# speculative_config key of a per-batch-size n_max schedule (vLLM PR #32374, "Dynamic SD"): inclusive ranges
+# [first, last, k]; num_speculative_tokens stays the startup maximum and each step's k is clamped to it
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+
 # The engine's config line at startup: "speculative_config=SpeculativeConfig(method='ngram', model=None,
 # num_spec_tokens=4)" (None when off). The only place vLLM says how many tokens it drafts per step.
 SPEC_CONFIG_RE = re.compile(r"speculative_config=SpeculativeConfig\((?P<body>[^)]*)\)")
@@ -187,6 +193,25 @@ def cache_config(metrics: dict[MetricKey, float] | None) -> dict[str, Any]:
     block = labels.get("block_size", "")
     return {"prefix_caching": {"True": True, "False": False}.get(labels.get("enable_prefix_caching", "")),
             "block_size": int(block) if block.isdigit() and int(block) > 0 else None}
+
+
+def schedule_unsupported(arm: Arm, options: VllmOptions, installer: VllmInstaller) -> str | None:
+    """Why the vLLM this arm runs cannot take a per-batch-size schedule (None: it can). Read from its installed
+    source (vllm/config/speculative.py declares the field), since an unknown speculative_config key is refused
+    at start-up; an image or a vLLM whose source is not found is not assumed to take it."""
+    if arm.launch != "native":
+        return f"the vLLM inside the {arm.launch} image is not read, so {SCHEDULE_KEY} is not assumed"
+    try:
+        program = installer.locate(options)
+    except EngineUnavailable as exc:
+        return str(exc)
+    root = Path(program.argv[0]).parent.parent  # a venv's bin/python or bin/vllm
+    sources = sorted(root.glob("lib/python3*/site-packages/vllm/config/speculative.py"))
+    if not sources:
+        return f"vLLM's source was not found under {root}, so {SCHEDULE_KEY} is not assumed"
+    if f"{SCHEDULE_KEY}:" not in sources[0].read_text(errors="replace"):
+        return f"the vLLM at {root} has no {SCHEDULE_KEY} (it came with vLLM PR #32374, Dynamic SD)"
+    return None
 
 
 def speculative_config(arm: Arm, resolve: Callable[[str], str], extra: dict[str, Any] | None = None
@@ -379,6 +404,18 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
 
     def with_served_name(self, arm: Arm, name: str) -> Arm:
         return arm.model_copy(update={"options": {**arm.options, "served_model_name": name}})
+
+    def with_n_max_schedule(self, arm: Arm, schedule: list[list[int]]) -> Arm:
+        """The schedule as ``speculative_config.num_speculative_tokens_per_batch_size`` (through
+        options.speculative_extra, so the launch command and a re-check file carry it), with n_max its largest
+        value: vLLM sizes its buffers by num_speculative_tokens and clamps every scheduled k to it."""
+        options = self.options(arm)
+        why = schedule_unsupported(arm, options, self.installer)
+        if why:
+            raise CapabilityNotSupported(why)
+        spec = arm.speculative.model_copy(update={"n_max": max(k for *_, k in schedule)})
+        extra = {**options.speculative_extra, SCHEDULE_KEY: [list(e) for e in schedule]}
+        return arm.model_copy(update={"speculative": spec, "options": {**arm.options, "speculative_extra": extra}})
 
     def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         options, model, draft, port = self.options(arm), launch.model, launch.draft_model, launch.port
