@@ -11,7 +11,7 @@ from typing import Any
 
 from ..common.errors import ConfigError
 from .schema import Arm, BakeoffFile, TuneSection
-from .sweep import expand_sweeps
+from .sweep import arm_name_for, expand_sweeps
 
 __all__ = ["TuneArms", "candidate_settings", "race_config", "simplicity", "tune_arms", "verify_config",
            "winner_file"]
@@ -80,8 +80,11 @@ def tune_arms(config: BakeoffFile, source: str = "<config>") -> TuneArms:
     except ConfigError as exc:  # sweep's words, said about the tune: section
         said = str(exc).removeprefix(f"{_PAPER}: ").replace("arms[0].sweep.", "tune.space.")
         raise ConfigError(f"{source}: {said.replace('sweep point', 'tune.space point')}") from None
+    varied = [k for k, values in tune.space.items() if len(values) > 1]
     for arm in generated:
         arm.set_origin(baseline.origin)
+        if varied and len(varied) < len(tune.space):  # a key every candidate shares says nothing in their names
+            arm.name = arm_name_for(CANDIDATE_BASE, {k: v for k, v in arm.swept.items() if k in varied})
     names = {a.name for a in config.arms}
     clash = [a.name for a in generated if a.name in names]
     if clash:

@@ -44,7 +44,7 @@ def test_tune_races_ngram_settings_on_llama_server(llama_server: Path, smollm2: 
     [race] = sorted((tmp_path / "runs").iterdir())
     tune = json.loads((race / "report" / "summary.json").read_text())["tune"]
     names = {c["arm"] for c in tune["candidates"]}
-    assert names == {"tune-method-ngram-variant-mod-n_max2", "tune-method-ngram-variant-mod-n_max8"}
+    assert names == {"tune-n_max2", "tune-n_max8"}  # method and variant: one value each, not in the names
     assert all(c["status"] in ("winner", "plateau", "dropped") for c in tune["candidates"])
     assert all(c["ratio"] is not None and c["ci_low"] <= c["ratio"] <= c["ci_high"] for c in tune["candidates"])
     assert 1 <= tune["passes"] <= 3 and tune["spent_s"] > 0 and tune["budget_s"] == 300
