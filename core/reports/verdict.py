@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ..analysis.calibration import BreakEven
 from ..analysis.gates import NOT_INFORMATIVE
+from ..analysis.launches import BandRatio
 from ..analysis.stats import ArmStats, Comparison
 from ..common.textfmt import DASH
 from .model import RunSummary
@@ -64,7 +65,9 @@ def _vs(s: RunSummary, a: ArmStats) -> tuple[str, str]:
     if a.failed_gates:
         return f"GATE FAILED ({', '.join(a.failed_gates)})", "gate failed"
     if c is not None and c.comparable and not c.comparable["ok"]:
-        return f"not comparable: {'; '.join(c.comparable['reasons'])}", "not comparable"
+        # launch states: a bimodal pair has no overall verdict, only one per band (each named with its band)
+        bands = "".join(f"; {BandRatio.model_validate(b).line()}" for b in c.bands)
+        return f"not comparable: {'; '.join(c.comparable['reasons'])}{bands}", "not comparable"
     if c is None:
         return DASH, "no data"
     r = c.ratio
