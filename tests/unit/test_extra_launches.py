@@ -107,7 +107,7 @@ def _launches(rates: list[float]) -> list[Sample]:
 
 def test_what_asks_for_more_launches() -> None:
     assert "each band needs" in launches_to_draw(_launches([100, 50, 100, 50]), ["a"])["a"]  # 2 + 2 launches
-    settled = [100, 50] * MIN_BAND_LAUNCHES
+    settled = [100.0, 50.0] * MIN_BAND_LAUNCHES
     assert launches_to_draw(_launches(settled), ["a"]) == {}  # both bands big enough
     assert "differ 2.00×" in launches_to_draw(_launches([100, 50]), ["a"])["a"]  # too few launches to test
     assert launches_to_draw(_launches([100, 95, 104]), ["a"]) == {}  # one state, noise

@@ -94,6 +94,7 @@ workload: {prompts: [prose], max_tokens: 24, reps: 3, passes: 4, warmup: 0, gate
     assert row.outcome == "not comparable" and "cand bimodal across launches" in row.vs
     assert "3 of 6 launches slow" in row.vs and "fast band of cand (3 launches): " in row.vs
     assert not any("cand" in line for line in verdict_of(summary).recommendation)
+    assert summary.path is not None
     recorded = json.loads((summary.path / "run.json").read_text())["extra_launches"]
     assert recorded["passes"] == [4, 5] and recorded["drawn"] == {"cand": 2, "base": 2}
     dumped = json.loads(summary.model_dump_json())
