@@ -17,10 +17,10 @@ from rich.table import Table
 
 from ..analysis.calibration import BreakEven
 from ..analysis.gates import NOT_INFORMATIVE
-from ..analysis.launches import BandRatio
 from ..analysis.stats import ArmStats, Comparison
 from ..common.textfmt import DASH
 from .model import RunSummary
+from .tables import fmt_bands
 
 __all__ = ["Verdict", "VerdictRow", "merge_warnings", "print_verdict", "verdict_of"]
 
@@ -65,9 +65,7 @@ def _vs(s: RunSummary, a: ArmStats) -> tuple[str, str]:
     if a.failed_gates:
         return f"GATE FAILED ({', '.join(a.failed_gates)})", "gate failed"
     if c is not None and c.comparable and not c.comparable["ok"]:
-        # launch states: a bimodal pair has no overall verdict, only one per band (each named with its band)
-        bands = "".join(f"; {BandRatio.model_validate(b).line()}" for b in c.bands)
-        return f"not comparable: {'; '.join(c.comparable['reasons'])}{bands}", "not comparable"
+        return f"not comparable: {'; '.join(c.comparable['reasons'])}{fmt_bands(c)}", "not comparable"
     if c is None:
         return DASH, "no data"
     r = c.ratio
@@ -193,6 +191,9 @@ def verdict_of(s: RunSummary) -> Verdict:
     what = "session turn(s)" if s.sessions is not None else "prompt(s)"
     design = (f"{s.passes} pass(es) × {s.reps} rep(s) × {len(s.prompts)} {what}{modes}, {s.max_tokens} output "
               f"tokens; paired per request, {s.bootstrap.level:.0%} bootstrap intervals")
+    if s.launches is not None and s.launches.extra is not None and s.launches.extra.passes:
+        drawn = ", ".join(f"{arm} ×{n}" for arm, n in s.launches.extra.drawn.items())
+        design += f"; {len(s.launches.extra.passes)} of the passes are extra launches ({drawn}) for launch states"
     rows = []
     for a in s.arms:
         vs, outcome = _vs(s, a)
