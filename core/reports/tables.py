@@ -21,7 +21,8 @@ from .model import RunSummary
 from .points import PointRow, PointTable
 
 __all__ = ["fmt", "fmt_interval", "fmt_ratio", "fmt_acceptance", "community_table", "audit_table", "footnotes",
-           "gpu_table", "roofline_table", "hardware_lines", "fmt_bands", "fmt_verdict", "correctness_table", "fingerprint_line"]
+           "gpu_table", "roofline_table", "hardware_lines", "fmt_bands", "fmt_verdict", "correctness_table",
+           "fingerprint_line"]
 
 
 

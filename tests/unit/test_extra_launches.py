@@ -20,25 +20,26 @@ from bakeoff.core.run import protocol
 from bakeoff.core.run.plan import plan_run, run_record
 
 
-def _file(passes: int, extra: int | None = None) -> str:
+def _file(passes: int, extra: int | None = None, third: bool = False) -> str:
     bound = "" if extra is None else f", extra_launches: {extra}"
+    other = "\n  - {name: other, engine: sim, model: x, options: {itl_ms: 6}}" if third else ""
     return f"""
 arms:
   - {{name: base, engine: sim, model: x}}
-  - {{name: cand, engine: sim, model: x, options: {{itl_ms: 4}}}}
+  - {{name: cand, engine: sim, model: x, options: {{itl_ms: 4}}}}{other}
 workload: {{prompts: [prose], reps: 2, passes: {passes}, gates: []{bound}}}
 """
 
 
 def _fake_arms(monkeypatch: pytest.MonkeyPatch, cand_rate: Callable[[int], float]) -> list[tuple[str, int]]:
-    """Each arm start stores two requests: base at 100 tok/s, cand at ``cand_rate(its launch number)``."""
+    """Each arm start stores two requests: cand at ``cand_rate(its launch number)``, the others at 100 tok/s."""
     calls: list[tuple[str, int]] = []
 
     def fake_run_arm(plan: Any, planned: Any, run: RunDir, pass_index: int, *args: Any) -> ArmAttempt:
         name = planned.arm.name
         launch = sum(1 for n, _ in calls if n == name)
         calls.append((name, pass_index))
-        rate = 100.0 if name == "base" else cand_rate(launch)
+        rate = cand_rate(launch) if name == "cand" else 100.0
         for rep in range(2):
             run.append(Sample(arm=name, engine="sim", prompt="prose", mode="greedy", rep=rep, pass_index=pass_index,
                               status="ok", decode_tps=rate * (1 + 0.01 * rep)))
@@ -118,3 +119,18 @@ def test_extra_launches_is_validated_by_the_schema() -> None:
     with pytest.raises(ConfigError, match=r"workload\.extra_launches: Input should be greater than or equal to 0"):
         parse_bakeoff(_file(passes=2, extra=-1), "b.yaml")
     assert parse_bakeoff(_file(passes=2), "b.yaml").workload.extra_launches == 4
+
+
+def test_a_run_with_extra_launch_passes_can_be_resumed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from bakeoff.core.run.resume import load_resume
+
+    _fake_arms(monkeypatch, lambda launch: 200.0 if launch == 0 else 100.0)
+    plan, run = _run(tmp_path, _file(passes=4, extra=2, third=True))
+    protocol.run_extra_launches(plan, run)
+    recorded = run.read_record().orders
+    assert [len(o) for o in recorded] == [3, 3, 3, 3, 2, 2]  # the unimodal third arm is not relaunched
+    resume = load_resume(run.path)
+    fresh = plan_run(resume.config)
+    resume.apply(fresh)  # the extra passes' orders are subsets of the arms only where run.json says so
+    assert fresh.orders == recorded
+    resume.run.release()
