@@ -42,14 +42,26 @@ class LaunchBands(BaseModel):
                 f"{self.slow_launches} of {self.launches} launches slow")
 
 
+def _usable(samples: Iterable[Sample], arm: str) -> list[Sample]:
+    return [s for s in samples if s.arm == arm and s.status == "ok" and s.decode_tps and s.decode_tps > 0
+            and not any(f.split(":")[0] in EXCLUDING_FLAGS for f in s.flags)]
+
+
 def _per_launch_medians(samples: Iterable[Sample], arm: str) -> dict[int, float]:
     """Pass index (one engine start) -> median decode rate of the arm's usable requests in it."""
     by_pass: dict[int, list[float]] = {}
-    for s in samples:
-        if s.arm == arm and s.status == "ok" and s.decode_tps and s.decode_tps > 0 \
-                and not any(f.split(":")[0] in EXCLUDING_FLAGS for f in s.flags):
-            by_pass.setdefault(s.pass_index, []).append(s.decode_tps)
+    for s in _usable(samples, arm):
+        by_pass.setdefault(s.pass_index, []).append(float(s.decode_tps or 0))
     return {p: statistics.median(v) for p, v in sorted(by_pass.items())}
+
+
+def _within_launch_spread(samples: Iterable[Sample], arm: str) -> float:
+    """The widest log range of one request's rate within one launch, prompt and mode: how far requests of one
+    state scatter (a busy box); launches further apart than this are worth telling apart."""
+    groups: dict[tuple[int, str, str], list[float]] = {}
+    for s in _usable(samples, arm):
+        groups.setdefault((s.pass_index, s.prompt, s.mode), []).append(math.log(float(s.decode_tps or 0)))
+    return max((max(v) - min(v) for v in groups.values()), default=0.0)
 
 
 def launch_bands(samples: Iterable[Sample], arm: str) -> LaunchBands | None:
@@ -76,7 +88,8 @@ def launch_bands(samples: Iterable[Sample], arm: str) -> LaunchBands | None:
 
 def launches_to_draw(samples: Sequence[Sample], arms: Iterable[str]) -> dict[str, str]:
     """Arms that need more launches, each with why: two bands with a band under MIN_BAND_LAUNCHES launches (its
-    own interval needs them), or too few launches to test for two bands whose medians already lie a band apart.
+    own interval needs them), or too few launches to test for two bands whose medians already lie a band apart
+    (and more than twice as far apart as requests scatter inside one launch: noise of a busy box draws nothing).
     The caller relaunches them (with the baseline, to pair with) within ``workload.extra_launches``."""
     out = {}
     for arm in arms:
@@ -86,7 +99,8 @@ def launches_to_draw(samples: Sequence[Sample], arms: Iterable[str]) -> dict[str
                 out[arm] = f"{bands.line()}; each band needs {MIN_BAND_LAUNCHES} launches for its own interval"
             continue
         medians = list(_per_launch_medians(samples, arm).values())
-        if 2 <= len(medians) < MIN_LAUNCHES and max(medians) / min(medians) >= MIN_BAND_RATIO:
+        if 2 <= len(medians) < MIN_LAUNCHES and max(medians) / min(medians) >= MIN_BAND_RATIO \
+                and math.log(max(medians) / min(medians)) > 2 * _within_launch_spread(samples, arm):
             out[arm] = (f"its {len(medians)} launches differ {max(medians) / min(medians):.2f}× (decode "
                         f"{min(medians):.1f}–{max(medians):.1f} tok/s); {MIN_LAUNCHES} launches tell two states "
                         f"from noise")

@@ -112,6 +112,10 @@ def test_what_asks_for_more_launches() -> None:
     assert launches_to_draw(_launches(settled), ["a"]) == {}  # both bands big enough
     assert "differ 2.00×" in launches_to_draw(_launches([100, 50]), ["a"])["a"]  # too few launches to test
     assert launches_to_draw(_launches([100, 95, 104]), ["a"]) == {}  # one state, noise
+    # two launches 2x apart, but requests inside one launch scatter as widely (a busy box): not a launch state
+    scattered = [*_launches([100, 50]), Sample(arm="a", engine="sim", prompt="p", mode="greedy", rep=1,
+                                               pass_index=0, status="ok", decode_tps=45.0)]
+    assert launches_to_draw(scattered, ["a"]) == {}
     assert launches_to_draw(_launches([100]), ["a"]) == {}
 
 
