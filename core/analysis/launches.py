@@ -55,13 +55,14 @@ def _per_launch_medians(samples: Iterable[Sample], arm: str) -> dict[int, float]
     return {p: statistics.median(v) for p, v in sorted(by_pass.items())}
 
 
-def _within_launch_spread(samples: Iterable[Sample], arm: str) -> float:
+def _within_launch_spread(samples: Iterable[Sample], arm: str) -> float | None:
     """The widest log range of one request's rate within one launch, prompt and mode: how far requests of one
-    state scatter (a busy box); launches further apart than this are worth telling apart."""
+    state scatter (a busy box); launches further apart than this are worth telling apart. None: no launch sent
+    a prompt twice (reps: 1), so the scatter is unknown."""
     groups: dict[tuple[int, str, str], list[float]] = {}
     for s in _usable(samples, arm):
         groups.setdefault((s.pass_index, s.prompt, s.mode), []).append(math.log(float(s.decode_tps or 0)))
-    return max((max(v) - min(v) for v in groups.values()), default=0.0)
+    return max((max(v) - min(v) for v in groups.values() if len(v) > 1), default=None)
 
 
 def launch_bands(samples: Iterable[Sample], arm: str) -> LaunchBands | None:
@@ -89,7 +90,8 @@ def launch_bands(samples: Iterable[Sample], arm: str) -> LaunchBands | None:
 def launches_to_draw(samples: Sequence[Sample], arms: Iterable[str]) -> dict[str, str]:
     """Arms that need more launches, each with why: two bands with a band under MIN_BAND_LAUNCHES launches (its
     own interval needs them), or too few launches to test for two bands whose medians already lie a band apart
-    (and more than twice as far apart as requests scatter inside one launch: noise of a busy box draws nothing).
+    (and more than twice as far apart as requests of one prompt scatter inside one launch: noise of a busy box
+    draws nothing, and with reps: 1 that scatter is unknown, so only the two-band test at MIN_LAUNCHES draws).
     The caller relaunches them (with the baseline, to pair with) within ``workload.extra_launches``."""
     out = {}
     for arm in arms:
@@ -99,8 +101,9 @@ def launches_to_draw(samples: Sequence[Sample], arms: Iterable[str]) -> dict[str
                 out[arm] = f"{bands.line()}; each band needs {MIN_BAND_LAUNCHES} launches for its own interval"
             continue
         medians = list(_per_launch_medians(samples, arm).values())
-        if 2 <= len(medians) < MIN_LAUNCHES and max(medians) / min(medians) >= MIN_BAND_RATIO \
-                and math.log(max(medians) / min(medians)) > 2 * _within_launch_spread(samples, arm):
+        if not 2 <= len(medians) < MIN_LAUNCHES or (scatter := _within_launch_spread(samples, arm)) is None:
+            continue
+        if max(medians) / min(medians) >= MIN_BAND_RATIO and math.log(max(medians) / min(medians)) > 2 * scatter:
             out[arm] = (f"its {len(medians)} launches differ {max(medians) / min(medians):.2f}× (decode "
                         f"{min(medians):.1f}–{max(medians):.1f} tok/s); {MIN_LAUNCHES} launches tell two states "
                         f"from noise")

@@ -101,9 +101,10 @@ def test_zero_extra_launches_draws_none_and_says_so(monkeypatch: pytest.MonkeyPa
     assert len(run.read_record().orders) == 4
 
 
-def _launches(rates: list[float]) -> list[Sample]:
-    return [Sample(arm="a", engine="sim", prompt="p", mode="greedy", rep=0, pass_index=i, status="ok",
-                   decode_tps=r) for i, r in enumerate(rates)]
+def _launches(rates: list[float], reps: int = 2) -> list[Sample]:
+    """One launch per rate, ``reps`` requests each, 1 % apart."""
+    return [Sample(arm="a", engine="sim", prompt="p", mode="greedy", rep=rep, pass_index=i, status="ok",
+                   decode_tps=r * (1 + 0.01 * rep)) for i, r in enumerate(rates) for rep in range(reps)]
 
 
 def test_what_asks_for_more_launches() -> None:
@@ -113,9 +114,11 @@ def test_what_asks_for_more_launches() -> None:
     assert "differ 2.00×" in launches_to_draw(_launches([100, 50]), ["a"])["a"]  # too few launches to test
     assert launches_to_draw(_launches([100, 95, 104]), ["a"]) == {}  # one state, noise
     # two launches 2x apart, but requests inside one launch scatter as widely (a busy box): not a launch state
-    scattered = [*_launches([100, 50]), Sample(arm="a", engine="sim", prompt="p", mode="greedy", rep=1,
+    scattered = [*_launches([100, 50]), Sample(arm="a", engine="sim", prompt="p", mode="greedy", rep=2,
                                                pass_index=0, status="ok", decode_tps=45.0)]
     assert launches_to_draw(scattered, ["a"]) == {}
+    assert launches_to_draw(_launches([100, 50], reps=1), ["a"]) == {}  # reps: 1, the scatter is unknown
+    assert "each band needs" in launches_to_draw(_launches([100, 50, 100, 50], reps=1), ["a"])["a"]
     assert launches_to_draw(_launches([100]), ["a"]) == {}
 
 
