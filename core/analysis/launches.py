@@ -115,7 +115,7 @@ class BandRatio(BaseModel):
 
     band: Literal["fast", "slow"]
     of: str = Field(description="The arm whose launches form the band (the arm, or the bimodal baseline).")
-    launches: int
+    launches: int = Field(description="Launches of the band in which both arms ran (the pairs' passes).")
     passes: list[int]
     ratio: Interval | None = None
     verdict: str | None = None
@@ -140,8 +140,10 @@ def band_ratios(samples: Sequence[Sample], arm: str, reference: str, bands: dict
     of = mine or theirs
     assert of is not None
     out = []
+    both = set(_per_launch_medians(samples, arm)) & set(_per_launch_medians(samples, reference))
     split: list[tuple[Literal["fast", "slow"], list[int]]] = [("fast", of.fast_passes), ("slow", of.slow_passes)]
-    for band, passes in split:
+    for band, band_passes in split:
+        passes = [p for p in band_passes if p in both]  # launches of the band where the two arms can pair
         row = BandRatio(band=band, of=of.arm, launches=len(passes), passes=passes)
         if mine is not None and theirs is not None:
             row.refused = f"{reference} is bimodal too, so no set of launches is one state of both"

@@ -133,7 +133,8 @@ def run_extra_pass(plan: Plan, run: RunDir, events: ProtocolEvents | None = None
 def run_extra_launches(plan: Plan, run: RunDir, events: ProtocolEvents | None = None) -> ExtraLaunches | None:
     """Launch states (issue 33 item 2): while an arm's launches fall in two speed bands with a band too small for
     its own interval, or too few launches lie a band apart to tell, draw one more pass of those arms and the
-    baseline (new engine starts, paired with the baseline), at most ``workload.extra_launches`` passes in all.
+    baseline (new engine starts, paired with the baseline; every launched arm when the baseline is the one in
+    two states), at most ``workload.extra_launches`` passes in all.
 
     Recorded in run.json ``extra_launches`` (a resumed run counts the passes it already drew); None when no arm
     asked for more. Attached arms (``url:``) are never relaunched by bakeoff, so they draw nothing.
@@ -151,7 +152,8 @@ def run_extra_launches(plan: Plan, run: RunDir, events: ProtocolEvents | None = 
             events.on_warning(f"{', '.join(want)}: no more launches drawn: {record.stopped}")
             break
         index = add_pass(plan)
-        plan.orders[index] = [n for n in plan.orders[index] if n == baseline or n in want]
+        # the baseline pairs with every arm: when it is the one in two states, every launched arm runs with it
+        plan.orders[index] = [n for n in plan.orders[index] if n in (baseline, *want) or baseline in want]
         record.passes.append(index)
         for name in plan.orders[index]:
             record.drawn[name] = record.drawn.get(name, 0) + 1

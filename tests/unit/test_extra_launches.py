@@ -31,15 +31,16 @@ workload: {{prompts: [prose], reps: 2, passes: {passes}, gates: []{bound}}}
 """
 
 
-def _fake_arms(monkeypatch: pytest.MonkeyPatch, cand_rate: Callable[[int], float]) -> list[tuple[str, int]]:
-    """Each arm start stores two requests: cand at ``cand_rate(its launch number)``, the others at 100 tok/s."""
+def _fake_arms(monkeypatch: pytest.MonkeyPatch, cand_rate: Callable[[int], float],
+               bimodal: str = "cand") -> list[tuple[str, int]]:
+    """Each arm start stores two requests: ``bimodal`` at ``cand_rate(its launch number)``, the others at 100."""
     calls: list[tuple[str, int]] = []
 
     def fake_run_arm(plan: Any, planned: Any, run: RunDir, pass_index: int, *args: Any) -> ArmAttempt:
         name = planned.arm.name
         launch = sum(1 for n, _ in calls if n == name)
         calls.append((name, pass_index))
-        rate = cand_rate(launch) if name == "cand" else 100.0
+        rate = cand_rate(launch) if name == bimodal else 100.0
         for rep in range(2):
             run.append(Sample(arm=name, engine="sim", prompt="prose", mode="greedy", rep=rep, pass_index=pass_index,
                               status="ok", decode_tps=rate * (1 + 0.01 * rep)))
@@ -141,3 +142,10 @@ def test_a_run_with_extra_launch_passes_can_be_resumed(monkeypatch: pytest.Monke
     resume.apply(fresh)  # the extra passes' orders are subsets of the arms only where run.json says so
     assert fresh.orders == recorded
     resume.run.release()
+
+
+def test_a_bimodal_baseline_relaunches_every_arm_with_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _fake_arms(monkeypatch, lambda launch: 200.0 if launch == 0 else 100.0, bimodal="base")
+    plan, run = _run(tmp_path, _file(passes=4, extra=1, third=True))
+    extra = protocol.run_extra_launches(plan, run)
+    assert extra is not None and extra.drawn == {"base": 1, "cand": 1, "other": 1}  # each arm pairs with base

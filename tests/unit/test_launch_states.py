@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import bakeoff
 from bakeoff.core.analysis.launches import launch_bands
 from bakeoff.core.config.loader import parse_bakeoff
@@ -100,3 +102,25 @@ workload: {prompts: [prose], max_tokens: 24, reps: 3, passes: 4, warmup: 0, gate
     dumped = json.loads(summary.model_dump_json())
     assert dumped["launches"]["extra"]["drawn"] == {"cand": 2, "base": 2}
     assert dumped["launches"]["bands"]["cand"]["launches"] == 6
+
+
+def test_each_band_gets_its_own_paired_ratio_or_a_reason() -> None:
+    from bakeoff.core.analysis.launches import band_ratios
+
+    cand = [200.0, 100.0, 200.0, 100.0, 200.0, 100.0, 100.0]  # 3 fast launches, 4 slow
+    samples = _samples(cand, "cand") + _samples([100.0] * 7, "base")
+    bands = {"cand": launch_bands(samples, "cand")}
+    assert bands["cand"] is not None
+    fast, slow = band_ratios(samples, "cand", "base", bands)  # type: ignore[arg-type]
+    assert (fast.band, fast.launches, fast.passes, fast.verdict) == ("fast", 3, [0, 2, 4], "faster")
+    assert fast.ratio is not None and fast.ratio.estimate == pytest.approx(2.0, rel=0.02)
+    assert slow.launches == 4 and slow.ratio is not None and slow.ratio.estimate == pytest.approx(1.0, rel=0.02)
+    assert fast.line().startswith("fast band of cand (3 launches): 2.00×")
+    few = _samples(cand[1:], "cand") + _samples([100.0] * 6, "base")  # 2 fast launches: no interval
+    fast2, _ = band_ratios(few, "cand", "base", {"cand": launch_bands(few, "cand")})  # type: ignore[dict-item]
+    assert fast2.ratio is None and "at least 3 launches" in (fast2.refused or "")
+    twice = _samples(cand, "cand") + _samples(cand, "base")
+    both = {n: launch_bands(twice, n) for n in ("cand", "base")}
+    assert all(r.ratio is None and "bimodal too" in (r.refused or "")
+               for r in band_ratios(twice, "cand", "base", both))  # type: ignore[arg-type]
+    assert band_ratios(samples, "base", "base", {}) == []
