@@ -97,7 +97,9 @@ def _recommendation(s: RunSummary) -> list[str]:
               and not ((a := s.arm(c.arm)) and a.failed_gates)
               and not (c.comparable and not c.comparable["ok"])]
     if not faster:
-        return [f"keep {s.baseline}: no arm is separably faster"] if s.comparisons else []
+        bimodal = [c.arm for c in s.comparisons if c.reference == s.baseline and c.bands]
+        why = f" ({', '.join(bimodal)}: bimodal across launches, judged per band above)" if bimodal else ""
+        return [f"keep {s.baseline}: no arm is separably faster{why}"] if s.comparisons else []
     best = max(faster, key=lambda c: c.ratio.estimate)
     r = best.ratio
     return [f"{best.arm}: {r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f}) over {s.baseline}"]
