@@ -141,6 +141,17 @@ def _rated(s: Sample, engine_too: bool) -> bool:
     return s.status == "ok" and _unrated_why(s, engine_too) is None
 
 
+def _flagged_references(arm: Sequence[Sample], ref: Sequence[Sample]) -> str:
+    """The flags the spec-off samples of the point's pairs carry ("foreign-load ×2, harness-lag ×1"), or "": the
+    speedup divides by those samples, so a spec-off request slowed by a foreign load or a lagging client moves the
+    point, and the point must say so (issue 33 item 5)."""
+    counts: dict[str, int] = {}
+    for _, r in _pairs(arm, ref):
+        for name in dict.fromkeys(f.split(":")[0] for f in r.flags):
+            counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{name} ×{n}" for name, n in sorted(counts.items()))
+
+
 def _first_error(samples: Sequence[Sample], records: Sequence[ArmAttempt]) -> str | None:
     for r in records:
         if r.failed and r.error:
@@ -194,6 +205,8 @@ def _measure(point: CalPoint, arm: list[Sample], ref: list[Sample], records: Seq
     if lost := len(_pairs(ok, ref)) - len(_pairs(rated, rated_ref)):
         whys = sorted({w for s in [*ok, *ref] if s.status == "ok" and (w := _unrated_why(s, both))})
         out.flags.append(f"lost {lost} request pair(s) from both speedups ({', '.join(whys)})")
+    if flagged := _flagged_references(rated, rated_ref):
+        out.flags.append(f"spec-off pair flagged: {flagged}")
     ratio = paired_ratio(rated, rated_ref, n_boot=n_boot, level=level, seed=seed)
     if ratio is not None:
         out.speedup, out.ci_low, out.ci_high = ratio.estimate, ratio.lo, ratio.hi

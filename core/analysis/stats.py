@@ -200,6 +200,9 @@ class Comparison(BaseModel):
     notes: list[str] = Field(default_factory=list, description="Caveats of this comparison (e.g. estimated counts).")
     comparable: dict[str, Any] | None = Field(None, description="Equal-work guard: {ok, reasons, checks} "
                                               "(core/analysis/fairness.py).")
+    bands: list[dict[str, Any]] = Field(default_factory=list, description="Launch states: when one of the two "
+                                        "arms is bimodal across launches, the paired ratio within each of its "
+                                        "bands, or why a band has none (core/analysis/launches.py BandRatio).")
 
 
 def rng_for(seed: int, key: str) -> np.random.Generator:

@@ -412,6 +412,9 @@ class Workload(Strict):
     sampling: dict[str, SamplingMode] = Field(default_factory=dict, description="Extra or overridden sampling modes.")
     reps: int = Field(3, ge=1, le=1_000_000, description="Timed requests per prompt and mode, per pass.")
     passes: int = Field(1, ge=1, le=10_000, description="Interleaved passes over all arms.")
+    extra_launches: int = Field(4, ge=0, le=1000, description="Most extra engine starts (passes of the affected "
+                                "arms and the baseline) drawn when an arm's launches fall in two speed bands, until "
+                                "each band has enough launches for its own interval (docs/statistics.md); 0: none.")
     warmup: int = Field(1, ge=0, le=10_000, description="Untimed requests after each engine start, at least (0: "
                                                         "none at all).")
     warmup_settle: float | None = Field(0.15, gt=0, le=1, description="Keep warming up until two consecutive "

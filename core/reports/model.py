@@ -18,7 +18,7 @@ from ..analysis.calibration import Calibration, analyze_calibration
 from ..analysis.decision import Recommendation, recommend
 from ..analysis.fairness import equal_work, finish_counts
 from ..analysis.gates import different_task, score_gates, spec_identity
-from ..analysis.launches import launch_bands
+from ..analysis.launches import LaunchBands, band_ratios, launch_bands
 from ..analysis.load import LoadSection, load_section
 from ..analysis.phases import PhaseResult, compare_phases
 from ..analysis.racing import TuneResult, read_tune
@@ -40,7 +40,7 @@ from ..common.errors import ConfigError
 from ..common.redact import redact_text, redact_url
 from ..config.schema import DEFAULT_MODES, Speculative
 from ..host.roofline import ModelBytes, roofline_for
-from ..results.record import ArmAttempt, PlacementRecord, RunRecord
+from ..results.record import ArmAttempt, ExtraLaunches, PlacementRecord, RunRecord
 from ..results.sample import Sample
 from ..results.store import RunDir
 from ..run.plan import stateful_warning
@@ -87,6 +87,11 @@ class EngineSummary(BaseModel):
     speculative: Speculative = Field(default_factory=Speculative)
     fingerprint: str | None = Field(None, description="The arm's configuration fingerprint (run.json fingerprints; "
                                     "None for a run made before them).")
+
+
+class LaunchStates(BaseModel):
+    bands: dict[str, LaunchBands] = Field(default_factory=dict, description="Per bimodal arm: its two bands.")
+    extra: ExtraLaunches | None = Field(None, description="The extra launches drawn (run.json extra_launches).")
 
 
 class RunSummary(BaseModel):
@@ -146,6 +151,9 @@ class RunSummary(BaseModel):
     tune: TuneResult | None = Field(None, description="bakeoff tune: the race's candidates (winner, plateau, "
                                     "dropped), the named setting compiled for the engine, the verification under "
                                     "changing load, time spent (docs/tune.md).")
+    launches: LaunchStates | None = Field(None, description="Launch states: the arms bimodal across launches "
+                                          "(their bands and passes) and the extra launches the run drew (run.json "
+                                          "extra_launches); None when neither.")
     load: LoadSection | None = Field(None, description="Load points (concurrency levels and open-loop rates): "
                                      "latency percentiles, goodput per SLO tier, the frontier and the crossover.")
 
@@ -320,18 +328,23 @@ def _correctness(path: Path, data: RunData, samples: list[Sample], summary: RunS
             c.comparable = {**c.comparable, "ok": False, "reasons": [*c.comparable["reasons"], why]}
 
 
-def _launch_states(samples: list[Sample], summary: RunSummary) -> None:
-    """An arm whose launches fall in two speed bands gets no verdict against anything (analysis/launches.py):
-    its comparisons read "not comparable: <arm> bimodal across launches: ...", and the run warns."""
+def _launch_states(samples: list[Sample], summary: RunSummary, extra: ExtraLaunches | None, boot: Boot) -> None:
+    """An arm whose launches fall in two speed bands gets no overall verdict against anything
+    (analysis/launches.py): its comparisons read "not comparable: <arm> bimodal across launches: ...", carry the
+    paired ratio within each band (or why a band has none), and the run warns."""
     bands = {a.arm: b for a in summary.arms if (b := launch_bands(samples, a.arm)) is not None}
+    if bands or extra is not None:
+        summary.launches = LaunchStates(bands=bands, extra=extra)
+    drew = f" after {len(extra.passes)} extra launch pass(es)" if extra and extra.passes else ""
     for b in bands.values():
-        summary.warnings.append(f"{b.arm}: {b.line()}; no verdict involving it (restart until one state "
-                                       "is known, or report each band)")
+        summary.warnings.append(f"{b.arm}: {b.line()}{drew}; no overall verdict involving it (each band is "
+                                "compared on its own)")
     for c in summary.comparisons:
         reasons = [f"{name} {bands[name].line()}" for name in (c.arm, c.reference) if name in bands]
         if reasons:
             guard = c.comparable or {"ok": True, "reasons": [], "checks": {}}
             c.comparable = {**guard, "ok": False, "reasons": [*guard.get("reasons", []), *reasons]}
+            c.bands = [r.model_dump(mode="json") for r in band_ratios(samples, c.arm, c.reference, bands, **boot)]
 
 
 def _blocks(placement: PlacementRecord | None, baseline: str | None,
@@ -453,7 +466,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     _rooflines(record, samples, summary)
     _correctness(path, data, samples, summary)
     summary.warnings = data.warnings + _warnings(record, data, summary)
-    _launch_states(samples, summary)
+    _launch_states(samples, summary, record.extra_launches, boot)
     if baseline and not (config and config.calibrate):
         kinds = {str(p["name"]): str(p.get("kind") or p["name"]) for p in record.prompts}
         specs = {arm: e.speculative for arm, e in summary.engines.items()}

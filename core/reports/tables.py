@@ -13,6 +13,7 @@ from typing import Any
 
 from ..analysis.decision import MIN_PAIRS
 from ..analysis.gates import gate_label
+from ..analysis.launches import BandRatio
 from ..analysis.phases import GPU_FIELDS, PhaseResult
 from ..analysis.stats import ArmStats, Comparison, Interval
 from ..common.textfmt import DASH, fmt
@@ -20,7 +21,8 @@ from .model import RunSummary
 from .points import PointRow, PointTable
 
 __all__ = ["fmt", "fmt_interval", "fmt_ratio", "fmt_acceptance", "community_table", "audit_table", "footnotes",
-           "gpu_table", "roofline_table", "hardware_lines", "fmt_verdict", "correctness_table", "fingerprint_line"]
+           "gpu_table", "roofline_table", "hardware_lines", "fmt_bands", "fmt_verdict", "correctness_table",
+           "fingerprint_line"]
 
 
 
@@ -39,12 +41,18 @@ def fmt_ratio(c: Comparison | None) -> str:
     return f"{r.estimate:.3f}× ({r.lo:.3f}–{r.hi:.3f}) {c.verdict}"
 
 
+def fmt_bands(c: Comparison) -> str:
+    """Launch states: "; fast band of X (3 launches): 1.93× (...) faster; slow band ..." for a bimodal pair (each
+    verdict named with its band, never the pair's own), else ""."""
+    return "".join(f"; {BandRatio.model_validate(b).line()}" for b in c.bands)
+
+
 def fmt_verdict(c: Comparison | None) -> str:
     """The ratio and verdict, or "not comparable: REASON" when the equal-work guard found a difference."""
     if c is not None and c.comparable and not c.comparable["ok"]:
         reasons = c.comparable["reasons"]
         more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-        return f"not comparable: {reasons[0]}{more}"
+        return f"not comparable: {reasons[0]}{more}{fmt_bands(c)}"
     return fmt_ratio(c)
 
 

@@ -20,6 +20,7 @@ from ..analysis.gates import NOT_INFORMATIVE
 from ..analysis.stats import ArmStats, Comparison
 from ..common.textfmt import DASH
 from .model import RunSummary
+from .tables import fmt_bands
 
 __all__ = ["Verdict", "VerdictRow", "merge_warnings", "print_verdict", "verdict_of"]
 
@@ -64,7 +65,7 @@ def _vs(s: RunSummary, a: ArmStats) -> tuple[str, str]:
     if a.failed_gates:
         return f"GATE FAILED ({', '.join(a.failed_gates)})", "gate failed"
     if c is not None and c.comparable and not c.comparable["ok"]:
-        return f"not comparable: {'; '.join(c.comparable['reasons'])}", "not comparable"
+        return f"not comparable: {'; '.join(c.comparable['reasons'])}{fmt_bands(c)}", "not comparable"
     if c is None:
         return DASH, "no data"
     r = c.ratio
@@ -96,7 +97,9 @@ def _recommendation(s: RunSummary) -> list[str]:
               and not ((a := s.arm(c.arm)) and a.failed_gates)
               and not (c.comparable and not c.comparable["ok"])]
     if not faster:
-        return [f"keep {s.baseline}: no arm is separably faster"] if s.comparisons else []
+        bimodal = [c.arm for c in s.comparisons if c.reference == s.baseline and c.bands]
+        why = f" ({', '.join(bimodal)}: bimodal across launches, judged per band above)" if bimodal else ""
+        return [f"keep {s.baseline}: no arm is separably faster{why}"] if s.comparisons else []
     best = max(faster, key=lambda c: c.ratio.estimate)
     r = best.ratio
     return [f"{best.arm}: {r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f}) over {s.baseline}"]
@@ -190,6 +193,9 @@ def verdict_of(s: RunSummary) -> Verdict:
     what = "session turn(s)" if s.sessions is not None else "prompt(s)"
     design = (f"{s.passes} pass(es) × {s.reps} rep(s) × {len(s.prompts)} {what}{modes}, {s.max_tokens} output "
               f"tokens; paired per request, {s.bootstrap.level:.0%} bootstrap intervals")
+    if s.launches is not None and s.launches.extra is not None and s.launches.extra.passes:
+        drawn = ", ".join(f"{arm} ×{n}" for arm, n in s.launches.extra.drawn.items())
+        design += f"; {len(s.launches.extra.passes)} of the passes are extra launches ({drawn}) for launch states"
     rows = []
     for a in s.arms:
         vs, outcome = _vs(s, a)

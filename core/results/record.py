@@ -24,6 +24,7 @@ __all__ = [
     "ArmAttempt",
     "EngineRecord",
     "GateAnswer",
+    "ExtraLaunches",
     "HostRecord",
     "LiveRecord",
     "PhaseRecord",
@@ -183,6 +184,16 @@ class PlacementRecord(_Open):
                                                                                 "for arms run on several hosts.")
 
 
+class ExtraLaunches(_Open):
+    """Launches drawn because an arm came up in two speed states (core/analysis/launches.py, issue 33 item 2)."""
+
+    bound: int = Field(0, description="workload.extra_launches: the most extra passes the run may draw.")
+    passes: list[int] = Field(default_factory=list, description="Indices in ``orders`` of the extra passes.")
+    drawn: dict[str, int] = Field(default_factory=dict, description="Per arm: extra engine starts drawn.")
+    why: list[str] = Field(default_factory=list, description="Per extra pass: the arms that asked for it, and why.")
+    stopped: str | None = Field(None, description="Why no more were drawn (settled, or the bound reached).")
+
+
 class RunRecord(_Open):
     """run.json. ``config`` is the resolved bakeoff file with secrets masked (core/common/redact.py)."""
 
@@ -211,6 +222,8 @@ class RunRecord(_Open):
     executor: str | None = Field(None, description="ray for a run on a Ray cluster; absent for a local run.")
     placement: PlacementRecord | None = None
     hosts: dict[str, HostRecord] = Field(default_factory=dict, description="Ray: every host that ran a block.")
+    extra_launches: ExtraLaunches | None = Field(None, description="Passes drawn for arms bimodal across "
+                                                 "launches (absent: none were considered).")
     fingerprints: dict[str, ArmFingerprint] = Field(default_factory=dict, description="Per arm: its configuration "
                                                    "fingerprint and canonical form (core/config/fingerprint.py).")
 

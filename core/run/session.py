@@ -20,7 +20,7 @@ from .executor import Executor, LocalExecutor
 from .live import LiveRun
 from .phases import run_phases
 from .plan import Plan, plan_run, run_record
-from .protocol import run_extra_pass
+from .protocol import run_extra_launches, run_extra_pass
 from .resume import Resume
 
 __all__ = ["new_run", "run_bakeoff"]
@@ -84,6 +84,8 @@ def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None
                 break
             events.on_pass_added(plan.requests_total // config.workload.passes)
             run_extra_pass(plan, run, events)
+        if executor.name == "local":  # Ray blocks are placed once; their launches are not redrawn here
+            run_extra_launches(plan, run, events)
     finally:
         live.close()
         run.release()  # the run is over: a later --resume (or a report) of it may take the directory
