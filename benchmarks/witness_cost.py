@@ -66,6 +66,9 @@ def main() -> int:
     if bad:
         print(f"{len(bad)} request(s) failed or had no rate: {[(s.error, s.flags) for s in bad][:2]}")
         return 1
+    for rep, (a, b) in enumerate(pairs):
+        print(f"pair {rep}: decode {a.decode_tps:.1f} / {b.decode_tps:.1f} tok/s, "
+              f"ttft {(a.ttft_s or 0) * 1000:.0f} / {(b.ttft_s or 0) * 1000:.0f} ms (with / without)")
     for label, side in (("with return_token_ids", 0), ("without", 1)):
         tps = statistics.median(p[side].decode_tps or 0 for p in pairs)
         ttft = statistics.median(p[side].ttft_s or 0 for p in pairs)
