@@ -231,6 +231,7 @@ def make_sample(arm: Arm, adapter: EngineAdapter, result: StreamResult, stats: S
     sample.status = "error" if result.error else "ok"
     sample.error = result.error
     sample.server_completion_tokens = stats.completion_tokens
+    sample.witness_tokens, sample.witness_source = result.witness_tokens, result.witness_source
     sample.server_decode_tps = stats.decode_tps
     sample.server_prefill_tps = stats.prefill_tps
     if sample.cached_tokens is None and stats.cached_tokens is not None:  # llama.cpp: timings.cache_n

@@ -16,7 +16,12 @@ and seen on an H200; captures in tests/fixtures/exllama/):
 - ``usage`` arrives once, at the end (no per-chunk usage), with extra timing fields
   (``prompt_time``, ``completion_time``, ``completion_tokens_per_sec`` …): the server's own figures.
   Under speculation one event carries several tokens, so the first event's token count is estimated.
-- Acceptance is only in the log, one line per request after its last token and before ``[DONE]``:
+- Acceptance: TabbyAPI after theroyallab/tabbyAPI PR #452 puts the request's draft counts in its usage
+  (``usage.completion_tokens_details.accepted_prediction_tokens`` / ``rejected_prediction_tokens``, only while a
+  draft runs; drafted = accepted + rejected) and the prefix cache's hit in ``usage.prompt_tokens_details
+  .cached_tokens``. Those come first; the log line below is their second witness, and the only source on an
+  older TabbyAPI (e632af4 has no such fields). The log has one line per request after its last token and before
+  ``[DONE]``:
   ``Metrics (ID: <id>): N tokens generated in T seconds (…, Process: C cached tokens and P new tokens
   at X T/s, Generate: Y T/s, Context: L tokens, Draft: A / D tokens accepted (R%))``. The stream's
   ``id`` is ``chatcmpl-<id>``, which ties the line to its request. The console logger (rich) wraps at
@@ -301,7 +306,9 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
         settings=("ctx", "parallel", "kv_type", "tensor_parallel", "tensor_split", "split"),
         split_modes=("none", "layer", "tensor"),
         token_counts="final_usage_only",
-        acceptance_source="log line 'Draft: A / D tokens accepted', matched to the request by its stream id",
+        acceptance_source="usage.completion_tokens_details accepted/rejected_prediction_tokens (TabbyAPI PR #452), "
+                          "cross-checked with the log line 'Draft: A / D tokens accepted' matched by stream id; "
+                          "the log line alone on older TabbyAPI",
         launch_modes=("native", "docker"),
         docker_image=DOCKER_IMAGE,
         stateful_speculators=(),
@@ -451,6 +458,7 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
         stats = ServerStats(source="usage + log")
         flags = stats.flags
         usage = (final or {}).get("usage")
+        own: tuple[int, int] | None = None  # (accepted, drafted) from usage (PR #452)
         if isinstance(usage, dict) and usage:
             stats.completion_tokens = engine_count(usage.get("completion_tokens"), "usage.completion_tokens", flags)
             stats.prompt_tokens = engine_count(usage.get("prompt_tokens"), "usage.prompt_tokens", flags)
@@ -458,8 +466,14 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
             stats.prefill_tps = _as_float(usage.get("prompt_tokens_per_sec"))
             stats.extra.update({k: v for k in ("prompt_time", "completion_time", "total_time")
                                 if (v := _as_float(usage.get(k))) is not None})
+            own = _usage_acceptance(usage, flags)
         else:
             flags.append("server-usage-missing")
+        if own is not None:
+            stats.accepted, stats.drafted = own
+            stats.source = "usage: completion_tokens_details accepted/rejected_prediction_tokens"
+            stats.unavailable.update(dict.fromkeys(NO_DRAFT_STEPS, "TabbyAPI reports only the request's accepted "
+                                                   "and rejected draft totals, not its draft steps"))
         request_id = _request_id(final)
         lines = parse_metrics_lines(log.text())
         mine = [m for m in lines if request_id is not None and m.request_id == request_id]
@@ -474,6 +488,8 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
                 stats.extra["metrics_log"] = "late"
         if not mine:
             stats.flags.append("metrics-log-missing")
+            if own is not None and own[1]:  # usage's counts stand, unwitnessed
+                stats.flags.append("acceptance-crosscheck-missing: no Metrics log line for this request")
             return stats
         m = mine[-1]
         stats.extra.update({"request_id": m.request_id, "log_total_s": m.total_s, "log_queue_s": m.queue_s,
@@ -481,21 +497,54 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
         if m.new_tokens is not None:
             stats.prompt_tokens = m.new_tokens  # uncached tokens actually processed
             stats.cached_tokens = m.cached_tokens
+            cached = _usage_cached(usage, flags)
+            if cached is not None and m.cached_tokens is not None and cached != m.cached_tokens:
+                stats.flags.append(f"cache-count-mismatch: usage.prompt_tokens_details.cached_tokens {cached}, "
+                                   f"log {m.cached_tokens}")
             if m.cached_tokens:
                 stats.flags.append(f"prompt-cache-hit: {m.cached_tokens} cached tokens")
         if stats.completion_tokens is not None and m.gen_tokens != stats.completion_tokens:
             stats.flags.append(f"log-count-mismatch: log {m.gen_tokens}, usage {stats.completion_tokens}")
-        if m.drafted is not None:
+        if m.drafted is not None and own is not None:  # the log witnesses usage's counts
+            if (m.accepted, m.drafted) != own:
+                stats.flags.append(f"acceptance-log-mismatch: log {m.accepted}/{m.drafted} vs usage "
+                                   f"{own[0]}/{own[1]} (accepted/drafted)")
+        elif m.drafted is not None:
             stats.drafted, stats.accepted = m.drafted, m.accepted
             stats.source = "log: Draft: A / D tokens accepted"
             # the line is all TabbyAPI says about drafting: no step count, no positions (drafted tokens per
             # step vary, e.g. 220 and 221 over 251 tokens on the H200, so steps are not drafted / n_max)
             why = "TabbyAPI logs only the request's accepted / drafted totals, not its draft steps"
-            stats.unavailable.update(drafts=why, mean_accepted_len=why, accepted_per_position=why,
-                                     acceptance_per_position=why, accepted_histogram=why)
+            stats.unavailable.update(dict.fromkeys(NO_DRAFT_STEPS, why))
+        elif own is not None and own[1]:
+            stats.flags.append("acceptance-crosscheck-missing: usage has draft counts, the Metrics log line none")
         else:
             stats.extra["draft_in_log"] = False  # TabbyAPI logs Draft: only when drafting is configured
         return stats
+
+
+NO_DRAFT_STEPS = ("drafts", "mean_accepted_len", "accepted_per_position", "acceptance_per_position",
+                  "accepted_histogram")
+
+
+def _usage_acceptance(usage: dict[str, Any], flags: list[str]) -> tuple[int, int] | None:
+    """(accepted, drafted) from usage.completion_tokens_details (PR #452), or None when usage has no draft counts
+    (no draft running, or a TabbyAPI before that change). A value that is not a count is flagged and dropped."""
+    details = engine_object(usage.get("completion_tokens_details"))
+    if "accepted_prediction_tokens" not in details and "rejected_prediction_tokens" not in details:
+        return None
+    accepted = engine_count(details.get("accepted_prediction_tokens"),
+                            "usage.completion_tokens_details.accepted_prediction_tokens", flags)
+    rejected = engine_count(details.get("rejected_prediction_tokens"),
+                            "usage.completion_tokens_details.rejected_prediction_tokens", flags)
+    return None if accepted is None or rejected is None else (accepted, accepted + rejected)
+
+
+def _usage_cached(usage: Any, flags: list[str]) -> int | None:
+    details = engine_object(usage.get("prompt_tokens_details")) if isinstance(usage, dict) else {}
+    if "cached_tokens" not in details:
+        return None
+    return engine_count(details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens", flags)
 
 
 def _as_float(value: Any) -> float | None:

