@@ -8,8 +8,10 @@ what FAULTS.md counted: a traceback, a hang (60 s), a lost or duplicated sample,
 a secret written to disk, and exit code 0 for a run that measured nothing valid. The FAULTS-2 probes
 (shared/reviews/FAULTS-2.md, root causes R1..R19; names ``f2/R<n>/...``) also hold each probe to its own
 contract (``contract``: the exit code the README promises, a flag a wrong number must carry, report files left
-whole, a bound the run must end within). Prints one line per defective probe and the table of counts; exits 1
-when any probe is defective.
+whole, a bound the run must end within). No probe needs root or a real engine: the full disk of R19 is a
+file-size limit (EFBIG), the launched engine of R12/R17 is the hostile server behind a shell wrapper. Prints one
+line per defective probe and the table of counts; exits 1 when any probe is defective. The whole set (147
+probes) took about 18 minutes on a busy 2-core machine; ``--only f2/`` runs the FAULTS-2 probes alone.
 """
 
 from __future__ import annotations
