@@ -17,6 +17,13 @@ from typing import TYPE_CHECKING, Any
 if sys.stdout is not None and not sys.stdout.isatty():  # None: stdout closed (>&-)
     os.environ["COLUMNS"] = os.environ.get("BAKEOFF_WIDTH", "200")
 
+# A narrow output encoding (PYTHONIOENCODING=ascii, a C locale) cannot write the tables' × ≈ ★ –: without this
+# the first table after a run raises UnicodeEncodeError, and so does the warning printed about it (FAULTS-2 R8).
+# What the stream cannot encode becomes '?', never an error.
+for _stream in (sys.stdout, sys.stderr):
+    if _stream is not None and hasattr(_stream, "reconfigure"):
+        _stream.reconfigure(errors="replace")
+
 if TYPE_CHECKING:
     from .full_app import app
 

@@ -40,7 +40,7 @@ import httpcore
 import httpx
 
 __all__ = ["TokenCounts", "SETUP_TIMEOUT_S", "Event", "Recording", "StreamResult", "record_stream", "parse_stream",
-           "stream_chat", "bounded_get"]
+           "stream_chat", "bounded_get", "bounded_request"]
 
 TokenCounts = Literal["usage_per_chunk", "engine_per_chunk", "one_per_event", "final_usage_only"]
 """What an engine says about the tokens in each SSE chunk:
@@ -453,8 +453,20 @@ def bounded_get(http: httpx.Client, path: str, timeout_s: float = SETUP_TIMEOUT_
                 max_bytes: int = 64 * 2 ** 20) -> httpx.Response:
     """GET with one overall deadline (and a size bound), for setup calls: ``/v1/models``, ``/props``, ``/metrics``.
 
-    httpx's own timeout is per read, so a server trickling a byte a second would hold a plain ``get``
-    forever; here the whole answer must arrive within ``timeout_s``.
+    :raises httpx.ReadTimeout: the answer did not complete within ``timeout_s``.
+    :raises httpx.HTTPError: anything else that went wrong on the wire.
+    """
+    return bounded_request(http, "GET", path, timeout_s=timeout_s, max_bytes=max_bytes)
+
+
+def bounded_request(http: httpx.Client, method: str, path: str, *, json: Any = None,
+                    timeout_s: float = SETUP_TIMEOUT_S, max_bytes: int = 64 * 2 ** 20) -> httpx.Response:
+    """A whole (non-streamed) answer within one overall deadline and a size bound: setup GETs, quality-gate
+    completions, tokenize calls.
+
+    httpx's own timeout is per read, so a server trickling a byte a second, or a body that never ends (a stream
+    sent where one answer was asked), would hold a plain ``get``/``post`` forever; here the whole answer must
+    arrive within ``timeout_s``, response headers included.
 
     :raises httpx.ReadTimeout: the answer did not complete within ``timeout_s``.
     :raises httpx.HTTPError: anything else that went wrong on the wire.
@@ -463,9 +475,9 @@ def bounded_get(http: httpx.Client, path: str, timeout_s: float = SETUP_TIMEOUT_
     watchdog = _Watchdog(clock() + int(timeout_s * 1e9))
     parts: list[bytes] = []
     size = 0
-    # Connection: close, so the next setup GET gets a fresh connection whose socket the trace hook catches
-    request = http.build_request("GET", path, timeout=_timeout(timeout_s), headers={"connection": "close"},
-                                 extensions={"trace": watchdog.trace})
+    # Connection: close, so the next call gets a fresh connection whose socket the trace hook catches
+    request = http.build_request(method, path, json=json, timeout=_timeout(timeout_s),
+                                 headers={"connection": "close"}, extensions={"trace": watchdog.trace})
     watchdog.start()
     try:
         response = http.send(request, stream=True)
@@ -477,7 +489,7 @@ def bounded_get(http: httpx.Client, path: str, timeout_s: float = SETUP_TIMEOUT_
                 if watchdog.expired(clock()):
                     break
                 if size > max_bytes:
-                    raise httpx.DecodingError(f"GET {path}: answer larger than {max_bytes} bytes",
+                    raise httpx.DecodingError(f"{method} {path}: answer larger than {max_bytes} bytes",
                                               request=response.request)
     except httpx.HTTPError:
         if not watchdog.fired:
@@ -485,7 +497,7 @@ def bounded_get(http: httpx.Client, path: str, timeout_s: float = SETUP_TIMEOUT_
     finally:
         watchdog.cancel()
     if watchdog.expired(clock()):
-        raise httpx.ReadTimeout(f"GET {path}: no complete answer within {timeout_s:g} s", request=request)
+        raise httpx.ReadTimeout(f"{method} {path}: no complete answer within {timeout_s:g} s", request=request)
     headers = [(k, v) for k, v in response.headers.items() if k not in ("content-encoding", "content-length")]
     return httpx.Response(response.status_code, headers=headers, content=b"".join(parts), request=response.request)
 

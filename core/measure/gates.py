@@ -17,7 +17,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionToolParam
 from pydantic import ValidationError
 
 from ..analysis.gates import CONTEXT_CHARS, first_difference
-from ..engine.client import stream_chat
+from ..engine.client import bounded_request, stream_chat
 
 __all__ = ["GATE_NAMES", "TOOL", "check_schema", "run_gates"]
 
@@ -39,7 +39,7 @@ TOOL: ChatCompletionToolParam = {
 
 def _chat(http: httpx.Client, body: dict[str, Any], timeout_s: float) -> str:
     """A non-streamed completion's text (content plus any reasoning), validated as an OpenAI ChatCompletion."""
-    resp = http.post("/v1/chat/completions", json={**body, "stream": False}, timeout=timeout_s)
+    resp = bounded_request(http, "POST", "/v1/chat/completions", json={**body, "stream": False}, timeout_s=timeout_s)
     resp.raise_for_status()
     msg = ChatCompletion.model_validate(resp.json()).choices[0].message
     extra = msg.model_extra or {}
@@ -104,7 +104,7 @@ def _tool_call(http: httpx.Client, base: dict[str, Any], timeout_s: float) -> tu
     body = {**base, "messages": [{"role": "user", "content": "What is the weather in Paris right now? "
                                                              "Use the tool."}],
             "tools": [TOOL], "tool_choice": "auto", "stream": False}
-    resp = http.post("/v1/chat/completions", json=body, timeout=timeout_s)
+    resp = bounded_request(http, "POST", "/v1/chat/completions", json=body, timeout_s=timeout_s)
     resp.raise_for_status()
     msg = ChatCompletion.model_validate(resp.json()).choices[0].message
     calls = msg.tool_calls or []
@@ -158,7 +158,11 @@ def run_gates(http: httpx.Client, names: Sequence[str], model_id: str, request_f
         return _chat(http, {**base, "messages": [{"role": "user", "content": question}]}, timeout_s)
 
     out: dict[str, dict[str, Any]] = {}
+    timed_out = None  # an engine that gave no whole answer in time once is not asked again (each costs timeout_s)
     for name in names:
+        if timed_out is not None:
+            out[name] = {"passed": None, "detail": f"could not run: {timed_out}", "answer": None}
+            continue
         try:
             if name == "arithmetic":
                 passed, detail, answer = _arithmetic(ask, seed)
@@ -177,6 +181,8 @@ def run_gates(http: httpx.Client, names: Sequence[str], model_id: str, request_f
             if isinstance(exc, httpx.HTTPStatusError) and (why := _server_error(exc.response)):
                 detail += f": {why}"  # e.g. vLLM: tools need --enable-auto-tool-choice and a parser
             out[name] = {"passed": None, "detail": f"could not run: {detail}", "answer": None}
+            if isinstance(exc, httpx.TimeoutException):
+                timed_out = f"an earlier gate ({name}) got no whole answer within {timeout_s:g} s"
             continue
         out[name] = {"passed": bool(passed), "detail": detail, "answer": answer[:500]}
     return out

@@ -14,7 +14,8 @@ from bakeoff.core.engine.client import StreamResult, stream_chat
 from bakeoff.core.measure.definitions import account
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 
-DEADLINE_MODES = ("silent", "slowloris", "slowloris_nl", "slow_complete")  # these get a 1 s deadline, others 30 s
+# these get a 1 s deadline, others 30 s
+DEADLINE_MODES = ("silent", "slowloris", "slowloris_nl", "slow_complete", "header_trickle", "infinite")
 OK = ("ok", None)
 EXPECTED: dict[str, tuple[str, str | None]] = {  # mode -> (status, flag or error text it must carry)
     **{m: OK for m in ("ok", "badutf8", "comments_only", "crlf", "ids_only", "ids_keepalive", "multiline",
@@ -35,6 +36,13 @@ EXPECTED: dict[str, tuple[str, str | None]] = {  # mode -> (status, flag or erro
     "reset": ("error", "Error"),
     "silent": ("error", "timeout"), "slowloris": ("error", "timeout"), "slowloris_nl": ("error", "timeout"),
     "slow_complete": ("error", "deadline-exceeded"),
+    # FAULTS-2 modes
+    "header_trickle": ("error", "timeout"), "infinite": ("error", "deadline-exceeded"),
+    **{m: OK for m in ("big_event", "big_event_dashes", "bom", "keepalive_cl", "keepalive_chunked")},
+    "two_choices": ("ok", "multiple-choices"), "usage_two_disagree": ("error", "usage-conflict"),
+    **{m: ("error", "HTTP 401") for m in ("key_cut", "key_json_escaped", "key_urlencoded", "echo_basic_decoded",
+                                          "basic_required")},
+    "key_in_finish": ("ok", None),
 }
 
 

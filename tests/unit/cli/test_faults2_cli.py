@@ -3,6 +3,7 @@ and a reader that goes away (``bakeoff run … | head``, R8). Sim engines only."
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -91,3 +92,17 @@ def test_a_closed_stdout_still_measures(tmp_path: Path) -> None:
     done = subprocess.run(["bash", "-c", f"{argv} >&-"], capture_output=True, text=True, timeout=180)
     assert "Traceback" not in done.stderr, done.stderr[-800:]
     assert _samples(_run_dir(out)) == 2 and done.returncode == 0, (done.returncode, done.stderr[-800:])
+
+
+def test_an_ascii_stdout_gets_its_tables_without_a_traceback(tmp_path: Path) -> None:
+    """``PYTHONIOENCODING=ascii bakeoff run …`` (CFG-20): every sample stored, then a UnicodeEncodeError on the
+    first table and another on the warning about it: a traceback, exit 1, no report."""
+    cfg = _write(tmp_path, "arms: [{name: a, engine: sim, model: x, options: {itl_ms: 2}}]\n"
+                           "workload: {prompts: [prose], max_tokens: 8, reps: 2, warmup: 0, gates: []}\n")
+    out = tmp_path / "runs"
+    done = subprocess.run([*BAKEOFF, "run", str(cfg), "--out", str(out)], capture_output=True, timeout=180,
+                          env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert b"Traceback" not in done.stderr, done.stderr[-800:]
+    assert done.returncode == 0 and _samples(_run_dir(out)) == 2, (done.returncode, done.stderr[-800:])
+    run = _run_dir(out)
+    assert run is not None and (run / "report" / "report.md").is_file()
