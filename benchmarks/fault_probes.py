@@ -6,7 +6,7 @@ Every probe runs the real command line (``bakeoff run|report|compare``) as a sub
 engine or the hostile server of the tests (tests/fixtures/hostile_server.py, 127.0.0.1 only), then checks
 what FAULTS.md counted: a traceback, a hang (60 s), a lost or duplicated sample, a process left running,
 a secret written to disk, and exit code 0 for a run that measured nothing valid. The FAULTS-2 probes
-(shared/reviews/FAULTS-2.md, root causes R1..R19; names ``f2/R<n>/...``) also hold each probe to its own
+(the review FAULTS-2.md, root causes R1..R19; names ``f2/R<n>/...``) also hold each probe to its own
 contract (``contract``: the exit code the README promises, a flag a wrong number must carry, report files left
 whole, a bound the run must end within). No probe needs root or a real engine: the full disk of R19 is a
 file-size limit (EFBIG), the launched engine of R12/R17 is the hostile server behind a shell wrapper. Prints one
@@ -295,7 +295,7 @@ def store_probe(t: Path, what: str) -> Outcome:
     return o
 
 
-# -- FAULTS-2 (shared/reviews/FAULTS-2.md): one or more probes per root cause R1..R19 -------------------------
+# -- FAULTS-2 (the review FAULTS-2.md): one or more probes per root cause R1..R19 -------------------------
 BOUND_S = 40  # a fault that must end "in seconds" (a deadline of 5 s, a 10 s setup probe) and has not by then hangs
 KEY = "sk-PROBE-KEY-abcdefghijklmnopqrstuvwxyz-0123456789"
 

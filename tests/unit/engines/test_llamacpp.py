@@ -411,6 +411,16 @@ def test_multi_token_events_are_counted_from_per_chunk_timings() -> None:
     assert adapter.request_fields(arm_without_files(), Workload())["timings_per_token"] is True
 
 
+@pytest.mark.parametrize(("every", "asked"), [(2, [True, False, True, False]), (0, [False] * 3)])
+def test_the_logprobs_witness_on_one_request_in_n(every: int, asked: list[bool]) -> None:
+    adapter, arm = LlamaCppAdapter(), Arm(name="a", engine="llamacpp", model="m.gguf",
+                                          options={"witness_every": every})
+    assert ["logprobs" in adapter.request_fields(arm, Workload()) for _ in asked] == asked
+    # with speculation on, b11434's logprobs leave out accepted draft tokens: never asked there
+    drafting = arm.model_copy(update={"speculative": arm.speculative.model_copy(update={"method": "ngram"})})
+    assert not any("logprobs" in adapter.request_fields(drafting, Workload()) for _ in asked)
+
+
 def arm_without_files() -> Arm:
     return Arm(name="a", engine="llamacpp", model="m.gguf")
 
