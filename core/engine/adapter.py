@@ -467,6 +467,13 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         """Engine-specific JSON fields added to every chat request."""
         return {}
 
+    def witness_due(self, every: int) -> bool:
+        """Whether this request is one of the one-in-``every`` that ask the engine to name the tokens it sends (a
+        second witness of the token count, core/measure/invariants.py); 0: none. For :meth:`request_fields`: one
+        adapter instance serves one arm, so the count is this arm's requests (timed, warm-up and gates alike)."""
+        self._witness_requests = getattr(self, "_witness_requests", 0) + 1
+        return bool(every) and (self._witness_requests - 1) % every == 0
+
     def session_fields(self, arm: Arm) -> dict[str, Any]:
         """Engine-only request fields that turn the prefix cache on for a sessions workload's turns (they replace
         :meth:`request_fields`' cache-busting ones), recorded in the arm's attempt. The default, none, leaves

@@ -129,7 +129,6 @@ def run_extra_pass(plan: Plan, run: RunDir, events: ProtocolEvents | None = None
     return index
 
 
-
 def run_extra_launches(plan: Plan, run: RunDir, events: ProtocolEvents | None = None) -> ExtraLaunches | None:
     """Launch states (issue 33 item 2): while an arm's launches fall in two speed bands with a band too small for
     its own interval, or too few launches lie a band apart to tell, draw one more pass of those arms and the

@@ -415,10 +415,7 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         # timings on every chunk, so predicted_n counts tokens per event exactly ("one token per event" is
         # not always true: a token ending inside a UTF-8 character streams with the next one).
         fields: dict[str, Any] = {"cache_prompt": False, "timings_per_token": True}
-        # one adapter instance serves one arm, so the count is this arm's requests (timed, warm-up and gates alike)
-        every = self.options(arm).witness_every
-        self._requests = getattr(self, "_requests", 0) + 1
-        if every and not arm.speculative.enabled and (self._requests - 1) % every == 0:
+        if not arm.speculative.enabled and self.witness_due(self.options(arm).witness_every):
             fields["logprobs"] = True
         return fields
 

@@ -522,10 +522,7 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
             raise MeasurementError(f"vLLM /tokenize failed: {exc}") from exc
 
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        # one adapter instance serves one arm, so the count is this arm's requests (timed, warm-up and gates alike)
-        every = self.options(arm).witness_every
-        self._requests = getattr(self, "_requests", 0) + 1
-        return {"return_token_ids": True} if every and (self._requests - 1) % every == 0 else {}
+        return {"return_token_ids": True} if self.witness_due(self.options(arm).witness_every) else {}
 
     def before_request(self, http: httpx.Client) -> Any:
         return scrape(http)
