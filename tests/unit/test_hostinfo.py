@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -57,7 +56,9 @@ class FakeProc:
 @pytest.fixture
 def proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeProc:
     clock = iter([100.0, 101.0])  # start() and stop(): one second apart
-    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    # the meter's clock only: a patched time.monotonic would also feed the event loop of a server thread that
+    # another test left running (the session's hostile server), which then takes these two readings
+    monkeypatch.setattr(hostinfo, "time", SimpleNamespace(monotonic=lambda: next(clock)))
     fake = FakeProc(tmp_path / "proc")
     fake.add(4000, 4000, 10)  # the engine bakeoff launched, its own process group
     fake.add(5000, 5000, 10, f"0::/system.slice/docker-{CID}.scope")  # the engine inside a container
