@@ -5,8 +5,11 @@ For each use case every speculating arm is compared with the baseline on that us
 (paired, bootstrap interval). The best arm whose interval lies above 1 is recommended; arms not separable
 from it (paired against it, not against the baseline) form its plateau; arms whose interval lies below 1
 are where speculation loses. An arm that failed a quality gate or the equal-work guard is never
-recommended. Nothing faster than the baseline: "off". Each use case keeps every arm's paired ratio and
-verdict (``cells``), which the reports show as one decision-map table per category.
+recommended. "off" is drawn only when every interval excludes a gain beyond the equivalence margin (3 %); an
+interval that reaches past it, with none above 1, is "no recommendation: inconclusive", with the arm that
+leaves it open, so a wide interval on a busy machine is never read as "speculation does not pay". Each use
+case keeps every arm's paired ratio and verdict (``cells``), which the reports show as one decision-map table
+per category.
 """
 
 from __future__ import annotations
@@ -19,7 +22,18 @@ from pydantic import BaseModel, Field
 
 from ..config.schema import Speculative
 from ..results.sample import Sample
-from .stats import LEVEL, N_BOOT, ArmStats, Comparison, Interval, Verdict, paired_ratio, verdict
+from .stats import (
+    EQUIVALENCE_MARGIN,
+    LEVEL,
+    N_BOOT,
+    ArmStats,
+    Comparison,
+    Interval,
+    Verdict,
+    paired_ratio,
+    undecided,
+    verdict,
+)
 
 __all__ = ["DecisionCell", "Recommendation", "condition_label", "plateau_text", "recommend", "setting_label"]
 
@@ -45,7 +59,9 @@ class Recommendation(BaseModel):
     streams: int | None = None
     prompts: list[str] = Field(default_factory=list)
     arm: str | None = Field(None, description="The arm to run (None: speculation off, the baseline).")
-    setting: str = "off"
+    setting: str = Field("off", description="The setting to run; 'inconclusive' when no comparison decided.")
+    decided: bool = Field(True, description="False: an interval fits a gain beyond the equivalence margin and "
+                                            "none is shown, so nothing is recommended (more passes would tell).")
     ratio: Interval | None = Field(None, description="The recommended arm vs the baseline on this use case.")
     plateau: list[str] = Field(default_factory=list, description="Arms not separable from the recommended one.")
     losses: list[str] = Field(default_factory=list, description="Arms slower than the baseline on this use case.")
@@ -143,6 +159,16 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Callable[[st
         rec.line = f"{head}: off (no speculating setting could be compared)"
     elif not ratios:
         rec.line = f"{head}: no verdict (fewer than {MIN_PAIRS} paired requests per setting)"
+    elif open_ := sorted((a for a, r in ratios.items() if undecided(r)), key=lambda a: -ratios[a].hi):
+        rec.setting, rec.decided = "inconclusive", False
+        shown = ", ".join(f"{label[a]} {ratios[a].estimate:.2f}× ({ratios[a].lo:.2f}–{ratios[a].hi:.2f})"
+                          for a in open_)
+        its = "each interval fits" if len(open_) > 1 else "its interval fits"
+        rec.line = (f"{head}: no recommendation: inconclusive ({shown}: {its} both a gain beyond "
+                    f"{EQUIVALENCE_MARGIN:.0%} and none); more passes or --until-ci would decide")
+    elif level := [a for a, r in ratios.items() if r.lo <= 1 < r.hi]:  # within the margin: equivalent
+        rec.line = (f"{head}: off (no setting is faster than {baseline} by more than {EQUIVALENCE_MARGIN:.0%}: "
+                    f"{', '.join(label[a] for a in level)} within it)")
     else:
         rec.line = f"{head}: off (no setting is faster than {baseline})"
     if rec.losses:

@@ -4,10 +4,12 @@ the slowdown a user allows?
 The gate reads the paired ratios candidate/reference the run summary already holds (core/analysis/stats.py:
 medians of per-request ratios paired on prompt, mode, rep and pass, with two-stage bootstrap intervals), one
 per point: each depth or number of streams the run swept, else the run as a whole. The rule is one-sided and
-reads the interval's bound, so noise cannot fail a build: a point fails only when even the interval's upper
-bound is below ``1 - max_slowdown`` (the candidate is slower by more than allowed with 95 % confidence).
-A point whose interval reaches above that line passes, however low its estimate; a wide interval is a reason
-to run more passes, said in the line, not a failure.
+reads the interval's bounds, so neither noise nor luck decides a build: a point fails only when even the
+interval's upper bound is below ``1 - max_slowdown`` (the candidate is slower by more than allowed with 95 %
+confidence), and passes only when its lower bound is at or above that line (a slowdown beyond the limit is
+excluded). An interval that straddles the line is *inconclusive*: the machine could not tell, so the gate is
+neither green nor red, and says how many passes the observed spread would need (the gate draws more passes up
+to ``gate.max_passes`` before it says so; core/cli/gate.py).
 
 A point without paired requests, or whose two arms did not do equal work (the equal-work guard), has no
 verdict; a gate with such a point says so and is neither passed nor failed. A quality gate (core/analysis/gates.py)
@@ -17,6 +19,7 @@ regression.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -26,13 +29,14 @@ from .stats import Comparison
 
 __all__ = ["GatePoint", "GateVerdict", "judge_gate"]
 
-Outcome = Literal["passed", "failed", "no verdict"]
+Outcome = Literal["passed", "failed", "inconclusive", "no verdict"]
 
 
 class GatePoint(BaseModel):
     where: str = Field(description="'overall', 'depth 4096', '8 streams'.")
     comparison: Comparison | None = Field(None, description="Candidate against the reference, paired.")
     failed: bool = False
+    inconclusive: bool = Field(False, description="The interval straddles 1 - max_slowdown: neither shown.")
     why: str | None = Field(None, description="Why this point has no verdict, when it has none.")
 
 
@@ -54,9 +58,26 @@ def _slower(ratio: float) -> str:
     return f"{(1 - ratio):.1%} slower" if ratio < 1 else f"{(ratio - 1):.1%} faster"
 
 
+def passes_to_decide(estimate: float, lo: float, hi: float, floor: float, passes: int) -> int | None:
+    """About how many passes in all would bring the interval clear of ``floor`` on the estimate's side, if the
+    spread stays as observed (the half-width shrinks as one over the square root of the passes); None when the
+    estimate sits on the line (no number of passes decides it)."""
+    if estimate > floor:
+        half, room = estimate - lo, estimate - floor
+    elif estimate < floor:
+        half, room = hi - estimate, floor - estimate
+    else:
+        return None
+    need = round(passes * (half / room) ** 2, 6)  # rounded first: 12.0000000002 is 12 passes, not 13
+    return max(passes + 1, math.ceil(need))
+
+
 def judge_gate(reference: str, candidate: str, max_slowdown: float, points: Sequence[tuple[str, Comparison | None]],
-               broken_gates: Sequence[str] = ()) -> GateVerdict:
-    """The verdict over ``points`` (where, the candidate's comparison there or None); see the module docstring."""
+               broken_gates: Sequence[str] = (), passes: int | None = None) -> GateVerdict:
+    """The verdict over ``points`` (where, the candidate's comparison there or None); see the module docstring.
+
+    :param passes: the passes measured, to say how many an inconclusive point would need.
+    """
     floor = 1 - max_slowdown
     judged: list[GatePoint] = []
     for where, c in points:
@@ -66,7 +87,8 @@ def judge_gate(reference: str, candidate: str, max_slowdown: float, points: Sequ
             judged.append(GatePoint(where=where, comparison=c,
                                     why="not comparable: " + "; ".join(c.comparable.get("reasons") or [])))
         else:
-            judged.append(GatePoint(where=where, comparison=c, failed=c.ratio.hi < floor))
+            judged.append(GatePoint(where=where, comparison=c, failed=c.ratio.hi < floor,
+                                    inconclusive=c.ratio.lo < floor <= c.ratio.hi))
     allowed = f"{max_slowdown:.1%} allowed"
     failed = [p for p in judged if p.failed]
     missing = [p for p in judged if p.why is not None]
@@ -91,12 +113,21 @@ def judge_gate(reference: str, candidate: str, max_slowdown: float, points: Sequ
     else:
         shown = "; ".join(f"{p.comparison.ratio.estimate:.3f}× ({p.comparison.ratio.lo:.3f}–"
                           f"{p.comparison.ratio.hi:.3f}) at {p.where}" for p in judged if p.comparison)
-        line = f"gate passed: {candidate} against {reference}: {shown}; not separably slower than the {allowed}"
-        wide = [p.where for p in judged if p.comparison and p.comparison.ratio.lo < floor]
-        if wide:
-            line += (f" (the interval at {', '.join(wide)} still reaches below {floor:.3f}: more passes would "
-                     "tell a smaller slowdown)")
-        outcome = "passed"
+        open_ = [p for p in judged if p.inconclusive and p.comparison]
+        if open_:
+            line = (f"gate inconclusive: {candidate} against {reference}: {shown}; the interval at "
+                    f"{', '.join(p.where for p in open_)} reaches both sides of {floor:.3f} (the {allowed}), so "
+                    "neither a slowdown beyond it nor its absence is shown")
+            if passes:
+                need = [n for p in open_ if p.comparison and (n := passes_to_decide(
+                    p.comparison.ratio.estimate, p.comparison.ratio.lo, p.comparison.ratio.hi, floor, passes))]
+                line += (f"; at this spread about {max(need)} passes in all would decide (gate.max_passes)"
+                         if len(need) == len(open_) else "; its estimate sits on the line")
+            outcome = "inconclusive"
+        else:
+            line = (f"gate passed: {candidate} against {reference}: {shown}; a slowdown beyond the {allowed} is "
+                    "excluded")
+            outcome = "passed"
     if broken_gates and outcome == "failed" and failed:
         line += f"; it also fails quality gate(s) {', '.join(broken_gates)}"
     return GateVerdict(reference=reference, candidate=candidate, max_slowdown=max_slowdown, outcome=outcome,

@@ -29,6 +29,8 @@ from ..results.sample import Sample
 from .acceptance import acceptance_rate
 
 __all__ = [
+    "EQUIVALENCE_MARGIN",
+    "undecided",
     "LEVEL",
     "N_BOOT",
     "METHOD",
@@ -286,6 +288,16 @@ def verdict(ratio: Interval) -> Verdict:
     if ratio.hi < 1:
         return "slower"
     return "not separable"
+
+
+# A gain inside this margin is no reason to switch a setting on: "off" is a decision only when every interval
+# excludes a gain beyond it (an equivalence bound, one-sided); an interval reaching past it decides nothing.
+EQUIVALENCE_MARGIN = 0.03
+
+
+def undecided(ratio: Interval, margin: float = EQUIVALENCE_MARGIN) -> bool:
+    """Not shown faster, yet a gain beyond ``margin`` is not excluded either: the interval cannot tell."""
+    return ratio.lo <= 1 < ratio.hi and ratio.hi > 1 + margin
 
 
 # a sample carrying one of these never enters a statistic: its delivery or its counts cannot be trusted

@@ -25,6 +25,7 @@ class ExitCode(IntEnum):
     NOTHING_MEASURED = 3  # the run ended without one valid sample
     PARTIAL = 4  # some arm produced no valid sample, or failed before all its points were measured
     WRITE_FAILED = 5  # the run directory could not be written (disk full, read-only): stored samples are kept
+    INCONCLUSIVE = 6  # gate: after its passes the interval still straddles the limit; neither green nor red
     INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP: engines stopped, samples kept, --resume finishes it
     BROKEN_PIPE = 141  # the reader of the output went away (`| head`): 128 + SIGPIPE, as a shell reports it
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -11,9 +12,10 @@ from ..analysis.regression import GateVerdict, judge_gate
 from ..analysis.stats import Comparison
 from ..common.errors import ConfigError
 from ..config.loader import load_bakeoff
-from ..config.schema import parse_share
+from ..config.schema import GateSpec, parse_share
 from ..reports import report_dir, summarize_run
 from ..reports.model import RunSummary
+from ..results.store import RunDir
 from ..run.executor import LocalExecutor
 from ..run.gate import gate_config
 from .console import make_console
@@ -24,10 +26,11 @@ __all__ = ["gate_command", "gate_points", "GATE_EXIT_HELP"]
 
 console = make_console()
 
-GATE_EXIT_HELP = ("Exit codes: 0 the candidate is not separably slower than --max-slowdown; 1 it is (or fails a "
+GATE_EXIT_HELP = ("Exit codes: 0 a slowdown beyond --max-slowdown is excluded (the interval's lower bound is at "
+                  "or above 1 - it); 1 such a slowdown is shown (the upper bound is below; or the candidate fails a "
                   "quality gate the reference passes); 2 configuration error, nothing ran; 3 no verdict (nothing "
                   "valid measured, or a point without paired requests); 4 an arm failed or has no valid sample; "
-                  "130 interrupted.")
+                  "6 inconclusive: after gate.max_passes the interval still straddles the limit; 130 interrupted.")
 
 
 def gate_points(summary: RunSummary, candidate: str) -> list[tuple[str, Comparison | None]]:
@@ -48,9 +51,23 @@ def _broken_gates(summary: RunSummary, reference: str, candidate: str) -> list[s
     return [g for g in cand.failed_gates if g not in ref.failed_gates]
 
 
-def _verdict(summary: RunSummary, reference: str, candidate: str, max_slowdown: float) -> GateVerdict:
+def _verdict(summary: RunSummary, reference: str, candidate: str, max_slowdown: float,
+             passes: int | None = None) -> GateVerdict:
     return judge_gate(reference, candidate, max_slowdown, gate_points(summary, candidate),
-                      _broken_gates(summary, reference, candidate))
+                      _broken_gates(summary, reference, candidate), passes=passes)
+
+
+def until_decided(gate: GateSpec) -> Callable[[RunDir, int], tuple[bool, str]]:
+    """The gate's stopping rule after the planned passes: another interleaved pass while the verdict is
+    inconclusive, up to ``gate.max_passes`` (a decided gate, either way, stops at once)."""
+    def more(run: RunDir, passes: int) -> tuple[bool, str]:
+        v = _verdict(summarize_run(run.path), gate.reference, gate.candidate, gate.max_slowdown, passes)
+        if v.outcome != "inconclusive":
+            return False, f"gate: {v.outcome} after {passes} pass(es)"
+        if passes >= gate.max_passes:
+            return False, f"gate: still inconclusive after {passes} passes (gate.max_passes)"
+        return True, f"gate: inconclusive after {passes} pass(es); adding one (at most {gate.max_passes})"
+    return more
 
 
 def gate_command(
@@ -68,22 +85,25 @@ def gate_command(
     for note in notes:
         console.print(escape(note), highlight=False, soft_wrap=True)
     executor = LocalExecutor()
-    run = execute(config, out, executor=executor)
+    run = execute(config, out, executor=executor, more_passes=until_decided(gate))
     try:
         finish(config, run, executor)  # an arm without a valid sample: exit 3 or 4, no verdict
     except typer.Exit as stop:
         console.print(f"[red]gate: no verdict[/red]: the run is incomplete (exit {stop.exit_code})", highlight=False)
         raise
-    verdict = _verdict(summarize_run(run.path), gate.reference, gate.candidate, gate.max_slowdown)
+    verdict = _verdict(summarize_run(run.path), gate.reference, gate.candidate, gate.max_slowdown,
+                       len(run.read_record().orders))
     target = report_dir(run.path)
     target.mkdir(parents=True, exist_ok=True)
     (target / "gate.json").write_text(verdict.model_dump_json(indent=2) + "\n")
-    style = {"passed": "green", "failed": "red", "no verdict": "yellow"}[verdict.outcome]
+    style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "no verdict": "yellow"}[verdict.outcome]
     console.print(f"[{style}]{escape(verdict.line)}[/{style}]", highlight=False, soft_wrap=True)
     if verdict.outcome == "failed":
         raise typer.Exit(1)
     if verdict.outcome == "no verdict":
         raise typer.Exit(ExitCode.NOTHING_MEASURED)
+    if verdict.outcome == "inconclusive":
+        raise typer.Exit(ExitCode.INCONCLUSIVE)
 
 
 gate_command.__doc__ = f"""Run a regression gate: the gate: section's reference and candidate builds, interleaved and

@@ -7,7 +7,7 @@ call core/run/session.py ``run_bakeoff``.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -106,14 +106,16 @@ def progress_events() -> tuple[Progress, ProtocolEvents]:
 
 def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
             resume: Resume | None = None, executor: Executor | None = None,
-            stop_on_verdict: bool = False, tables: bool = False) -> RunDir:
+            stop_on_verdict: bool = False, tables: bool = False,
+            more_passes: Callable[[RunDir, int], tuple[bool, str]] | None = None) -> RunDir:
     """Run one bakeoff (core/run/session.py) with a progress bar, then print its tables and write its reports;
     a stop signal anywhere in that (the report too) is an interruption like Ctrl-C (exit 130)."""
     with stop_signals_as_interrupt():
         progress, events = progress_events()
         try:
             run = run_bakeoff(config, out, until_ci=until_ci, max_passes=max_passes, resume=resume,
-                              executor=executor, stop_on_verdict=stop_on_verdict, events=events)
+                              executor=executor, stop_on_verdict=stop_on_verdict, events=events,
+                              more_passes=more_passes)
         finally:
             if progress.live.is_started:
                 progress.stop()

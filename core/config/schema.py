@@ -575,7 +575,10 @@ class GateSpec(Strict):
                                        "only in the engine build (options.binary, a venv's python, an image).")
     max_slowdown: float = Field(0.03, description="Fail when the candidate is slower than this with confidence: "
                                 "the upper bound of the paired ratio's interval below 1 - max_slowdown. "
-                                "'3%' or 0.03.")
+                                "'3%' or 0.03. It passes only when the lower bound is at or above that line.")
+    max_passes: int = Field(8, ge=3, le=50, description="While the interval straddles 1 - max_slowdown after "
+                            "workload.passes, the gate adds interleaved passes, at most this many in all; still "
+                            "straddling then: inconclusive (exit 6).")
 
     @field_validator("max_slowdown", mode="before")
     @classmethod

@@ -7,6 +7,7 @@ stopped on every way out; every sample is on disk the moment it completes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from ..analysis.stats import needs_more_passes
@@ -42,12 +43,15 @@ def new_run(out: Path, plan: Plan) -> RunDir:
 
 def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None, max_passes: int = 10,
                 resume: Resume | None = None, executor: Executor | None = None, stop_on_verdict: bool = False,
-                events: ProtocolEvents | None = None) -> RunDir:
+                events: ProtocolEvents | None = None,
+                more_passes: Callable[[RunDir, int], tuple[bool, str]] | None = None) -> RunDir:
     """Plan and run one bakeoff (or finish ``resume``'s) into a new run directory under ``out``.
 
     :param until_ci: add passes until every ratio's 95 % interval half-width is at most this fraction.
     :param stop_on_verdict: with ``until_ci``, also stop once every verdict is clear.
     :param events: progress callbacks; ``on_warning`` also receives the adaptive-pass decisions.
+    :param more_passes: a caller's own stopping rule, asked after the planned passes with the run and the passes
+        done: (another pass?, the line saying why); the regression gate's "until decided" (core/cli/gate.py).
     :raises ConfigError: a file or flag combination that cannot run, before any engine starts.
     """
     executor = executor or LocalExecutor()
@@ -79,6 +83,13 @@ def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None
             more, why = needs_more_passes(run.samples(), len(plan.orders), until_ci, max_passes,
                                           baseline=config.baseline_arm, seed=config.workload.seed,
                                           stop_on_verdict=stop_on_verdict)
+            events.on_note(why)
+            if not more:
+                break
+            events.on_pass_added(plan.requests_total // config.workload.passes)
+            run_extra_pass(plan, run, events)
+        while more_passes is not None:
+            more, why = more_passes(run, len(plan.orders))
             events.on_note(why)
             if not more:
                 break

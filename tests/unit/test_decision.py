@@ -23,22 +23,22 @@ RATES = {"off": {"code": 100.0, "prose": 100.0}, "draft-n2": {"code": 140.0, "pr
 PROMPTS = {"code_python": "code", "code_bash": "code", "prose": "prose"}
 
 
-def _write(path: Path) -> Path:
+def _write(path: Path, truth: dict[str, dict[str, float]] = RATES, spread: float = 0.01) -> Path:
     rng = np.random.default_rng(3)
     run = RunDir(path)
     arms = [{"name": a, "engine": "llamacpp", "model": "m.gguf",
              "speculative": {"method": "none"} if a == "off" else {"method": "draft", "n_max": int(a[-1])}}
-            for a in RATES]
+            for a in truth]
     run.write_record(RunRecord.model_validate({"tool": {"name": "bakeoff", "version": "0"},
                    "config": {"name": "map", "arms": arms, "workload": {"reps": 6, "passes": 2, "max_tokens": 64}},
-                   "baseline": "off", "orders": [list(RATES)] * 2, "seed": 0, "host": {},
+                   "baseline": "off", "orders": [list(truth)] * 2, "seed": 0, "host": {},
                    "prompts": [{"name": p, "kind": k, "messages": []} for p, k in PROMPTS.items()],
-                   "arm_records": {a: [{"status": "ok", "pass": 0}] for a in RATES}}))
+                   "arm_records": {a: [{"status": "ok", "pass": 0}] for a in truth}}))
     for p in range(2):
         for rep in range(6):
             for prompt, kind in PROMPTS.items():
-                for arm, rates in RATES.items():
-                    tps = rates[kind] * math.exp(rng.normal(0, 0.01))
+                for arm, rates in truth.items():
+                    tps = rates[kind] * math.exp(rng.normal(0, spread))
                     run.append(Sample(arm=arm, engine="llamacpp", prompt=prompt, mode="greedy", rep=rep, pass_index=p,
                                       decode_tps=tps, completion_tokens=64, n_first=1, decode_s=63 / tps,
                                       usage_present=True))
@@ -57,7 +57,8 @@ def test_each_category_gets_its_best_setting_its_plateau_and_its_losses(tmp_path
     assert "plateau: draft n-max 2, 3 not separable" in code.line
     prose = recs["prose"]
     assert prose.arm is None and prose.setting == "off" and set(prose.losses) == {"draft-n3", "draft-n4"}
-    assert prose.line == "prose: off (no setting is faster than off); slower: draft n-max 3, draft n-max 4"
+    assert prose.line == ("prose: off (no setting is faster than off by more than 3%: draft n-max 2 within it); "
+                          "slower: draft n-max 3, draft n-max 4")
     md = render_markdown(s)
     assert "**Recommendation per use case**" in md and f"- {code.line}" in md
     console = Console(record=True, width=250, file=io.StringIO())
@@ -80,6 +81,28 @@ def test_plateau_text_merges_settings_that_differ_in_one_number() -> None:
 
 
 # per-stream decode tok/s by streams: draft pays alone and loses at 4 streams (the batch is compute-bound)
+def test_off_is_drawn_only_when_a_gain_beyond_the_margin_is_excluded(tmp_path: Path) -> None:
+    # draft n-max 2 is spec-off's equal on both categories; n-max 3 loses prose
+    even = {"off": {"code": 100.0, "prose": 100.0}, "draft-n2": {"code": 100.0, "prose": 100.0},
+            "draft-n3": {"code": 100.0, "prose": 80.0}}
+    # a busy machine: each request's rate off by ~40 %, so an interval fits a gain and a loss
+    noisy = {r.category: r for r in summarize_run(_write(tmp_path / "noisy", even, spread=0.4), n_boot=500)
+             .recommendations}
+    code = noisy["code"]
+    assert code.arm is None and code.setting == "inconclusive" and not code.decided
+    assert code.line.startswith("code: no recommendation: inconclusive (") and "off (" not in code.line
+    assert code.line.endswith("none); more passes or --until-ci would decide")
+    assert "draft n-max 2" in code.line and all(c.ratio and c.ratio.hi > 1.03 for c in code.cells
+                                                 if c.setting in code.line)
+    # a quiet machine (1 % spread): the same truth decides "off", with the tie named as within the margin
+    quiet = {r.category: r for r in summarize_run(_write(tmp_path / "quiet", even), n_boot=500).recommendations}
+    assert quiet["code"].decided and quiet["code"].setting == "off"
+    assert quiet["code"].line == ("code: off (no setting is faster than off by more than 3%: draft n-max 2, draft "
+                                  "n-max 3 within it)")
+    assert quiet["prose"].line == ("prose: off (no setting is faster than off by more than 3%: draft n-max 2 within "
+                                   "it); slower: draft n-max 3")
+
+
 STREAM_RATES = {"off": {1: 100.0, 4: 60.0}, "draft-n2": {1: 130.0, 4: 45.0}, "draft-n3": {1: 131.0, 4: 40.0}}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bakeoff.core.analysis.regression import judge_gate
+from bakeoff.core.analysis.regression import judge_gate, passes_to_decide
 from bakeoff.core.analysis.stats import Comparison, Interval, verdict
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
@@ -25,11 +25,30 @@ def test_fails_only_when_the_interval_bound_is_beyond_the_threshold() -> None:
                                 "at least 38.0% slower, more than the 3.0% allowed)")
     # slower, separably, but by less than allowed: passes
     assert judge_gate("old", "new", 0.03, [("overall", _c(0.985, 0.975, 0.995))]).outcome == "passed"
-    # a low estimate with a wide interval is not a failure; the line says more passes would tell
-    wide = judge_gate("old", "new", 0.03, [("overall", _c(0.9, 0.7, 1.05))])
-    assert wide.outcome == "passed" and "more passes would tell" in wide.line
+    # a low estimate with a wide interval is neither a failure nor a pass
+    assert judge_gate("old", "new", 0.03, [("overall", _c(0.9, 0.7, 1.05))]).outcome == "inconclusive"
     same = judge_gate("old", "new", 0.03, [("overall", _c(1.0, 0.98, 1.02))])
     assert same.outcome == "passed" and same.line.startswith("gate passed: new against old: 1.000× (0.980–1.020)")
+
+
+def test_an_interval_that_fits_a_slowdown_beyond_the_limit_never_passes() -> None:
+    # an A/A gate on a busy box: 1.144x (0.530-1.463) also fits a build 47 % slower, so it is not green
+    aa = judge_gate("cached", "copy", 0.10, [("overall", _c(1.144, 0.530, 1.463))], passes=3)
+    assert aa.outcome == "inconclusive" and aa.points[0].inconclusive and not aa.points[0].failed
+    assert aa.line.startswith("gate inconclusive: copy against cached: 1.144× (0.530–1.463) at overall; the interval "
+                              "at overall reaches both sides of 0.900 (the 10.0% allowed)")
+    # the lower half-width 0.614 against 0.244 of room: (0.614/0.244)^2 x 3 passes = 18.99 -> 19
+    assert "about 19 passes in all would decide" in aa.line
+    # the same estimate, tight enough: the slowdown beyond the limit is excluded
+    tight = judge_gate("cached", "copy", 0.10, [("overall", _c(1.01, 0.93, 1.08))], passes=3)
+    assert tight.outcome == "passed" and "a slowdown beyond the 10.0% allowed is excluded" in tight.line
+
+
+def test_passes_to_decide_follows_the_spread_on_the_estimates_side() -> None:
+    assert passes_to_decide(0.95, 0.85, 1.05, 0.9, 3) == 12  # (0.10 / 0.05)^2 x 3 toward passing
+    assert passes_to_decide(0.85, 0.80, 0.95, 0.9, 4) == 16  # (0.10 / 0.05)^2 x 4 toward failing
+    assert passes_to_decide(0.95, 0.94, 0.96, 0.9, 3) == 4   # never fewer than one more
+    assert passes_to_decide(0.9, 0.8, 1.0, 0.9, 3) is None   # on the line: no number of passes decides
 
 
 def test_each_depth_is_judged_and_the_worst_is_named() -> None:

@@ -54,7 +54,12 @@ def test_the_verdict_block_fits_80_columns_without_cutting_a_number(run: str) ->
 def test_the_block_leads_with_the_recommendation_and_the_token_accounting() -> None:
     text = " ".join(rendered(FIXTURES / "llamacpp-run", width=200).split())
     assert "stats-real: each arm against spec-off" in text
-    assert "recommendation code: off (no setting is faster than spec-off)" in text
+    # 3 passes on a busy box: ngram mod 1.01x (0.92-1.47) and draft 0.57x (0.42-1.38) fit a real gain, so the
+    # block says it cannot tell instead of "off" (issue 40: a recommendation only from decided comparisons)
+    assert ("recommendation code: no recommendation: inconclusive (ngram mod 1.01× (0.92–1.47), draft n-max 3 "
+            "0.57× (0.42–1.38): each interval fits both a gain beyond 3% and none); more passes or --until-ci "
+            "would decide") in text
+    assert "recommendation code: off" not in text
     assert "accounting one token per SSE event here" in text
 
 
