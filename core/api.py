@@ -20,7 +20,7 @@ from pathlib import Path
 from .config.loader import load_bakeoff
 from .config.schema import BakeoffFile
 from .reports import write_reports
-from .reports.model import RunSummary, summarize_run
+from .reports.model import RunSummary, require_run_dir, summarize_run
 from .run.events import ProtocolEvents
 from .run.executor import executor_for
 from .run.session import run_bakeoff
@@ -50,5 +50,9 @@ def run(file: str | Path | BakeoffFile, out: str | Path = "runs", *, until_ci: f
 
 
 def read_run(run_dir: str | Path) -> RunSummary:
-    """The summary of a run directory (finished or interrupted); nothing in it is written."""
+    """The summary of a run directory (finished or interrupted); nothing in it is written.
+
+    :raises ConfigError: ``run_dir`` holds no run (a mistyped path is an error, never an empty summary).
+    """
+    require_run_dir(Path(run_dir))
     return summarize_run(Path(run_dir))

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import sys
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -21,19 +23,40 @@ from rich.markup import escape
 from ..common.errors import BakeoffError, RunDirError
 from .exit_codes import ExitCode, exit_code_for
 
-__all__ = ["guard_commands", "guarded", "is_guarded", "stop_message"]
+__all__ = ["RUN_DIR", "guard_commands", "guarded", "is_guarded", "name_run_dir", "stop_message"]
 
 # Errors and interruptions go to stderr, so a command's stdout (JSON, markdown) stays parseable.
 _stderr = Console(stderr=True)
 _guarded: set[Callable[..., Any]] = set()
+
+RUN_DIR = "RUN_DIR"  # where an after-stop line names the run directory; the real path replaces it once known
+_RUN_DIR_ATTR = "_bakeoff_run_dir"
+StopT = TypeVar("StopT", bound=BaseException)
+
+
+def name_run_dir(exc: StopT, run_dir: Path | None) -> StopT:
+    """``exc`` marked with the run directory it stopped, so the boundary's line names the real path to resume
+    (the command only knows it once the run has made it); ``None`` leaves the placeholder."""
+    if run_dir is not None:
+        setattr(exc, _RUN_DIR_ATTR, run_dir)
+    return exc
+
+
+def _naming_run_dir(after_stop: str | None, exc: BaseException) -> str | None:
+    run_dir = getattr(exc, _RUN_DIR_ATTR, None)
+    if after_stop is None or not isinstance(run_dir, Path):
+        return after_stop
+    return after_stop.replace(RUN_DIR, shlex.quote(str(run_dir)))  # quoted: the command is copied into a shell
 
 
 def stop_message(exc: BaseException, after_stop: str | None = None) -> str:
     """The one line a user sees, as plain text (no markup).
 
     :param after_stop: what still holds after an interruption or a write failure, and what to do next
-        (``bakeoff run``: the stored samples are kept and ``--resume`` finishes the run).
+        (``bakeoff run``: the stored samples are kept and ``--resume`` finishes the run); its ``RUN_DIR`` is the
+        directory :func:`name_run_dir` marked ``exc`` with, where one was.
     """
+    after_stop = _naming_run_dir(after_stop, exc)
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted" + (f": {after_stop}" if after_stop else "")
     # one problem per line (a validation error names each bad field on its own line), each line's spaces folded

@@ -7,8 +7,7 @@ from pathlib import Path
 import typer
 
 from ..analysis.stats import N_BOOT
-from ..common.errors import ConfigError
-from ..reports import print_run, render_markdown, summarize_run, write_reports
+from ..reports import print_run, render_markdown, require_run_dir, summarize_run, write_reports
 from .console import make_console
 from .running import TABLES_HELP
 
@@ -37,8 +36,7 @@ def report_command(
 
     Works on a finished or interrupted run: 95 % intervals and verdicts in the terminal; markdown, JSON, PNG/SVG
     plots and one HTML file in RUN_DIR/report or --out. Nothing else in RUN_DIR is written."""
-    if not (run_dir / "samples.jsonl").exists() and not (run_dir / "run.json").exists():
-        raise ConfigError(f"{run_dir} is not a bakeoff run directory")
+    require_run_dir(run_dir)
     if markdown or json_out:
         summary = summarize_run(run_dir, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load,
                                 baseline=baseline)

@@ -27,6 +27,7 @@ from ..run.executor import Executor, executor_for
 from ..run.live import dry_run_lines
 from ..run.resume import Resume
 from ..run.session import run_bakeoff
+from .boundary import name_run_dir
 from .console import make_console
 from .exit_codes import ExitCode, run_outcome
 from .progress import run_progress
@@ -104,6 +105,20 @@ def progress_events() -> tuple[Progress, ProtocolEvents]:
     return progress, events
 
 
+def _run_dir_made(events: ProtocolEvents) -> Callable[[], Path | None]:
+    """The run directory, once the run has made (or reopened) it: chained onto ``events.on_run_start``, since
+    run_bakeoff returns it only when the run ends well."""
+    made: list[Path] = []
+    announce = events.on_run_start
+
+    def started(run: RunDir, total: int, done: int) -> None:
+        made.append(run.path)
+        announce(run, total, done)
+
+    events.on_run_start = started
+    return lambda: made[-1] if made else None
+
+
 def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
             resume: Resume | None = None, executor: Executor | None = None,
             stop_on_verdict: bool = False, tables: bool = False,
@@ -112,10 +127,14 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
     a stop signal anywhere in that (the report too) is an interruption like Ctrl-C (exit 130)."""
     with stop_signals_as_interrupt():
         progress, events = progress_events()
+        made = _run_dir_made(events)
         try:
             run = run_bakeoff(config, out, until_ci=until_ci, max_passes=max_passes, resume=resume,
                               executor=executor, stop_on_verdict=stop_on_verdict, events=events,
                               more_passes=more_passes)
+        except (KeyboardInterrupt, RunDirError) as exc:  # the boundary's line names the directory --resume takes
+            name_run_dir(exc, made())
+            raise
         finally:
             if progress.live.is_started:
                 progress.stop()

@@ -16,11 +16,11 @@ from ..analysis.stats import N_BOOT
 from ..common.errors import RunDirError
 from .html import render_html
 from .markdown import render_markdown
-from .model import REPORT_SCHEMA_VERSION, RunSummary, load_run, summarize_run
+from .model import REPORT_SCHEMA_VERSION, RunSummary, load_run, require_run_dir, summarize_run
 from .terminal import print_summary
 
 __all__ = ["REPORT_SCHEMA_VERSION", "RunSummary", "ReportFiles", "summarize_run", "write_reports", "report_dir",
-           "print_summary", "print_run", "render_markdown", "render_html"]
+           "require_run_dir", "print_summary", "print_run", "render_markdown", "render_html"]
 
 
 def report_dir(run_path: Path, out: Path | None = None) -> Path:

@@ -56,6 +56,7 @@ __all__ = [
     "RunSummary",
     "load_run",
     "read_run_data",
+    "require_run_dir",
     "summarize_run",
 ]
 
@@ -188,6 +189,23 @@ class RunData:
     def attempts(self, arm: str) -> list[ArmAttempt]:
         """The arm's starts (one that did not read was left out and said in the warnings)."""
         return self.records.get(arm, [])
+
+
+def require_run_dir(path: Path) -> None:
+    """Refuse a path that holds no run before reading it: read as a run, a mistyped path would be an empty
+    summary, and a script looping over it would report success.
+
+    A run directory holds its run record or its samples (the names :class:`RunDir` gives them): run.json is
+    written when a run starts, so an interrupted run passes, and so does one whose run.json a crash lost.
+
+    :raises ConfigError: neither is there; the message names the path and what a run directory holds.
+    """
+    run = RunDir.open(path)
+    if run.run_json.is_file() or run.samples_path.is_file():
+        return
+    found = "this one holds neither" if path.is_dir() else "there is no such directory"
+    raise ConfigError(f"{path} is not a bakeoff run directory: one made by `bakeoff run` holds {run.run_json.name} "
+                      f"(the run record) and {run.samples_path.name} (one line per request), and {found}")
 
 
 def read_run_data(path: Path) -> RunData:

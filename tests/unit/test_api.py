@@ -5,9 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import bakeoff
+from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
+from bakeoff.core.measure import definitions as measure
+from bakeoff.core.results.store import RunDir
+from bakeoff.core.run import arm as arm_module
 
 FILE = """name: api
 arms:
@@ -34,6 +41,31 @@ def test_run_a_file_and_read_its_directory_back(tmp_path: Path) -> None:
 def test_run_takes_a_loaded_file_too(tmp_path: Path) -> None:
     summary = bakeoff.run(parse_bakeoff(FILE), out=tmp_path, reports=False)
     assert summary.name == "api" and summary.path is not None and not (summary.path / "report").exists()
+
+
+# -- USER-3 finding 3: a wrong path is an error, never an empty summary a script loops over ---------------------
+def test_read_run_refuses_a_path_that_holds_no_run(tmp_path: Path) -> None:
+    for path in (tmp_path / "no" / "such" / "run", tmp_path):  # a typo, and a directory that is no run
+        with pytest.raises(ConfigError, match="is not a bakeoff run directory") as caught:
+            bakeoff.read_run(path)
+        assert str(path) in str(caught.value) and "run.json" in str(caught.value)
+
+
+def test_read_run_still_reads_an_interrupted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = measure.make_sample
+
+    def interrupted_at_the_second_request(*args: Any, **kwargs: Any) -> Any:
+        if args[7] == 1:  # rep 1 of the first arm: as if Ctrl-C came here
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(arm_module, "make_sample", interrupted_at_the_second_request)
+    with pytest.raises(KeyboardInterrupt):
+        bakeoff.run(parse_bakeoff(FILE), out=tmp_path, reports=False)
+    [run] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert RunDir.open(run).read_record().finished_at is None  # its record, but not finished
+    summary = bakeoff.read_run(run)
+    assert summary.name == "api" and 0 < sum(a.n for a in summary.arms) < 8
 
 
 def test_importing_bakeoff_loads_nothing_of_the_run() -> None:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from bakeoff.core import reports
 from bakeoff.core.cli import app
 from bakeoff.core.cli import report as report_cli
-from bakeoff.core.cli.boundary import guard_commands, is_guarded, stop_message
+from bakeoff.core.cli.boundary import guard_commands, is_guarded, name_run_dir, stop_message
 from bakeoff.core.cli.exit_codes import ExitCode, exit_code_for
 from bakeoff.core.common.errors import ConfigError, EngineStartupError, PreflightError, RunDirError
 
@@ -62,6 +62,13 @@ def test_the_message_is_one_line_per_problem_and_keeps_brackets() -> None:
                                  "  b.yaml:5: workload.reps: must be >= 1")
     assert stop_message(KeyboardInterrupt(), "engines stopped") == "interrupted: engines stopped"
     assert stop_message(RunDirError("disk full"), "resume it") == "error: disk full; resume it"
+
+
+def test_a_stop_marked_with_its_run_directory_names_it_ready_to_paste() -> None:
+    after = "`bakeoff run --resume RUN_DIR` finishes the run"
+    assert stop_message(name_run_dir(KeyboardInterrupt(), None), after) == f"interrupted: {after}"  # not known yet
+    stopped = name_run_dir(RunDirError("disk full"), Path("runs/my run"))
+    assert stop_message(stopped, after) == "error: disk full; `bakeoff run --resume 'runs/my run'` finishes the run"
 
 
 def test_an_error_goes_to_stderr_as_one_line_and_stdout_stays_clean(tmp_path: Path) -> None:

@@ -285,7 +285,7 @@ def test_a_disk_that_fills_mid_run_exits_5_and_keeps_the_stored_samples(
                       "{prompts: [prose], max_tokens: 8, reps: 4, warmup: 0}")
     code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
     assert code == ExitCode.WRITE_FAILED == 5, out
-    assert "No space left on device" in out and "--resume" in out
+    assert "No space left on device" in out and f"--resume {only_run(tmp_path / 'runs')}`" in out
     assert len(read_samples(only_run(tmp_path / "runs"))) == 2
 
 
@@ -317,6 +317,24 @@ def test_resume_with_dry_run_prints_the_rest_and_measures_nothing(tmp_path: Path
     assert "arm a: attach to" in out and "arm b: attach to" in out
     assert len(read_samples(run)) == stored  # nothing measured
     assert len(chat_requests(hostile_server, "ok")) == sent  # nothing sent
+
+
+# -- USER-3 finding 12: Ctrl-C names the directory to resume, not a placeholder ---------------------------------
+def test_ctrl_c_names_the_run_directory_to_resume(tmp_path: Path, hostile_server: HostileServer,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{hostile_server.url('ok')}'}}"])
+    real = measure.make_sample
+
+    def interrupted_at_the_second_request(*args: Any, **kwargs: Any) -> Any:
+        if args[7] == 1:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(arm_module, "make_sample", interrupted_at_the_second_request)
+    code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
+    assert code == ExitCode.INTERRUPTED, out
+    assert f"`bakeoff run --resume {only_run(tmp_path / 'runs')}` finishes the run" in out
+    assert "RUN_DIR" not in out
 
 
 # -- the answer first (issue 32): plain progress lines off a terminal, then the verdict block --------------------
