@@ -24,6 +24,7 @@ YAML=$WORK/calibrate.yaml
 mkdir -p "$WORK/logs" "$OUT"
 export PYTHONUNBUFFERED=1 COLUMNS=200 BAKEOFF_SDIST_DIR="$PWD/$GPU"
 say() { echo "[$(date +%T) +$((SECONDS - T0))s] cal: $*"; }
+. benchmarks/gpu/gpu_tag.sh  # GPU_TAG: the card detected, in run names
 left() { echo $((DEADLINE - (SECONDS - T0))); }
 bk() { python3 -P -c "from bakeoff.core.cli import main; main()" "$@"; }
 [ -z "${SMALL:-}" ] && export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"

@@ -35,6 +35,7 @@ export PYTHONUNBUFFERED=1 COLUMNS=200 BAKEOFF_SDIST_DIR="$REPO/.gpu"
 export TORCH_EXTENSIONS_DIR="$BK/torch_ext" TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16
 export BAKEOFF_TABBY_DIR="$BK/tabbyAPI" BAKEOFF_TABBY_PYTHON=python3
 say() { echo "[$(date +%T) +$((SECONDS - T0))s] $*"; }
+. benchmarks/gpu/gpu_tag.sh  # GPU_TAG: the card detected, in run names
 left() { echo $((DEADLINE - (SECONDS - T0))); }
 bk() { python3 -P -c "from bakeoff.core.cli import main; main()" "$@"; }
 pack() {
@@ -112,10 +113,11 @@ say "GGUF tokenizer.ggml.model: $vocab"
 [ "$vocab" = gpt2 ] || { say "not gpt2: the llama.cpp arms are dropped"; drop="$drop llamacpp"; }
 [ -e "$EXL3/quantization_config.json" ] || drop="$drop exllama"
 python3 - benchmarks/gpu/crossengine-h200.yaml "$BK/crossengine.yaml" $drop <<'EOF'
-import sys, yaml
+import os, sys, yaml
 src, dst, drop = sys.argv[1], sys.argv[2], set(sys.argv[3:])
 d = yaml.safe_load(open(src))
 d["arms"] = [a for a in d["arms"] if a["engine"] not in drop]
+d["name"] = f"{d['name']}-{os.environ['GPU_TAG']}"  # the card it ran on
 if d["arms"] and d["baseline"] not in {a["name"] for a in d["arms"]}:
     d["baseline"] = d["arms"][0]["name"]
 open(dst, "w").write(yaml.safe_dump(d, sort_keys=False))

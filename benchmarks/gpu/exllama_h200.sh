@@ -24,6 +24,7 @@ FP="$BK/models/rand-llama-150m"
 
 left() { echo $((DEADLINE - (SECONDS - T0))); }
 say() { echo "[$(date +%T) +$((SECONDS - T0))s] $*"; }
+. benchmarks/gpu/gpu_tag.sh  # GPU_TAG: the card detected, in run names
 
 pack() {
   say "packing results into \$OUT"
@@ -98,7 +99,7 @@ quant() {  # in out bits
   tail -5 "$BK/logs/quant-$3.log"
   return $rc
 }
-cp benchmarks/gpu/exllama-h200.yaml "$BK/bakeoff.yaml"
+sed "s/^name: exllama .*/name: exllama-$GPU_TAG/" benchmarks/gpu/exllama-h200.yaml > "$BK/bakeoff.yaml"
 if [ ! -e "$Q4/quantization_config.json" ] && [ "$(left)" -lt 150 ]; then say "RESUME before quantizing"; pack; exit 3; fi
 if ! quant "$FP" "$Q4" 4.0; then
   say "EXL3 quantization failed: serving the unquantized safetensors model instead"

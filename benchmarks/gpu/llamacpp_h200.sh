@@ -18,6 +18,7 @@ mkdir -p "$WORK/logs" "$OUT"
 export PYTHONUNBUFFERED=1 COLUMNS=200
 export BAKEOFF_SDIST_DIR="$PWD/$GPU"
 say() { echo "[$(date +%T) +$((SECONDS - T0))s] $*"; }
+. benchmarks/gpu/gpu_tag.sh  # GPU_TAG: the card detected, in run names
 left() { echo $((DEADLINE - (SECONDS - T0))); }
 bk() { python3 -P -c "from bakeoff.core.cli import main; main()" "$@"; }
 

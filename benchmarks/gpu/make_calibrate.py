@@ -20,6 +20,7 @@ usage: make_calibrate.py --tokenizer smollm2_tokenizer.json.gz --out FILE.yaml -
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import time
 from dataclasses import replace
@@ -50,6 +51,8 @@ def _rng() -> Literal["numpy", "torch"]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokenizer", required=True, type=Path)
+    ap.add_argument("--label", default=os.environ.get("GPU_TAG", "gpu"), help="the card it runs on, in the run "
+                    "name (benchmarks/gpu/gpu_tag.sh)")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--models", required=True, nargs="+", type=Path, help="folders for the models, in order")
     ap.add_argument("--small", action="store_true", help="tiny models (a CPU try of the pipeline)")
@@ -91,7 +94,7 @@ def main() -> None:
     names = [p.arm for p in plan_points(section)]
     assert [arm.name for arm in arms] == names
     doc = {
-        "name": "calibrate-h200-mtp-3b" if not a.small else "calibrate-small-mtp",
+        "name": f"calibrate-{a.label}-mtp-3b" if not a.small else "calibrate-small-mtp",
         "calibrate": [section.model_dump(mode="json", exclude_unset=True)],
         "arms": [arm.model_dump(mode="json", exclude_unset=True) for arm in arms],
         "workload": {"prompts": ["code_python", "prose"], "max_tokens": a.max_tokens, "modes": ["greedy"],

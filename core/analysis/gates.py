@@ -27,7 +27,7 @@ from .fairness import read_outputs
 
 __all__ = ["CONTEXT_CHARS", "EARLY_DIVERGENCE_CHARS", "FAILING", "NOT_INFORMATIVE", "Divergence", "GateStatus",
            "SpecCheck", "different_task", "first_difference", "gate_label", "reference_arm", "score_gates",
-           "spec_identity"]
+           "spec_identity", "what_differs"]
 
 FAILING = ("fail", "regressed")
 NOT_INFORMATIVE = "not-informative"
@@ -57,6 +57,8 @@ class SpecCheck(BaseModel):
     identical: int
     fraction: float | None
     same_engine: bool = Field(description="False: another engine or model; agreement is reported, not judged.")
+    other: str | None = Field(None, description="When not the same: what differs from the reference, 'engine', "
+                                                "'model' or 'server' (the first that does, in that order).")
     divergences: list[Divergence] = Field(default_factory=list)
 
 
@@ -72,6 +74,15 @@ def _gate_results(records: Sequence[ArmAttempt]) -> dict[str, GateAnswer]:
 def _server(arm: Arm | None) -> tuple[str | None, str | None, str | None]:
     """What answers an arm's requests: its engine, model and URL (all None for an arm not in the config)."""
     return (arm.engine, arm.model, arm.url) if arm is not None else (None, None, None)
+
+
+def what_differs(arm: Arm | None, reference: Arm | None) -> str | None:
+    """'engine', 'model' or 'server' (its URL): the first that two arms do not share; None when they share all.
+    A label says this word, so a one-engine run whose arms load different models never reads "other engine"."""
+    for word, a, b in zip(("engine", "model", "server"), _server(arm), _server(reference), strict=True):
+        if a != b:
+            return word
+    return None
 
 
 def reference_arm(arm: str, arms: Mapping[str, Arm], baseline: str | None) -> tuple[str | None, bool]:
@@ -143,7 +154,8 @@ def spec_identity(run_path: Path, arms: Mapping[str, Arm], baseline: str | None,
         pairs = _greedy_pairs(outputs[arm], outputs.get(ref, {}), sampling)
         if not pairs:
             continue
-        check = SpecCheck(reference=ref, compared=len(pairs), identical=0, fraction=None, same_engine=same)
+        check = SpecCheck(reference=ref, compared=len(pairs), identical=0, fraction=None, same_engine=same,
+                          other=None if same else what_differs(arms.get(arm), arms.get(ref)))
         for k, text, other in pairs:
             if text == other:
                 check.identical += 1

@@ -72,8 +72,9 @@ def correctness_table(s: RunSummary) -> tuple[list[str], list[list[str]]] | None
         spec = DASH
         if a.spec_check:
             c = a.spec_check
+            other = c.get("other") or "engine or model"  # a summary from before `other` was recorded
             spec = f"{c['identical']}/{c['compared']} vs {c['reference']}" + ("" if c["same_engine"]
-                                                                                else " (agreement, other engine)")
+                                                                                else f" (agreement, other {other})")
         cmp = s.comparison(a.arm)
         equal = "baseline" if a.arm == s.baseline else DASH if cmp is None or cmp.comparable is None else \
             "yes" if cmp.comparable["ok"] else "NO: " + "; ".join(cmp.comparable["reasons"])

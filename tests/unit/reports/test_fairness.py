@@ -258,3 +258,23 @@ def test_the_same_weights_on_another_engine_answering_otherwise_from_the_start_i
     assert "fork 'You are a 21-year-old female college stu'" in why
     assert late and late.comparable and late.comparable["ok"]  # numerics may part them later: still the same task
     assert other and other.comparable and other.comparable["ok"]  # other weights: agreement is reported, not judged
+
+
+def test_a_pair_label_says_what_differs_engine_model_or_nothing(tmp_path: Path) -> None:
+    # issue 40 item 7: a one-engine run whose arms load different models labelled its pair "other engine"
+    arms: dict[str, dict[str, Any]] = {
+        "off": {"engine": "llamacpp", "model": "m"}, "big": {"engine": "llamacpp", "model": "m-8b"},
+        "fork": {"engine": "ikllama", "model": "m"},
+        "ngram": {"engine": "llamacpp", "model": "m", "speculative": {"method": "ngram"}}}
+    samples = [_sample(a, r, 10.0) for a in arms for r in range(2)]
+    s = summarize_run(_write(tmp_path / "run", arms, samples,
+                             outputs={a: [(samples[2 * i], "same answer")] for i, a in enumerate(arms)}))
+    checks = {a.arm: a.spec_check for a in s.arms if a.spec_check}
+    assert checks["big"] and checks["big"]["other"] == "model" and not checks["big"]["same_engine"]
+    assert checks["fork"] and checks["fork"]["other"] == "engine"
+    assert checks["ngram"] and checks["ngram"]["same_engine"] and checks["ngram"]["other"] is None
+    console = Console(file=io.StringIO(), width=400)
+    print_summary(s, console)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "1/1 vs off (agreement, other model)" in text and "1/1 vs off (agreement, other engine)" in text
+    assert text.count("(agreement, other") == 2
