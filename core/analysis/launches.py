@@ -2,9 +2,12 @@
 launches). The protocol resamples launches (passes), but its intervals assume one launch distribution; two
 states average into a wide interval or, with few passes, a false verdict. Here the per-launch medians of an
 arm are tested for two clusters (issue 33, item 2), and a comparison with a bimodal arm gets no overall verdict.
-When the run finds two bands it draws more launches (:func:`launches_to_draw`, within ``workload.extra_launches``)
-until each band has MIN_BAND_LAUNCHES, and the report then gives a paired ratio per band (:func:`band_ratios`)
-or says why it cannot.
+A launch during which the machine itself was busy (most of its requests flagged ``foreign-load``,
+``harness-lag`` or a GPU throttle) is left out of that test: load on a 2-core box made 2 of 7 launches of one
+build slow and read "bimodal", when the engine had one state (issue 40, item 3). Such launches still count in
+every ratio, whose interval then says how little the run could tell. When the run finds two bands it draws more
+launches (:func:`launches_to_draw`, within ``workload.extra_launches``) until each band has MIN_BAND_LAUNCHES,
+and the report then gives a paired ratio per band (:func:`band_ratios`) or says why it cannot.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..results.sample import Sample
-from .stats import EXCLUDING_FLAGS, LEVEL, N_BOOT, Interval, paired_ratio, verdict
+from .stats import EXCLUDING_FLAGS, LEVEL, MACHINE_FLAGS, N_BOOT, Interval, paired_ratio, verdict
 
-__all__ = ["BandRatio", "LaunchBands", "band_ratios", "launch_bands", "launches_to_draw", "MIN_LAUNCHES",
-           "MIN_BAND_LAUNCHES", "MIN_BAND_RATIO"]
+__all__ = ["BandRatio", "LaunchBands", "MACHINE_FLAGS", "band_ratios", "disturbed_launches", "launch_bands",
+           "launches_to_draw", "MIN_LAUNCHES", "MIN_BAND_LAUNCHES", "MIN_BAND_RATIO"]
 
 MIN_LAUNCHES = 4  # fewer launches cannot tell two states from noise
 MIN_BAND_RATIO = 1.3  # bands closer than this are launch-to-launch noise, not two states
@@ -47,11 +50,34 @@ def _usable(samples: Iterable[Sample], arm: str) -> list[Sample]:
             and not any(f.split(":")[0] in EXCLUDING_FLAGS for f in s.flags)]
 
 
-def _per_launch_medians(samples: Iterable[Sample], arm: str) -> dict[int, float]:
-    """Pass index (one engine start) -> median decode rate of the arm's usable requests in it."""
+def disturbed_launches(samples: Iterable[Sample], arm: str) -> dict[int, str]:
+    """Pass index -> the machine flags its requests carried ("foreign-load ×5 of 6"), for the arm's launches in
+    which the machine was busy during most of the requests: then the launch's median, and so its speed
+    band, says nothing about the engine's launch state (a minority of flagged requests cannot move a median)."""
+    total: dict[int, int] = {}
+    flagged: dict[int, int] = {}
+    names: dict[int, dict[str, int]] = {}
+    for s in _usable(samples, arm):
+        total[s.pass_index] = total.get(s.pass_index, 0) + 1
+        mine = list(dict.fromkeys(n for f in s.flags if (n := f.split(":")[0]) in MACHINE_FLAGS))
+        if mine:
+            flagged[s.pass_index] = flagged.get(s.pass_index, 0) + 1
+        for name in mine:
+            counts = names.setdefault(s.pass_index, {})
+            counts[name] = counts.get(name, 0) + 1
+    return {p: ", ".join(f"{k} ×{n} of {total[p]}" for k, n in names[p].items())
+            for p in sorted(flagged) if 2 * flagged[p] > total[p]}
+
+
+def _per_launch_medians(samples: Iterable[Sample], arm: str, with_busy: bool = False) -> dict[int, float]:
+    """Pass index (one engine start) -> median decode rate of the arm's usable requests in it, for the launches
+    the machine left alone (:func:`disturbed_launches`; ``with_busy``: every launch)."""
+    samples = list(samples)
+    busy = {} if with_busy else disturbed_launches(samples, arm)
     by_pass: dict[int, list[float]] = {}
     for s in _usable(samples, arm):
-        by_pass.setdefault(s.pass_index, []).append(float(s.decode_tps or 0))
+        if s.pass_index not in busy:
+            by_pass.setdefault(s.pass_index, []).append(float(s.decode_tps or 0))
     return {p: statistics.median(v) for p, v in sorted(by_pass.items())}
 
 
@@ -65,13 +91,14 @@ def _within_launch_spread(samples: Iterable[Sample], arm: str) -> float | None:
     return max((max(v) - min(v) for v in groups.values() if len(v) > 1), default=None)
 
 
-def launch_bands(samples: Iterable[Sample], arm: str) -> LaunchBands | None:
-    """Two bands of per-launch medians, or None: fewer than MIN_LAUNCHES launches, or one cluster.
+def launch_bands(samples: Iterable[Sample], arm: str, with_busy: bool = False) -> LaunchBands | None:
+    """Two bands of per-launch medians, or None: fewer than MIN_LAUNCHES launches, or one cluster. Launches the
+    machine disturbed are left out unless ``with_busy`` (to say what they would have made of the arm).
 
     Two clusters: split the sorted log-medians at their widest gap; the gap must be at least MIN_BAND_RATIO
     and more than twice the widest spread inside either side (noise around one state is not a second one).
     """
-    medians = _per_launch_medians(samples, arm)
+    medians = _per_launch_medians(samples, arm, with_busy)
     if len(medians) < MIN_LAUNCHES:
         return None
     ranked = sorted(medians, key=medians.__getitem__)  # pass indices, slowest launch first

@@ -73,10 +73,12 @@ def passes_to_decide(estimate: float, lo: float, hi: float, floor: float, passes
 
 
 def judge_gate(reference: str, candidate: str, max_slowdown: float, points: Sequence[tuple[str, Comparison | None]],
-               broken_gates: Sequence[str] = (), passes: int | None = None) -> GateVerdict:
+               broken_gates: Sequence[str] = (), passes: int | None = None, busy: str | None = None) -> GateVerdict:
     """The verdict over ``points`` (where, the candidate's comparison there or None); see the module docstring.
 
     :param passes: the passes measured, to say how many an inconclusive point would need.
+    :param busy: how much of the run the machine was busy ("11 of 12 samples"), the likely cause of a wide
+        interval, said on an inconclusive line.
     """
     floor = 1 - max_slowdown
     judged: list[GatePoint] = []
@@ -123,6 +125,9 @@ def judge_gate(reference: str, candidate: str, max_slowdown: float, points: Sequ
                     p.comparison.ratio.estimate, p.comparison.ratio.lo, p.comparison.ratio.hi, floor, passes))]
                 line += (f"; at this spread about {max(need)} passes in all would decide (gate.max_passes)"
                          if len(need) == len(open_) else "; its estimate sits on the line")
+            if busy:
+                line += (f"; the machine was busy during {busy} (foreign-load, harness-lag or GPU throttle flags): "
+                         "a quieter machine may decide it")
             outcome = "inconclusive"
         else:
             line = (f"gate passed: {candidate} against {reference}: {shown}; a slowdown beyond the {allowed} is "

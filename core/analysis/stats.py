@@ -30,6 +30,8 @@ from .acceptance import acceptance_rate
 
 __all__ = [
     "EQUIVALENCE_MARGIN",
+    "MACHINE_FLAGS",
+    "busy_machine",
     "undecided",
     "LEVEL",
     "N_BOOT",
@@ -145,6 +147,8 @@ class ArmStats(BaseModel):
     n: int = Field(0, description="Successful samples with a decode rate.")
     errors: int = 0
     flagged: int = Field(0, description="Samples carrying at least one accounting or noise flag.")
+    busy: int = Field(0, description="Samples during which the machine was busy (foreign-load, harness-lag, GPU "
+                                     "throttle): the machine, not the engine, may have set their speed.")
     passes: int = Field(0, description="Passes (engine starts) that produced samples.")
     median: Interval | None = None
     mean: float | None = None
@@ -300,6 +304,15 @@ def undecided(ratio: Interval, margin: float = EQUIVALENCE_MARGIN) -> bool:
     return ratio.lo <= 1 < ratio.hi and ratio.hi > 1 + margin
 
 
+# flags that say the machine, not the engine, slowed a request (measure/definitions.py, measure/gpu.py): the
+# launch-state test leaves such launches out, and an undecided gate names them as the likely cause
+MACHINE_FLAGS = ("foreign-load", "harness-lag", "gpu-throttle")
+
+
+def busy_machine(s: Sample) -> bool:
+    return any(f.split(":")[0] in MACHINE_FLAGS for f in s.flags)
+
+
 # a sample carrying one of these never enters a statistic: its delivery or its counts cannot be trusted
 EXCLUDING_FLAGS = ("burst-delivery", "count-witness-mismatch", "counter-invariant")
 
@@ -453,7 +466,8 @@ def describe_arm(name: str, samples: Sequence[Sample], prompts: Sequence[str] = 
     rates = [_rate(s) for s in ok]
     stats = ArmStats(arm=name, engine=samples[0].engine if samples else "?", n=len(ok),
                      errors=sum(s.status == "error" for s in samples), flagged=sum(bool(s.flags) for s in samples),
-                     passes=len({s.pass_index for s in ok}), boot_s_median=median_or_none([b for b in boot_s if b]))
+                     busy=sum(busy_machine(s) for s in samples), passes=len({s.pass_index for s in ok}),
+                     boot_s_median=median_or_none([b for b in boot_s if b]))
     if rates:
         stats.median = bootstrap_ci(rates, [s.pass_index for s in ok], n_boot=n_boot, level=level, seed=seed,
                                     key=f"median/{name}")

@@ -51,10 +51,18 @@ def _broken_gates(summary: RunSummary, reference: str, candidate: str) -> list[s
     return [g for g in cand.failed_gates if g not in ref.failed_gates]
 
 
+def _busy(summary: RunSummary, reference: str, candidate: str) -> str | None:
+    """'11 of 12 samples' of the two arms during which the machine was busy; None when it never was."""
+    arms = [a for a in (summary.arm(reference), summary.arm(candidate)) if a is not None]
+    busy, total = sum(a.busy for a in arms), sum(a.n + a.errors for a in arms)
+    return f"{busy} of {total} samples" if busy else None
+
+
 def _verdict(summary: RunSummary, reference: str, candidate: str, max_slowdown: float,
              passes: int | None = None) -> GateVerdict:
     return judge_gate(reference, candidate, max_slowdown, gate_points(summary, candidate),
-                      _broken_gates(summary, reference, candidate), passes=passes)
+                      _broken_gates(summary, reference, candidate), passes=passes,
+                      busy=_busy(summary, reference, candidate))
 
 
 def until_decided(gate: GateSpec) -> Callable[[RunDir, int], tuple[bool, str]]:

@@ -18,7 +18,7 @@ from ..analysis.calibration import Calibration, analyze_calibration
 from ..analysis.decision import Recommendation, recommend
 from ..analysis.fairness import equal_work, finish_counts
 from ..analysis.gates import different_task, score_gates, spec_identity
-from ..analysis.launches import LaunchBands, band_ratios, launch_bands
+from ..analysis.launches import LaunchBands, band_ratios, disturbed_launches, launch_bands
 from ..analysis.load import LoadSection, load_section
 from ..analysis.phases import PhaseResult, compare_phases
 from ..analysis.racing import TuneResult, read_tune
@@ -92,6 +92,8 @@ class EngineSummary(BaseModel):
 
 class LaunchStates(BaseModel):
     bands: dict[str, LaunchBands] = Field(default_factory=dict, description="Per bimodal arm: its two bands.")
+    busy: dict[str, dict[str, str]] = Field(default_factory=dict, description="Per arm: the launches (pass index) "
+                                            "the machine disturbed, with their flags; left out of the band test.")
     extra: ExtraLaunches | None = Field(None, description="The extra launches drawn (run.json extra_launches).")
 
 
@@ -351,8 +353,16 @@ def _launch_states(samples: list[Sample], summary: RunSummary, extra: ExtraLaunc
     (analysis/launches.py): its comparisons read "not comparable: <arm> bimodal across launches: ...", carry the
     paired ratio within each band (or why a band has none), and the run warns."""
     bands = {a.arm: b for a in summary.arms if (b := launch_bands(samples, a.arm)) is not None}
-    if bands or extra is not None:
-        summary.launches = LaunchStates(bands=bands, extra=extra)
+    busy = {a.arm: d for a in summary.arms if (d := disturbed_launches(samples, a.arm))}
+    if bands or busy or extra is not None:
+        summary.launches = LaunchStates(bands=bands, busy={a: {str(p): w for p, w in d.items()} for a, d in
+                                                           busy.items()}, extra=extra)
+    for arm, launches in busy.items():  # what load alone would have made of the arm: said, never a verdict
+        if arm not in bands and (seen := launch_bands(samples, arm, with_busy=True)) is not None:
+            summary.warnings.append(
+                f"{arm}: {seen.slow_launches} of {seen.launches} launches slow, but {len(launches)} ran on a busy "
+                f"machine ({'; '.join(f'pass {p}: {w}' for p, w in launches.items())}): load on the machine, not "
+                "a launch state of the engine, so not read as bimodal")
     drew = f" after {len(extra.passes)} extra launch pass(es)" if extra and extra.passes else ""
     for b in bands.values():
         summary.warnings.append(f"{b.arm}: {b.line()}{drew}; no overall verdict involving it (each band is "

@@ -39,6 +39,11 @@ def test_an_interval_that_fits_a_slowdown_beyond_the_limit_never_passes() -> Non
                               "at overall reaches both sides of 0.900 (the 10.0% allowed)")
     # the lower half-width 0.614 against 0.244 of room: (0.614/0.244)^2 x 3 passes = 18.99 -> 19
     assert "about 19 passes in all would decide" in aa.line
+    # a busy machine is named as the likely cause
+    busy = judge_gate("cached", "copy", 0.10, [("overall", _c(1.144, 0.530, 1.463))], passes=3,
+                      busy="11 of 12 samples")
+    assert busy.line.endswith("; the machine was busy during 11 of 12 samples (foreign-load, harness-lag or GPU "
+                              "throttle flags): a quieter machine may decide it")
     # the same estimate, tight enough: the slowdown beyond the limit is excluded
     tight = judge_gate("cached", "copy", 0.10, [("overall", _c(1.01, 0.93, 1.08))], passes=3)
     assert tight.outcome == "passed" and "a slowdown beyond the 10.0% allowed is excluded" in tight.line
