@@ -463,6 +463,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     mismatches = {arm: list(dict.fromkeys(redact_text(m) for a in data.attempts(arm) for m in a.mismatches))
                   for arm in data.records}
     workload = config.workload if config else None
+    engines = _engines(record, data)
     summary = RunSummary(
         gpus=record.gpus, bandwidth=record.bandwidth,
         mismatches={arm: m for arm, m in mismatches.items() if m},
@@ -475,7 +476,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         modes=list(workload.modes) if workload and workload.modes else sorted({s.mode for s in samples}),
         max_tokens=workload.max_tokens if workload else None, reps=workload.reps if workload else None,
         passes=len(record.orders) or len({s.pass_index for s in samples}), orders=record.orders,
-        bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), engines=_engines(record, data), host=record.host,
+        bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), engines=engines, host=record.host,
         arms=arms, comparisons=comparisons, failures=failures,
         phases=compare_phases(samples, record.phases, seed=seed) if record.phases else [],
         sweep=sweep_table(samples, config.arms, baseline, **boot) if config else None,
@@ -484,7 +485,8 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         load=load_section(samples, arm_order, baseline, workload.slo if workload else None, **boot),
         acceptance=run_acceptance(samples, arm_order),
         sessions=summarize_sessions(samples, arm_order, baseline, **boot),
-        structured=summarize_structured(samples, arm_order, baseline, **boot),
+        structured=summarize_structured(samples, arm_order, baseline, **boot,
+                                        methods={arm: e.speculative.method for arm, e in engines.items()}),
         calibration=analyze_calibration(config.model_dump(mode="json") if config else {}, samples, data.records,
                                         **boot, run_path=path))
     summary.hardware = _hardware(placement, samples, **boot)

@@ -455,7 +455,7 @@ def _structured_sections(s: RunSummary) -> list[Section]:
     for name, a in s.structured.arms.items():
         def pct(x: float | None) -> str:
             return DASH if x is None else f"{x:.0%}"
-        drafting = {None: DASH, True: "engaged", False: f"DISENGAGED ({a.disengaged} flagged)"}[a.drafting_engaged]
+        drafting = a.drafting_words() or DASH
         vs = "baseline" if name == s.baseline else DASH if a.vs_baseline is None else (
             f"{fmt_interval(a.vs_baseline, 2).replace(' (', '× (')} {a.verdict}")
         if a.less_valid_than_baseline:
@@ -468,7 +468,9 @@ def _structured_sections(s: RunSummary) -> list[Section]:
     reasons = [f"{name}: {'; '.join(a.invalid_reasons)}" for name, a in s.structured.arms.items()
                if a.invalid_reasons]
     note = (f"validity: Wilson {s.bootstrap.level:.0%} interval; speed paired over requests valid on both sides; "
-            "drafting DISENGAGED: drafts on free text but none (or acceptance under a fifth) under the grammar"
+            "drafting: structured requests that drafted; engaged: on every one (n-gram or suffix: on all but those "
+            "with nothing to match), partly engaged: on some, or acceptance under a fifth of free text's on some; "
+            "disengaged: on none while it drafts on free text"
             + (". invalid: " + " | ".join(reasons) if reasons else ""))
     return [Section("structured", "Structured requests (tool calls, JSON schema)", header, rows, note)]
 

@@ -18,6 +18,7 @@ from rich.table import Table
 from ..analysis.calibration import BreakEven
 from ..analysis.gates import NOT_INFORMATIVE
 from ..analysis.stats import EQUIVALENCE_MARGIN, ArmStats, Comparison, undecided
+from ..analysis.structured import StructuredArm
 from ..common.textfmt import DASH
 from .model import RunSummary
 from .tables import fmt_bands
@@ -150,6 +151,14 @@ def _gate_notes(s: RunSummary) -> list[str]:
             f"{'them' if several else 'it'} too, and every arm is compared with it)"]
 
 
+def _draft_tokens(a: StructuredArm) -> str:
+    """Draft tokens under the grammar, against free text where none drafted, else with their acceptance."""
+    tokens = f"{a.drafts_structured or 0} draft tokens under the grammar"
+    if a.drafting == "disengaged":
+        return f"{tokens}, {a.drafts_free_text or 0} on free text"
+    return tokens + (f" at {a.acceptance_structured:.0%} acceptance" if a.acceptance_structured is not None else "")
+
+
 def _structured(s: RunSummary) -> list[str]:
     """One line per arm of the structured requests: valid answers with their interval, drafting, stalls."""
     if s.structured is None:
@@ -157,11 +166,8 @@ def _structured(s: RunSummary) -> list[str]:
     out = []
     for name, a in s.structured.arms.items():
         line = f"{name}: {a.valid}/{a.requests} valid ({a.ci_low or 0:.0%}–{a.ci_high or 0:.0%})"
-        if a.drafting_engaged is False:
-            line += f", speculation DISENGAGED on {a.disengaged} of {a.requests} ({a.drafts_structured} drafted " \
-                    f"under the grammar, {a.drafts_free_text} on free text)"
-        elif a.drafting_engaged:
-            line += f", drafting ({a.drafts_structured} drafted)"
+        if words := a.drafting_words():
+            line += f", drafting {words}; {_draft_tokens(a)}"
         if a.stalls:
             line += f", {a.stalls} stall(s) up to {a.max_gap_s or 0:.1f} s"
         if a.less_valid_than_baseline:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sse_fakes import ev, paced_client
 
-from bakeoff.core.analysis.structured import summarize_structured, wilson
+from bakeoff.core.analysis.structured import StructuredArm, drafting_state, summarize_structured, wilson
 from bakeoff.core.common.errors import CapabilityNotSupported, ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.prompts import STRUCTURED_PROMPTS
@@ -19,6 +19,9 @@ from bakeoff.core.engine.client import Event, StreamResult, stream_chat
 from bakeoff.core.engine.registry import load_engine
 from bakeoff.core.measure.definitions import build_request
 from bakeoff.core.measure.structured import DraftTally, answer_problem, stamp_structured
+from bakeoff.core.reports.model import RunSummary
+from bakeoff.core.reports.tables import sections
+from bakeoff.core.reports.verdict import verdict_of
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.run.plan import plan_run
 
@@ -180,3 +183,68 @@ def test_validity_interval_and_the_less_valid_gate() -> None:
     assert (fast.requests, fast.valid, fast.validity_rate, fast.less_valid_than_baseline) == (4, 2, 0.5, True)
     assert fast.vs_baseline is not None and fast.vs_baseline.n == 2  # paired on requests valid on both sides
     assert fast.invalid_reasons == ["not JSON"] and out.arms["base"].less_valid_than_baseline is False
+
+
+def _tallied(arm: str, answers: list[tuple[Any, int, int]]) -> list[Sample]:
+    """One free-text answer drafting 40 (38 accepted), then the structured ones, flagged as a run flags them."""
+    tally, out = DraftTally(), []
+    for rep, (kind, drafted, accepted) in enumerate([(None, 40, 38), *answers]):
+        sample = _spec("code" if kind is None else str(kind), drafted, accepted, kind, arm=arm, rep=rep, valid=True)
+        if flag := tally.judge(sample):
+            sample.flags.append(flag)
+        out.append(sample)
+    return out
+
+
+def _reported(out: Any, arm: str) -> tuple[str, list[str]]:
+    """The arm's verdict line and its structured table row, as every report format prints them."""
+    summary = RunSummary(run_id="r", name="n", baseline=None, structured=out)
+    (line,) = [x for x in verdict_of(summary).structured if x.startswith(f"{arm}:")]
+    (table,) = [t for t in sections(summary) if t.id == "structured"]
+    (row,) = [r for r in table.rows if r[0] == arm]
+    return line, row
+
+
+def test_an_ngram_arm_with_nothing_to_match_on_one_grammar_request_is_engaged_with_its_counts() -> None:
+    """The JSON-grammar run that read ``drafting_engaged: false``: one answer had no n-gram yet, the rest drafted."""
+    samples = _tallied("ngram", [("json_schema", 0, 0), ("json_schema", 40, 40), ("json_schema", 40, 40),
+                                 ("json_schema", 35, 35)])
+    assert sum(bool(s.flags) for s in samples) == 1  # the tally still flags the one that drafted nothing
+    out = summarize_structured(samples, ["ngram"], None, methods={"ngram": "ngram"})
+    assert out is not None
+    arm = out.arms["ngram"]
+    assert (arm.drafting, arm.drafted_requests, arm.structured_requests, arm.nothing_to_match) == ("engaged", 3, 4, 1)
+    assert arm.drafting_engaged is True and arm.drafts_structured == 115 and arm.acceptance_structured == 1.0
+    assert arm.drafting_by_kind["json_schema"].drafting == "engaged"
+    words = "engaged: drafted on 3 of 4 structured requests (1 with nothing to match)"
+    line, row = _reported(out, "ngram")
+    assert line.endswith(f"drafting {words}; 115 draft tokens under the grammar at 100% acceptance")
+    assert words in row and "DISENGAGED" not in " ".join(row)
+
+
+def test_a_model_drafter_silent_on_every_grammar_request_is_disengaged_and_partly_silent_is_partly_engaged(
+) -> None:
+    silent = _tallied("draft", [("json_schema", 0, 0), ("tool_call", 0, 0), ("json_schema", 0, 0)])
+    some = _tallied("eagle", [("json_schema", 30, 25), ("tool_call", 0, 0)])
+    out = summarize_structured(silent + some, ["draft", "eagle"], None, methods={"draft": "draft", "eagle": "eagle3"})
+    assert out is not None
+    draft, eagle = out.arms["draft"], out.arms["eagle"]
+    assert (draft.drafting, draft.drafted_requests, draft.structured_requests, draft.drafting_engaged) == \
+        ("disengaged", 0, 3, False)
+    words = "disengaged: drafted on 0 of 3 structured requests (json_schema 0 of 2, tool_call 0 of 1)"
+    line, row = _reported(out, "draft")
+    assert line.endswith(f"drafting {words}; 0 draft tokens under the grammar, 40 on free text") and words in row
+    # a model drafter always has a guess: its silent request was switched off, not short of a match
+    assert (eagle.drafting, eagle.drafted_requests, eagle.nothing_to_match) == ("partly engaged", 1, 0)
+    assert eagle.drafting_by_kind["tool_call"].drafting == "disengaged"
+    assert "partly engaged: drafted on 1 of 2 structured requests (json_schema 1 of 1, tool_call 0 of 1)" in \
+        _reported(out, "eagle")[0]
+
+
+def test_drafting_states_from_counts_and_an_older_summary_still_reads() -> None:
+    assert drafting_state(0, 4, 0, lookup=True) is None  # silent on free text too: nothing to judge
+    assert drafting_state(0, 4, 40, lookup=True) == "disengaged"  # an n-gram drafter silent on every one
+    assert drafting_state(1, 4, 40, lookup=True) == "engaged"
+    assert drafting_state(4, 4, 40, lookup=False, collapsed=1) == "partly engaged"  # acceptance collapsed on one
+    old = StructuredArm.model_validate({"requests": 2, "valid": 2, "drafting_engaged": False, "disengaged": 2})
+    assert old.drafting == "disengaged" and old.drafting_words() == "disengaged (2 flagged)"

@@ -56,12 +56,15 @@ def test_an_engine_that_stops_drafting_under_a_grammar_is_flagged(tmp_path: Path
     written = json.loads(files.json.read_text())["structured"]["arms"]
     assert written["ngram"]["drafting_engaged"] is False and written["ngram"]["requests"] == 2
     report = files.markdown.read_text()
-    assert "Structured requests" in report and "DISENGAGED (2 flagged)" in report
+    words = "disengaged: drafted on 0 of 2 structured requests (json_schema 0 of 1, tool_call 0 of 1)"
+    assert written["ngram"]["drafting"] == "disengaged" and (written["ngram"]["drafted_requests"],
+                                                             written["ngram"]["structured_requests"]) == (0, 2)
+    assert "Structured requests" in report and f"| {words} |" in report
     (line,) = [x for x in verdict_of(summary).structured if x.startswith("ngram:")]
     assert line.startswith("ngram: 0/2 valid")
-    assert f"DISENGAGED on 2 of 2 (0 drafted under the grammar, {plain.drafted} on free text)" in line
+    assert f"drafting {words}; 0 draft tokens under the grammar, {plain.drafted} on free text" in line
     html = files.html.read_text()
-    assert '<ul id="structured-lines">' in html and '<table id="structured">' in html
+    assert '<ul id="structured-lines">' in html and '<table id="structured">' in html and words in html
 
 
 def test_an_engine_that_keeps_drafting_under_a_grammar_is_not_flagged(tmp_path: Path) -> None:
@@ -71,7 +74,10 @@ def test_an_engine_that_keeps_drafting_under_a_grammar_is_not_flagged(tmp_path: 
     structured = [s for s in samples if s.arm == "ngram" and s.structured]
     assert len(structured) == 2 and all(s.drafted for s in structured)
     summary = summarize_run(run.path)
-    assert summary.structured is not None and summary.structured.arms["ngram"].drafting_engaged is True
+    assert summary.structured is not None
+    arm = summary.structured.arms["ngram"]
+    assert (arm.drafting, arm.drafted_requests, arm.structured_requests, arm.drafting_engaged) == \
+        ("engaged", 2, 2, True)
 
 
 def test_a_stream_that_pauses_mid_answer_is_flagged_stall(tmp_path: Path) -> None:
