@@ -138,6 +138,8 @@ class RequestOverrides(Strict):
                                                           "(an output-length sweep).")
     fixed_length: bool | None = Field(None, description="Force exactly max_tokens for this arm.")
     thinking: bool | None = Field(None, description="Let reasoning models think, for this arm.")
+    text_witness: bool | None = Field(None, description="workload.text_witness for this arm (false only for "
+                                                        "a paired cost check).")
 
 
 SWEEP_DESCRIPTION = ("Matrix sweep: dotted arm keys to lists of values, e.g. {speculative.n_max: [1, 2, 3], "
@@ -423,6 +425,10 @@ class Workload(Strict):
     warmup_max: int = Field(4, ge=1, le=10_000, description="Most untimed requests per engine start while the "
                                                             "decode rate has not settled (recorded as unsettled).")
     thinking: bool = Field(False, description="Let reasoning models think (off by default, via chat_template_kwargs).")
+    text_witness: bool = Field(True, description="After each plain request, off the clock, count the delivered "
+                               "text with the engine's own tokenizer (llama.cpp /tokenize) against "
+                               "usage.completion_tokens, where the stream names no token one by one: a stream "
+                               "cut short beyond 3 % (at least 2 tokens) is flagged count-witness-mismatch.")
     request_timeout_s: float = Field(300.0, gt=0, le=86_400,
                                      description="Per-request limit; a stalled stream becomes an error sample.")
     boot_timeout_s: float = Field(600.0, gt=0, le=86_400, description="Limit for an engine to become ready.")

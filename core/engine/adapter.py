@@ -514,6 +514,13 @@ class EngineAdapter(ABC, Generic[OptionsT]):
         raise CapabilityNotSupported(f"{self.name} cannot count prompt tokens with its own tokenizer, "
                                      "so it cannot run a depth sweep")
 
+    def count_output_tokens(self, http: httpx.Client, text: str) -> int | None:
+        """The delivered answer's tokens, counted by the engine's own tokenizer after the request, off the clock:
+        the second witness of ``usage.completion_tokens`` where the stream names no token one by one
+        (core/measure/invariants.py). None: the engine has no tokenizer endpoint, or it failed (no witness,
+        never an error: the request itself succeeded)."""
+        return None
+
     def chunk_token_count(self, payload: dict[str, Any]) -> object:
         """Cumulative generated tokens carried by one SSE payload, or None when it carries no count."""
         usage = payload.get("usage")

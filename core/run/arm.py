@@ -42,6 +42,7 @@ from ..measure.arrivals import run_open_loop, schedule
 from ..measure.concurrency import Batch, run_batch
 from ..measure.definitions import account, build_request, make_sample, request_fields
 from ..measure.gates import run_gates
+from ..measure.invariants import TOKENIZE_SOURCE, reasoning_tokens
 from ..measure.points import Point, PointRunner
 from ..measure.structured import DraftTally
 from ..results.record import ArmAttempt, GateAnswer, WarmupRecord
@@ -296,9 +297,22 @@ class ArmSession:
     def _sample(self, point: Point, result: StreamResult, stats_log: EngineLog, before: object,
                 started_at: float, foreign: float | None) -> Sample:
         stats = self.adapter.server_stats(self.http, result.final, before, stats_log)
+        self._text_witness(point, result)
         return make_sample(self.arm, self.adapter, result, stats, self.run.run_id, point.prompt.name, point.mode,
                            point.rep, self.pass_index, foreign, started_at, self._meter.foreign_limit(),
                            settings_mismatch=bool(self.effective.mismatches))
+
+    def _text_witness(self, point: Point, result: StreamResult) -> None:
+        """Where the stream named no token one by one, count the delivered text with the engine's tokenizer,
+        after the stream ended (off the clock): a short-changed stream is flagged on every engine that has the
+        endpoint, at no cost to the timed rate. Plain answers only: a tool call's or a grammar's text is
+        rebuilt from parsed fields, and reasoning streamed apart loses its tags."""
+        if not self.workload.text_witness or result.error is not None or result.witness_tokens is not None \
+                or not result.text or result.tool_calls \
+                or point.prompt.structured is not None or reasoning_tokens(result.usage):
+            return
+        if (n := self.adapter.count_output_tokens(self.http, result.text)) is not None:
+            result.witness_tokens, result.witness_source = n, TOKENIZE_SOURCE
 
     def _single(self, point: Point, mode: SamplingMode) -> Sample:
         body = build_request(self.arm, self.adapter, self.workload, point.prompt, mode, self.effective.model_id)

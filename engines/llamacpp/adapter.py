@@ -453,6 +453,16 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MeasurementError(f"llama-server could not count prompt tokens: {exc}") from exc
 
+    def count_output_tokens(self, http: httpx.Client, text: str) -> int | None:
+        # the text as generated: no BOS, and special-token spellings in it are text, not control tokens
+        try:
+            r = http.post("/tokenize", json={"content": text, "add_special": False, "parse_special": False},
+                          timeout=30)
+            tokens = r.json().get("tokens") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return len(tokens) if isinstance(tokens, list) else None
+
     def chunk_token_count(self, payload: dict[str, Any]) -> object:
         timings = payload.get("timings")
         if isinstance(timings, dict) and "predicted_n" in timings:
