@@ -1,7 +1,8 @@
 """Exit codes of ``bakeoff``: a script or CI job can tell a good run from a dead one without reading it.
 
 0 only when every arm produced at least one valid sample (status ok with a decode rate: what the
-statistics use). The numbers are documented in ``bakeoff run --help`` and the README.
+statistics use) and the run measured every pass it planned (core/reports/completeness.py). The numbers are
+documented in ``bakeoff run --help`` and the README.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class ExitCode(IntEnum):
     CRASH = 1  # an unexpected error in bakeoff itself (a traceback): please report it
     CONFIG = 2  # a BakeoffError: the file, an option, a preflight check, --out or an engine is wrong (run: nothing ran)
     NOTHING_MEASURED = 3  # the run ended without one valid sample
-    PARTIAL = 4  # some arm produced no valid sample, or failed before all its points were measured
+    PARTIAL = 4  # some arm produced no valid sample, or failed (or the run ended) before all its points were measured
     WRITE_FAILED = 5  # the run directory could not be written (disk full, read-only): stored samples are kept
     INCONCLUSIVE = 6  # gate: after its passes the interval still straddles the limit; neither green nor red
     INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP: engines stopped, samples kept, --resume finishes it
@@ -32,9 +33,11 @@ class ExitCode(IntEnum):
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 every arm produced valid samples; 2 configuration error, nothing ran; "
-    "3 nothing valid measured; 4 partial: some arm has no valid sample or failed midway; "
+    "3 nothing valid measured; 4 partial: some arm has no valid sample or failed midway, or the run ended short "
+    "of its plan; "
     "5 the run directory could not be written (stopped; --resume after fixing); "
-    "130 interrupted (--resume finishes it); 141 the output's reader went away (e.g. `| head`); 1 a bakeoff bug."
+    "6 (bakeoff gate) inconclusive; 130 interrupted (--resume finishes it); 141 the output's reader went away "
+    "(e.g. `| head`); 1 a bakeoff bug."
 )
 
 

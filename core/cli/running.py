@@ -18,7 +18,7 @@ from rich.progress import Progress
 
 from ..common.errors import BakeoffError, ConfigError, RunDirError, is_write_failure
 from ..config.schema import BakeoffFile
-from ..reports import print_run
+from ..reports import completeness, print_run
 from ..results.record import failed_arms
 from ..results.sample import Sample
 from ..results.store import RunDir
@@ -26,7 +26,7 @@ from ..run.events import ProtocolEvents
 from ..run.executor import Executor, executor_for
 from ..run.live import dry_run_lines
 from ..run.resume import Resume
-from ..run.session import run_bakeoff
+from ..run.session import StopSignal, run_bakeoff
 from .boundary import name_run_dir
 from .console import make_console
 from .exit_codes import ExitCode, run_outcome
@@ -58,7 +58,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _signal_as_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise StopSignal(signum)
 
 
 @contextmanager
@@ -175,10 +175,20 @@ def _measured_names(config: BakeoffFile, run: RunDir) -> list[str]:
     return list(dict.fromkeys(settings)) or [a.name for a in config.arms]
 
 
+def _short_of_plan(run: RunDir, samples: list[Sample]) -> str | None:
+    """The incomplete-run warning of a run that returned before measuring its plan (None: it measured it)."""
+    progress = completeness.run_progress(run.read_record(), [(s.arm, s.pass_index) for s in samples],
+                                         run.arm_records(), run.path)
+    return progress.warning
+
+
 def _exit_code(run: RunDir, arms: list[str]) -> ExitCode:
     samples = run.samples()
     failed = failed_arms(run.arm_records())
     code, empty = run_outcome(samples, arms, failed)
+    if code is ExitCode.OK and (short := _short_of_plan(run, samples)):  # valid samples, but not all planned
+        console.print(f"[yellow]partial result (exit 4):[/yellow] {escape(short)}", highlight=False, soft_wrap=True)
+        return ExitCode.PARTIAL
     for arm in empty:
         console.print(f"[red]arm {arm!r} has no valid sample:[/red] {_explain_empty(run, arm, samples)}",
                       highlight=False, soft_wrap=True)

@@ -1,7 +1,8 @@
 """``bakeoff runs [DIR]``: the runs under a directory, finished or not, with how to resume the others.
 
 Each run directory's SQLite index answers the counts; a run made before the index existed is read from
-its samples.jsonl instead (and is not written to: listing never changes a run).
+its samples.jsonl instead (and is not written to: listing never changes a run). Whether a run measured what
+it planned is read as its report reads it (core/reports/completeness.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typer
 from rich.table import Table
 
 from ..common.errors import BakeoffError, RunRecordError, StoreError
+from ..reports.completeness import RunProgress, run_progress
 from ..results.db import RunDB, RunSummary, arm_records_of
 from ..results.record import RunRecord, failed_arms
 from ..results.store import RunDir, read_samples
@@ -61,9 +63,23 @@ def list_runs(base: Path) -> list[RunSummary]:
     return sorted(out, key=lambda s: (s.started_at or 0.0, s.run_id))
 
 
-def _state(s: RunSummary) -> str:
-    if s.finished_at is None:
-        return "incomplete"
+def _progress(path: Path) -> RunProgress | None:
+    """Planned against measured (None: the run cannot be read that far)."""
+    try:
+        record = RunDir.open(path).read_record(strict=False)
+        samples = [(s.arm, s.pass_index) for s in read_samples(path)]
+        return run_progress(record, samples, arm_records_of(path, record), path)
+    except (OSError, ValueError, BakeoffError):
+        return None
+
+
+def _incomplete(s: RunSummary, progress: RunProgress | None) -> bool:
+    return s.finished_at is None or (progress is not None and not progress.complete)
+
+
+def _state(s: RunSummary, progress: RunProgress | None) -> str:
+    if _incomplete(s, progress):
+        return f"incomplete: {progress.line}" if progress is not None and progress.passes_planned else "incomplete"
     return f"{len(s.failed_arms)} arm(s) failed" if s.failed_arms else "finished"
 
 
@@ -73,8 +89,10 @@ def runs_command(
 ) -> None:
     """List the runs under DIR: state, arms, samples, errors, and how to resume an incomplete one."""
     runs = list_runs(base)
+    progress = {s.run_id: _progress(s.path) for s in runs}
     if json_out:
-        rows = [{**asdict(s), "path": str(s.path), "state": _state(s)} for s in runs]
+        rows = [{**asdict(s), "path": str(s.path), "state": _state(s, progress[s.run_id]),
+                 "progress": p.model_dump(mode="json") if (p := progress[s.run_id]) else None} for s in runs]
         typer.echo(json.dumps(rows, indent=2))
         return
     if not runs:
@@ -85,9 +103,10 @@ def runs_command(
         table.add_column(col, justify="right" if col in ("arms", "samples", "errors", "flagged") else "left")
     for s in runs:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.started_at)) if s.started_at else "–"
-        table.add_row(s.run_id, s.name or "–", started, _state(s), str(len(s.arms)), str(s.samples),
+        table.add_row(s.run_id, s.name or "–", started, _state(s, progress[s.run_id]), str(len(s.arms)), str(s.samples),
                       str(s.errors), str(s.flagged))
     console.print(table)
     for s in runs:
-        if s.finished_at is None or s.failed_arms:
-            console.print(f"resume {s.run_id}: bakeoff run --resume {s.path}", highlight=False, soft_wrap=True)
+        if _incomplete(s, progress[s.run_id]) or s.failed_arms:
+            why = f" ({p.stopped_why})" if (p := progress[s.run_id]) and p.stopped_why else ""
+            console.print(f"resume {s.run_id}{why}: bakeoff run --resume {s.path}", highlight=False, soft_wrap=True)

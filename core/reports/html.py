@@ -21,6 +21,7 @@ from .calibration import (
     timing_agreement_line,
     timing_agreement_rows,
 )
+from .completeness import passes_said
 from .model import RunSummary
 from .tables import (
     audit_table,
@@ -142,8 +143,9 @@ def render_html(s: RunSummary, plots: dict[str, dict[str, bytes]]) -> str:
              f"<title>bakeoff · {esc(s.name)}</title><style>{_CSS}</style></head><body>",
              f"<h1>{esc(s.name)}</h1>",
              f'<p class="meta">run {esc(s.run_id)} · bakeoff {esc(str(s.tool.get("version", "")))} · baseline '
-             f"<b>{esc(s.baseline or '')}</b> · {s.passes} pass(es) · host "
+             f"<b>{esc(s.baseline or '')}</b> · {esc(passes_said(s.passes, s.progress))} · host "
              f"{esc(str(s.host.get('cpu_model') or s.host.get('platform') or '?'))}</p>",
+             *([f'<div class="warn" id="incomplete">⚠ {esc(verdict.incomplete)}</div>'] if verdict.incomplete else []),
              *_verdict_html(verdict, s),
              "<h2>Decode rate (tok/s)</h2>", _table(*community_table(s), "community")]
     parts.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in footnotes(s)) + "</ul>")

@@ -115,7 +115,9 @@ def tune_markdown(t: TuneResult) -> list[str]:
 
 
 def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
-    parts = [f"## {s.name}", "", markdown_table(*community_table(s)), ""]
+    lead = s.progress.warning if s.progress else None
+    parts = [f"## {s.name}", ""] + ([f"> **{lead}**", ""] if lead else [])  # before any number it qualifies
+    parts += [markdown_table(*community_table(s)), ""]
     parts += [f"- {note}" for note in footnotes(s)]
     if s.recommendations:  # the answer, right under the table it is drawn from
         parts += ["", "**Recommendation per use case** (paired vs the baseline, 95 % CI)", ""]
@@ -138,8 +140,8 @@ def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
                   markdown_table(*roof), "", f"- {roofline_note(s)}"]
     if (gpu := gpu_table(s)) is not None:
         parts += ["", "**GPU telemetry** (NVML, per request; energy includes prefill)", "", markdown_table(*gpu)]
-    if s.warnings:
-        parts += ["", "**Warnings**", ""] + [f"- {w}" for w in s.warnings]
+    if rest := [w for w in s.warnings if w != lead]:
+        parts += ["", "**Warnings**", ""] + [f"- {w}" for w in rest]
     if s.failures:
         parts += [""] + [f"- arm `{f.arm}` failed in pass {f.pass_index + 1}: {f.error}" for f in s.failures]
     if audit:

@@ -44,6 +44,7 @@ from ..results.record import ArmAttempt, ExtraLaunches, PlacementRecord, RunReco
 from ..results.sample import Sample
 from ..results.store import RunDir
 from ..run.plan import stateful_warning
+from .completeness import RunProgress, run_progress
 from .points import PointTable, concurrency_table, depth_table, sweep_table
 
 __all__ = [
@@ -112,6 +113,10 @@ class RunSummary(BaseModel):
     max_tokens: int | None = None
     reps: int | None = None
     passes: int = Field(0, description="Passes recorded in run.json orders (including adaptive ones).")
+    complete: bool = Field(True, description="Every planned pass of every arm measured, and the run not stopped "
+                                             "short (False: see progress and the first warning).")
+    progress: RunProgress | None = Field(None, description="Passes and samples planned against measured, per arm "
+                                         "and in all; for an incomplete run, where and why it stopped.")
     orders: list[list[str]] = Field(default_factory=list)
     bootstrap: Bootstrap = Field(default_factory=Bootstrap)
     engines: dict[str, EngineSummary] = Field(default_factory=dict, description="Per arm: engine, version, model.")
@@ -495,7 +500,10 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         summary.dropped_foreign_load = len(data.samples) - len(samples)
     _rooflines(record, samples, summary)
     _correctness(path, data, samples, summary)
-    summary.warnings = data.warnings + _warnings(record, data, summary)
+    summary.progress = run_progress(record, [(s.arm, s.pass_index) for s in data.samples], data.records, path)
+    summary.complete = summary.progress.complete
+    lead = [summary.progress.warning] if summary.progress.warning else []  # it leads every report
+    summary.warnings = lead + data.warnings + _warnings(record, data, summary)
     _launch_states(samples, summary, record.extra_launches, boot)
     if baseline and not (config and config.calibrate):
         kinds = {str(p["name"]): str(p.get("kind") or p["name"]) for p in record.prompts}

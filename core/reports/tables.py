@@ -17,6 +17,7 @@ from ..analysis.launches import BandRatio
 from ..analysis.phases import GPU_FIELDS, PhaseResult
 from ..analysis.stats import ArmStats, Comparison, Interval
 from ..common.textfmt import DASH, fmt
+from .completeness import passes_design
 from .model import RunSummary
 from .points import PointRow, PointTable
 
@@ -123,7 +124,8 @@ def footnotes(s: RunSummary) -> list[str]:
              f"medians with {level} bootstrap intervals in parentheses; per-prompt columns are medians.",
              f"vs baseline ({s.baseline}): median of per-request ratios paired on prompt, mode, rep and pass, with its "
              f"{level} interval; 'faster'/'slower' only when the interval excludes 1, else 'not separable'.",
-             f"{s.passes} pass(es) × {s.reps} rep(s) × {len(s.prompts)} prompt(s) × {len(s.modes)} mode(s) "
+             f"{passes_design(s.passes, s.progress)} {s.reps} rep(s) × {len(s.prompts)} prompt(s) × "
+             f"{len(s.modes)} mode(s) "
              f"({', '.join(s.modes)}), {s.max_tokens} output tokens; bootstrap {s.bootstrap.n_boot} resamples, "
              f"seed {s.bootstrap.seed}, passes then requests."]
     engines = sorted({f"{e.engine} {e.version or ''}".strip() + _binary_note(e.binary) for e in s.engines.values()})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .calibration import (
@@ -75,6 +76,9 @@ def print_table(out: Console, title: str | None, header: list[str], rows: list[l
 
 def print_summary(s: RunSummary, out: Console) -> None:
     """Every table of the run (``--tables``): the community table first, then each section that has rows."""
+    lead = s.progress.warning if s.progress else None
+    if lead:  # before any number it qualifies, as in the verdict block
+        out.print(f"[bold yellow]{escape(lead)}[/bold yellow]", highlight=False, soft_wrap=True)
     header, rows = community_table(s)
     styled = []
     for row in rows:
@@ -106,7 +110,7 @@ def print_summary(s: RunSummary, out: Console) -> None:
     print_calibration(s, out)
     if (roofline := roofline_note(s)) is not None:
         out.print(f"[dim]{roofline}[/dim]", highlight=False)
-    for msg in s.warnings:
+    for msg in (w for w in s.warnings if w != lead):
         out.print(f"[bold yellow]WARNING[/bold yellow] {msg}", highlight=False)
     for f in s.failures:
         out.print(f"[red]arm {f.arm} failed (pass {f.pass_index + 1}):[/red] {f.error}", highlight=False)

@@ -20,6 +20,7 @@ from ..analysis.gates import NOT_INFORMATIVE
 from ..analysis.stats import EQUIVALENCE_MARGIN, ArmStats, Comparison, undecided
 from ..analysis.structured import StructuredArm
 from ..common.textfmt import DASH
+from .completeness import passes_design
 from .model import RunSummary
 from .tables import fmt_bands
 
@@ -43,6 +44,7 @@ class VerdictRow:
 class Verdict:
     title: str
     design: str
+    incomplete: str | None  # the warning that leads the block when the run did less than it planned
     baseline: str | None
     rows: list[VerdictRow]
     recommendation: list[str] = field(default_factory=list)
@@ -204,8 +206,8 @@ def _session_lines(s: RunSummary) -> list[str]:
 def verdict_of(s: RunSummary) -> Verdict:
     modes = f" × {len(s.modes)} modes" if len(s.modes) > 1 else ""
     what = "session turn(s)" if s.sessions is not None else "prompt(s)"
-    design = (f"{s.passes} pass(es) × {s.reps} rep(s) × {len(s.prompts)} {what}{modes}, {s.max_tokens} output "
-              f"tokens; paired per request, {s.bootstrap.level:.0%} bootstrap intervals")
+    design = (f"{passes_design(s.passes, s.progress)} {s.reps} rep(s) × {len(s.prompts)} {what}{modes}, "
+              f"{s.max_tokens} output tokens; paired per request, {s.bootstrap.level:.0%} bootstrap intervals")
     if s.launches is not None and s.launches.extra is not None and s.launches.extra.passes:
         drawn = ", ".join(f"{arm} ×{n}" for arm, n in s.launches.extra.drawn.items())
         design += f"; {len(s.launches.extra.passes)} of the passes are extra launches ({drawn}) for launch states"
@@ -215,9 +217,12 @@ def verdict_of(s: RunSummary) -> Verdict:
         rows.append(VerdictRow(a.arm, _interval(a), vs, outcome, _acceptance(a)))
     failures = [f"{f.arm}: failed in pass {f.pass_index + 1}: {f.error}" for f in s.failures]
     shown = {f"{r.arm} vs {s.baseline}: {r.vs}" for r in rows}  # a row's "not comparable: ..." is said there
+    lead = s.progress.warning if s.progress else None
+    shown |= {lead} if lead else set()  # said first, above the table
     names = [a.arm for a in s.arms] + [f.arm for f in s.failures]
     warnings = merge_warnings([w for w in s.warnings if w not in shown], names)
     return Verdict(title=f"{s.name}: each arm against {s.baseline}" if s.baseline else s.name, design=design,
+                   incomplete=lead,
                    baseline=s.baseline, rows=rows, recommendation=_recommendation(s), sessions=_session_lines(s),
                    accounting=_accounting(s), notes=_gate_notes(s), structured=_structured(s), warnings=warnings,
                    failures=merge_warnings(failures, names))
@@ -226,6 +231,8 @@ def verdict_of(s: RunSummary) -> Verdict:
 def print_verdict(v: Verdict, out: Console, *, more: str | None = None) -> None:
     """The block, as rich markup; ``more`` is the closing pointer to the full tables and report files."""
     out.print(f"[bold]{escape(v.title)}[/bold]", highlight=False)
+    if v.incomplete:
+        out.print(f"[bold yellow]{escape(v.incomplete)}[/bold yellow]", highlight=False, soft_wrap=True)
     out.print(f"[dim]{escape(v.design)}[/dim]", highlight=False)
     if not v.rows:
         out.print("no valid sample: nothing to compare", highlight=False)

@@ -30,6 +30,7 @@ __all__ = [
     "PhaseRecord",
     "PlacementRecord",
     "RunRecord",
+    "StopRecord",
     "ToolInfo",
     "WarmupRecord",
     "failed_arms",
@@ -194,6 +195,15 @@ class ExtraLaunches(_Open):
     stopped: str | None = Field(None, description="Why no more were drawn (settled, or the bound reached).")
 
 
+class StopRecord(_Open):
+    """Why a run ended before the end of its plan, written where it stopped (core/run/session.py); --resume
+    clears it. Absent on a run that was killed outright (SIGKILL, power loss): nothing could write it."""
+
+    at: float | None = None
+    why: str = Field("error", description="signal (Ctrl-C, SIGTERM, SIGHUP) or error.")
+    detail: str = Field("", description="The signal's name, or the error's one line.")
+
+
 class RunRecord(_Open):
     """run.json. ``config`` is the resolved bakeoff file with secrets masked (core/common/redact.py)."""
 
@@ -213,6 +223,8 @@ class RunRecord(_Open):
     started_at: float | None = None
     finished_at: float | None = None
     resumed_at: list[float] = Field(default_factory=list)
+    stopped: StopRecord | None = Field(None, description="Why the run stopped short of its plan (None: it did "
+                                       "not, or nothing could say why).")
     arm_records: dict[str, list[ArmAttempt]] = Field(
         default_factory=dict, description="A copy of arm_records.jsonl, written when a run ends (older runs kept "
                                           "them only here).")

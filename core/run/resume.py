@@ -36,7 +36,7 @@ class Resume:
     warnings: list[str] = field(default_factory=list)  # what reading and repairing the run found
 
     def apply(self, plan: Plan) -> None:
-        """Reuse the recorded pass orders and mark the run as resumed (and unfinished) in run.json.
+        """Reuse the recorded pass orders and mark the run as resumed (unfinished, no stop recorded) in run.json.
 
         :raises ConfigError: the recorded orders name arms the plan does not have.
         """
@@ -50,7 +50,8 @@ class Resume:
                 raise ConfigError(f"{self.run.path}: the pass orders in run.json do not match its arms; "
                                   f"this run directory cannot be resumed")
             plan.orders = [list(order) for order in orders]
-        self.run.update_record(resumed_at=[*self.record.resumed_at, time.time()], finished_at=None)
+        self.run.update_record(resumed_at=[*self.record.resumed_at, time.time()], finished_at=None,
+                               stopped=None)
 
 
 def load_resume(run_dir: Path, file: Path | None = None) -> Resume:

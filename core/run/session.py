@@ -7,14 +7,19 @@ stopped on every way out; every sample is on disk the moment it completes.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..analysis.stats import needs_more_passes
-from ..common.errors import ConfigError, RunDirError
+from ..common.errors import BakeoffError, ConfigError, RunDirError
+from ..common.redact import redact_text
 from ..config.checks import check_phases_config
 from ..config.schema import BakeoffFile
 from ..engine.launcher import stop_leftover_engines
+from ..results.record import StopRecord
 from ..results.store import RunDir, new_run_dir
 from .events import ProtocolEvents
 from .executor import Executor, LocalExecutor
@@ -24,7 +29,32 @@ from .plan import Plan, plan_run, run_record
 from .protocol import run_extra_launches, run_extra_pass
 from .resume import Resume
 
-__all__ = ["new_run", "run_bakeoff"]
+__all__ = ["StopSignal", "new_run", "run_bakeoff", "stop_record"]
+
+
+class StopSignal(KeyboardInterrupt):
+    """A stop signal (SIGTERM, SIGHUP) ending a run like Ctrl-C; it keeps the signal's name for run.json, since
+    SIGTERM is how a deadline (``timeout``, the live watchdog) ends a run."""
+
+    def __init__(self, signum: int) -> None:
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(f"signal {signum}")
+
+
+def stop_record(exc: BaseException) -> StopRecord:
+    """What run.json says about a run that ``exc`` ended before its plan did."""
+    if isinstance(exc, StopSignal):
+        return StopRecord(at=time.time(), why="signal", detail=exc.signal_name)
+    if isinstance(exc, KeyboardInterrupt):
+        return StopRecord(at=time.time(), why="signal", detail="Ctrl-C")
+    line = next(iter(str(exc).splitlines()), "")
+    return StopRecord(at=time.time(), why="error", detail=redact_text(f"{type(exc).__name__}: {line}")[:300])
+
+
+def _record_stop(run: RunDir, exc: BaseException) -> None:
+    # a directory that cannot be written (maybe the error itself): the report then says it cannot tell why
+    with contextlib.suppress(OSError, BakeoffError):
+        run.update_record(stopped=stop_record(exc).model_dump(mode="json"))
 
 
 def new_run(out: Path, plan: Plan) -> RunDir:
@@ -97,6 +127,9 @@ def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None
             run_extra_pass(plan, run, events)
         if executor.name == "local":  # Ray blocks are placed once; their launches are not redrawn here
             run_extra_launches(plan, run, events)
+    except BaseException as exc:  # Ctrl-C, a stop signal, an error: the report says why the plan was cut short
+        _record_stop(run, exc)
+        raise
     finally:
         live.close()
         run.release()  # the run is over: a later --resume (or a report) of it may take the directory
