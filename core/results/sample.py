@@ -63,9 +63,11 @@ class Sample(BaseModel):
     # the server's own figures
     server_completion_tokens: int | None = None
     witness_tokens: int | None = Field(
-        None, description="Output tokens the stream named one by one (token ids or logprobs entries), counted apart "
-                          "from usage; None: the stream carried neither (measure/invariants.py).")
-    witness_source: str | None = Field(None, description="What witness_tokens counted: token_ids or logprobs.")
+        None, description="Output tokens the stream named one by one (token ids or logprobs entries), else the "
+                          "delivered text's tokens by the engine's tokenizer, counted apart from usage; None: no "
+                          "witness (measure/invariants.py).")
+    witness_source: str | None = Field(None, description="What witness_tokens counted: token_ids, logprobs, or "
+                                                         "tokenize (the delivered text, after the request).")
     server_decode_tps: float | None = None
     server_prefill_tps: float | None = None
     drafted: int | None = Field(None, description="Draft tokens proposed (0: speculation proposed nothing).")

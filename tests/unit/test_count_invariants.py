@@ -84,3 +84,21 @@ def test_accepted_drafts_above_completion_minus_one_and_above_drafted_are_flagge
     flags = [f for f in sample.flags if f.startswith("counter-invariant")]
     assert "counter-invariant: accepted 12 > completion_tokens 10 - 1" in flags
     assert "counter-invariant: accepted 12 > drafted 9" in flags
+
+
+def test_the_text_witness_allows_retokenizing_slack_and_flags_a_stream_cut_short() -> None:
+    from bakeoff.core.measure.invariants import TOKENIZE_SOURCE, tokenize_slack, witness_flag
+
+    assert tokenize_slack(64) == 2 and tokenize_slack(200) == 6  # 3 %, at least 2
+    # measured on llama-server b11434 with SmolLM2: the text counted again fell 0-3 short of 200, and a natural
+    # stop counted its end token (55 against 54)
+    assert witness_flag(200, 197, TOKENIZE_SOURCE, "length") is None
+    assert witness_flag(55, 54, TOKENIZE_SOURCE, "stop") is None
+    assert witness_flag(64, 62, TOKENIZE_SOURCE, "length") is None
+    # the last 5 tokens of a 64-token answer withheld (usage and timings still count them)
+    flag = witness_flag(64, 59, TOKENIZE_SOURCE, "length")
+    assert flag == ("count-witness-mismatch: usage says 64 completion tokens, the delivered text is 59 tokens by "
+                    "the engine's tokenizer (more than 2 apart)")
+    assert witness_flag(64, 70, TOKENIZE_SOURCE, "length") is not None  # more text than usage counts
+    # the in-stream witnesses keep their exact rule
+    assert witness_flag(64, 63, "token_ids", "length") is not None
