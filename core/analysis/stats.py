@@ -599,15 +599,20 @@ def verdict_stop_level(passes_done: int, max_passes: int, alpha: float = VERDICT
 
 
 def clear_verdicts(samples: Iterable[Sample], baseline: str, level: float, *, n_boot: int = N_BOOT,
-                   seed: int = 0) -> dict[str, Verdict]:
-    """Every other arm's verdict against ``baseline`` read from its paired ratio interval at ``level``."""
+                   seed: int = 0) -> dict[str, str]:
+    """Every other arm's verdict against ``baseline`` read from its paired ratio interval at ``level``, or
+    "equivalent" when that interval lies within ±EQUIVALENCE_MARGIN of 1: a decided outcome too, so an identical
+    pair stops early instead of running to --max-passes."""
     groups = _by_arm(samples, ())
     ref = groups.get(baseline, [])
-    out: dict[str, Verdict] = {}
+    out: dict[str, str] = {}
     for name, group in groups.items():
         if name != baseline:
             ci = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed)
-            out[f"{name}/{baseline}"] = verdict(ci) if ci else "not separable"
+            if ci is not None and ci.lo >= 1 - EQUIVALENCE_MARGIN and ci.hi <= 1 + EQUIVALENCE_MARGIN:
+                out[f"{name}/{baseline}"] = "equivalent"
+            else:
+                out[f"{name}/{baseline}"] = verdict(ci) if ci else "not separable"
     return out
 
 
@@ -622,7 +627,8 @@ def needs_more_passes(samples: Iterable[Sample], passes_done: int, target: float
     :data:`MIN_ADAPTIVE_PASSES`.
 
     ``stop_on_verdict`` (``--stop-on-verdict``) also lets an arm be done before its width is reached when
-    its ratio interval at :func:`verdict_stop_level` excludes 1 (a clear "faster" or "slower"): a group-
+    its ratio interval at :func:`verdict_stop_level` excludes 1 (a clear "faster" or "slower") or lies within
+    the equivalence margin ("equivalent"): a group-
     sequential early stop whose looks share ``alpha``, so peeking after every pass does not multiply false
     verdicts. The run stops when every arm is done either way. Returns the decision and a line saying why.
     """

@@ -92,6 +92,19 @@ def test_an_arm_stops_early_only_when_every_wide_arm_is_clear() -> None:
     assert not done and "fast/base faster" in why and "98.5%" in why
 
 
+def test_an_identical_pair_stops_early_on_equivalence() -> None:
+    # issue 40 item 1: a quiet machine, the same build twice; the 1 % width is out of reach at 3 passes, but the
+    # interval at the spent level already lies inside ±3 %: that is a decided outcome, so the run stops
+    rng = np.random.default_rng(1)
+    samples = [Sample(arm=arm, engine="sim", prompt=prompt, mode="greedy", rep=r, pass_index=p,
+                      decode_tps=float(mu * np.exp(rng.normal(0, 0.01))))
+               for p in range(3) for arm in ("base", "twin") for prompt, mu in (("code", 150.0), ("prose", 120.0))
+               for r in range(2)]
+    done, why = needs_more_passes(samples, 3, 0.001, 10, baseline="base", n_boot=N_BOOT, stop_on_verdict=True)
+    assert not done and "twin/base equivalent" in why and "stopping early" in why, why
+    assert clear_verdicts(samples, "base", 0.95, n_boot=N_BOOT)["twin/base"] == "equivalent"
+
+
 def test_stop_on_verdict_without_until_ci_is_refused_before_anything_runs(tmp_path: Path) -> None:
     config = parse_bakeoff("name: t\narms:\n  - {name: a, engine: llamacpp, model: m.gguf}\n"
                            "workload: {prompts: [prose]}\n")
