@@ -428,7 +428,7 @@ class Workload(Strict):
     text_witness: bool = Field(True, description="After each plain request, off the clock, count the delivered "
                                "text with the engine's own tokenizer (llama.cpp /tokenize) against "
                                "usage.completion_tokens, where the stream names no token one by one: a stream "
-                               "cut short beyond 3 % (at least 2 tokens) is flagged count-witness-mismatch.")
+                               "cut short beyond 3 % (at least 2 tokens) is flagged text-witness-mismatch.")
     request_timeout_s: float = Field(300.0, gt=0, le=86_400,
                                      description="Per-request limit; a stalled stream becomes an error sample.")
     boot_timeout_s: float = Field(600.0, gt=0, le=86_400, description="Limit for an engine to become ready.")

@@ -113,10 +113,10 @@ workload: {{prompts: [code_python, prose], max_tokens: 64, reps: 2, passes: 1, w
     assert len(direct) == len(short) == 4 and all(s.status == "ok" for s in samples)
     for s in direct:  # the text witness ran and agreed within its slack
         assert s.witness_source == TOKENIZE_SOURCE and s.witness_tokens is not None, s
-        assert not any(f.startswith("count-witness-mismatch") for f in s.flags), s.flags
+        assert not any(f.startswith("text-witness-mismatch") for f in s.flags), s.flags
     for s in short:  # usage still says 64 (or the natural stop's count); the text is 5 tokens short
         assert s.completion_tokens == s.server_completion_tokens and s.witness_source == TOKENIZE_SOURCE, s
-        [flag] = [f for f in s.flags if f.startswith("count-witness-mismatch")]
+        [flag] = [f for f in s.flags if f.startswith("text-witness-mismatch")]
         assert f"usage says {s.completion_tokens} completion tokens, the delivered text is" in flag
         assert s.witness_tokens is not None and s.completion_tokens is not None, s
         assert s.completion_tokens - s.witness_tokens >= WITHHELD - 1, s
