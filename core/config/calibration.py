@@ -131,7 +131,11 @@ def _llamacpp_arm(section: CalibrateSection, point: CalPoint, synth: Synthesizer
     dims = _dims(section)
     base: dict[str, Any] = {"name": point.arm, "engine": "llamacpp",
                             "settings": section.settings.model_dump(exclude_unset=True),
-                            "options": dict(section.options)}
+                            "options": dict(section.options),
+                            # random weights: their token sequences do not re-tokenize to themselves, so the text
+                            # witness (core/run/arm.py) would read every answer as short; the stream's own
+                            # counts and the engine's timings are the witnesses here
+                            "workload": {"text_witness": False}}
     if section.method == "mtp":
         acc = 1.0 if point.file_acceptance is None else point.file_acceptance
         base["model"] = str(synth(SynthSpec("mtp", agree=True, acceptance=acc, dims=dims)))
