@@ -35,6 +35,7 @@ from ..engine.client import StreamResult, stream_chat
 from ..engine.compose import ComposeEngine, project_name
 from ..engine.hardware import attach_gpu_sample, offload_mismatch, visible_devices_env
 from ..engine.launcher import Engine, LogCursor, RunningEngine, SharedEngine, free_port, port_is_free
+from ..engine.models import cache_root
 from ..engine.readback import EngineLog
 from ..host.hostinfo import CpuMeter
 from ..host.telemetry import GpuMonitor, open_monitor
@@ -302,12 +303,20 @@ class ArmSession:
                            point.rep, self.pass_index, foreign, started_at, self._meter.foreign_limit(),
                            settings_mismatch=bool(self.effective.mismatches))
 
+    @property
+    def _synthesized(self) -> bool:
+        """A model bakeoff synthesized (random weights, in its cache's synth/): its token sequences do not
+        re-tokenize to themselves, so the text witness would read every answer as short."""
+        model, synth = str(self.arm.model or ""), str(cache_root() / "synth")
+        return bool(model) and os.path.abspath(model).startswith(synth + os.sep)
+
     def _text_witness(self, point: Point, result: StreamResult) -> None:
         """Where the stream named no token one by one, count the delivered text with the engine's tokenizer,
         after the stream ended (off the clock): a short-changed stream is flagged on every engine that has the
         endpoint, at no cost to the timed rate. Plain answers only: a tool call's or a grammar's text is
         rebuilt from parsed fields, and reasoning streamed apart loses its tags."""
-        if not self.workload.text_witness or result.error is not None or result.witness_tokens is not None \
+        if not self.workload.text_witness or self._synthesized or result.error is not None \
+                or result.witness_tokens is not None \
                 or not result.text or result.tool_calls \
                 or point.prompt.structured is not None or reasoning_tokens(result.usage):
             return
