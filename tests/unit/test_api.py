@@ -5,16 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from interrupts import ctrl_c_at_rep
 
 import bakeoff
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
-from bakeoff.core.measure import definitions as measure
 from bakeoff.core.results.store import RunDir
-from bakeoff.core.run import arm as arm_module
 
 FILE = """name: api
 arms:
@@ -52,14 +50,7 @@ def test_read_run_refuses_a_path_that_holds_no_run(tmp_path: Path) -> None:
 
 
 def test_read_run_still_reads_an_interrupted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = measure.make_sample
-
-    def interrupted_at_the_second_request(*args: Any, **kwargs: Any) -> Any:
-        if args[7] == 1:  # rep 1 of the first arm: as if Ctrl-C came here
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(arm_module, "make_sample", interrupted_at_the_second_request)
+    ctrl_c_at_rep(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         bakeoff.run(parse_bakeoff(FILE), out=tmp_path, reports=False)
     [run] = [p for p in tmp_path.iterdir() if p.is_dir()]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from hostile_server import HostileServer
+from interrupts import ctrl_c_at_rep
 from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
@@ -295,17 +296,10 @@ def test_resume_with_dry_run_prints_the_rest_and_measures_nothing(tmp_path: Path
     file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{hostile_server.url('ok')}'}}",
                                  f"{{name: b, engine: openai, url: '{hostile_server.url('ok')}'}}"],
                       "{prompts: [prose], max_tokens: 8, reps: 3, warmup: 0, gates: []}")
-    real = measure.make_sample
-
-    def interrupted_at_the_second_request(*args: Any, **kwargs: Any) -> Any:
-        if args[7] == 1:  # rep 1 of the first arm: as if Ctrl-C came here
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(arm_module, "make_sample", interrupted_at_the_second_request)
+    ctrl_c_at_rep(monkeypatch)
     code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
     assert code == ExitCode.INTERRUPTED, out
-    monkeypatch.setattr(arm_module, "make_sample", real)
+    monkeypatch.setattr(arm_module, "make_sample", measure.make_sample)  # the real one again
     run = only_run(tmp_path / "runs")
     stored = len(read_samples(run))
     sent = len(chat_requests(hostile_server, "ok"))
@@ -323,14 +317,7 @@ def test_resume_with_dry_run_prints_the_rest_and_measures_nothing(tmp_path: Path
 def test_ctrl_c_names_the_run_directory_to_resume(tmp_path: Path, hostile_server: HostileServer,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{hostile_server.url('ok')}'}}"])
-    real = measure.make_sample
-
-    def interrupted_at_the_second_request(*args: Any, **kwargs: Any) -> Any:
-        if args[7] == 1:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(arm_module, "make_sample", interrupted_at_the_second_request)
+    ctrl_c_at_rep(monkeypatch)
     code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
     assert code == ExitCode.INTERRUPTED, out
     assert f"`bakeoff run --resume {only_run(tmp_path / 'runs')}` finishes the run" in out
