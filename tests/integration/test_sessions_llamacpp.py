@@ -8,14 +8,12 @@ turn's prefix. Same server, same weights, same work: only the prefix reuse diffe
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
-import httpx
 import pytest
+from relay import relay
 
 import bakeoff
 from bakeoff.core.results.sample import Sample
@@ -23,56 +21,17 @@ from bakeoff.core.results.sample import Sample
 pytestmark = pytest.mark.integration
 
 
-def _proxy_handler(upstream: str) -> type[BaseHTTPRequestHandler]:
-    turns = iter(range(1_000_000))
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _forward(self, body: bytes | None) -> None:
-            if body is not None and self.path.startswith("/v1/chat/completions"):
-                request = json.loads(body)
-                first = request["messages"][0]
-                first["content"] = f"(proxy rewrite {next(turns):06d}) {first['content']}"  # breaks the prefix
-                body = json.dumps(request).encode()
-            headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
-            with httpx.Client(timeout=300) as client, client.stream(
-                    self.command, upstream + self.path, content=body, headers=headers) as r:
-                self.send_response(r.status_code)
-                self.send_header("Content-Type", r.headers.get("content-type", "application/json"))
-                self.send_header("Transfer-Encoding", "chunked")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                for chunk in r.iter_raw():  # relayed as it comes: the stream's timing is kept
-                    if chunk:
-                        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                        self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
-            self.close_connection = True
-
-        def do_GET(self) -> None:
-            self._forward(None)
-
-        def do_POST(self) -> None:
-            self._forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-
-    return Handler
-
-
 @pytest.fixture
 def breaking_proxy(running_llama_server: str) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _proxy_handler(running_llama_server))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    turns = iter(range(1_000_000))
+
+    def rewrite(request: dict[str, Any]) -> dict[str, Any]:
+        first = request["messages"][0]
+        first["content"] = f"(proxy rewrite {next(turns):06d}) {first['content']}"  # breaks the prefix
+        return request
+
+    with relay(running_llama_server, on_request=rewrite) as url:
+        yield url
 
 
 def test_a_broken_prefix_is_a_session_time_loss_with_cache_miss_flags_larger_than_any_decode_change(

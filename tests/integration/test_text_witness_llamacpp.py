@@ -10,14 +10,12 @@ settings every ``short`` sample is flagged, no ``direct`` one is.
 from __future__ import annotations
 
 import json
-import threading
 from collections import deque
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+from relay import relay
 
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.measure.invariants import TOKENIZE_SOURCE
@@ -37,65 +35,22 @@ def _has_content(line: str) -> bool:
     return any((c.get("delta") or {}).get("content") for c in choices)
 
 
-def _withholding_handler(upstream: str) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _send(self, data: bytes) -> None:
-            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-            self.wfile.flush()
-
-        def _forward(self, body: bytes | None) -> None:
-            headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
-            streaming = body is not None and self.path.startswith("/v1/chat/completions") and json.loads(body).get(
-                "stream")
-            with httpx.Client(timeout=300) as client, client.stream(
-                    self.command, upstream + self.path, content=body, headers=headers) as r:
-                self.send_response(r.status_code)
-                self.send_header("Content-Type", r.headers.get("content-type", "application/json"))
-                self.send_header("Transfer-Encoding", "chunked")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                if not streaming:
-                    for chunk in r.iter_raw():
-                        if chunk:
-                            self._send(chunk)
-                else:  # every event relayed as it comes, except the last WITHHELD that carry text
-                    held: deque[str] = deque()
-                    for line in r.iter_lines():
-                        if _has_content(line):
-                            held.append(line)
-                            if len(held) <= WITHHELD:
-                                continue
-                            line = held.popleft()
-                        if line:
-                            self._send(f"{line}\n\n".encode())
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
-            self.close_connection = True
-
-        def do_GET(self) -> None:
-            self._forward(None)
-
-        def do_POST(self) -> None:
-            self._forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-
-    return Handler
+def _withhold_last(lines: Iterable[str]) -> Iterator[str]:
+    """Every event as it comes, except the last WITHHELD that carry text."""
+    held: deque[str] = deque()
+    for line in lines:
+        if _has_content(line):
+            held.append(line)
+            if len(held) <= WITHHELD:
+                continue
+            line = held.popleft()
+        yield line
 
 
 @pytest.fixture
 def withholding_proxy(running_llama_server: str) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _withholding_handler(running_llama_server))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with relay(running_llama_server, on_events=_withhold_last) as url:
+        yield url
 
 
 def test_a_stream_short_of_its_last_tokens_is_flagged_on_every_sample_by_default(
