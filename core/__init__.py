@@ -137,6 +137,8 @@ _EXPORTS: dict[str, str] = {
     "cached_binary": "engine.sdist_build",
     "cpu_key": "engine.sdist_build",
     "Sample": "results.sample",
+    "GgufHeader": "common.gguf_header",
+    "read_gguf_header": "common.gguf_header",
 }
 
 
@@ -164,6 +166,7 @@ __all__ = [
     "Arm",
     "BakeoffFile",
     "BakeoffError",
+    "GgufHeader",
     "Capabilities",
     "CapabilityNotSupported",
     "DraftRule",
@@ -203,6 +206,7 @@ __all__ = [
     "first_matching_line",
     "openai_model_id",
     "read_effective",
+    "read_gguf_header",
     "resolve_launch",
     "compare_effective",
     "resolve_model",

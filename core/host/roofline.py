@@ -36,6 +36,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ..common.gguf_header import read_gguf_header
+
 __all__ = [
     "KV_BYTES",
     "ModelBytes",
@@ -78,11 +80,6 @@ class Roofline(BaseModel):
     theoretical_bandwidth_gbs: float | None = Field(None, description="NVML bus width × max memory clock × 2.")
     theoretical_floor_tps: float | None = None
     theoretical_efficiency: float | None = None
-
-
-def _field(reader: Any, key: str) -> Any:
-    f = reader.get_field(key)
-    return f.contents() if f is not None else None
 
 
 def model_bytes(path: str | Path, kv_type: str | None = None) -> ModelBytes:
@@ -149,20 +146,15 @@ def _safetensors_bytes(p: Path, stamp: tuple[tuple[str, int, int], ...], kv_type
 
 @lru_cache(maxsize=32)
 def _model_bytes(p: Path, size: int, mtime_ns: int, kv_type: str) -> ModelBytes:
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(p)
-    except Exception as exc:  # the reader raises ValueError/struct.error/OSError on bad files
-        raise ValueError(f"{p} is not a readable GGUF file: {exc}") from exc
-    arch = str(_field(reader, "general.architecture") or "")
-    blocks = int(_field(reader, f"{arch}.block_count") or 0)
-    nextn = int(_field(reader, f"{arch}.nextn_predict_layers") or 0)
-    experts = int(_field(reader, f"{arch}.expert_count") or 0)
-    used = int(_field(reader, f"{arch}.expert_used_count") or 0)
-    names = {t.name for t in reader.tensors}
+    header = read_gguf_header(p)  # raises ValueError naming the file
+    arch = str(header.get("general.architecture") or "")
+    blocks = int(header.get(f"{arch}.block_count") or 0)
+    nextn = int(header.get(f"{arch}.nextn_predict_layers") or 0)
+    experts = int(header.get(f"{arch}.expert_count") or 0)
+    used = int(header.get(f"{arch}.expert_used_count") or 0)
+    names = {t.name for t in header.tensors}
     notes, weights, total, expert_tensors = [], 0.0, 0, 0
-    for t in reader.tensors:
+    for t in header.tensors:
         nbytes = int(t.n_bytes)
         total += nbytes
         m = _BLOCK.match(t.name)
@@ -181,10 +173,10 @@ def _model_bytes(p: Path, size: int, mtime_ns: int, kv_type: str) -> ModelBytes:
     if expert_tensors:
         notes.append(f"MoE: {used} of {experts} experts per token")
     trunk = blocks - nextn
-    heads = _field(reader, f"{arch}.attention.head_count")
-    kv_heads = _field(reader, f"{arch}.attention.head_count_kv")
-    hidden = int(_field(reader, f"{arch}.embedding_length") or 0)
-    head_dim = _field(reader, f"{arch}.attention.key_length")
+    heads = header.get(f"{arch}.attention.head_count")
+    kv_heads = header.get(f"{arch}.attention.head_count_kv")
+    hidden = int(header.get(f"{arch}.embedding_length") or 0)
+    head_dim = header.get(f"{arch}.attention.key_length")
 
     def per_layer(value: Any) -> list[int]:
         if isinstance(value, list):

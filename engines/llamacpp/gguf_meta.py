@@ -1,4 +1,4 @@
-"""Read the few GGUF facts bakeoff's preflight needs, with the ``gguf`` reader (header + tensor names).
+"""Read the few GGUF facts bakeoff's preflight needs from the file's header (key/values + tensor names).
 
 llama.cpp decides which speculative path it can run from these: MTP needs
 ``<arch>.nextn_predict_layers > 0`` (or a ``blk.N.nextn.eh_proj.weight`` tensor in a separate MTP
@@ -9,12 +9,9 @@ file); DFlash/DSpark drafts have architecture ``dflash`` (DSpark adds ``markov_w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from gguf import GGUFReader
+from bakeoff.core import read_gguf_header
 
 __all__ = ["GgufFacts", "read_gguf_facts"]
 
@@ -45,50 +42,17 @@ class GgufFacts:
         return "mtp" if self.has_nextn_tensor else "plain"
 
 
-def _scalar(reader: GGUFReader, key: str) -> object | None:
-    field = reader.get_field(key)
-    return field.contents() if field is not None else None
-
-
-def _count(reader: GGUFReader, key: str) -> int | None:
-    """An integer header value; None when the key is absent.
-
-    :raises ValueError: the value is not an integer (the file is then not a GGUF llama.cpp would read).
-    """
-    value = _scalar(reader, key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{key} is {str(value)[:40]!r}, not an integer")
-    return value
-
-
 def read_gguf_facts(path: str | Path) -> GgufFacts:
-    """Header facts of a GGUF file (cached per file version: the reader parses every tokenizer string,
-    about 2 s for a 49k vocabulary, and a plan reads the same model for several arms).
+    """Header facts of a GGUF file.
 
     :raises ValueError: the file is not a readable GGUF.
     """
+    header = read_gguf_header(path)
     p = Path(path).resolve()
+    arch = str(header.get("general.architecture") or "")
+    names = [t.name for t in header.tensors]
     try:
-        st = p.stat()
-    except OSError as exc:
-        raise ValueError(f"{p} is not a readable GGUF file: {exc.strerror}") from exc
-    return _read_facts(p, st.st_size, st.st_mtime_ns)
-
-
-@lru_cache(maxsize=64)
-def _read_facts(p: Path, size: int, mtime_ns: int) -> GgufFacts:
-    from gguf import GGUFReader
-
-    try:
-        reader = GGUFReader(p)
-    except Exception as exc:  # the reader raises ValueError/struct.error/OSError on bad files
-        raise ValueError(f"{p} is not a readable GGUF file: {exc}") from exc
-    arch = str(_scalar(reader, "general.architecture") or "")
-    names = [t.name for t in reader.tensors]
-    try:
-        nextn, top_k, block_size = (_count(reader, f"{arch}.{key}")
+        nextn, top_k, block_size = (header.count(f"{arch}.{key}")
                                     for key in ("nextn_predict_layers", "selector_top_k", "block_size"))
     except ValueError as exc:
         raise ValueError(f"{p} is not a readable GGUF file: {exc}") from exc

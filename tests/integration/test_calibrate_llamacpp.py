@@ -81,8 +81,13 @@ def test_forced_acceptance_matches_and_agrees_with_the_engine_timings(calibratio
     break_even = {b["n_max"]: b for b in cal["break_even"]}
     assert set(break_even) == {1, 2}
     for b in break_even.values():
-        assert b["acceptance"] is not None and b["ci_low"] is not None and b["ci_high"] is not None, b
+        assert b["acceptance"] is not None, b
         assert b["source"] in ("measured crossing", "cost model"), b
+        # a bound whose curve never crosses 1 inside the grid is None, printed "below grid"/"above grid": at n-max 1
+        # on 2 cores the crossing can sit near acceptance 1.0 (CI read 0.9995), so the lower-bound curve ends below 1
+        lo, hi = b["ci_low"], b["ci_high"]
+        assert lo is not None or hi is not None, b
+        assert (lo is None or lo <= b["acceptance"]) and (hi is None or b["acceptance"] <= hi), b
     records = RunDir(calibration_run).arm_records()
     for arm in ("cal-llamacpp-mtp-n1-a0.50", "cal-llamacpp-mtp-n2-a1.00"):
         assert "draft-mtp" in records[arm][0].effective["spec_types"].split(","), records[arm][0]

@@ -262,3 +262,17 @@ def test_a_point_whose_engine_died_on_a_request_names_the_cause_from_its_log(tmp
     assert point.flags[0].startswith("not measured: HTTP 500: EngineCore encountered an issue")
     assert "engine log: RuntimeError: Worker failed with error 'Synthetic acceptance not supported with CPU " \
            "sampling'" in point.flags[0]
+
+
+def test_a_crossing_at_the_grid_edge_leaves_that_side_of_its_interval_open() -> None:
+    """CI on 2 cores: n-max 1 crossed 1 at acceptance 0.9995, its lower-bound curve never did (ci_high None)."""
+    from bakeoff.core.analysis.calibration import CalibrationPoint
+    from bakeoff.core.reports.calibration import _be
+
+    pts = [CalibrationPoint(engine="llamacpp", method="mtp", n_max=1, target_acceptance=a, measured_acceptance=a,
+                            speedup=0.6 + 0.4 * a, ci_low=0.5 + 0.4 * a, ci_high=0.7 + 0.4 * a,
+                            verify_step_cost=1.9) for a in (0.0, 0.5, 1.0)]
+    be = break_even(pts)
+    assert be is not None and be.source == "measured crossing"
+    assert be.acceptance == pytest.approx(1.0) and be.ci_low == pytest.approx(0.75) and be.ci_high is None
+    assert _be(be) == "1.00 (0.75–above grid)"

@@ -115,3 +115,4 @@ def test_a_header_count_that_is_not_an_integer_is_an_unreadable_gguf(tmp_path: P
         read_gguf_facts(path)
     with pytest.raises(PreflightError, match="not an integer"):
         adapter.preflight(arm(path, method="mtp"))
+

@@ -50,6 +50,7 @@ from bakeoff.core import (
     bounded_get,
     cli_flags,
     openai_model_id,
+    read_gguf_header,
     resolve_model,
 )
 
@@ -343,15 +344,8 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
 
 def nextn_layers(model: Path) -> int:
     """``<arch>.nextn_predict_layers`` of a GGUF (0 when absent): how many MTP layers it carries."""
-    from gguf import GGUFReader  # lazy: parsing a GGUF is not needed to list engines
-
     try:
-        reader = GGUFReader(str(model))
-    except (OSError, ValueError) as exc:
+        header = read_gguf_header(model)
+        return header.count(f"{header.get('general.architecture')}.nextn_predict_layers") or 0
+    except ValueError as exc:
         raise PreflightError(f"cannot read {model} as a GGUF: {exc}") from exc
-    arch_field = reader.fields.get("general.architecture")
-    if arch_field is None:
-        return 0
-    arch = bytes(arch_field.parts[arch_field.data[0]]).decode()
-    field = reader.fields.get(f"{arch}.nextn_predict_layers")
-    return int(field.parts[field.data[0]][0]) if field is not None else 0
