@@ -38,7 +38,7 @@ arms:
     model: smollm2
     speculative: {method: ngram, variant: map-k, n_max: 4, lookup_max: 2}
     settings: {ctx: 1024, threads: 2}
-workload: {prompts: [code_python, code_bash], max_tokens: 64, reps: 2, warmup: 1, gates: []}
+workload: {prompts: [code_python, code_bash], max_tokens: 64, reps: 2, warmup: 1, warmup_settle: null, gates: []}
 """
 MEAN_LEN = re.compile(r"draft acceptance = [\d.]+ \(\s*(\d+) accepted /\s*(\d+) generated\), mean len =\s*([\d.]+)")
 

@@ -18,7 +18,7 @@ arms:
     engine: llamacpp
     model: smollm2
     settings: {ctx: 2048, threads: 2, gpu_layers: 99}
-workload: {prompts: [code_python], max_tokens: 16, reps: 1}
+workload: {prompts: [code_python], max_tokens: 16, reps: 1, warmup_settle: null}
 """
 
 

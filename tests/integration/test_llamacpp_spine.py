@@ -35,7 +35,7 @@ arms:
     model: smollm2
     speculative: {method: draft, draft_model: smollm2, n_max: 3}
     settings: {ctx: 2048, threads: 2}
-workload: {prompts: [code_python, prose], max_tokens: 128, reps: 2}
+workload: {prompts: [code_python, prose], max_tokens: 128, reps: 2, warmup_settle: null}
 """
 
 
@@ -100,7 +100,7 @@ def test_bad_config_key_names_the_key(tmp_path: Path, bakeoff_cli: str) -> None:
 def test_attach_mode_against_a_server_bakeoff_did_not_start(running_llama_server: str, tmp_path: Path,
                                                             engine: str) -> None:
     cfg = parse_bakeoff(f"arms:\n  - {{name: attached, engine: {engine}, url: '{running_llama_server}'}}\n"
-                        "workload: {prompts: [code_bash], max_tokens: 64, reps: 2}\n")
+                        "workload: {prompts: [code_bash], max_tokens: 64, reps: 2, warmup_settle: null}\n")
     plan = plan_run(cfg)
     run = RunDir(tmp_path / "run")
     records = run_plan(plan, run)

@@ -33,6 +33,7 @@ workload:
   max_tokens: 32
   reps: 1
   warmup: 1
+  warmup_settle: null
   gates: []
   concurrency: [1, 2]
   arrival: {rates: [1, 8], distribution: poisson, requests: 4, seed: 3}

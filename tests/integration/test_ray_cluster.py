@@ -42,14 +42,15 @@ hosts:
   - {name: b, resources: {box-b: 1}, arms: [spec-off, draft]}
 """
 LOOPBACK = "127.0.0.1"  # the house rule: no test listens on the machine's interfaces
-WORKLOAD = "workload: {prompts: [code_python], max_tokens: 16, reps: 2, warmup: 1, gates: []}\n"
+WORKLOAD = "workload: {prompts: [code_python], max_tokens: 16, reps: 2, warmup: 1, warmup_settle: null, gates: []}\n"
 
 
 class LocalCluster:
     """A Ray head (no host resource) and one node per host, each with one CPU, all on loopback; always shut
     down."""
 
-    def __init__(self) -> None:
+    def __init__(self, running: Path) -> None:
+        self.running = running  # BAKEOFF_RUNNING_DIR of every process the cluster starts
         self.cluster = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={
             "num_cpus": 1, "include_dashboard": False, "node_ip_address": LOOPBACK})
         self.nodes: dict[str, Any] = {}
@@ -82,18 +83,22 @@ def _listening_off_loopback() -> list[str]:
     return found
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:
-    # Ray's processes inherit this: the engines they start are recorded here, not in the shared cache.
-    monkeypatch.setenv("BAKEOFF_RUNNING_DIR", str(tmp_path / "running"))
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    local = LocalCluster()
-    try:
-        local.add("a")
-        local.add("b")
-        yield local
-    finally:
-        local.cluster.shutdown()  # no raylet is left behind
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One cluster for the module (a Ray start is tens of seconds on 2 cores); the test that kills node b adds
+    it back, and runs last."""
+    running = tmp_path_factory.mktemp("ray-running")
+    with pytest.MonkeyPatch.context() as mp:
+        # Ray's processes inherit this: the engines they start are recorded here, not in the shared cache.
+        mp.setenv("BAKEOFF_RUNNING_DIR", str(running))
+        mp.delenv("RAY_ADDRESS", raising=False)
+        local = LocalCluster(running)
+        try:
+            local.add("a")
+            local.add("b")
+            yield local
+        finally:
+            local.cluster.shutdown()  # no raylet is left behind
 
 
 def _bakeoff(bakeoff_cli: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -166,7 +171,8 @@ def test_a_node_killed_mid_run_keeps_its_samples_leaves_no_engine_and_resume_com
         cluster: LocalCluster, llama_server: Path, smollm2: Path, tmp_path: Path, bakeoff_cli: str) -> None:
     file = tmp_path / "ray.yaml"
     file.write_text("name: kill\n" + ARMS.split("  - {name: draft")[0]
-                    + "workload: {prompts: [code_python, prose], max_tokens: 16, reps: 3, warmup: 1, gates: []}\n"
+                    + "workload: {prompts: [code_python, prose], max_tokens: 16, reps: 3, warmup: 1, "
+                    + "warmup_settle: null, gates: []}\n"
                     + "hosts:\n  - {name: a, resources: {box-a: 1}}\n  - {name: b, resources: {box-b: 1}}\n")
     out = tmp_path / "runs"
     proc = subprocess.Popen([bakeoff_cli, "run", str(file), "--executor", "ray", "--address", cluster.address,
@@ -177,7 +183,7 @@ def test_a_node_killed_mid_run_keeps_its_samples_leaves_no_engine_and_resume_com
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
             lines = [json.loads(x) for p in out.glob("*/samples.jsonl") for x in p.read_text().splitlines()]
-            engines = _engines_of(tmp_path / "running", "b")
+            engines = _engines_of(cluster.running, "b")
             if any(x["arm"].endswith("@b") for x in lines) and engines:
                 break
             time.sleep(0.5)

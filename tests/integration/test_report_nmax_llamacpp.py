@@ -27,7 +27,7 @@ arms:
     speculative: {method: draft, draft_model: smollm2}
     settings: {ctx: 1024, threads: 2}
     sweep: {speculative.n_max: [1, 2]}
-workload: {prompts: [code_python], max_tokens: 16, reps: 2, warmup: 1, gates: []}
+workload: {prompts: [code_python], max_tokens: 16, reps: 2, warmup: 1, warmup_settle: null, gates: []}
 """
 
 # "1.234× (1.100–1.380) faster": a paired ratio with its interval and the verdict that interval allows

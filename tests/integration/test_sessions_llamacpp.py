@@ -48,6 +48,7 @@ workload:
   reps: 1
   passes: 1
   warmup: 1
+  warmup_settle: null
   gates: []
 """)
     summary = bakeoff.run(path, out=tmp_path / "runs")

@@ -23,7 +23,7 @@ arms:
     speculative: {method: draft, draft_model: smollm2}
     settings: {ctx: 1024, threads: 2}
     sweep: {speculative.n_max: [1, 2, 4]}
-workload: {prompts: [code_python], max_tokens: 64, reps: 1}
+workload: {prompts: [code_python], max_tokens: 64, reps: 1, warmup_settle: null}
 """
 
 DEPTH = """\
@@ -33,7 +33,7 @@ arms:
     engine: llamacpp
     model: smollm2
     settings: {threads: 2}
-workload: {prompts: [code_python], max_tokens: 32, reps: 1, depths: [512, 2048, 1000000]}
+workload: {prompts: [code_python], max_tokens: 32, reps: 1, warmup_settle: null, depths: [512, 2048, 1000000]}
 """
 
 SHARED = """\
@@ -44,7 +44,7 @@ arms:
     model: smollm2
     settings: {ctx: 1024, parallel: 2, threads: 2}
 sweep: {workload.max_tokens: [16, 32]}
-workload: {prompts: [code_python], reps: 1, concurrency: [1, 2]}
+workload: {prompts: [code_python], reps: 1, warmup_settle: null, concurrency: [1, 2]}
 """
 
 

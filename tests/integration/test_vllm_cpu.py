@@ -40,6 +40,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "head-to-head-cpu.yaml"
 WORKLOAD = Workload(max_tokens=256, fixed_length=True)
 CODE = next(p for p in SUITES["default"] if p.name == "code_python")
+H2H_TOKENS = 128
 NGRAM = Speculative(method="ngram", n_max=4, lookup_min=2, lookup_max=4)
 
 
@@ -69,7 +70,8 @@ def test_head_to_head_llamacpp_vs_vllm_in_one_run(vllm_ready: None, tmp_path: Pa
     for arm in config["arms"]:
         if arm["engine"] == "vllm":
             arm["settings"]["enforce_eager"] = True  # fast boots; the example itself compiles
-    config["workload"].update(prompts=["code_python"], reps=1)
+    # one request per arm after one warm-up (the example settles its warm-up and runs 256 tokens x 2 prompts x 2)
+    config["workload"].update(prompts=["code_python"], reps=1, max_tokens=H2H_TOKENS, warmup_settle=None)
     path = tmp_path / "h2h.yaml"
     path.write_text(yaml.safe_dump(config))
     proc = subprocess.run([bakeoff_cli, "run", str(path), "--out", str(tmp_path / "runs"), "--tables"],
@@ -82,9 +84,9 @@ def test_head_to_head_llamacpp_vs_vllm_in_one_run(vllm_ready: None, tmp_path: Pa
     by_arm = {s.arm: s for s in read_samples(run)}
     assert set(by_arm) == set(names)
     for s in by_arm.values():
-        assert s.status == "ok" and s.completion_tokens == 256, (s.arm, s.error, s.flags)
+        assert s.status == "ok" and s.completion_tokens == H2H_TOKENS, (s.arm, s.error, s.flags)
         assert not [f for f in s.flags if "mismatch" in f], (s.arm, s.flags)
-    assert by_arm["llamacpp-off"].token_events == 256  # llama.cpp: one token per event
+    assert by_arm["llamacpp-off"].token_events == H2H_TOKENS  # llama.cpp: one token per event
     ngram, off = by_arm["vllm-ngram"], by_arm["vllm-off"]
     assert ngram.mean_tokens_per_event and off.mean_tokens_per_event
     assert ngram.mean_tokens_per_event > 1.3 * off.mean_tokens_per_event

