@@ -141,9 +141,10 @@ def _crossover(arm: str, kind: LoadKind, points: Sequence[LoadPoint]) -> Crossov
         out.last_faster = p.value
     out.first_slower = next((p.value for p in judged if p.vs_baseline and p.vs_baseline.verdict == "slower"), None)
     parts = [f"faster up to {_fmt(kind, out.last_faster)}" if out.last_faster is not None else "never faster"]
-    middle = [p.value for p in judged if p.vs_baseline and p.vs_baseline.verdict == "not separable"]
-    if middle:
-        parts.append("not separable at " + ", ".join(f"{v:g}" for v in middle))
+    for word in ("equivalent", "not separable"):
+        middle = [p.value for p in judged if p.vs_baseline and p.vs_baseline.verdict == word]
+        if middle:
+            parts.append(f"{word} at " + ", ".join(f"{v:g}" for v in middle))
     parts.append(f"slower from {_fmt(kind, out.first_slower)}" if out.first_slower is not None else "never slower")
     out.summary = "; ".join(parts)
     return out

@@ -19,13 +19,12 @@ regression.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .stats import Comparison
+from .stats import Comparison, passes_to_decide
 
 __all__ = ["GatePoint", "GateVerdict", "judge_gate"]
 
@@ -56,20 +55,6 @@ class GateVerdict(BaseModel):
 
 def _slower(ratio: float) -> str:
     return f"{(1 - ratio):.1%} slower" if ratio < 1 else f"{(ratio - 1):.1%} faster"
-
-
-def passes_to_decide(estimate: float, lo: float, hi: float, floor: float, passes: int) -> int | None:
-    """About how many passes in all would bring the interval clear of ``floor`` on the estimate's side, if the
-    spread stays as observed (the half-width shrinks as one over the square root of the passes); None when the
-    estimate sits on the line (no number of passes decides it)."""
-    if estimate > floor:
-        half, room = estimate - lo, estimate - floor
-    elif estimate < floor:
-        half, room = hi - estimate, floor - estimate
-    else:
-        return None
-    need = round(passes * (half / room) ** 2, 6)  # rounded first: 12.0000000002 is 12 passes, not 13
-    return max(passes + 1, math.ceil(need))
 
 
 def judge_gate(reference: str, candidate: str, max_slowdown: float, points: Sequence[tuple[str, Comparison | None]],

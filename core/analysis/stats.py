@@ -3,7 +3,8 @@
 Adjacent settings are often inside the noise (deep drafts move ±20 % between passes), so every median
 comes with a bootstrap 95 % interval, and every arm is compared with the baseline through the ratio of
 its decode rate to the baseline's, paired request by request on (prompt, mode, rep, pass). The verdict is
-"faster" or "slower" only when the ratio's interval excludes 1, otherwise "not separable".
+"faster" or "slower" only when the ratio's interval excludes 1, "equivalent" when it lies within the equivalence
+margin (±3 %: neither can be faster or slower by more), otherwise "not separable" (the interval cannot tell).
 
 The bootstrap is two-stage: it resamples passes (each pass is a separate engine start, the unit that
 carries launch-to-launch variation), then requests within each drawn pass. With one pass the interval
@@ -15,6 +16,7 @@ of every statistic; summaries and reports build on it.
 
 from __future__ import annotations
 
+import math
 import statistics
 import zlib
 from collections import defaultdict
@@ -22,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from ..host.roofline import Roofline
 from ..results.sample import Sample
@@ -33,6 +35,8 @@ __all__ = [
     "MACHINE_FLAGS",
     "busy_machine",
     "undecided",
+    "passes_to_decide",
+    "passes_to_verdict",
     "LEVEL",
     "N_BOOT",
     "METHOD",
@@ -69,7 +73,7 @@ N_BOOT = 2000
 METHOD = ("two-stage percentile bootstrap: passes resampled, then requests within each pass; "
           "ratios are medians of per-request paired ratios (prompt, mode, rep, pass)")
 
-Verdict = Literal["faster", "slower", "not separable"]
+Verdict = Literal["faster", "slower", "equivalent", "not separable"]
 
 
 class Interval(BaseModel):
@@ -194,6 +198,10 @@ class ArmStats(BaseModel):
         return next((p for p in self.per_prompt if p.prompt == name), None)
 
 
+_DECIDE = ("A 'not separable' ratio: about how many passes in all would decide it at the spread observed (clear of "
+           "1, or within the equivalence margin); else null.")
+
+
 class Comparison(BaseModel):
     """An arm against a reference: ratio of decode rates with its interval, and the verdict."""
 
@@ -209,6 +217,11 @@ class Comparison(BaseModel):
     bands: list[dict[str, Any]] = Field(default_factory=list, description="Launch states: when one of the two "
                                         "arms is bimodal across launches, the paired ratio within each of its "
                                         "bands, or why a band has none (core/analysis/launches.py BandRatio).")
+
+    @computed_field(description=_DECIDE)  # type: ignore[prop-decorator]
+    @property
+    def passes_to_decide(self) -> int | None:
+        return passes_to_verdict(self.ratio)
 
 
 def rng_for(seed: int, key: str) -> np.random.Generator:
@@ -285,18 +298,55 @@ def bootstrap_ci(values: Sequence[float], clusters: Sequence[object] | None = No
                     clusters=len(set(cl.tolist())))
 
 
-def verdict(ratio: Interval) -> Verdict:
-    """'faster' or 'slower' only when the ratio's interval excludes 1."""
+# A gain inside this margin is no reason to switch a setting on, nor a loss inside it one to switch off: an interval
+# within 1 ± margin is "equivalent" (an equivalence test: both one-sided bounds inside the margin); "off" is a
+# recommendation only when every interval excludes a gain beyond it; an interval reaching past it decides nothing.
+EQUIVALENCE_MARGIN = 0.03
+
+
+def verdict(ratio: Interval, margin: float = EQUIVALENCE_MARGIN) -> Verdict:
+    """'faster' or 'slower' only when the ratio's interval excludes 1; 'equivalent' when it lies within
+    1 ± ``margin``; otherwise 'not separable'."""
     if ratio.lo > 1:
         return "faster"
     if ratio.hi < 1:
         return "slower"
+    if ratio.lo >= 1 - margin and ratio.hi <= 1 + margin:
+        return "equivalent"
     return "not separable"
 
 
-# A gain inside this margin is no reason to switch a setting on: "off" is a decision only when every interval
-# excludes a gain beyond it (an equivalence bound, one-sided); an interval reaching past it decides nothing.
-EQUIVALENCE_MARGIN = 0.03
+def passes_to_decide(estimate: float, lo: float, hi: float, floor: float, passes: int) -> int | None:
+    """About how many passes in all would bring the interval clear of ``floor`` on the estimate's side, if the
+    spread stays as observed (the half-width shrinks as one over the square root of the passes); None when the
+    estimate sits on the line (no number of passes decides it)."""
+    if estimate > floor:
+        half, room = estimate - lo, estimate - floor
+    elif estimate < floor:
+        half, room = hi - estimate, floor - estimate
+    else:
+        return None
+    need = round(passes * (half / room) ** 2, 6)  # rounded first: 12.0000000002 is 12 passes, not 13
+    return max(passes + 1, math.ceil(need))
+
+
+def passes_to_verdict(ratio: Interval, margin: float = EQUIVALENCE_MARGIN) -> int | None:
+    """What would decide a 'not separable' ratio: about how many passes in all, at the spread observed (half-widths
+    shrink as one over the square root of the passes), bring its interval clear of 1 on the estimate's side, or
+    inside 1 ± ``margin``, whichever comes first. None when the verdict is decided already, or with one pass (no
+    spread between launches to extrapolate from)."""
+    n = ratio.clusters or 1
+    if n < 2 or verdict(ratio, margin) != "not separable":
+        return None
+    est, below, above = ratio.estimate, ratio.estimate - ratio.lo, ratio.hi - ratio.estimate
+    needs = []
+    if est != 1:  # faster or slower: the bound on the estimate's side clears 1
+        needs.append(n * ((below / (est - 1)) if est > 1 else (above / (1 - est))) ** 2)
+    if 1 - margin < est < 1 + margin:  # equivalent: both bounds inside the margin
+        needs.append(n * max(below / (est - (1 - margin)), above / (1 + margin - est)) ** 2)
+    if not needs:
+        return None
+    return max(n + 1, math.ceil(round(min(needs), 6)))  # rounded first: 12.0000000002 is 12 passes, not 13
 
 
 def undecided(ratio: Interval, margin: float = EQUIVALENCE_MARGIN) -> bool:
@@ -600,19 +650,15 @@ def verdict_stop_level(passes_done: int, max_passes: int, alpha: float = VERDICT
 
 def clear_verdicts(samples: Iterable[Sample], baseline: str, level: float, *, n_boot: int = N_BOOT,
                    seed: int = 0) -> dict[str, str]:
-    """Every other arm's verdict against ``baseline`` read from its paired ratio interval at ``level``, or
-    "equivalent" when that interval lies within ±EQUIVALENCE_MARGIN of 1: a decided outcome too, so an identical
-    pair stops early instead of running to --max-passes."""
+    """Every other arm's verdict against ``baseline`` read from its paired ratio interval at ``level``;
+    "equivalent" is a decided outcome too, so an identical pair stops early instead of running to --max-passes."""
     groups = _by_arm(samples, ())
     ref = groups.get(baseline, [])
     out: dict[str, str] = {}
     for name, group in groups.items():
         if name != baseline:
             ci = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed)
-            if ci is not None and ci.lo >= 1 - EQUIVALENCE_MARGIN and ci.hi <= 1 + EQUIVALENCE_MARGIN:
-                out[f"{name}/{baseline}"] = "equivalent"
-            else:
-                out[f"{name}/{baseline}"] = verdict(ci) if ci else "not separable"
+            out[f"{name}/{baseline}"] = verdict(ci) if ci else "not separable"
     return out
 
 

@@ -27,7 +27,7 @@ from .tables import fmt_bands
 __all__ = ["Verdict", "VerdictRow", "merge_warnings", "print_verdict", "verdict_of"]
 
 # The one colour per outcome, shared by the terminal and the HTML (a CSS class of the same name).
-STYLE = {"faster": "green", "slower": "red", "not separable": "yellow", "not comparable": "red",
+STYLE = {"faster": "green", "slower": "red", "equivalent": "cyan", "not separable": "yellow", "not comparable": "red",
          "gate failed": "red", "baseline": "", "no data": ""}
 
 
@@ -72,7 +72,20 @@ def _vs(s: RunSummary, a: ArmStats) -> tuple[str, str]:
     if c is None:
         return DASH, "no data"
     r = c.ratio
-    return f"{r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f}) {c.verdict}", c.verdict
+    return f"{r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f}) {c.verdict}{_what_decides(s, a, c)}", c.verdict
+
+
+def _what_decides(s: RunSummary, a: ArmStats, c: Comparison) -> str:
+    """For a ratio the interval cannot tell: what would decide it (the machine's load, when it was busy; about how
+    many passes at the spread observed)."""
+    if c.verdict != "not separable":
+        return ""
+    base = next((b for b in s.arms if b.arm == c.reference), None)
+    busy, n = a.busy + (base.busy if base else 0), a.n + (base.n if base else 0)
+    why = [f"busy machine on {busy} of {n} samples"] if busy else []
+    if c.passes_to_decide is not None:
+        why.append(f"~{c.passes_to_decide} passes would decide")
+    return f" ({'; '.join(why)})" if why else ""
 
 
 def _acceptance(a: ArmStats) -> str:

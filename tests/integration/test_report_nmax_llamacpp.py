@@ -31,11 +31,13 @@ workload: {prompts: [code_python], max_tokens: 16, reps: 2, warmup: 1, warmup_se
 """
 
 # "1.234× (1.100–1.380) faster": a paired ratio with its interval and the verdict that interval allows
-VERDICT = re.compile(r"(\d+\.\d+)× \((\d+\.\d+)–(\d+\.\d+)\) (faster|slower|not separable)")
+VERDICT = re.compile(r"(\d+\.\d+)× \((\d+\.\d+)–(\d+\.\d+)\) (faster|slower|equivalent|not separable)")
 
 
 def _verdict_of(lo: float, hi: float) -> str:
-    return "faster" if lo > 1 else "slower" if hi < 1 else "not separable"
+    if lo > 1 or hi < 1:
+        return "faster" if lo > 1 else "slower"
+    return "equivalent" if lo >= 0.97 and hi <= 1.03 else "not separable"  # within 1 ± 3 %: an equivalence test
 
 
 def test_report_writes_the_nmax_table_into_markdown_html_and_json(llama_server: Path, smollm2: Path,

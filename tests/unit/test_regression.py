@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bakeoff.core.analysis.regression import judge_gate, passes_to_decide
-from bakeoff.core.analysis.stats import Comparison, Interval, verdict
+from bakeoff.core.analysis.regression import judge_gate
+from bakeoff.core.analysis.stats import Comparison, Interval, passes_to_decide, verdict
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import parse_share

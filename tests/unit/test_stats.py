@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bakeoff.core.analysis.stats import (
+    Comparison,
     Interval,
     bootstrap_ci,
     compare_to_baseline,
@@ -18,6 +19,7 @@ from bakeoff.core.analysis.stats import (
     median_half_widths,
     needs_more_passes,
     paired_ratio,
+    passes_to_verdict,
     ratio_half_widths,
     unpaired_ratio,
     verdict,
@@ -74,7 +76,12 @@ def test_verdict_needs_the_interval_to_exclude_one() -> None:
 
     assert verdict(iv(1.01, 1.2)) == "faster"
     assert verdict(iv(0.8, 0.99)) == "slower"
-    assert verdict(iv(0.98, 1.05)) == "not separable"
+    assert verdict(iv(0.98, 1.05)) == "not separable"  # fits a 5 % gain: undecided
+    # an equivalence test: both bounds inside 1 ± 3 %, so neither arm is faster or slower by more
+    assert verdict(iv(0.975, 1.025)) == "equivalent" and verdict(iv(0.97, 1.03)) == "equivalent"
+    assert verdict(iv(0.96, 1.02)) == "not separable"  # fits a 4 % loss
+    assert verdict(iv(1.005, 1.02)) == "faster"  # shown faster, by little: still faster
+    assert verdict(iv(0.98, 1.05), margin=0.05) == "equivalent"  # the margin is the caller's
 
 
 def test_paired_ratio_finds_a_real_speedup_and_pairs_by_point() -> None:
@@ -168,7 +175,7 @@ def test_compare_to_baseline_orders_and_skips_the_baseline() -> None:
                + _samples("same", [100.0] * 6, passes=2))
     out = compare_to_baseline(samples, "base", ["base", "same", "fast"], ["p"])
     assert [c.arm for c in out] == ["same", "fast"]
-    assert [c.verdict for c in out] == ["not separable", "faster"]
+    assert [c.verdict for c in out] == ["equivalent", "faster"]  # identical rates: an interval of width 0 at 1
     assert set(out[1].per_prompt) == {"p"} and out[1].reference == "base"
 
 
@@ -269,3 +276,21 @@ def test_a_verdict_between_estimated_and_exact_first_event_counts_says_so() -> N
     (clean,) = compare_to_baseline(exact + twin, "exact")
     assert clean.notes == []
     assert describe_arm("est", estimated).n_first_sources == {"estimated": 12}
+
+
+def test_an_undecided_ratio_says_how_many_passes_would_decide_it() -> None:
+    def iv(est: float, lo: float, hi: float, passes: int) -> Interval:
+        return Interval(estimate=est, lo=lo, hi=hi, n=4 * passes, clusters=passes)
+
+    # 1.06 (0.94-1.18) after 3 passes: the lower bound clears 1 at 3 x (0.12 / 0.06)^2 = 12 passes
+    assert passes_to_verdict(iv(1.06, 0.94, 1.18, 3)) == 12
+    # 1.00 (0.94-1.06): nothing to exclude; inside ±3 % at 3 x (0.06 / 0.03)^2 = 12 passes
+    assert passes_to_verdict(iv(1.0, 0.94, 1.06, 3)) == 12
+    # 1.01 (0.97-1.05) after 2: within ±3 % takes the upper side's 0.04 into 0.02 of room, 2 x 2^2 = 8 passes;
+    # clearing 1 would take 2 x (0.04 / 0.01)^2 = 32
+    assert passes_to_verdict(iv(1.01, 0.97, 1.05, 2)) == 8
+    assert passes_to_verdict(iv(1.06, 1.01, 1.1, 3)) is None  # decided: faster
+    assert passes_to_verdict(iv(1.0, 0.99, 1.01, 3)) is None  # decided: equivalent
+    assert passes_to_verdict(iv(1.06, 0.94, 1.18, 1)) is None  # one pass: no spread between launches yet
+    c = Comparison(arm="a", reference="b", ratio=iv(1.06, 0.94, 1.18, 3), verdict="not separable")
+    assert c.model_dump()["passes_to_decide"] == 12  # in summary.json beside the verdict

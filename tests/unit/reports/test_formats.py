@@ -37,7 +37,7 @@ def test_markdown_is_the_community_format(make_run: Maker) -> None:
     assert list(rows) == ["base", "twin", "fast"]
     assert rows["base"].endswith("| baseline |")
     assert re.search(r"\| 1\.\d{3}× \(1\.\d{3}–1\.\d{3}\) faster \|$", rows["fast"])
-    assert "not separable" in rows["twin"] and "60.0% (1080/1800)" in rows["fast"]
+    assert "equivalent" in rows["twin"] and "60.0% (1080/1800)" in rows["fast"]
     assert re.search(r"\| 1\d\d\.\d \(\d+\.\d–\d+\.\d\) \|", rows["fast"])  # median with its interval
     assert "median of per-request ratios paired on prompt, mode, rep and pass" in md
 
@@ -81,7 +81,7 @@ def test_html_is_self_contained(make_run: Maker) -> None:
     assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing fetched
     images = re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', html)
     assert len(images) == 2 and all(base64.b64decode(i).lstrip().startswith(b"<?xml") for i in images)
-    assert 'class="text faster"' in html and 'class="text not-separable"' in html
+    assert 'class="text faster"' in html and 'class="text equivalent"' in html
 
 
 def test_write_reports_into_the_run_directory(make_run: Maker) -> None:
@@ -92,6 +92,6 @@ def test_write_reports_into_the_run_directory(make_run: Maker) -> None:
     assert names == ["decode_by_prompt.png", "decode_by_prompt.svg", "decode_vs_acceptance.png",
                      "decode_vs_acceptance.svg", "report.html", "report.md", "summary.json"]
     data = json.loads(files.json.read_text())
-    assert data["schema_version"] == 2 and [c["verdict"] for c in data["comparisons"]] == ["not separable", "faster"]
+    assert data["schema_version"] == 2 and [c["verdict"] for c in data["comparisons"]] == ["equivalent", "faster"]
     header = community_table(summarize_run(path))[0]
     assert files.markdown.read_text().splitlines()[2] == "| " + " | ".join(header) + " |"

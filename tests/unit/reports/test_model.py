@@ -18,7 +18,7 @@ def test_summary_of_a_synthetic_run(make_run: Maker) -> None:
     assert [a.arm for a in s.arms] == ["base", "twin", "fast", "slow"] and s.baseline == "base"
     assert s.prompts == ["code_python", "prose"] and s.passes == 3 and s.reps == 3 and s.max_tokens == 128
     verdicts = {c.arm: c.verdict for c in s.comparisons}
-    assert verdicts == {"twin": "not separable", "fast": "faster", "slow": "slower"}
+    assert verdicts == {"twin": "equivalent", "fast": "faster", "slow": "slower"}
     fast = s.comparison("fast")
     assert fast is not None and 1.25 < fast.ratio.estimate < 1.35 and fast.ratio.n == 18
     assert s.bootstrap.seed == 3  # the run's recorded seed

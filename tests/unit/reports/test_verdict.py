@@ -128,3 +128,14 @@ def test_the_readme_sample_is_what_bakeoff_report_prints(monkeypatch: pytest.Mon
     print_run(Path("evidence/examples/decision-map-cpu/run"), out, write=False)
     printed = "\n".join(line.rstrip() for line in out.export_text().splitlines())
     assert printed in (root / "README.md").read_text()
+
+
+def test_an_undecided_arm_says_what_would_decide_it(make_run: Maker) -> None:
+    """An A/A pair with 8 % noise over 3 passes: the interval cannot tell, so the line says how many passes
+    at this spread would decide it; an identical, quiet pair is equivalent within ±3 %."""
+    noisy = rendered(make_run({"spec-off": 20.0, "other": 20.0}, noise=0.08), width=120)
+    line = next(x for x in noisy.splitlines() if x.lstrip().startswith("other"))
+    assert re.search(r"not separable \(~\d+ passes would decide\)", line), line
+    quiet = rendered(make_run({"spec-off": 20.0, "twin": 20.0}, noise=0.005), width=120)
+    line = next(x for x in quiet.splitlines() if x.lstrip().startswith("twin"))
+    assert "equivalent" in line and "would decide" not in line, line
