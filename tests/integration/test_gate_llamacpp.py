@@ -36,7 +36,7 @@ arms:
     settings: {{ctx: 1024, threads: 1}}
     options: {{binary: "{candidate}"}}
 gate: {{reference: reference, candidate: candidate, max_slowdown: 20%, max_passes: 5}}
-workload: {{prompts: [code_python], max_tokens: 48, reps: 2, passes: 3, warmup: 1, gates: []}}
+workload: {{prompts: [code_python], max_tokens: 48, reps: 2, passes: 3, warmup: 1, gates: [], warmup_settle: {settle}}}
 """
 
 
@@ -61,9 +61,10 @@ exec "{llama_server}" "$@" --spec-type draft-simple -md "{model}" --spec-draft-n
     return script
 
 
-def _gate(bakeoff_cli: str, tmp_path: Path, name: str, reference: Path, candidate: Path) -> tuple[int, str, Path]:
+def _gate(bakeoff_cli: str, tmp_path: Path, name: str, reference: Path, candidate: Path,
+          settle: str = "0.15") -> tuple[int, str, Path]:
     cfg = tmp_path / f"{name}.yaml"
-    cfg.write_text(GATE.format(name=name, reference=reference, candidate=candidate))
+    cfg.write_text(GATE.format(name=name, reference=reference, candidate=candidate, settle=settle))
     proc = subprocess.run([bakeoff_cli, "gate", str(cfg), "--out", str(tmp_path / "runs")], capture_output=True,
                           text=True, timeout=900)
     [run] = (tmp_path / "runs").iterdir()
@@ -92,7 +93,8 @@ def test_an_identical_build_passes_only_on_evidence(llama_server: Path, tmp_path
 
 def test_a_planted_regression_fails(llama_server: Path, smollm2: Path, tmp_path: Path, bakeoff_cli: str) -> None:
     slow = _slow_build(llama_server, smollm2, tmp_path / "build-slow")
-    code, out, run = _gate(bakeoff_cli, tmp_path, "slow", llama_server, slow)
+    # one warm-up per start: the 2.5x gap needs no settled rate, and settling the slow build took 9 requests of 4 s
+    code, out, run = _gate(bakeoff_cli, tmp_path, "slow", llama_server, slow, settle="null")
     assert code == 1, out
     [line] = [x for x in out.splitlines() if x.startswith("gate FAILED")]
     assert "candidate is" in line and "slower than reference at overall" in line and "20.0% allowed" in line
