@@ -83,22 +83,20 @@ def _listening_off_loopback() -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """One cluster for the module (a Ray start is tens of seconds on 2 cores); the test that kills node b adds
-    it back, and runs last."""
-    running = tmp_path_factory.mktemp("ray-running")
-    with pytest.MonkeyPatch.context() as mp:
-        # Ray's processes inherit this: the engines they start are recorded here, not in the shared cache.
-        mp.setenv("BAKEOFF_RUNNING_DIR", str(running))
-        mp.delenv("RAY_ADDRESS", raising=False)
-        local = LocalCluster(running)
-        try:
-            local.add("a")
-            local.add("b")
-            yield local
-        finally:
-            local.cluster.shutdown()  # no raylet is left behind
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:
+    """A cluster per test: Ray starts workers while a run goes on, which the orphan guard (tests/conftest.py) would
+    find alive after a test that shares its cluster."""
+    # Ray's processes inherit this: the engines they start are recorded here, not in the shared cache.
+    monkeypatch.setenv("BAKEOFF_RUNNING_DIR", str(tmp_path / "running"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    local = LocalCluster(tmp_path / "running")
+    try:
+        local.add("a")
+        local.add("b")
+        yield local
+    finally:
+        local.cluster.shutdown()  # no raylet is left behind
 
 
 def _bakeoff(bakeoff_cli: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
