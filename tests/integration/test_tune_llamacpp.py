@@ -26,7 +26,7 @@ arms:
     engine: llamacpp
     model: smollm2
     settings: {ctx: 1024, threads: 1}
-workload: {prompts: [code_python], max_tokens: 32, reps: 2, warmup: 1, gates: []}
+workload: {prompts: [code_python], max_tokens: 32, reps: 2, warmup: 1, warmup_settle: null, gates: []}
 tune:
   space: {speculative.method: [ngram], speculative.variant: [mod], speculative.n_max: [2, 8]}
   budget_s: 300
