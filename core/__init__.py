@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         MeasurementError,
         PreflightError,
     )
+    from .common.gguf_header import GgufHeader, read_gguf_header
     from .config.schema import Arm, BakeoffFile, Prompt, Settings, Speculative, Workload
     from .engine.adapter import (
         KNOBS,

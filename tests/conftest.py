@@ -66,14 +66,20 @@ def _kill(pids: dict[int, str]) -> None:
 
 
 @pytest.fixture(autouse=True)
-def no_orphan_processes() -> Iterator[None]:
-    """Fail a test that leaves a process it started (an engine, a bakeoff run) alive."""
+def no_orphan_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves a process it started (an engine, a bakeoff run) alive. A module marked
+    ``shared_processes(prefix)`` shares a fixture whose own workers start during a test and stay for the next (a Ray
+    cluster's ``ray::`` workers): those are left to the fixture's teardown and the session-end check."""
     if not _PROC.is_dir():
         yield
         return
+    marker = request.node.get_closest_marker("shared_processes")
+    shared = tuple(marker.args) if marker else ()
     before = set(tagged_processes())
     yield
-    left = _survivors(set(tagged_processes()) - before, grace_s=5.0)
+    new = {pid for pid, cmd in tagged_processes().items()
+           if pid not in before and not (shared and cmd.startswith(shared))}
+    left = _survivors(new, grace_s=5.0)
     if left:
         _kill(left)
         pytest.fail("processes started during this test are still alive (killed now): "

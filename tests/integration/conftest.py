@@ -31,7 +31,7 @@ def smollm2() -> Path:
     return smollm2_gguf()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def bakeoff_cli() -> str:
     exe = shutil.which("bakeoff")
     assert exe, "the bakeoff console script is not installed (pip install -e .)"

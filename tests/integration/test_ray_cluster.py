@@ -26,7 +26,7 @@ from bakeoff.core.results.store import RunDir, read_samples
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils", reason="Ray is not installed: pip install 'bakeoff[ray]'")
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.shared_processes("ray::")]
 
 ARMS = """\
 arms:
@@ -83,20 +83,23 @@ def _listening_off_loopback() -> list[str]:
     return found
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:
-    """A cluster per test: Ray starts workers while a run goes on, which the orphan guard (tests/conftest.py) would
-    find alive after a test that shares its cluster."""
-    # Ray's processes inherit this: the engines they start are recorded here, not in the shared cache.
-    monkeypatch.setenv("BAKEOFF_RUNNING_DIR", str(tmp_path / "running"))
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    local = LocalCluster(tmp_path / "running")
-    try:
-        local.add("a")
-        local.add("b")
-        yield local
-    finally:
-        local.cluster.shutdown()  # no raylet is left behind
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One cluster for the module (starting and stopping one is about a minute on 2 cores). The workers Ray starts
+    during a run stay for the next test (this module's shared_processes marker); engines do not, and the test that
+    kills node b adds it back, and runs last."""
+    running = tmp_path_factory.mktemp("ray-running")
+    with pytest.MonkeyPatch.context() as mp:
+        # Ray's processes inherit this: the engines they start are recorded here, not in the shared cache.
+        mp.setenv("BAKEOFF_RUNNING_DIR", str(running))
+        mp.delenv("RAY_ADDRESS", raising=False)
+        local = LocalCluster(running)
+        try:
+            local.add("a")
+            local.add("b")
+            yield local
+        finally:
+            local.cluster.shutdown()  # no raylet is left behind
 
 
 def _bakeoff(bakeoff_cli: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -205,7 +208,10 @@ def test_a_node_killed_mid_run_keeps_its_samples_leaves_no_engine_and_resume_com
     assert RunDir.open(run).read_record().hosts["b"].lost
 
     cluster.add("b")  # the host is back (a new node offering box-b)
-    resumed = _bakeoff(bakeoff_cli, "--resume", str(run), "--executor", "ray", "--address", cluster.address)
+    try:
+        resumed = _bakeoff(bakeoff_cli, "--resume", str(run), "--executor", "ray", "--address", cluster.address)
+    finally:  # the node this test started goes with it; the module's cluster keeps the ones it started
+        cluster.cluster.remove_node(cluster.nodes.pop("b"))
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     after = read_samples(run)
     assert len(after) == 24  # 2 hosts x 2 arms x 2 prompts x 3 reps
