@@ -30,6 +30,7 @@ from .stats import (
     Comparison,
     Interval,
     Verdict,
+    margin_text,
     paired_ratio,
     undecided,
     verdict,
@@ -128,7 +129,7 @@ def _exclusion(arm: str, stats: dict[str, ArmStats], comparisons: dict[str, Comp
 
 
 def _decide(rec: Recommendation, candidates: Sequence[str], within: Callable[[str], list[Sample]], ref: list[Sample],
-            specs: dict[str, Speculative], baseline: str, boot: dict[str, Any]) -> Recommendation:
+            specs: dict[str, Speculative], baseline: str, boot: dict[str, Any], margin: float) -> Recommendation:
     """Fill one use case: every arm's paired ratio, the best arm, its plateau, the losses and the line."""
     measured: dict[str, Interval] = {}
     for arm in candidates:
@@ -138,7 +139,7 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Callable[[st
     ratios = {a: r for a, r in measured.items() if r.n >= MIN_PAIRS}  # only these get a verdict
     label = {a: setting_label(specs.get(a)) for a in candidates}
     rec.cells = [DecisionCell(arm=a, setting=label[a], ratio=measured.get(a),
-                              verdict=verdict(ratios[a]) if a in ratios else None) for a in candidates]
+                              verdict=verdict(ratios[a], margin) if a in ratios else None) for a in candidates]
     rec.losses = [a for a, r in ratios.items() if r.hi < 1]
     winners = sorted((a for a, r in ratios.items() if r.lo > 1), key=lambda a: -ratios[a].estimate)
     head = rec.use_case
@@ -159,15 +160,15 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Callable[[st
         rec.line = f"{head}: off (no speculating setting could be compared)"
     elif not ratios:
         rec.line = f"{head}: no verdict (fewer than {MIN_PAIRS} paired requests per setting)"
-    elif open_ := sorted((a for a, r in ratios.items() if undecided(r)), key=lambda a: -ratios[a].hi):
+    elif open_ := sorted((a for a, r in ratios.items() if undecided(r, margin)), key=lambda a: -ratios[a].hi):
         rec.setting, rec.decided = "inconclusive", False
         shown = ", ".join(f"{label[a]} {ratios[a].estimate:.2f}× ({ratios[a].lo:.2f}–{ratios[a].hi:.2f})"
                           for a in open_)
         its = "each interval fits" if len(open_) > 1 else "its interval fits"
         rec.line = (f"{head}: no recommendation: inconclusive ({shown}: {its} both a gain beyond "
-                    f"{EQUIVALENCE_MARGIN:.0%} and none); more passes or --until-ci would decide")
+                    f"{margin_text(margin)} and none); more passes or --until-ci would decide")
     elif level := [a for a, r in ratios.items() if r.lo <= 1 < r.hi]:  # within the margin: equivalent
-        rec.line = (f"{head}: off (no setting is faster than {baseline} by more than {EQUIVALENCE_MARGIN:.0%}: "
+        rec.line = (f"{head}: off (no setting is faster than {baseline} by more than {margin_text(margin)}: "
                     f"{', '.join(label[a] for a in level)} within it)")
     else:
         rec.line = f"{head}: off (no setting is faster than {baseline})"
@@ -183,8 +184,8 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Callable[[st
 
 def recommend(samples: Sequence[Sample], baseline: str, arms: Sequence[ArmStats], comparisons: Sequence[Comparison],
               kinds: dict[str, str], specs: dict[str, Speculative], *, n_boot: int = N_BOOT,
-              level: float = LEVEL, seed: int = 0, also_excluded: dict[str, str] | None = None
-              ) -> list[Recommendation]:
+              level: float = LEVEL, seed: int = 0, also_excluded: dict[str, str] | None = None,
+              margin: float = EQUIVALENCE_MARGIN) -> list[Recommendation]:
     """One recommendation per use case (category x depth x streams, as the run swept them); [] when no
     arm speculates. An invalid structured answer (``Sample.valid`` False) is never paired: speed is compared
     on valid answers only.
@@ -226,7 +227,7 @@ def recommend(samples: Sequence[Sample], baseline: str, arms: Sequence[ArmStats]
             condition = "all points" if point is None else condition_label(depth, streams)
             rec = Recommendation(category=category, depth=depth, streams=streams, prompts=prompts,
                                  use_case=f"{category}, {condition}" if condition else category)
-            rec = _decide(rec, candidates, within, within(baseline), specs, baseline, boot)
+            rec = _decide(rec, candidates, within, within(baseline), specs, baseline, boot, margin)
             if excluded:
                 rec.excluded = excluded
                 rec.line += f"; left out: {'; '.join(excluded)}"

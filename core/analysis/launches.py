@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..results.sample import Sample
-from .stats import EXCLUDING_FLAGS, LEVEL, MACHINE_FLAGS, N_BOOT, Interval, paired_ratio, verdict
+from .stats import EQUIVALENCE_MARGIN, EXCLUDING_FLAGS, LEVEL, MACHINE_FLAGS, N_BOOT, Interval, paired_ratio, verdict
 
 __all__ = ["BandRatio", "LaunchBands", "MACHINE_FLAGS", "band_ratios", "disturbed_launches", "launch_bands",
            "launches_to_draw", "MIN_LAUNCHES", "MIN_BAND_LAUNCHES", "MIN_BAND_RATIO"]
@@ -157,7 +157,8 @@ class BandRatio(BaseModel):
 
 
 def band_ratios(samples: Sequence[Sample], arm: str, reference: str, bands: dict[str, LaunchBands], *,
-                n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0) -> list[BandRatio]:
+                n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0,
+                margin: float = EQUIVALENCE_MARGIN) -> list[BandRatio]:
     """Per band of whichever of the two is bimodal: arm / reference paired on the requests of that band's
     launches (passes), with its interval once the band has MIN_BAND_LAUNCHES launches; [] when neither is
     bimodal. Two bimodal arms get no band verdicts: their bands cross, and no pass set is one state of both."""
@@ -184,7 +185,7 @@ def band_ratios(samples: Sequence[Sample], arm: str, reference: str, bands: dict
             if ratio is None:
                 row.refused = f"no request of {arm} pairs with {reference} in these launches"
             else:
-                row.ratio, row.verdict = ratio, verdict(ratio)
+                row.ratio, row.verdict = ratio, verdict(ratio, margin)
         out.append(row)
     return out
 

@@ -28,7 +28,17 @@ from pydantic import BaseModel, Field
 
 from ..config.schema import Slo
 from ..results.sample import Sample
-from .stats import LEVEL, N_BOOT, Comparison, Interval, bootstrap_ci, paired_ratio, tokens_per_joule, verdict
+from .stats import (
+    EQUIVALENCE_MARGIN,
+    LEVEL,
+    N_BOOT,
+    Comparison,
+    Interval,
+    bootstrap_ci,
+    paired_ratio,
+    tokens_per_joule,
+    verdict,
+)
 
 __all__ = ["LoadPoint", "LoadSection", "Crossover", "FrontierPoint", "PERCENTILES", "METRICS", "load_section",
            "latency", "meets"]
@@ -166,7 +176,7 @@ def _frontier(points: Sequence[LoadPoint]) -> list[FrontierPoint]:
 
 def load_section(samples: Sequence[Sample], arm_order: Sequence[str], baseline: str | None,
                  slo: Mapping[str, Slo] | None = None, *, n_boot: int = N_BOOT, level: float = LEVEL,
-                 seed: int = 0) -> LoadSection | None:
+                 seed: int = 0, margin: float = EQUIVALENCE_MARGIN) -> LoadSection | None:
     """Every load point of the run; None when it has neither concurrency nor open-loop points."""
     groups: dict[tuple[str, LoadKind, float], list[Sample]] = {}
     for s in samples:
@@ -207,7 +217,8 @@ def load_section(samples: Sequence[Sample], arm_order: Sequence[str], baseline: 
         if baseline is not None and arm != baseline and reference:
             ratio = paired_ratio(group, reference, n_boot=n_boot, level=level, seed=seed)
             if ratio is not None:
-                p.vs_baseline = Comparison(arm=arm, reference=baseline, ratio=ratio, verdict=verdict(ratio))
+                p.vs_baseline = Comparison(arm=arm, reference=baseline, ratio=ratio, verdict=verdict(ratio, margin),
+                                           margin=margin)
         points.append(p)
     crossover = [c for arm in dict.fromkeys(p.arm for p in points) for kind in ("streams", "rate")
                  if arm != baseline

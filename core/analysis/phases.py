@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from ..config.live import BASELINE
 from ..results.record import PhaseRecord
 from ..results.sample import Sample
-from .stats import Interval, Verdict, bootstrap_ci, verdict
+from .stats import EQUIVALENCE_MARGIN, Interval, Verdict, bootstrap_ci, verdict
 
 __all__ = ["GPU_FIELDS", "PhaseResult", "compare_phases"]
 
@@ -40,7 +40,8 @@ def _rates(samples: list[Sample]) -> dict[tuple[str, str, int], float]:
             if s.status == "ok" and s.decode_tps and s.decode_tps > 0}
 
 
-def compare_phases(samples: list[Sample], records: list[PhaseRecord], seed: int = 0) -> list[PhaseResult]:
+def compare_phases(samples: list[Sample], records: list[PhaseRecord], seed: int = 0,
+                   margin: float = EQUIVALENCE_MARGIN) -> list[PhaseResult]:
     """Each knob phase against the baseline phases either side of it, paired on (prompt, mode, round).
 
     The reference for a request is the geometric mean of the same request in the neighbouring baselines
@@ -67,7 +68,7 @@ def compare_phases(samples: list[Sample], records: list[PhaseRecord], seed: int 
             if ci is not None:
                 res.ratio = ci.model_copy(update={"estimate": math.exp(ci.estimate), "lo": math.exp(ci.lo),
                                                   "hi": math.exp(ci.hi)})
-                res.verdict = verdict(res.ratio)
+                res.verdict = verdict(res.ratio, margin)
             res.baselines = [r.phase for r in neighbours]
         out.append(res)
     return out

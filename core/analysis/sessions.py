@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, Field
 
 from ..results.sample import Sample
-from .stats import LEVEL, N_BOOT, Verdict, bootstrap_ci, paired_ratio, verdict
+from .stats import EQUIVALENCE_MARGIN, LEVEL, N_BOOT, Verdict, bootstrap_ci, paired_ratio, verdict
 
 __all__ = ["SessionArm", "SessionComparison", "SessionsSummary", "TurnRow", "session_replays",
            "summarize_sessions"]
@@ -127,7 +127,8 @@ def _arm(turns: list[Sample], replays: list[Sample], *, n_boot: int, level: floa
 
 
 def summarize_sessions(samples: Sequence[Sample], arm_order: Sequence[str], baseline: str | None, *,
-                       n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0) -> SessionsSummary | None:
+                       n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0,
+                       margin: float = EQUIVALENCE_MARGIN) -> SessionsSummary | None:
     """The sessions section of a run's summary (None: the run has no session turns)."""
     turns = [s for s in samples if s.session is not None]
     if not turns:
@@ -157,7 +158,7 @@ def summarize_sessions(samples: Sequence[Sample], arm_order: Sequence[str], base
             note = (f"cache-hit ratio {mine.cache_hit_ratio:.0%} against the baseline's {ref.cache_hit_ratio:.0%}"
                     + (f": prefix lost from turn {mine.first_miss_turn}" if mine.first_miss_turn is not None else ""))
         out.comparisons[a] = SessionComparison(
-            session_time_ratio=ratio.estimate, ci_low=ratio.lo, ci_high=ratio.hi, verdict=verdict(ratio),
+            session_time_ratio=ratio.estimate, ci_low=ratio.lo, ci_high=ratio.hi, verdict=verdict(ratio, margin),
             pairs=ratio.n, decode_ratio=decode.estimate if decode else None,
             decode_ci_low=decode.lo if decode else None, decode_ci_high=decode.hi if decode else None, note=note)
     return out

@@ -32,6 +32,7 @@ from .acceptance import acceptance_rate
 
 __all__ = [
     "EQUIVALENCE_MARGIN",
+    "margin_text",
     "MACHINE_FLAGS",
     "busy_machine",
     "undecided",
@@ -198,6 +199,17 @@ class ArmStats(BaseModel):
         return next((p for p in self.per_prompt if p.prompt == name), None)
 
 
+# A gain inside this margin is no reason to switch a setting on, nor a loss inside it one to switch off: an interval
+# within 1 ± margin is "equivalent" (an equivalence test: both one-sided bounds inside the margin); "off" is a
+# recommendation only when every interval excludes a gain beyond it; an interval reaching past it decides nothing.
+EQUIVALENCE_MARGIN = 0.03  # the default of workload.equivalence_margin
+
+
+def margin_text(margin: float) -> str:
+    """0.03 as '3%', 0.025 as '2.5%' (a margin is printed as set, never rounded to another)."""
+    return f"{margin * 100:.3g}%"
+
+
 _DECIDE = ("A 'not separable' ratio: about how many passes in all would decide it at the spread observed (clear of "
            "1, or within the equivalence margin); else null.")
 
@@ -217,11 +229,13 @@ class Comparison(BaseModel):
     bands: list[dict[str, Any]] = Field(default_factory=list, description="Launch states: when one of the two "
                                         "arms is bimodal across launches, the paired ratio within each of its "
                                         "bands, or why a band has none (core/analysis/launches.py BandRatio).")
+    margin: float = Field(EQUIVALENCE_MARGIN, description="The equivalence margin the verdict was read with: "
+                          "'equivalent' is an interval within 1 ± margin (workload.equivalence_margin).")
 
     @computed_field(description=_DECIDE)  # type: ignore[prop-decorator]
     @property
     def passes_to_decide(self) -> int | None:
-        return passes_to_verdict(self.ratio)
+        return passes_to_verdict(self.ratio, self.margin)
 
 
 def rng_for(seed: int, key: str) -> np.random.Generator:
@@ -296,12 +310,6 @@ def bootstrap_ci(values: Sequence[float], clusters: Sequence[object] | None = No
     lo, hi = _quantiles(boot, level)
     return Interval(estimate=estimate, lo=min(lo, estimate), hi=max(hi, estimate), level=level, n=int(x.size),
                     clusters=len(set(cl.tolist())))
-
-
-# A gain inside this margin is no reason to switch a setting on, nor a loss inside it one to switch off: an interval
-# within 1 ± margin is "equivalent" (an equivalence test: both one-sided bounds inside the margin); "off" is a
-# recommendation only when every interval excludes a gain beyond it; an interval reaching past it decides nothing.
-EQUIVALENCE_MARGIN = 0.03
 
 
 def verdict(ratio: Interval, margin: float = EQUIVALENCE_MARGIN) -> Verdict:
@@ -575,7 +583,8 @@ def describe_arms(samples: Iterable[Sample], arm_order: Sequence[str] = (), prom
 
 def compare_to_baseline(samples: Iterable[Sample], baseline: str, arm_order: Sequence[str] = (),
                         prompts: Sequence[str] = (), *, n_boot: int = N_BOOT, level: float = LEVEL,
-                        seed: int = 0, energy: bool = False) -> list[Comparison]:
+                        seed: int = 0, energy: bool = False, margin: float = EQUIVALENCE_MARGIN
+                        ) -> list[Comparison]:
     """Paired ratio and verdict of every other arm against ``baseline``: of decode rates (overall and per
     prompt), or with ``energy`` of tokens per joule ('faster' = more tok/J; GPU runs)."""
     value, name_of_value = (tokens_per_joule, "tokens per joule") if energy else (None, "decode")
@@ -590,15 +599,16 @@ def compare_to_baseline(samples: Iterable[Sample], baseline: str, arm_order: Seq
         if ratio is None:
             continue
         if energy:
-            out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio)))
+            out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio, margin),
+                                  margin=margin))
             continue
         names = list(prompts) or sorted({s.prompt for s in group})
         per_prompt = {p: r for p in names
                       if (r := paired_ratio(group, ref, prompt=p, n_boot=n_boot, level=level, seed=seed))
                       is not None}
         caveat = first_event_caveat(group, ref)
-        out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio),
-                              per_prompt=per_prompt, notes=[caveat] if caveat else []))
+        out.append(Comparison(arm=name, reference=baseline, ratio=ratio, verdict=verdict(ratio, margin),
+                              margin=margin, per_prompt=per_prompt, notes=[caveat] if caveat else []))
     return out
 
 
@@ -649,7 +659,7 @@ def verdict_stop_level(passes_done: int, max_passes: int, alpha: float = VERDICT
 
 
 def clear_verdicts(samples: Iterable[Sample], baseline: str, level: float, *, n_boot: int = N_BOOT,
-                   seed: int = 0) -> dict[str, str]:
+                   seed: int = 0, margin: float = EQUIVALENCE_MARGIN) -> dict[str, str]:
     """Every other arm's verdict against ``baseline`` read from its paired ratio interval at ``level``;
     "equivalent" is a decided outcome too, so an identical pair stops early instead of running to --max-passes."""
     groups = _by_arm(samples, ())
@@ -658,13 +668,14 @@ def clear_verdicts(samples: Iterable[Sample], baseline: str, level: float, *, n_
     for name, group in groups.items():
         if name != baseline:
             ci = paired_ratio(group, ref, n_boot=n_boot, level=level, seed=seed)
-            out[f"{name}/{baseline}"] = verdict(ci) if ci else "not separable"
+            out[f"{name}/{baseline}"] = verdict(ci, margin) if ci else "not separable"
     return out
 
 
 def needs_more_passes(samples: Iterable[Sample], passes_done: int, target: float, max_passes: int, *,
                       baseline: str | None = None, n_boot: int = N_BOOT, seed: int = 0,
-                      stop_on_verdict: bool = False, alpha: float = VERDICT_ALPHA) -> tuple[bool, str]:
+                      stop_on_verdict: bool = False, alpha: float = VERDICT_ALPHA,
+                      margin: float = EQUIVALENCE_MARGIN) -> tuple[bool, str]:
     """The ``--until-ci`` rule: another pass while some interval's relative half-width exceeds ``target``.
 
     With a ``baseline`` and other arms, the intervals are the paired ratios against it, which the verdicts
@@ -674,7 +685,7 @@ def needs_more_passes(samples: Iterable[Sample], passes_done: int, target: float
 
     ``stop_on_verdict`` (``--stop-on-verdict``) also lets an arm be done before its width is reached when
     its ratio interval at :func:`verdict_stop_level` excludes 1 (a clear "faster" or "slower") or lies within
-    the equivalence margin ("equivalent"): a group-
+    1 ± ``margin`` ("equivalent"): a group-
     sequential early stop whose looks share ``alpha``, so peeking after every pass does not multiply false
     verdicts. The run stops when every arm is done either way. Returns the decision and a line saying why.
     """
@@ -695,7 +706,8 @@ def needs_more_passes(samples: Iterable[Sample], passes_done: int, target: float
         return False, status + "; target reached"
     if stop_on_verdict and ratios and baseline is not None:
         level = verdict_stop_level(passes_done, max_passes, alpha)
-        clear = {name: v for name, v in clear_verdicts(samples, baseline, level, n_boot=n_boot, seed=seed).items()
+        clear = {name: v for name, v in clear_verdicts(samples, baseline, level, n_boot=n_boot, seed=seed,
+                                                          margin=margin).items()
                  if name in wide and v != "not separable"}
         if set(clear) == wide:
             said = ", ".join(f"{name} {v}" for name, v in sorted(clear.items()))

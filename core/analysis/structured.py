@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from ..results.sample import Sample
-from .stats import LEVEL, N_BOOT, Interval, paired_ratio, verdict
+from .stats import EQUIVALENCE_MARGIN, LEVEL, N_BOOT, Interval, paired_ratio, verdict
 
 __all__ = ["DraftingState", "KindDrafting", "StructuredArm", "StructuredSummary", "LOOKUP_METHODS", "drafting_state",
            "wilson", "summarize_structured"]
@@ -194,7 +194,7 @@ def _arm(samples: list[Sample], level: float, method: str | None = None) -> Stru
 
 def summarize_structured(samples: Sequence[Sample], arm_order: Sequence[str], baseline: str | None, *,
                          methods: Mapping[str, str] | None = None, n_boot: int = N_BOOT, level: float = LEVEL,
-                         seed: int = 0) -> StructuredSummary | None:
+                         seed: int = 0, margin: float = EQUIVALENCE_MARGIN) -> StructuredSummary | None:
     """Every arm's structured section, or None when the run sent no structured request.
 
     :param methods: arm -> ``speculative.method``; an arm missing from it is judged as a model drafter.
@@ -214,7 +214,7 @@ def summarize_structured(samples: Sequence[Sample], arm_order: Sequence[str], ba
             continue
         mine = [s for s in by_arm[name] if s.structured is not None and s.valid]
         arm.vs_baseline = paired_ratio(mine, ref_valid, n_boot=n_boot, level=level, seed=seed)
-        arm.verdict = verdict(arm.vs_baseline) if arm.vs_baseline is not None else None
+        arm.verdict = verdict(arm.vs_baseline, margin) if arm.vs_baseline is not None else None
         # a gate, not a claim: any shortfall keeps the arm out of the recommendation
         arm.less_valid_than_baseline = (arm.validity_rate or 0) < (ref.validity_rate or 0)
     return StructuredSummary(arms=arms)

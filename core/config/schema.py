@@ -414,6 +414,9 @@ class Workload(Strict):
     sampling: dict[str, SamplingMode] = Field(default_factory=dict, description="Extra or overridden sampling modes.")
     reps: int = Field(3, ge=1, le=1_000_000, description="Timed requests per prompt and mode, per pass.")
     passes: int = Field(1, ge=1, le=10_000, description="Interleaved passes over all arms.")
+    equivalence_margin: float = Field(0.03, le=0.5, description="A ratio whose interval lies within 1 ± this "
+                                      "share reads 'equivalent' (an equivalence test); a gain or loss inside it "
+                                      "is no reason to change a setting (docs/statistics.md). '3%' or 0.03.")
     extra_launches: int = Field(4, ge=0, le=1000, description="Most extra engine starts (passes of the affected "
                                 "arms and the baseline) drawn when an arm's launches fall in two speed bands, until "
                                 "each band has enough launches for its own interval (docs/statistics.md); 0: none.")
@@ -453,6 +456,11 @@ class Workload(Strict):
         default_factory=lambda: list(get_args(GateName)),
         description="Quality probes sent once per arm after its timed requests (greedy, short); an arm failing "
                     "one is marked in every table and never reported faster. [] turns them off.")
+
+    @field_validator("equivalence_margin", mode="before")
+    @classmethod
+    def _margin(cls, v: Any) -> float:
+        return parse_share(v, "equivalence_margin")
 
     @field_validator("depths", "concurrency")
     @classmethod

@@ -71,6 +71,7 @@ def compare_runs(path_a: Path, path_b: Path, mapping: Mapping[str, str] | None =
     if not pairs:
         raise ConfigError(f"no arm of {path_a.name} ({', '.join(names_a)}) matches one of {path_b.name} "
                           f"({', '.join(names_b)}); map them with --pair A_ARM=B_ARM")
+    margin = min(sa.equivalence_margin, sb.equivalence_margin)  # 'equivalent' only within both runs' margins
     changes, skipped = [], []
     for a, b in pairs.items():
         ratio = unpaired_ratio([s for s in xb if s.arm == b], [s for s in xa if s.arm == a], n_boot=n_boot,
@@ -83,7 +84,8 @@ def compare_runs(path_a: Path, path_b: Path, mapping: Mapping[str, str] | None =
         changes.append(ArmChange(
             arm_a=a, arm_b=b, median_a=ma.median.estimate if ma and ma.median else None,
             median_b=mb.median.estimate if mb and mb.median else None,
-            change=Comparison(arm=b, reference=a, ratio=ratio, verdict=verdict(ratio), paired=False),
+            change=Comparison(arm=b, reference=a, ratio=ratio, verdict=verdict(ratio, margin), margin=margin,
+                              paired=False),
             speedup_a=ca.ratio.estimate if ca else (1.0 if a == sa.baseline else None),
             speedup_b=cb.ratio.estimate if cb else (1.0 if b == sb.baseline else None)))
     return RunComparison(run_a=path_a.name, run_b=path_b.name, prompts=[p for p in sa.prompts if p in sb.prompts],

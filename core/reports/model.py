@@ -24,6 +24,7 @@ from ..analysis.phases import PhaseResult, compare_phases
 from ..analysis.racing import TuneResult, read_tune
 from ..analysis.sessions import SessionsSummary, summarize_sessions
 from ..analysis.stats import (
+    EQUIVALENCE_MARGIN,
     LEVEL,
     METHOD,
     N_BOOT,
@@ -119,6 +120,8 @@ class RunSummary(BaseModel):
                                          "and in all; for an incomplete run, where and why it stopped.")
     orders: list[list[str]] = Field(default_factory=list)
     bootstrap: Bootstrap = Field(default_factory=Bootstrap)
+    equivalence_margin: float = Field(EQUIVALENCE_MARGIN, description="workload.equivalence_margin: a ratio whose "
+                                      "interval lies within 1 ± it reads 'equivalent'.")
     engines: dict[str, EngineSummary] = Field(default_factory=dict, description="Per arm: engine, version, model.")
     host: dict[str, Any] = Field(default_factory=dict)
     arms: list[ArmStats] = Field(default_factory=list)
@@ -377,7 +380,8 @@ def _launch_states(samples: list[Sample], summary: RunSummary, extra: ExtraLaunc
         if reasons:
             guard = c.comparable or {"ok": True, "reasons": [], "checks": {}}
             c.comparable = {**guard, "ok": False, "reasons": [*guard.get("reasons", []), *reasons]}
-            c.bands = [r.model_dump(mode="json") for r in band_ratios(samples, c.arm, c.reference, bands, **boot)]
+            c.bands = [r.model_dump(mode="json") for r in band_ratios(samples, c.arm, c.reference, bands, **boot,
+                                                                      margin=summary.equivalence_margin)]
 
 
 def _blocks(placement: PlacementRecord | None, baseline: str | None,
@@ -406,8 +410,8 @@ def _engines(record: RunRecord, data: RunData) -> dict[str, EngineSummary]:
     return out
 
 
-def _hardware(placement: PlacementRecord | None, samples: list[Sample], *, n_boot: int, level: float,
-              seed: int) -> list[Comparison]:
+def _hardware(placement: PlacementRecord | None, samples: list[Sample], margin: float, *, n_boot: int,
+              level: float, seed: int) -> list[Comparison]:
     """Each copy of an arm run on several hosts against its copy on the first host: the same work on other
     hardware, unpaired (different machines cannot be paired request by request)."""
     out = []
@@ -417,8 +421,8 @@ def _hardware(placement: PlacementRecord | None, samples: list[Sample], *, n_boo
             ratio = unpaired_ratio([s for s in samples if s.arm == other], [s for s in samples if s.arm == names[0]],
                                    n_boot=n_boot, level=level, seed=seed, key=f"hardware/{arm}/{other}")
             if ratio is not None:
-                out.append(Comparison(arm=other, reference=names[0], ratio=ratio, verdict=verdict(ratio),
-                                      paired=False, notes=[f"hardware: {arm} on two hosts"]))
+                out.append(Comparison(arm=other, reference=names[0], ratio=ratio, verdict=verdict(ratio, margin),
+                                      margin=margin, paired=False, notes=[f"hardware: {arm} on two hosts"]))
     return out
 
 
@@ -448,6 +452,8 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         raise ConfigError(f"--baseline {baseline!r}: no such arm in {path} (arms: {', '.join(arm_order)})")
     baseline = baseline or record.baseline or (arm_order[0] if arm_order else None)
     boot = Boot(n_boot=n_boot, level=level, seed=seed)
+    workload = config.workload if config else None
+    margin = workload.equivalence_margin if workload else EQUIVALENCE_MARGIN
     arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, **boot)
     if baseline is None and arms:
         baseline = arms[0].arm
@@ -458,7 +464,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         arms = describe_arms(samples, arm_order, prompts, boot_s=boot_s, **boot)
     comparisons = [c for host_baseline, block in _blocks(placement, baseline, arm_order)
                    for c in compare_to_baseline([s for s in samples if s.arm in block], host_baseline, block,
-                                                prompts, **boot)]
+                                                prompts, **boot, margin=margin)]
     failures = [ArmFailure(arm=arm, pass_index=a.pass_index, error=redact_text(str(a.error)))
                 for arm in data.records for a in data.attempts(arm) if a.failed]
     for a in arms:
@@ -467,34 +473,34 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
                                                  if x.gpu_idle_power_w is not None])
     mismatches = {arm: list(dict.fromkeys(redact_text(m) for a in data.attempts(arm) for m in a.mismatches))
                   for arm in data.records}
-    workload = config.workload if config else None
     engines = _engines(record, data)
     summary = RunSummary(
         gpus=record.gpus, bandwidth=record.bandwidth,
         mismatches={arm: m for arm, m in mismatches.items() if m},
         energy_comparisons=[c for host_baseline, block in _blocks(placement, baseline, arm_order)
                             for c in compare_to_baseline([s for s in samples if s.arm in block], host_baseline, block,
-                                                         energy=True, **boot)],
+                                                         energy=True, **boot, margin=margin)],
         tool=record.tool.model_dump(exclude_none=True) if "tool" in record.model_fields_set else {},
         path=path, run_id=data.run_id, name=record.name or path.name, baseline=baseline,
         prompts=prompts,
         modes=list(workload.modes) if workload and workload.modes else sorted({s.mode for s in samples}),
         max_tokens=workload.max_tokens if workload else None, reps=workload.reps if workload else None,
         passes=len(record.orders) or len({s.pass_index for s in samples}), orders=record.orders,
-        bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), engines=engines, host=record.host,
+        bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), equivalence_margin=margin, engines=engines,
+        host=record.host,
         arms=arms, comparisons=comparisons, failures=failures,
-        phases=compare_phases(samples, record.phases, seed=seed) if record.phases else [],
-        sweep=sweep_table(samples, config.arms, baseline, **boot) if config else None,
-        depth=depth_table(samples, arm_order, baseline, **boot),
-        concurrency=concurrency_table(samples, arm_order, baseline, **boot),
-        load=load_section(samples, arm_order, baseline, workload.slo if workload else None, **boot),
+        phases=compare_phases(samples, record.phases, seed=seed, margin=margin) if record.phases else [],
+        sweep=sweep_table(samples, config.arms, baseline, **boot, margin=margin) if config else None,
+        depth=depth_table(samples, arm_order, baseline, **boot, margin=margin),
+        concurrency=concurrency_table(samples, arm_order, baseline, **boot, margin=margin),
+        load=load_section(samples, arm_order, baseline, workload.slo if workload else None, **boot, margin=margin),
         acceptance=run_acceptance(samples, arm_order),
-        sessions=summarize_sessions(samples, arm_order, baseline, **boot),
-        structured=summarize_structured(samples, arm_order, baseline, **boot,
+        sessions=summarize_sessions(samples, arm_order, baseline, **boot, margin=margin),
+        structured=summarize_structured(samples, arm_order, baseline, **boot, margin=margin,
                                         methods={arm: e.speculative.method for arm, e in engines.items()}),
         calibration=analyze_calibration(config.model_dump(mode="json") if config else {}, samples, data.records,
                                         **boot, run_path=path))
-    summary.hardware = _hardware(placement, samples, **boot)
+    summary.hardware = _hardware(placement, samples, margin, **boot)
     summary.tune = read_tune(path)
     if drop_foreign_load:
         summary.dropped_foreign_load = len(data.samples) - len(samples)
@@ -512,5 +518,5 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
                       for name, a in (summary.structured.arms if summary.structured else {}).items()
                       if a.less_valid_than_baseline}
         summary.recommendations = recommend(samples, baseline, summary.arms, summary.comparisons, kinds, specs,
-                                            **boot, also_excluded=less_valid)
+                                            **boot, also_excluded=less_valid, margin=margin)
     return summary

@@ -15,7 +15,17 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..analysis.acceptance import ArmAcceptance, arm_acceptance
-from ..analysis.stats import LEVEL, N_BOOT, Comparison, Interval, bootstrap_ci, describe_arm, paired_ratio, verdict
+from ..analysis.stats import (
+    EQUIVALENCE_MARGIN,
+    LEVEL,
+    N_BOOT,
+    Comparison,
+    Interval,
+    bootstrap_ci,
+    describe_arm,
+    paired_ratio,
+    verdict,
+)
 from ..config.schema import Arm
 from ..results.sample import Sample
 
@@ -55,8 +65,8 @@ class PointTable(BaseModel):
 class _Stats:
     """The bootstrap settings of one summary, shared by every row."""
 
-    def __init__(self, baseline: str | None, n_boot: int, level: float, seed: int) -> None:
-        self.baseline, self.n_boot, self.level, self.seed = baseline, n_boot, level, seed
+    def __init__(self, baseline: str | None, n_boot: int, level: float, seed: int, margin: float) -> None:
+        self.baseline, self.n_boot, self.level, self.seed, self.margin = baseline, n_boot, level, seed, margin
 
     def row(self, arm: str, point: dict[str, PointValue], group: list[Sample], reference: list[Sample]) -> PointRow:
         described = describe_arm(arm, group, n_boot=self.n_boot, level=self.level, seed=self.seed)
@@ -66,7 +76,8 @@ class _Stats:
         if arm != self.baseline and reference:
             ratio = paired_ratio(group, reference, n_boot=self.n_boot, level=self.level, seed=self.seed)
             if ratio is not None and self.baseline is not None:
-                row.vs_baseline = Comparison(arm=arm, reference=self.baseline, ratio=ratio, verdict=verdict(ratio))
+                row.vs_baseline = Comparison(arm=arm, reference=self.baseline, ratio=ratio,
+                                             verdict=verdict(ratio, self.margin), margin=self.margin)
         return row
 
 
@@ -75,7 +86,7 @@ def _ordered(names: set[str], arm_order: Sequence[str]) -> list[str]:
 
 
 def sweep_table(samples: Sequence[Sample], arms: Sequence[Arm], baseline: str | None, *, n_boot: int = N_BOOT,
-                level: float = LEVEL, seed: int = 0) -> PointTable | None:
+                level: float = LEVEL, seed: int = 0, margin: float = EQUIVALENCE_MARGIN) -> PointTable | None:
     """The community sweep table (the n-max table when n_max varies): one row per arm with its swept values.
 
     None when the run is not a sweep (no arm has ``swept`` and n_max is the same everywhere). Depth and
@@ -92,7 +103,7 @@ def sweep_table(samples: Sequence[Sample], arms: Sequence[Arm], baseline: str | 
         keys.insert(0, "speculative.n_max")
     plain = [s for s in samples if s.depth is None and s.concurrency is None and s.rate is None]
     use = plain or list(samples)
-    stats = _Stats(baseline, n_boot, level, seed)
+    stats = _Stats(baseline, n_boot, level, seed, margin)
     reference = [s for s in use if s.arm == baseline]
     rows = []
     for a in arms:
@@ -104,12 +115,13 @@ def sweep_table(samples: Sequence[Sample], arms: Sequence[Arm], baseline: str | 
 
 
 def depth_table(samples: Sequence[Sample], arm_order: Sequence[str], baseline: str | None, *,
-                n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0) -> PointTable | None:
+                n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0,
+                margin: float = EQUIVALENCE_MARGIN) -> PointTable | None:
     """One row per arm and depth (target prompt tokens, chat template included); None without depths."""
     at_depth = [s for s in samples if s.depth is not None]
     if not at_depth:
         return None
-    stats = _Stats(baseline, n_boot, level, seed)
+    stats = _Stats(baseline, n_boot, level, seed, margin)
     rows = []
     for arm in _ordered({s.arm for s in at_depth}, arm_order):
         for depth in sorted({s.depth for s in at_depth if s.arm == arm and s.depth is not None}):
@@ -125,12 +137,13 @@ def depth_table(samples: Sequence[Sample], arm_order: Sequence[str], baseline: s
 
 
 def concurrency_table(samples: Sequence[Sample], arm_order: Sequence[str], baseline: str | None, *,
-                      n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0) -> PointTable | None:
+                      n_boot: int = N_BOOT, level: float = LEVEL, seed: int = 0,
+                      margin: float = EQUIVALENCE_MARGIN) -> PointTable | None:
     """One row per arm and number of simultaneous streams; None without a concurrency sweep."""
     swept = [s for s in samples if s.concurrency is not None]
     if not swept:
         return None
-    stats = _Stats(baseline, n_boot, level, seed)
+    stats = _Stats(baseline, n_boot, level, seed, margin)
     rows = []
     for arm in _ordered({s.arm for s in swept}, arm_order):
         for level_ in sorted({s.concurrency for s in swept if s.arm == arm and s.concurrency is not None}):

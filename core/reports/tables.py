@@ -15,7 +15,7 @@ from ..analysis.decision import MIN_PAIRS
 from ..analysis.gates import gate_label
 from ..analysis.launches import BandRatio
 from ..analysis.phases import GPU_FIELDS, PhaseResult
-from ..analysis.stats import EQUIVALENCE_MARGIN, ArmStats, Comparison, Interval
+from ..analysis.stats import ArmStats, Comparison, Interval, margin_text
 from ..common.textfmt import DASH, fmt
 from .completeness import passes_design
 from .model import RunSummary
@@ -124,7 +124,7 @@ def footnotes(s: RunSummary) -> list[str]:
              f"medians with {level} bootstrap intervals in parentheses; per-prompt columns are medians.",
              f"vs baseline ({s.baseline}): median of per-request ratios paired on prompt, mode, rep and pass, with its "
              f"{level} interval; 'faster'/'slower' only when the interval excludes 1, 'equivalent' when it lies within "
-             f"1 ± {EQUIVALENCE_MARGIN:.0%}, else 'not separable'.",
+             f"1 ± {margin_text(s.equivalence_margin)}, else 'not separable'.",
              f"{passes_design(s.passes, s.progress)} {s.reps} rep(s) × {len(s.prompts)} prompt(s) × "
              f"{len(s.modes)} mode(s) "
              f"({', '.join(s.modes)}), {s.max_tokens} output tokens; bootstrap {s.bootstrap.n_boot} resamples, "

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from ..analysis.calibration import BreakEven
 from ..analysis.gates import NOT_INFORMATIVE
-from ..analysis.stats import EQUIVALENCE_MARGIN, ArmStats, Comparison, undecided
+from ..analysis.stats import ArmStats, Comparison, margin_text, undecided
 from ..analysis.structured import StructuredArm
 from ..common.textfmt import DASH
 from .completeness import passes_design
@@ -115,13 +115,13 @@ def _recommendation(s: RunSummary) -> list[str]:
     if not faster:
         bimodal = [c.arm for c in s.comparisons if c.reference == s.baseline and c.bands]
         why = f" ({', '.join(bimodal)}: bimodal across launches, judged per band above)" if bimodal else ""
-        open_ = [c for c in s.comparisons if c.reference == s.baseline and not c.bands and undecided(c.ratio)
-                 and not (c.comparable and not c.comparable["ok"])]
+        open_ = [c for c in s.comparisons if c.reference == s.baseline and not c.bands
+                 and undecided(c.ratio, c.margin) and not (c.comparable and not c.comparable["ok"])]
         if open_:  # "keep the baseline" is a decision too: only when no interval fits a real gain
             shown = ", ".join(f"{c.arm} {c.ratio.estimate:.2f}× ({c.ratio.lo:.2f}–{c.ratio.hi:.2f})" for c in open_)
             its = "each interval fits" if len(open_) > 1 else "its interval fits"
-            return [f"no recommendation: inconclusive ({shown}: {its} both a gain beyond {EQUIVALENCE_MARGIN:.0%} "
-                    f"and none){why}; more passes or --until-ci would decide"]
+            return [f"no recommendation: inconclusive ({shown}: {its} both a gain beyond "
+                    f"{margin_text(s.equivalence_margin)} and none){why}; more passes or --until-ci would decide"]
         return [f"keep {s.baseline}: no arm is separably faster{why}"] if s.comparisons else []
     best = max(faster, key=lambda c: c.ratio.estimate)
     r = best.ratio

@@ -112,7 +112,8 @@ def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None
         while until_ci is not None:  # adaptive passes: --until-ci
             more, why = needs_more_passes(run.samples(), len(plan.orders), until_ci, max_passes,
                                           baseline=config.baseline_arm, seed=config.workload.seed,
-                                          stop_on_verdict=stop_on_verdict)
+                                          stop_on_verdict=stop_on_verdict,
+                                          margin=config.workload.equivalence_margin)
             events.on_note(why)
             if not more:
                 break

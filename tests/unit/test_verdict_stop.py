@@ -103,6 +103,10 @@ def test_an_identical_pair_stops_early_on_equivalence() -> None:
     done, why = needs_more_passes(samples, 3, 0.001, 10, baseline="base", n_boot=N_BOOT, stop_on_verdict=True)
     assert not done and "twin/base equivalent" in why and "stopping early" in why, why
     assert clear_verdicts(samples, "base", 0.95, n_boot=N_BOOT)["twin/base"] == "equivalent"
+    # the run's own margin decides: a margin narrower than this interval leaves the pair open
+    done, why = needs_more_passes(samples, 3, 0.001, 10, baseline="base", n_boot=N_BOOT, stop_on_verdict=True,
+                                  margin=0.001)
+    assert done and "adding a pass" in why, why
 
 
 def test_stop_on_verdict_without_until_ci_is_refused_before_anything_runs(tmp_path: Path) -> None:
@@ -132,10 +136,11 @@ def test_the_run_hands_the_option_to_the_rule_after_each_pass(monkeypatch: pytes
     monkeypatch.setattr(session, "needs_more_passes", rule)
     monkeypatch.setattr(plan_module, "load_engine", lambda name: FakeEngine())
     config = parse_bakeoff("name: t\nbaseline: a\narms:\n  - {name: a, engine: fake, model: a.gguf}\n"
-                           "  - {name: b, engine: fake, model: b.gguf}\nworkload: {prompts: [prose]}\n")
+                           "  - {name: b, engine: fake, model: b.gguf}\n"
+                           "workload: {prompts: [prose], equivalence_margin: 2%}\n")
     run_bakeoff(config, tmp_path / "runs", until_ci=0.2, executor=NoEngines(), stop_on_verdict=True)
     assert asked == [{"passes": 1, "target": 0.2, "baseline": "a", "seed": config.workload.seed,
-                      "stop_on_verdict": True}]
+                      "stop_on_verdict": True, "margin": 0.02}]
 
 
 class FakeEngine(EngineAdapter):

@@ -22,7 +22,8 @@ def write_run(path: Path, arms: dict[str, float], *, passes: int = 3, reps: int 
               prompts: tuple[str, ...] = ("code_python", "prose"), noise: float = 0.02, seed: int = 0,
               speculative: dict[str, dict[str, Any]] | None = None, stateful: tuple[str, ...] = (),
               acceptance: dict[str, float] | None = None, failed: dict[str, str] | None = None,
-              name: str = "synthetic", swept: dict[str, dict[str, Any]] | None = None) -> Path:
+              name: str = "synthetic", swept: dict[str, dict[str, Any]] | None = None,
+              workload: dict[str, Any] | None = None) -> Path:
     """A run whose arms decode at ``arms[name]`` tok/s (times log-normal noise), the first arm the baseline."""
     rng = np.random.default_rng(seed)
     run = RunDir(path)
@@ -33,7 +34,8 @@ def write_run(path: Path, arms: dict[str, float], *, passes: int = 3, reps: int 
         "config": {"name": name, "arms": [{"name": a, "engine": "fake", "model": "m.gguf",
                                            "speculative": speculative.get(a, {"method": "none"}),
                                            "swept": (swept or {}).get(a, {})} for a in arms],
-                   "workload": {"reps": reps, "passes": passes, "max_tokens": 128, "modes": ["greedy"]}},
+                   "workload": {"reps": reps, "passes": passes, "max_tokens": 128, "modes": ["greedy"],
+                                **(workload or {})}},
         "baseline": next(iter(arms)), "orders": orders, "seed": seed,
         "prompts": [{"name": p, "kind": "x", "messages": []} for p in prompts],
         "engines": {a: {"engine": "fake", "capabilities": {"stateful_speculators": list(stateful)}} for a in arms},

@@ -27,6 +27,22 @@ def test_summary_of_a_synthetic_run(make_run: Maker) -> None:
     assert s.warnings == []  # three passes, nothing stateful, nothing flagged
 
 
+def test_the_equivalence_margin_is_the_runs_own(make_run: Maker) -> None:
+    """workload.equivalence_margin sets what 'equivalent' means: the same A/A samples that a 3 % margin cannot
+    call equivalent are equivalent within 10 %, in the comparison, its passes_to_decide and the footnote."""
+    arms = {"base": 100.0, "twin": 100.0}
+    default = summarize_run(make_run(arms, noise=0.06, seed=1))
+    wide = summarize_run(make_run(arms, noise=0.06, seed=1, workload={"equivalence_margin": "10%"}))
+    d, w = default.comparison("twin"), wide.comparison("twin")
+    assert d is not None and w is not None and d.ratio == w.ratio  # the same interval, read with two margins
+    assert 0.90 < d.ratio.lo < 0.97 or 1.03 < d.ratio.hi < 1.10, d.ratio
+    assert (d.verdict, d.margin, default.equivalence_margin) == ("not separable", 0.03, 0.03)
+    assert (w.verdict, w.margin, wide.equivalence_margin, w.passes_to_decide) == ("equivalent", 0.10, 0.10, None)
+    assert d.passes_to_decide is not None
+    from bakeoff.core.reports.tables import footnotes
+    assert "within 1 ± 10%" in " ".join(footnotes(wide)) and "within 1 ± 3%" in " ".join(footnotes(default))
+
+
 def test_summary_is_reproducible_and_round_trips_as_json(make_run: Maker) -> None:
     path = make_run({"a": 50.0, "b": 55.0})
     first, second = summarize_run(path), summarize_run(path)
