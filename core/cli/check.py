@@ -25,17 +25,15 @@ console = make_console(highlight=False)
 def print_check(result: CheckResult, out: Console) -> None:
     c = result.config
     w = c.workload
-    if c.phases is not None:
+    if c.phases is not None or result.shape is None:  # phases run for a duration, not a count
+        assert c.phases is not None
         size = f"{len(c.phases.phase_names)} phases of {c.phases.duration_s:g} s against one server"
-    elif w.arrival is not None and not w.concurrency:
-        rates = ", ".join(f"{r:g}" for r in w.arrival.rates)
-        size = (f"{result.requests} timed requests (open loop at {rates} req/s × {len(w.modes)} mode(s) × "
-                f"{w.passes} pass(es) per arm)")
     else:
-        what = "session turn(s)" if w.sessions is not None else "prompt(s)"
-        size = (f"{result.requests} timed requests ({result.prompts} {what} × {len(w.modes)} mode(s) × "
-                f"{w.reps} rep(s) × {w.passes} pass(es) per arm" + (", and open-loop rates)" if w.arrival else ")"))
-    out.print(f"[bold]{escape(result.source)}[/bold]: {len(result.arms)} arm(s), {size}, "
+        size = (f"{result.requests} timed requests = {len(result.arms)} arm(s) × {w.passes} pass(es) × "
+                f"{result.shape.text()}")
+        if w.arrival is not None:
+            size += f" (open loop at {', '.join(f'{r:g}' for r in w.arrival.rates)} req/s)"
+    out.print(f"[bold]{escape(result.source)}[/bold]: {escape(size)}; "
               f"{result.engine_starts} engine start(s) per pass", soft_wrap=True)
     width = max((len(a.name) for a in result.arms), default=3)
     engine_width = max((len(a.engine) for a in result.arms), default=6)

@@ -144,7 +144,7 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
             # not the boundary's business: the run itself succeeded, so this is a warning and the exit code stands
             console.print(f"[bold yellow]WARNING[/bold yellow] the report could not be written "
                           f"({type(exc).__name__}: {escape(str(exc))}); the samples are in {run.path}; "
-                          "`bakeoff report RUN_DIR` retries", highlight=False, soft_wrap=True)
+                          f"`bakeoff report {run.path}` retries", highlight=False, soft_wrap=True)
         console.print(f"run directory: [bold]{run.path}[/bold]")
         return run
 

@@ -9,6 +9,7 @@ structured answer's validity and stalls).
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, ref
 from .structured import stamp_structured
 
 __all__ = ["CACHE_MISS_FLAG", "cache_flags", "DoneKeys", "Point", "arm_points", "is_done", "samples_expected",
-           "PointRunner"]
+           "request_factors", "PointRunner"]
 
 # Resume keys of the samples a run already holds (core/results/db.py done_key): points to skip.
 DoneKeys = Collection[tuple[object, ...]]
@@ -77,16 +78,28 @@ def is_done(done: DoneKeys, arm: str, point: Point, pass_index: int) -> bool:
 
 def samples_expected(workload: Workload, prompts: int, modes: int) -> int:
     """Samples one arm writes per pass (a batch of N streams writes N; a sessions workload, one per turn)."""
+    factors, opened = request_factors(workload, prompts, modes)
+    return (math.prod(n for n, _ in factors) if factors else 0) + opened
+
+
+def request_factors(workload: Workload, prompts: int, modes: int) -> tuple[list[tuple[int, str]], int]:
+    """:func:`samples_expected`'s count, named factor by factor: ``(factors, open_loop)`` where the product of the
+    factors plus ``open_loop`` (the requests an arrival schedule sends) is that count; what ``check`` prints."""
     if workload.sessions is not None:
         from ..config.sessions import load_sessions
 
-        return sum(len(s.turns) for s in load_sessions(workload.sessions)) * modes * workload.reps
+        turns = sum(len(s.turns) for s in load_sessions(workload.sessions))
+        return [(turns, "session turn(s)"), (modes, "mode(s)"), (workload.reps, "rep(s)")], 0
     arrival = workload.arrival
     opened = sum(arrival.count(r) for r in arrival.rates) * modes if arrival is not None else 0
     if arrival is not None and not workload.concurrency:
-        return opened
-    levels = workload.concurrency or [1]
-    return len(workload.depths or [None]) * sum(levels) * prompts * modes * workload.reps + opened
+        return [], opened
+    factors = [(len(workload.depths), "depth(s)")] if workload.depths else []
+    if workload.concurrency:  # a batch of N streams sends N requests
+        levels = workload.concurrency
+        named = f"stream(s) ({'+'.join(map(str, levels))})" if len(levels) > 1 else "stream(s)"
+        factors.append((sum(levels), named))
+    return [*factors, (prompts, "prompt(s)"), (modes, "mode(s)"), (workload.reps, "rep(s)")], opened
 
 
 def _salted(messages: list[dict[str, str]], salt: str) -> list[dict[str, str]]:

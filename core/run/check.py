@@ -11,6 +11,7 @@ a warning, not an error: the file is fine, the machine is not ready yet.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from ..config.tune import race_config, tune_arms
 from ..engine.adapter import EngineAdapter, check_arm_capabilities
 from ..engine.models import builtin_cached
 from ..engine.registry import KNOWN_PLUGINS, load_engine
-from ..measure.points import samples_expected
+from ..measure.points import request_factors
 from .plan import (
     check_depths_before_launch,
     check_levels_before_launch,
@@ -60,12 +61,29 @@ class ArmPlan:
 
 
 @dataclass
+class RequestShape:
+    """The timed requests each arm sends per pass, factor by factor (per-arm overrides change no count)."""
+
+    factors: list[tuple[int, str]]  # (count, what): their product, plus open_loop, is per_pass
+    open_loop: int
+    per_pass: int
+
+    def text(self) -> str:
+        product = " × ".join(f"{n} {what}" for n, what in self.factors)
+        if not self.open_loop:
+            return product
+        opened = f"{self.open_loop} open-loop request(s)"
+        return f"({product} + {opened})" if product else opened
+
+
+@dataclass
 class CheckResult:
     source: str
     config: BakeoffFile
     arms: list[ArmPlan]
     requests: int  # timed requests (phase runs: 0, they run for a duration)
     prompts: int
+    shape: RequestShape | None  # the factors of ``requests`` (None: phase runs)
     engine_starts: int  # per pass
     calibration: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -138,8 +156,11 @@ def check_config(config: BakeoffFile, source: str) -> CheckResult:
     else:
         notes.append("arms that would launch the same command are compared once nothing is missing")
     starts = len({server_key(a) for a in config.arms if not a.attached})
+    shape = _shape(config)
     return CheckResult(source=source, config=config, arms=[_describe(a) for a in config.arms],
-                       requests=_requests(config), prompts=_prompt_count(config), engine_starts=starts,
+                       requests=config.workload.passes * len(config.arms) * (shape.per_pass if shape else 0),
+                       prompts=_prompt_count(config), shape=shape,
+                       engine_starts=starts,
                        calibration=calibration, errors=errors,
                        lacks=_merged(lacks), notes=notes)
 
@@ -246,12 +267,13 @@ def _prompt_count(config: BakeoffFile) -> int:
     return sum(len(s.turns) for s in load_sessions(w.sessions)) if w.sessions else len(resolve_prompts(w))
 
 
-def _requests(config: BakeoffFile) -> int:
+def _shape(config: BakeoffFile) -> RequestShape | None:
+    """Each arm's timed requests per pass as named factors: the count the run plans (samples_expected's)."""
     if config.phases is not None:
-        return 0
+        return None
     w = config.workload
-    prompts = _prompt_count(config)
-    return w.passes * sum(samples_expected(effective_workload(w, a), prompts, len(w.modes)) for a in config.arms)
+    factors, opened = request_factors(w, _prompt_count(config), len(w.modes))
+    return RequestShape(factors, opened, (math.prod(n for n, _ in factors) if factors else 0) + opened)
 
 
 def _describe(arm: Arm) -> ArmPlan:

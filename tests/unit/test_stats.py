@@ -294,3 +294,16 @@ def test_an_undecided_ratio_says_how_many_passes_would_decide_it() -> None:
     assert passes_to_verdict(iv(1.06, 0.94, 1.18, 1)) is None  # one pass: no spread between launches yet
     c = Comparison(arm="a", reference="b", ratio=iv(1.06, 0.94, 1.18, 3), verdict="not separable")
     assert c.model_dump()["passes_to_decide"] == 12  # in summary.json beside the verdict
+
+
+def test_the_readme_names_exactly_the_flags_that_keep_a_sample_out() -> None:
+    """A user reading which flags leave a sample out of the statistics reads the list the code uses."""
+    import re
+
+    from bakeoff.core.analysis.stats import EXCLUDING_FLAGS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    said = re.search(r"Exactly (\w+) flags keep a sample out:\s+(.+?);", readme, re.S)
+    assert said, "the README's sentence on excluding flags is gone"
+    named = re.findall(r"`([a-z-]+)`", said.group(2))
+    assert sorted(named) == sorted(EXCLUDING_FLAGS) and said.group(1) == {3: "three"}.get(len(EXCLUDING_FLAGS)), named

@@ -113,3 +113,25 @@ def test_every_bakeoff_file_in_the_readme_is_valid(tmp_path: Path, bare_machine:
         code, out = check(str(file))
         assert code == ExitCode.OK, (block, out)
     assert len(blocks[0].strip().splitlines()) == 6  # "six lines"
+
+
+def test_the_request_count_names_every_factor_and_is_what_the_run_plans(bare_machine: Path, tmp_path: Path) -> None:
+    """USER-3 #4: '336 timed requests (2 prompt(s) × 1 mode(s) × 2 rep(s) × 1 pass(es) per arm)' multiplied to 24;
+    arms, streams and depths multiplied unnamed. Every factor is named, and the count is the plan's."""
+    from bakeoff.core.config.loader import load_bakeoff
+    from bakeoff.core.run.plan import plan_run
+
+    f = tmp_path / "b.yaml"
+    f.write_text("arms:\n  - {name: a, engine: sim, model: x}\n  - {name: b, engine: sim, model: x}\n"
+                 "  - {name: c, engine: sim, model: x}\n"
+                 "workload: {prompts: [prose, code_python], reps: 2, passes: 3, concurrency: [1, 4]}\n")
+    code, out = check(str(f))
+    assert code == ExitCode.OK, out
+    assert ("180 timed requests = 3 arm(s) × 3 pass(es) × 5 stream(s) (1+4) × 2 prompt(s) × 1 mode(s) × "
+            "2 rep(s)") in out, out
+    assert plan_run(load_bakeoff(f)).requests_total == 180
+    g = tmp_path / "one.yaml"
+    g.write_text("arms:\n  - {name: a, engine: sim, model: x}\n  - {name: b, engine: sim, model: x}\n"
+                 "workload: {prompts: [prose], reps: 2, depths: [64, 128]}\n")
+    _, out = check(str(g))  # the count is said even where the file has errors (the sim engine takes no depths)
+    assert "8 timed requests = 2 arm(s) × 1 pass(es) × 2 depth(s) × 1 prompt(s) × 1 mode(s) × 2 rep(s)" in out, out
