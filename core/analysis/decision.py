@@ -153,7 +153,7 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Callable[[st
             if vs is not None and vs.lo <= 1 <= vs.hi:
                 rec.plateau.append(other)
         r = ratios[best]
-        rec.line = f"{head}: {rec.setting}, {r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f})"
+        rec.line = f"{head}: {rec.setting}, {r.ratio_text()}"
         if rec.plateau:
             rec.line += f"; plateau: {plateau_text([label[best], *(label[a] for a in rec.plateau)])} not separable"
     elif not candidates:
@@ -162,8 +162,7 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Callable[[st
         rec.line = f"{head}: no verdict (fewer than {MIN_PAIRS} paired requests per setting)"
     elif open_ := sorted((a for a, r in ratios.items() if undecided(r, margin)), key=lambda a: -ratios[a].hi):
         rec.setting, rec.decided = "inconclusive", False
-        shown = ", ".join(f"{label[a]} {ratios[a].estimate:.2f}× ({ratios[a].lo:.2f}–{ratios[a].hi:.2f})"
-                          for a in open_)
+        shown = ", ".join(f"{label[a]} {ratios[a].ratio_text()}" for a in open_)
         its = "each interval fits" if len(open_) > 1 else "its interval fits"
         rec.line = (f"{head}: no recommendation: inconclusive ({shown}: {its} both a gain beyond "
                     f"{margin_text(margin)} and none); more passes or --until-ci would decide")

@@ -152,8 +152,7 @@ class BandRatio(BaseModel):
         head = f"{self.band} band of {self.of} ({self.launches} launch{'es' if self.launches != 1 else ''})"
         if self.ratio is None:
             return f"{head}: no verdict, {self.refused}"
-        r = self.ratio
-        return f"{head}: {r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f}) {self.verdict}"
+        return f"{head}: {self.ratio.ratio_text()} {self.verdict}"
 
 
 def band_ratios(samples: Sequence[Sample], arm: str, reference: str, bands: dict[str, LaunchBands], *,

@@ -33,6 +33,7 @@ from .acceptance import acceptance_rate
 __all__ = [
     "EQUIVALENCE_MARGIN",
     "margin_text",
+    "ratio_text",
     "MACHINE_FLAGS",
     "busy_machine",
     "undecided",
@@ -77,6 +78,27 @@ METHOD = ("two-stage percentile bootstrap: passes resampled, then requests withi
 Verdict = Literal["faster", "slower", "equivalent", "not separable"]
 
 
+def _shown(x: float, rounding: Callable[[float], float], keep_side: bool) -> str:
+    """``x`` at two decimals by ``rounding`` (applied to x * 10**digits), with more digits while a value on one side
+    of 1 would print as 1 or beyond it (``keep_side``)."""
+    for digits in (2, 3, 4):
+        scale = 10 ** digits
+        v = rounding(x * scale) / scale
+        if not keep_side or ((x > 1) == (v > 1) and (x < 1) == (v < 1)):
+            return f"{v:.{digits}f}"
+    return f"{x:.6f}"
+
+
+def ratio_text(estimate: float, lo: float, hi: float, times: str = "×") -> str:
+    """``1.11× (1.004–1.30)``: bounds rounded outward, so an interval never reads narrower than it was measured,
+    and a bound (or the estimate of a decided ratio) on one side of 1 never reads as 1 or beyond it: a 'faster'
+    never shows a lower bound of 1.00."""
+    decided = lo > 1 or hi < 1
+    low = _shown(lo, lambda v: math.floor(v + 1e-9), keep_side=True)
+    high = _shown(hi, lambda v: math.ceil(v - 1e-9), keep_side=True)
+    return f"{_shown(estimate, round, keep_side=decided)}{times} ({low}–{high})"
+
+
 class Interval(BaseModel):
     """A point estimate with its bootstrap confidence interval."""
 
@@ -91,6 +113,10 @@ class Interval(BaseModel):
     def half_width_rel(self) -> float:
         """Half the interval's width relative to the estimate (0.03 = ±3 %)."""
         return (self.hi - self.lo) / 2 / abs(self.estimate) if self.estimate else float("inf")
+
+    def ratio_text(self, times: str = "×") -> str:
+        """This interval as a ratio: :func:`ratio_text`."""
+        return ratio_text(self.estimate, self.lo, self.hi, times)
 
 
 class PromptStats(BaseModel):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..analysis.stats import N_BOOT
 from ..common.errors import RunDirError
@@ -109,7 +110,7 @@ def print_run(run_path: Path, out: Console, *, write: bool = True, n_boot: int =
         if summary.phases:  # a phase run's answer is its phase table
             print_table(out, "phases: each knob against its neighbouring baselines (paired, 95 % CI)",
                         *phase_rows(summary.phases))
-    more = None if tables else f"every table: bakeoff report {run_path} --tables"
+    lead, command = ("every table:", f"bakeoff report {run_path} --tables") if not tables else ("", "")
     if write:
         files = write_reports(run_path, summary, out=files_dir)
         for failure in files.plot_failures:
@@ -118,6 +119,7 @@ def print_run(run_path: Path, out: Console, *, write: bool = True, n_boot: int =
             out.print(f"reports: {files.markdown}, {files.json}, {files.html} (+{len(files.plots)} plot files)",
                       highlight=False, soft_wrap=True)
         else:
-            more = f"report: {files.html} (every table, plots); {more}"
-    if more:
-        out.print(f"[dim]{more}[/dim]", highlight=False)
+            lead = f"report: {files.html} (every table, plots); every table in the terminal:"
+    if command:  # the command on a line of its own, never wrapped, so it can be copied whole
+        out.print(f"[dim]{escape(lead)}[/dim]", highlight=False, soft_wrap=True)
+        out.print(escape(command), highlight=False, soft_wrap=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..analysis.racing import TuneResult
-from ..analysis.stats import Interval
+from ..analysis.stats import Interval, ratio_text
 from .calibration import (
     break_even_rows,
     calibration_rows,
@@ -61,7 +61,7 @@ def calibration_markdown(s: RunSummary) -> list[str]:
 
 
 def _ratio(estimate: float | None, lo: float | None, hi: float | None) -> str:
-    return "–" if estimate is None or lo is None or hi is None else f"{estimate:.2f}x ({lo:.2f}–{hi:.2f})"
+    return "–" if estimate is None or lo is None or hi is None else ratio_text(estimate, lo, hi, "x")
 
 
 def _interval(ci: Interval | None) -> str:

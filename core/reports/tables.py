@@ -15,7 +15,7 @@ from ..analysis.decision import MIN_PAIRS
 from ..analysis.gates import gate_label
 from ..analysis.launches import BandRatio
 from ..analysis.phases import GPU_FIELDS, PhaseResult
-from ..analysis.stats import ArmStats, Comparison, Interval, margin_text
+from ..analysis.stats import ArmStats, Comparison, Interval, margin_text, ratio_text
 from ..common.textfmt import DASH, fmt
 from .completeness import passes_design
 from .model import RunSummary
@@ -384,7 +384,7 @@ def _decision_sections(s: RunSummary) -> list[Section]:
                     row.append(DASH)
                     continue
                 q = cell.ratio
-                row.append(f"{_ROLE_MARK[cell.role]}{q.estimate:.2f}× ({q.lo:.2f}–{q.hi:.2f}) {cell.verdict}"
+                row.append(f"{_ROLE_MARK[cell.role]}{q.ratio_text()} {cell.verdict}"
                            if cell.verdict else f"{q.estimate:.2f}× (n={q.n}, too few for a verdict)")
             rows.append(row)
         note = (f"paired per-request ratio over {s.baseline} on this category's requests at each point, "
@@ -410,7 +410,7 @@ def _hardware_sections(s: RunSummary) -> list[Section]:
 def _ratio(x: float | None, lo: float | None = None, hi: float | None = None) -> str:
     if x is None:
         return "-"
-    return f"{x:.2f}× ({lo:.2f}–{hi:.2f})" if lo is not None and hi is not None else f"{x:.2f}×"
+    return ratio_text(x, lo, hi) if lo is not None and hi is not None else f"{x:.2f}×"
 
 
 def _num(x: float | None, fmt: str) -> str:

@@ -72,7 +72,7 @@ def _vs(s: RunSummary, a: ArmStats) -> tuple[str, str]:
     if c is None:
         return DASH, "no data"
     r = c.ratio
-    return f"{r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f}) {c.verdict}{_what_decides(s, a, c)}", c.verdict
+    return f"{r.ratio_text()} {c.verdict}{_what_decides(s, a, c)}", c.verdict
 
 
 def _what_decides(s: RunSummary, a: ArmStats, c: Comparison) -> str:
@@ -118,14 +118,14 @@ def _recommendation(s: RunSummary) -> list[str]:
         open_ = [c for c in s.comparisons if c.reference == s.baseline and not c.bands
                  and undecided(c.ratio, c.margin) and not (c.comparable and not c.comparable["ok"])]
         if open_:  # "keep the baseline" is a decision too: only when no interval fits a real gain
-            shown = ", ".join(f"{c.arm} {c.ratio.estimate:.2f}× ({c.ratio.lo:.2f}–{c.ratio.hi:.2f})" for c in open_)
+            shown = ", ".join(f"{c.arm} {c.ratio.ratio_text()}" for c in open_)
             its = "each interval fits" if len(open_) > 1 else "its interval fits"
             return [f"no recommendation: inconclusive ({shown}: {its} both a gain beyond "
                     f"{margin_text(s.equivalence_margin)} and none){why}; more passes or --until-ci would decide"]
         return [f"keep {s.baseline}: no arm is separably faster{why}"] if s.comparisons else []
     best = max(faster, key=lambda c: c.ratio.estimate)
     r = best.ratio
-    return [f"{best.arm}: {r.estimate:.2f}× ({r.lo:.2f}–{r.hi:.2f}) over {s.baseline}"]
+    return [f"{best.arm}: {r.ratio_text()} over {s.baseline}"]
 
 
 def _break_even(b: BreakEven) -> str:

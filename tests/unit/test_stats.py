@@ -307,3 +307,15 @@ def test_the_readme_names_exactly_the_flags_that_keep_a_sample_out() -> None:
     assert said, "the README's sentence on excluding flags is gone"
     named = re.findall(r"`([a-z-]+)`", said.group(2))
     assert sorted(named) == sorted(EXCLUDING_FLAGS) and said.group(1) == {3: "three"}.get(len(EXCLUDING_FLAGS)), named
+
+
+def test_a_ratio_interval_is_rounded_outward_and_a_bound_never_reads_as_the_null() -> None:
+    """USER-3 #10: '1.11× (1.00–1.30) faster' showed a lower bound of 1.00 for an interval that excludes 1."""
+    from bakeoff.core.analysis.stats import ratio_text
+
+    assert ratio_text(1.11, 1.004, 1.30) == "1.11× (1.004–1.30)"  # faster: its lower bound stays above 1
+    assert ratio_text(0.98, 0.951, 0.9968) == "0.98× (0.95–0.997)"  # slower: its upper bound stays below 1
+    assert ratio_text(1.18, 1.051, 1.289) == "1.18× (1.05–1.29)"  # outward: never narrower than measured
+    assert ratio_text(1.0, 0.9549, 1.0201) == "1.00× (0.95–1.03)"
+    assert ratio_text(1.004, 1.0003, 1.01, "x") == "1.004x (1.0003–1.01)"  # a decided estimate is not 1.00 either
+    assert ratio_text(1.0, 1.0, 1.0) == "1.00× (1.00–1.00)"

@@ -47,17 +47,18 @@ def test_the_verdict_block_fits_80_columns_without_cutting_a_number(run: str) ->
     for c in summary.comparisons:
         if c.comparable and not c.comparable["ok"]:
             continue
-        assert f"{c.ratio.estimate:.2f}× ({c.ratio.lo:.2f}–{c.ratio.hi:.2f}) {c.verdict}" in text, text
+        assert f"{c.ratio.ratio_text()} {c.verdict}" in text, text  # bounds rounded outward
     assert len(lines) < 40  # a verdict, not 84 lines of tables
 
 
 def test_the_block_leads_with_the_recommendation_and_the_token_accounting() -> None:
     text = " ".join(rendered(FIXTURES / "llamacpp-run", width=200).split())
     assert "stats-real: each arm against spec-off" in text
-    # 3 passes on a busy box: ngram mod 1.01x (0.92-1.47) and draft 0.57x (0.42-1.38) fit a real gain, so the
-    # block says it cannot tell instead of "off" (issue 40: a recommendation only from decided comparisons)
-    assert ("recommendation code: no recommendation: inconclusive (ngram mod 1.01× (0.92–1.47), draft n-max 3 "
-            "0.57× (0.42–1.38): each interval fits both a gain beyond 3% and none); more passes or --until-ci "
+    # 3 passes on a busy box: ngram mod 1.01x (0.92-1.48) and draft 0.57x (0.42-1.39) (bounds rounded outward) fit
+    # a real gain, so the block says it cannot tell instead of "off" (issue 40: a recommendation only from decided
+    # comparisons)
+    assert ("recommendation code: no recommendation: inconclusive (ngram mod 1.01× (0.92–1.48), draft n-max 3 "
+            "0.57× (0.42–1.39): each interval fits both a gain beyond 3% and none); more passes or --until-ci "
             "would decide") in text
     assert "recommendation code: off" not in text
     assert "accounting one token per SSE event here" in text
@@ -88,7 +89,8 @@ def test_report_prints_the_verdict_by_default_and_every_table_with_tables_flag()
     short = runner.invoke(app, ["report", run, "--no-files"], env={"COLUMNS": "80"})
     assert short.exit_code == 0, short.output
     assert "token accounting and timing" not in short.output and "vs spec-off" in short.output
-    assert f"every table: bakeoff report {run} --tables" in short.output
+    # USER-3 #12: the suggested command stands on a line of its own, whole, ready to paste
+    assert f"every table:\nbakeoff report {run} --tables\n" in short.output
     full = runner.invoke(app, ["report", run, "--no-files", "-v"], env={"COLUMNS": "80"})
     assert full.exit_code == 0 and "token accounting and timing" in full.output
     assert "Acceptance per speculative arm" in full.output
