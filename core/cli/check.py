@@ -25,7 +25,7 @@ console = make_console(highlight=False)
 def print_check(result: CheckResult, out: Console) -> None:
     c = result.config
     w = c.workload
-    if c.phases is not None or result.shape is None:  # phases run for a duration, not a count
+    if result.shape is None:  # phases run for a duration, not a count
         assert c.phases is not None
         size = f"{len(c.phases.phase_names)} phases of {c.phases.duration_s:g} s against one server"
     else:

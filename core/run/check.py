@@ -11,7 +11,6 @@ a warning, not an error: the file is fine, the machine is not ready yet.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from ..config.tune import race_config, tune_arms
 from ..engine.adapter import EngineAdapter, check_arm_capabilities
 from ..engine.models import builtin_cached
 from ..engine.registry import KNOWN_PLUGINS, load_engine
-from ..measure.points import request_factors
+from ..measure.points import request_factors, samples_expected
 from .plan import (
     check_depths_before_launch,
     check_levels_before_launch,
@@ -272,8 +271,9 @@ def _shape(config: BakeoffFile) -> RequestShape | None:
     if config.phases is not None:
         return None
     w = config.workload
-    factors, opened = request_factors(w, _prompt_count(config), len(w.modes))
-    return RequestShape(factors, opened, (math.prod(n for n, _ in factors) if factors else 0) + opened)
+    prompts = _prompt_count(config)
+    factors, opened = request_factors(w, prompts, len(w.modes))
+    return RequestShape(factors, opened, samples_expected(w, prompts, len(w.modes)))
 
 
 def _describe(arm: Arm) -> ArmPlan:
