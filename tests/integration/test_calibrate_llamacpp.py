@@ -60,7 +60,11 @@ def test_forced_acceptance_matches_and_agrees_with_the_engine_timings(calibratio
         # a busy machine is said on the point (its spec-off pair's flags) and is no fault of the accounting
         load = [f for f in p["flags"] if f.startswith("spec-off pair flagged:") and all(
             part.split("×")[0].strip() in MACHINE_FLAGS for part in f.split(":", 1)[1].split(","))]
-        assert p["samples"] == 2 and p["flags"] == load, p
+        # so is a request whose tokens reached the client in bursts (the scheduler's, not the engine's doing): the
+        # point says it lost that pair from both speedups, and the other pair still carries the accounting checks
+        lost = [f for f in p["flags"] if (m := re.fullmatch(r"lost 1 request pair\(s\) from both speedups \((.+)\)", f))
+                and set(m.group(1).split(", ")) <= {"burst-delivery", *MACHINE_FLAGS}]
+        assert p["samples"] == 2 and p["flags"] == [*lost, *load], p
         # llama.cpp's own drafted/accepted counts show the acceptance the synthesized head was built for
         if target == 1.0:
             assert p["measured_acceptance"] == 1.0, p
