@@ -236,6 +236,23 @@ def probes(srv: HostileServer) -> dict[str, Probe]:
                       ("cli/n-boot-huge", "nboot")):
         p[name] = functools.partial(store_probe, what=how)
     p.update(faults2_probes(srv))
+    p.update(faults3_probes(srv))
+    return p
+
+
+def faults3_probes(srv: HostileServer) -> dict[str, Probe]:
+    """The FAULTS-3 families (causes N1..N25, names ``f3/N<n>/...``): one module per family in benchmarks/faults3/,
+    each with ``probes(srv) -> dict[str, Probe]`` built from this module's helpers."""
+    sys.modules.setdefault("fault_probes", sys.modules[__name__])  # one copy of the helpers when run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import importlib
+    import pkgutil
+
+    import faults3
+
+    p: dict[str, Probe] = {}
+    for info in sorted(pkgutil.iter_modules(faults3.__path__), key=lambda m: m.name):
+        p.update(importlib.import_module(f"faults3.{info.name}").probes(srv))
     return p
 
 
