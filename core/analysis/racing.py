@@ -22,13 +22,27 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..results.sample import Sample
-from .stats import MIN_ADAPTIVE_PASSES, N_BOOT, Interval, paired_ratio, verdict_stop_level
+from .stats import (
+    MIN_ADAPTIVE_PASSES,
+    N_BOOT,
+    Interval,
+    Verdict,
+    margin_text,
+    paired_ratio,
+    passes_to_decide,
+    undecided,
+    verdict,
+    verdict_stop_level,
+)
 
 __all__ = ["TUNE_FILE", "Look", "NothingDrafted", "RaceCandidate", "ScheduleLevel", "Status", "TuneResult",
-           "TuneVerify", "VerifyPoint", "batch_schedule", "look", "n_max_by_streams", "nothing_drafted",
-           "ratio_to_baseline", "read_tune", "separable"]
+           "TuneVerify", "VerifyPoint", "Decision", "batch_schedule", "look", "n_max_by_streams", "nothing_drafted",
+           "ratio_to_baseline", "read_tune", "separable", "tune_decision"]
 
 Status = Literal["winner", "plateau", "dropped"]
+# the gate's outcomes, for a tuner: a setting named on evidence (or spec-off kept on evidence), an interval that
+# cannot tell yet (exit 6, as a gate's), or nothing to read a ratio against
+Decision = Literal["decided", "inconclusive", "no verdict"]
 TUNE_FILE = "tune.json"  # in the race's run directory; its report's summary.json carries it as ``tune``
 
 
@@ -45,6 +59,12 @@ class RaceCandidate(BaseModel):
     ratio: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
+    verdict: Verdict | None = Field(None, description="Its ratio to the baseline in the words of every comparison.")
+
+    def interval(self) -> Interval | None:
+        if self.ratio is None or self.ci_low is None or self.ci_high is None:
+            return None
+        return Interval(estimate=self.ratio, lo=self.ci_low, hi=self.ci_high, n=0)
 
 
 class VerifyPoint(BaseModel):
@@ -100,6 +120,41 @@ class TuneResult(BaseModel):
     undecided: list[str] = Field(default_factory=list, description="Arms still racing when the budget ran out: "
                                                                    "more passes might have told them apart.")
     promoted: dict[str, Any] | None = None
+    decision: Decision = Field("decided", description="decided: the named setting is shown faster than the baseline, "
+                               "or no candidate can be (each slower or equivalent); inconclusive: an interval "
+                               "cannot tell yet (exit 6); no verdict: the baseline measured nothing.")
+    decision_why: str = ""
+
+
+def tune_decision(named: str, baseline: str, candidates: Sequence[RaceCandidate], passes: int, margin: float
+                  ) -> tuple[Decision, str]:
+    """The gate's rule for the tuner's answer: a candidate is named on evidence only when its interval against the
+    baseline lies above 1; spec-off is kept on evidence only when no candidate still in the race could be faster
+    by more than ``margin`` (each slower or within it). Anything else is inconclusive, with what would decide it."""
+    if passes < MIN_ADAPTIVE_PASSES:
+        return "inconclusive", (f"{passes} pass(es) ran and the first look needs {MIN_ADAPTIVE_PASSES}: nothing "
+                                "was compared")
+    by_arm = {c.arm: c for c in candidates}
+    if named != baseline:
+        c = by_arm[named]
+        ci = c.interval()
+        if ci is not None and verdict(ci, margin) == "faster":
+            return "decided", f"{named} is faster than {baseline}: {ci.ratio_text()}"
+        return "inconclusive", f"{named} is not told apart from {baseline}: " + _open(ci, passes)
+    open_ = [(c.arm, ci) for c in candidates if c.status != "dropped" and (ci := c.interval()) is not None
+             and undecided(ci, margin)]
+    if not open_:
+        return "decided", (f"no candidate is faster than {baseline} (each dropped, slower, or within "
+                           f"±{margin_text(margin)})")
+    return "inconclusive", "; ".join(f"{arm} may be faster than {baseline}: " + _open(ci, passes)
+                                     for arm, ci in open_)
+
+
+def _open(ci: Interval | None, passes: int) -> str:
+    if ci is None:
+        return "no paired ratio"
+    need = passes_to_decide(ci.estimate, ci.lo, ci.hi, 1.0, passes)
+    return ci.ratio_text() + (f", about {need} passes would decide it" if need else "")
 
 
 def _by_arm(samples: Sequence[Sample]) -> dict[str, list[Sample]]:

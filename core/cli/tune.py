@@ -16,30 +16,39 @@ from ..reports import write_reports
 from ..run.executor import LocalExecutor
 from ..run.tune import promote_winner, run_tune
 from .console import make_console
+from .exit_codes import ExitCode
 from .running import finish, progress_events, stop_signals_as_interrupt
 
 __all__ = ["tune_command", "tune_lines"]
 
 console = make_console()
 
-TUNE_EXIT_HELP = ("Exit codes: 0 tuned (and verified: no collapse; promoted with --promote); 1 the named setting "
-                  "collapses under the verification's load (separably slower than spec-off at some level; never "
-                  "promoted); 2 configuration error, nothing ran, or --promote refused (spec-off won, unverified) "
-                  "or rolled back; 3 nothing valid measured; 4 some arm of the race produced no valid sample; "
-                  "130 interrupted.")
+TUNE_EXIT_HELP = ("Exit codes: 0 decided: the named setting is faster than spec-off, or spec-off is kept because "
+                  "no candidate can be faster by more than the equivalence margin (and verified: no collapse; "
+                  "promoted with --promote); 1 the named setting collapses under the verification's load "
+                  "(separably slower than spec-off at some level; never promoted); 2 configuration error, nothing "
+                  "ran, or --promote refused (spec-off won, undecided, unverified) or rolled back; 3 nothing valid "
+                  "measured (the baseline included); 4 some arm of the race produced no valid sample; 6 "
+                  "inconclusive: the budget ran out before the intervals could tell (as a gate's); 130 "
+                  "interrupted.")
 
 
 def tune_lines(t: TuneResult) -> list[str]:
     """What the tuner found, in a few plain lines."""
     lines = [f"tune: {t.passes} pass(es), {t.spent_s:.0f} s of {t.budget_s:.0f} s; stopped: {t.stopped}"]
     for c in t.candidates:
-        ratio = "no paired ratio" if c.ratio is None else f"{c.ratio:.2f}x ({c.ci_low:.2f}-{c.ci_high:.2f})"
+        ci = c.interval()
+        ratio = "no paired ratio" if ci is None else f"{ci.ratio_text('x')} {c.verdict}"
         drop = f", dropped after {c.dropped_after_requests} requests vs {c.dropped_vs}" if c.status == "dropped" \
             else ""
         lines.append(f"  {c.arm}: {c.status}, {ratio} vs {t.baseline}{drop}")
+    if t.decision == "no verdict":
+        return [*lines, f"no setting named: {t.decision_why}"]
     w = t.winner
     lines.append(f"named: {w.get('arm')} ({w.get('chosen_by')})" + (" - spec-off: nothing to deploy"
                                                                      if w.get("spec_off") else ""))
+    lines.append(f"{t.decision}: {t.decision_why}" if t.decision == "decided"
+                 else f"no recommendation: inconclusive: {t.decision_why}")
     config = w.get("engine_config") or {}
     if config.get("flags"):
         lines.append(f"{config.get('engine')} flags: {' '.join(config['flags'])}")
@@ -103,6 +112,14 @@ def tune_command(
         if promote:
             console.print("not promoted", highlight=False)
         raise typer.Exit(1)
+    if outcome.result.decision == "no verdict":
+        raise typer.Exit(ExitCode.NOTHING_MEASURED)
+    if outcome.result.decision == "inconclusive":
+        console.print("[yellow]tune: inconclusive[/yellow] (raise tune.budget_s or tune.max_passes)",
+                      highlight=False)
+        if promote:
+            console.print("not promoted", highlight=False)
+        raise typer.Exit(ExitCode.INCONCLUSIVE)
     if promote:
         promote_winner(outcome, lambda msg: console.print(escape(msg), highlight=False, soft_wrap=True))
 

@@ -40,8 +40,10 @@ def candidate_settings(arm: Arm, baseline: Arm) -> dict[str, Any]:
 class TuneArms:
     """The race's arms: the baseline (spec-off), then the fixed candidates, then those drawn from the space."""
 
-    def __init__(self, baseline: Arm, fixed: list[Arm], generated: list[Arm], space: dict[str, list[Any]]) -> None:
+    def __init__(self, baseline: Arm, fixed: list[Arm], generated: list[Arm], space: dict[str, list[Any]],
+                 no_ops: list[str] | None = None) -> None:
         self.baseline, self.fixed, self.generated, self.space = baseline, fixed, generated, space
+        self.no_ops = no_ops or []  # candidates left out: they change nothing from the baseline
 
     @property
     def candidates(self) -> list[Arm]:
@@ -90,7 +92,15 @@ def tune_arms(config: BakeoffFile, source: str = "<config>") -> TuneArms:
     if clash:
         raise ConfigError(f"{source}: tune.space makes candidates named like arms of the file ({', '.join(clash)}); "
                           f"rename those arms")
-    return TuneArms(baseline, fixed, generated, tune.space)
+    # a candidate that changes nothing (a space value equal to the baseline's, null for an unset option) would race
+    # the baseline against its own copy: it costs budget, and a chance separation of identical arms becomes advice
+    # (the file's own arms are left as written: they may differ in what candidate_settings does not compare)
+    no_ops = [a.name for a in generated if not candidate_settings(a, baseline)]
+    generated = [a for a in generated if a.name not in no_ops]
+    if not fixed and not generated:
+        raise ConfigError(f"{source}: tune: no candidate differs from the baseline {baseline.name!r} "
+                          f"({', '.join(no_ops)} change nothing); give tune.space values other than the baseline's")
+    return TuneArms(baseline, fixed, generated, tune.space, no_ops)
 
 
 def _section(config: BakeoffFile) -> TuneSection:

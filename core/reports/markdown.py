@@ -72,11 +72,14 @@ def tune_markdown(t: TuneResult) -> list[str]:
     """The tune section: the race's candidates, the named setting and its engine flags, the verification."""
     rows = [[f"`{c.arm}`", ", ".join(f"{k}={v}" for k, v in c.settings.items()), c.status,
              "" if c.dropped_after_requests is None else f"{c.dropped_after_requests} (vs `{c.dropped_vs}`)",
-             _ratio(c.ratio, c.ci_low, c.ci_high)] for c in t.candidates]
+             _ratio(c.ratio, c.ci_low, c.ci_high), c.verdict or ""] for c in t.candidates]
     w = t.winner
     parts = [f"**Tune** ({t.passes} of at most {t.max_passes} passes, {t.spent_s:.0f} s of {t.budget_s:.0f} s; "
              f"stopped: {t.stopped}; decode ratios vs `{t.baseline}`, paired, 95 % CI)", "",
-             markdown_table(["candidate", "settings", "status", "dropped after requests", "vs spec-off"], rows), ""]
+             markdown_table(["candidate", "settings", "status", "dropped after requests", "vs spec-off", "verdict"],
+                            rows), "",
+             f"- **{t.decision}**: {t.decision_why}" if t.decision == "decided"
+             else f"- **no recommendation: {t.decision}**: {t.decision_why}"]
     if w.get("spec_off"):
         parts.append(f"- named: `{t.baseline}` (spec-off, nothing to deploy): {w.get('chosen_by')}")
     else:

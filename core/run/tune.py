@@ -41,9 +41,10 @@ from ..analysis.racing import (
     ratio_to_baseline,
     read_tune,
     separable,
+    tune_decision,
 )
-from ..analysis.stats import MIN_ADAPTIVE_PASSES
-from ..common.errors import CapabilityNotSupported, ConfigError, MeasurementError
+from ..analysis.stats import MIN_ADAPTIVE_PASSES, verdict
+from ..common.errors import CapabilityNotSupported, ConfigError
 from ..config.schema import Arm, BakeoffFile
 from ..config.tune import (
     TuneArms,
@@ -182,7 +183,7 @@ def _plateau(race: _Race, run: RunDir, passes: int) -> list[str]:
     return out
 
 
-def _candidates(race: _Race, run: RunDir, plateau: list[str], named: str) -> list[RaceCandidate]:
+def _candidates(race: _Race, run: RunDir, plateau: list[str], named: str, margin: float) -> list[RaceCandidate]:
     samples = run.samples()
     out = []
     for arm in race.arms.candidates:
@@ -194,7 +195,7 @@ def _candidates(race: _Race, run: RunDir, plateau: list[str], named: str) -> lis
                                  dropped_at_pass=drop["pass"] if drop else None,
                                  dropped_vs=drop["vs"] if drop else None,
                                  ratio=ci.estimate if ci else None, ci_low=ci.lo if ci else None,
-                                 ci_high=ci.hi if ci else None))
+                                 ci_high=ci.hi if ci else None, verdict=verdict(ci, margin) if ci else None))
     return out
 
 
@@ -299,6 +300,8 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
     race = _Race(arms, race_file.workload.seed, tune.max_passes)
     say(f"tune: {len(arms.candidates)} candidates against {race.baseline}; budget {tune.budget_s:g} s, "
         f"at most {tune.max_passes} passes")
+    if arms.no_ops:
+        say(f"tune: left out {', '.join(arms.no_ops)}: the same as {race.baseline} (nothing to race)")
     started = clock()
     passes, stopped = 0, ""
     live = LiveRun(race_file, run, say)
@@ -316,9 +319,11 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
                 run_plan(plan, run, events)
             arm_runs += len(plan.orders[passes])
             passes += 1
-            if _ok_count(run.samples(), race.baseline) == 0:
-                raise MeasurementError(f"tune: the baseline {race.baseline!r} has no valid request after pass "
-                                       f"{passes}: every ratio is read against it (see {run.path})")
+            if _ok_count(run.samples(), race.baseline) == 0:  # exit 3 or 4 (the run's own outcome), never 2
+                stopped = (f"the baseline {race.baseline!r} has no valid request after pass {passes}: every ratio "
+                           "is read against it")
+                events.on_warning(f"tune: {stopped} (see {run.path})")
+                break
             race.look(run, passes, say)
             if not race.alive:
                 stopped = "every candidate was dropped"
@@ -338,6 +343,13 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
         live.close()
         run.release()
     spent = clock() - started
+    margin = race_file.workload.equivalence_margin
+    if stopped.startswith("the baseline"):
+        result = TuneResult(baseline=race.baseline, budget_s=tune.budget_s, spent_s=round(spent, 1), passes=passes,
+                            max_passes=tune.max_passes, stopped=stopped, decision="no verdict", decision_why=stopped,
+                            candidates=_candidates(race, run, [], "", margin))
+        _write(run, result)
+        return TuneOutcome(race=run, verify=None, result=result)
     plateau = _plateau(race, run, passes)
     named = min(plateau, key=lambda n: (simplicity(arms.settings(n), arms.space), n))
     by_name = {a.name: a for a in [arms.baseline, *arms.candidates]}
@@ -346,7 +358,8 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
                         max_passes=tune.max_passes, stopped=stopped,
                         undecided=[n for n in plateau if n != race.baseline] if stopped.startswith("budget")
                         and len(plateau) > 1 else [],
-                        candidates=_candidates(race, run, plateau, named))
+                        candidates=_candidates(race, run, plateau, named, margin))
+    result.decision, result.decision_why = tune_decision(named, race.baseline, result.candidates, passes, margin)
     winner_arm = by_name[named]
     chosen = "alone" if len(plateau) == 1 else \
         f"simplest of a plateau of {len(plateau)} (fewest keys changed, then earliest listed values)"
@@ -395,6 +408,8 @@ def promote_winner(outcome: TuneOutcome, say: Callable[[str], None]) -> dict[str
     result, verify_run, named = outcome.result, outcome.verify, str(outcome.result.winner.get("arm"))
     if result.winner.get("spec_off"):
         raise ConfigError("tune --promote: spec-off won (no candidate beat it separably); nothing to promote")
+    if result.decision != "decided":
+        raise ConfigError(f"tune --promote: {result.decision}: {result.decision_why}; nothing promoted")
     if result.verify is None or verify_run is None:
         raise ConfigError("tune --promote: the winner was not verified; nothing promoted")
     if result.verify.collapse:

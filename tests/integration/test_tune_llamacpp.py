@@ -5,7 +5,7 @@ Small on purpose (about a minute on 2 cores): 32 tokens, one prompt, 2 reps, the
 verification run (the sim tests cover verification; examples/tune-ngram-cpu.yaml runs it whole). What it proves is
 the path through the real engine, not which n_max is fastest: with 3 passes either answer is allowed, but every
 candidate must end with a status, the ratios must be paired ratios of real requests, and a named n-gram setting
-must come back as the flags llama-server takes.
+must come back as the flags llama-server takes, and the exit code must be the answer's (0 decided, 6 inconclusive).
 """
 
 from __future__ import annotations
@@ -40,9 +40,12 @@ def test_tune_races_ngram_settings_on_llama_server(llama_server: Path, smollm2: 
     path.write_text(TUNE)
     done = subprocess.run([bakeoff_cli, "tune", str(path), "--out", str(tmp_path / "runs"), "--no-verify"],
                           capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode in (0, 6), done.stdout[-3000:] + done.stderr[-3000:]
     [race] = sorted((tmp_path / "runs").iterdir())
     tune = json.loads((race / "report" / "summary.json").read_text())["tune"]
+    # 3 passes on 2 cores may not tell n-gram from spec-off: then it says so and exits 6, as a gate would
+    assert done.returncode == {"decided": 0, "inconclusive": 6}[tune["decision"]], done.stdout[-3000:]
+    assert all(c["verdict"] in ("faster", "slower", "equivalent", "not separable") for c in tune["candidates"])
     names = {c["arm"] for c in tune["candidates"]}
     assert names == {"tune-n_max2", "tune-n_max8"}  # method and variant: one value each, not in the names
     assert all(c["status"] in ("winner", "plateau", "dropped") for c in tune["candidates"])

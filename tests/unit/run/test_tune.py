@@ -7,8 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from bakeoff.core.common.errors import ConfigError, MeasurementError
+from bakeoff.core.analysis.racing import RaceCandidate, Status, tune_decision
+from bakeoff.core.cli.full_app import app
+from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.tune import candidate_settings, simplicity, tune_arms
 from bakeoff.core.reports import write_reports
@@ -65,6 +68,7 @@ def test_identical_candidates_stay_a_plateau_and_the_simplest_is_named(tmp_path:
     assert result.winner["chosen_by"].startswith("simplest of a plateau of 2")
     assert all(c.ci_low is not None and c.ci_low > 1 for c in result.candidates)  # both beat spec-off
     assert result.passes == 3 and result.stopped == "max passes (3)"
+    assert result.decision == "decided" and all(c.verdict == "faster" for c in result.candidates)
     assert read_tune(outcome.race.path) == result and (outcome.race.path / TUNE_FILE).is_file()
     summary = summarize_run(outcome.race.path)  # summary.json's tune section and report.md's
     assert summary.tune == result
@@ -84,6 +88,7 @@ def test_a_separably_slower_candidate_is_dropped_and_the_one_left_wins(tmp_path:
     assert slower.dropped_after_requests is not None and slower.dropped_after_requests >= 3 * 2
     assert by_arm["tune-itl_ms8"].status == "winner" and result.winner["arm"] == "tune-itl_ms8"
     assert result.winner["chosen_by"] == "alone" and result.stopped.startswith("one candidate left")
+    assert result.decision == "decided" and by_arm["tune-itl_ms8"].verdict == "faster"
 
 
 def test_a_collapsing_winner_is_flagged(tmp_path: Path) -> None:
@@ -117,11 +122,45 @@ def test_engine_config_is_the_adapters_own_flags_less_the_baselines(tmp_path: Pa
     assert "--model" not in out["flags"] and "-m" not in out["flags"]
 
 
-def test_a_baseline_without_a_valid_request_ends_the_race(tmp_path: Path) -> None:
-    config = parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim, options: {crash_on_start: "
-                           "'E sim: boom'}}\n" + WORKLOAD + "tune: {space: {options.crash_on_start: [null]}}\n")
-    with pytest.raises(MeasurementError, match="baseline 'spec-off' has no valid request after pass 1"):
-        run_tune(config, tmp_path)
+def test_a_baseline_without_a_valid_request_ends_the_race_as_nothing_measured(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("arms:\n  - {name: spec-off, engine: sim, model: sim, options: {itl_ms: 10, crash_on_start: "
+                    "'E sim: boom'}}\n" + WORKLOAD + "tune: {space: {options.itl_ms: [4]}}\n")
+    result = run_tune(parse_bakeoff(path.read_text()), tmp_path / "api", verify=False).result
+    assert result.decision == "no verdict" and result.passes == 1
+    assert result.stopped.startswith("the baseline 'spec-off' has no valid request after pass 1")
+    # the command's exit code is the run's own outcome (3: nothing valid), not a configuration error's 2
+    done = CliRunner().invoke(app, ["tune", str(path), "--out", str(tmp_path / "cli"), "--no-verify"])
+    assert done.exit_code == 3, done.output
+    assert "no setting named: the baseline 'spec-off' has no valid request" in done.output
+
+
+def test_a_candidate_that_changes_nothing_is_left_out_and_a_space_of_them_refused() -> None:
+    base = "arms:\n  - {name: spec-off, engine: sim, model: sim, options: {itl_ms: 20}}\n" + WORKLOAD
+    arms = tune_arms(parse_bakeoff(base + "tune: {space: {options.itl_ms: [20, 8]}}\n"))
+    assert [a.name for a in arms.candidates] == ["tune-itl_ms8"] and arms.no_ops == ["tune-itl_ms20"]
+    for space in ("{options.itl_ms: [20]}", "{options.crash_on_start: [null]}"):
+        with pytest.raises(ConfigError, match=r"^f\.yaml: tune: no candidate differs from the baseline 'spec-off'"):
+            tune_arms(parse_bakeoff(base + f"tune: {{space: {space}}}\n"), "f.yaml")
+
+
+def _candidate(arm: str, status: Status, lo: float, hi: float) -> RaceCandidate:
+    return RaceCandidate(arm=arm, settings={"k": 1}, status=status, ratio=(lo + hi) / 2, ci_low=lo, ci_high=hi)
+
+
+def test_the_tuners_answer_is_decided_only_on_evidence_as_a_gates() -> None:
+    faster, open_ = _candidate("a", "winner", 1.05, 1.20), _candidate("b", "plateau", 0.96, 1.12)
+    equal, dropped = _candidate("c", "plateau", 0.99, 1.02), _candidate("d", "dropped", 0.97, 1.40)
+    assert tune_decision("a", "off", [faster], 3, 0.03)[0] == "decided"
+    # a named candidate whose interval reaches 1 (the simplest of a plateau) is no answer yet
+    decision, why = tune_decision("b", "off", [open_], 3, 0.03)
+    assert decision == "inconclusive" and why.startswith("b is not told apart from off: 1.04× (0.96–1.12)"), why
+    # spec-off kept: decided when each candidate left is within the margin (or dropped), not while one may be faster
+    assert tune_decision("off", "off", [equal, dropped], 3, 0.03)[0] == "decided"
+    decision, why = tune_decision("off", "off", [equal, open_], 3, 0.03)
+    assert decision == "inconclusive" and "b may be faster than off" in why and "passes would decide it" in why
+    assert tune_decision("off", "off", [equal], 3, 0.01)[0] == "inconclusive"  # the run's own margin
+    assert tune_decision("a", "off", [faster], 2, 0.03)[0] == "inconclusive"  # no look yet
 
 
 def test_engine_config_gives_vllms_speculative_config_as_json(tmp_path: Path) -> None:
@@ -156,3 +195,4 @@ def test_a_budget_too_small_for_a_look_keeps_spec_off_and_says_undecided(tmp_pat
     assert sorted(result.undecided) == ["tune-itl_ms10", "tune-itl_ms8"]
     assert {c.status for c in result.candidates} == {"plateau"} and result.verify is None
     assert any("raise tune.budget_s" in w for w in warnings)
+    assert result.decision == "inconclusive" and "the first look needs 3" in result.decision_why
