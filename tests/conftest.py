@@ -23,6 +23,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))  # hostile_server, importable from every tier
 from hostile_server import HostileServer
 
+# The tests read tables and long lines whole: they run 200 columns wide, as bakeoff piped once did by default (80
+# today); tests/unit/cli/test_screen_width.py holds every command's default output to 80 columns
+os.environ.setdefault("COLUMNS", "200")
+
 TAG = "BAKEOFF_TEST_SESSION"
 os.environ.setdefault(TAG, f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
 # Running-engine records of this session stay in its own directory, never in the user's cache

@@ -11,11 +11,11 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-# Tables piped to a file or another program must not wrap at 80 columns: people paste them.
+# Output piped to a file or another program is laid out for 80 columns, or the width COLUMNS names (a table too wide
+# for it prints as records: core/reports/layout.py); BAKEOFF_WIDTH overrides both, for tables pasted whole.
 # Rich reads COLUMNS when each module's Console is created, so this comes before those imports.
-# Some launchers export COLUMNS=80 to children, so a pipe gets BAKEOFF_WIDTH (default 200) instead.
 if sys.stdout is not None and not sys.stdout.isatty():  # None: stdout closed (>&-)
-    os.environ["COLUMNS"] = os.environ.get("BAKEOFF_WIDTH", "200")
+    os.environ["COLUMNS"] = os.environ.get("BAKEOFF_WIDTH") or os.environ.get("COLUMNS") or "80"
 
 # A narrow output encoding (PYTHONIOENCODING=ascii, a C locale) cannot write the tables' × ≈ ★ –: without this
 # the first table after a run raises UnicodeEncodeError, and so does the warning printed about it (FAULTS-2 R8).

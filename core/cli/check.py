@@ -34,13 +34,13 @@ def print_check(result: CheckResult, out: Console) -> None:
         if w.arrival is not None:
             size += f" (open loop at {', '.join(f'{r:g}' for r in w.arrival.rates)} req/s)"
     out.print(f"[bold]{escape(result.source)}[/bold]: {escape(size)}; "
-              f"{result.engine_starts} engine start(s) per pass", soft_wrap=True)
+              f"{result.engine_starts} engine start(s) per pass")
     width = max((len(a.name) for a in result.arms), default=3)
     engine_width = max((len(a.engine) for a in result.arms), default=6)
     for a in result.arms:
-        out.print(f"  {escape(a.name):<{width}}  {escape(a.engine):<{engine_width}}  {escape(a.runs)}", soft_wrap=True)
+        out.print(f"  {escape(a.name):<{width}}  {escape(a.engine):<{engine_width}}  {escape(a.runs)}")
     for line in result.calibration:
-        out.print(f"calibration: {escape(line)}", soft_wrap=True)
+        out.print(f"calibration: {escape(line)}")
     for note in result.notes:
         out.print(f"[dim]note: {escape(note)}[/dim]")
     for lack in result.lacks:
@@ -51,9 +51,9 @@ def print_check(result: CheckResult, out: Console) -> None:
         return
     if result.lacks:
         out.print(f"[green]the file is valid[/green]; this machine lacks {len(result.lacks)} thing(s) listed above "
-                  "(the run would stop at the first)", soft_wrap=True)
+                  "(the run would stop at the first)")
     else:
-        out.print("[green]the file is valid, and this machine has what it needs[/green]", soft_wrap=True)
+        out.print("[green]the file is valid, and this machine has what it needs[/green]")
 
 
 def check_command(

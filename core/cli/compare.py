@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from ..common.errors import ConfigError
 from ..reports.compare import compare_runs, comparison_table, render_comparison_markdown
+from ..reports.layout import print_rows
 from .console import make_console
 
 __all__ = ["compare_command"]
@@ -47,12 +48,9 @@ def compare_command(
         typer.echo(render_comparison_markdown(result))
         return
     header, rows = comparison_table(result)
-    table = Table(title=f"decode tok/s: {run_b.name} (B) vs {run_a.name} (A)")
-    for col in header:
-        table.add_column(col, justify="left" if col in ("arm", "verdict") else "right")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    print_rows(console, escape(f"decode tok/s: {run_b.name} (B) vs {run_a.name} (A)"), header,
+               [[escape(cell) for cell in row] for row in rows],
+               right=[col not in ("arm", "verdict") for col in header])
     console.print(f"[dim]prompts both runs measured: {', '.join(result.prompts)}; runs are resampled independently "
                   "(passes, then requests).[/dim]", highlight=False)
     for diff in result.differences:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from ..common.errors import CapabilityNotSupported, ConfigError
 from ..engine.adapter import EngineAdapter, install_hint
 from ..engine.registry import list_engines, load_engine
+from ..reports.layout import print_rows
 from .console import make_console
 
 app = typer.Typer(invoke_without_command=True, add_completion=False, help="List engines, or install one.")
@@ -19,18 +20,18 @@ def engines_command(ctx: typer.Context) -> None:
     """List every engine registered in the bakeoff.engines entry-point group."""
     if ctx.invoked_subcommand is not None:
         return
-    table = Table(title="bakeoff engines")
-    for col in ("engine", "status", "speculative methods", "token counts", "acceptance from", "installed", "from"):
-        table.add_column(col, overflow="fold")
+    rows = []
     for info in list_engines():
         if info.adapter is None:
-            table.add_row(info.name, f"[red]unavailable[/red]: {info.error}", "", "", "", "", info.distribution or "")
+            rows.append([info.name, f"[red]unavailable[/red]: {escape(str(info.error))}", "", "", "", "",
+                         info.distribution or ""])
             continue
         caps = info.adapter.capabilities
-        table.add_row(info.name, "[green]available[/green]", ", ".join(caps.speculative_methods),
-                      caps.token_counts, caps.acceptance_source,
-                      _installed(info.adapter), info.distribution or "")
-    console.print(table)
+        rows.append([info.name, "[green]available[/green]", ", ".join(caps.speculative_methods),
+                     caps.token_counts, escape(caps.acceptance_source), escape(_installed(info.adapter)),
+                     info.distribution or ""])
+    print_rows(console, "bakeoff engines", ("engine", "status", "speculative methods", "token counts",
+                                            "acceptance from", "installed", "from"), rows)
 
 
 def _installed(adapter_class: type[EngineAdapter]) -> str:

@@ -91,7 +91,7 @@ def gate_command(
         raise ConfigError(str(exc)) from None
     config, gate, notes = gate_config(load_bakeoff(file), share)
     for note in notes:
-        console.print(escape(note), highlight=False, soft_wrap=True)
+        console.print(escape(note), highlight=False)
     executor = LocalExecutor()
     run = execute(config, out, executor=executor, more_passes=until_decided(gate))
     try:
@@ -105,7 +105,7 @@ def gate_command(
     target.mkdir(parents=True, exist_ok=True)
     (target / "gate.json").write_text(verdict.model_dump_json(indent=2) + "\n")
     style = {"passed": "green", "failed": "red", "inconclusive": "yellow", "no verdict": "yellow"}[verdict.outcome]
-    console.print(f"[{style}]{escape(verdict.line)}[/{style}]", highlight=False, soft_wrap=True)
+    console.print(f"[{style}]{escape(verdict.line)}[/{style}]", highlight=False)
     if verdict.outcome == "failed":
         raise typer.Exit(1)
     if verdict.outcome == "no verdict":

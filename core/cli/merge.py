@@ -7,12 +7,15 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from ..analysis.stats import N_BOOT
 from ..common.errors import MeasurementError
 from ..reports import print_summary, render_html
+from ..reports.layout import print_rows
 from ..reports.merge import bundle_rows, merge_bundles, render_merge_markdown
+from ..reports.tables import sections
+from ..reports.terminal import print_table
+from ..reports.verdict import print_verdict, verdict_of
 from .console import make_console
 
 __all__ = ["merge_command"]
@@ -27,6 +30,8 @@ def merge_command(
     label: list[str] = typer.Option([], "--label", help="A name per bundle, in order (default: its GPU or CPU)"),
     json_out: bool = typer.Option(False, "--json", help="Print the merged summary as JSON."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the merged report as markdown."),
+    tables: bool = typer.Option(False, "--tables", help="Print every table of the merged report (default: the "
+                                "bundles and the verdict block)."),
     n_boot: int = typer.Option(N_BOOT, "--n-boot", min=200, max=1_000_000, help="Bootstrap resamples per interval."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed of the comparisons across bundles."),
 ) -> None:
@@ -45,12 +50,17 @@ def merge_command(
         typer.echo(merged.model_dump_json(indent=2) if json_out else text)
         return
     header, rows = bundle_rows(merged)
-    table = Table(*header, title=f"merged bundles ({len(rows)})")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+    print_rows(console, f"merged bundles ({len(rows)})", header, [[escape(c) for c in row] for row in rows])
     for note in merged.notes:
-        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
-    print_summary(merged.summary, console)
-    console.print(f"merged report: {target / 'report.md'}, {target / 'summary.json'}, {target / 'report.html'}",
-                  highlight=False, soft_wrap=True)
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+    if tables:
+        print_summary(merged.summary, console)
+    else:  # the answer first, as `bakeoff run` gives it, and the hardware comparison a merge exists for
+        print_verdict(verdict_of(merged.summary), console)
+        for section in sections(merged.summary):
+            if section.id == "hardware":
+                print_table(console, section.title, section.header, section.rows)
+        console.print("[dim]every table: bakeoff merge ... --tables, or the merged report[/dim]", highlight=False)
+    console.print("merged report:", highlight=False)
+    for path in (target / "report.md", target / "summary.json", target / "report.html"):
+        console.print(f"  {escape(str(path))}", highlight=False, soft_wrap=True)

@@ -28,7 +28,7 @@ class PlainProgress(Progress):
     def _line(self, text: str) -> None:
         elapsed = int(time.monotonic() - self._started)
         stamp = f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"
-        self.console.print(f"[{stamp}] {text}", markup=False, highlight=False, soft_wrap=True)
+        self.console.print(f"[{stamp}] {text}", markup=False, highlight=False)
 
     def update(self, task_id: TaskID, **kwargs: Any) -> None:
         super().update(task_id, **kwargs)

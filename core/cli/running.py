@@ -87,11 +87,11 @@ def progress_events() -> tuple[Progress, ProtocolEvents]:
         progress.start()
 
     def warn(msg: str) -> None:
-        progress.console.print(f"[bold yellow]WARNING[/bold yellow] {escape(msg)}", highlight=False, soft_wrap=True)
+        progress.console.print(f"[bold yellow]WARNING[/bold yellow] {escape(msg)}", highlight=False)
 
     events = ProtocolEvents(
         on_run_start=started,
-        on_note=lambda msg: progress.console.print(msg, highlight=False, soft_wrap=True),
+        on_note=lambda msg: progress.console.print(msg, highlight=False),
         on_pass_added=lambda n: progress.update(task, total=(progress.tasks[0].total or 0) + n),
         on_arm_start=lambda arm, p: progress.update(task, description=f"{arm} (pass {p + 1}): starting"),
         on_arm_ready=lambda arm, eff, boot: progress.update(
@@ -99,7 +99,7 @@ def progress_events() -> tuple[Progress, ProtocolEvents]:
         on_sample=lambda sample: progress.advance(task),
         on_arm_failed=lambda arm, why: progress.console.print(
             f"[red]{'failed' if why.startswith(f'arm {arm!r}') else f'arm {arm} failed'}:[/red] {why}",
-            highlight=False, soft_wrap=True),
+            highlight=False),
         on_warning=warn,
     )
     return progress, events
@@ -144,7 +144,7 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
             # not the boundary's business: the run itself succeeded, so this is a warning and the exit code stands
             console.print(f"[bold yellow]WARNING[/bold yellow] the report could not be written "
                           f"({type(exc).__name__}: {escape(str(exc))}); the samples are in {run.path}; "
-                          f"`bakeoff report {run.path}` retries", highlight=False, soft_wrap=True)
+                          f"`bakeoff report {run.path}` retries", highlight=False)
         console.print(f"run directory: [bold]{run.path}[/bold]")
         return run
 
@@ -187,18 +187,18 @@ def _exit_code(run: RunDir, arms: list[str]) -> ExitCode:
     failed = failed_arms(run.arm_records())
     code, empty = run_outcome(samples, arms, failed)
     if code is ExitCode.OK and (short := _short_of_plan(run, samples)):  # valid samples, but not all planned
-        console.print(f"[yellow]partial result (exit 4):[/yellow] {escape(short)}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]partial result (exit 4):[/yellow] {escape(short)}", highlight=False)
         return ExitCode.PARTIAL
     for arm in empty:
         console.print(f"[red]arm {arm!r} has no valid sample:[/red] {_explain_empty(run, arm, samples)}",
-                      highlight=False, soft_wrap=True)
+                      highlight=False)
     if code is ExitCode.NOTHING_MEASURED:
         console.print("[red]nothing valid was measured[/red] (exit 3)")
     elif code is ExitCode.PARTIAL:
         midway = [a for a in failed if a not in empty]
         console.print(f"[yellow]partial result (exit 4):[/yellow] {len(empty)} of {len(arms)} arms without a valid "
                       f"sample" + (f"; failed midway: {', '.join(midway)} (`bakeoff run --resume {run.path}` "
-                                   "retries the missing points)" if midway else ""), highlight=False, soft_wrap=True)
+                                   "retries the missing points)" if midway else ""), highlight=False)
     return code
 
 
@@ -229,7 +229,7 @@ def finish(config: BakeoffFile, run: RunDir, executor: Executor) -> None:
     if lost and code is ExitCode.OK:  # every arm has samples, but a host's block stopped short
         console.print(f"[yellow]partial result (exit 4):[/yellow] the block of {', '.join(sorted(lost))} stopped "
                       f"before its end; `bakeoff run --resume {run.path}` measures the rest",
-                      highlight=False, soft_wrap=True)
+                      highlight=False)
         code = ExitCode.PARTIAL
     if code is not ExitCode.OK:
         raise typer.Exit(code)

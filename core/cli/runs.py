@@ -13,13 +13,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from ..common.errors import BakeoffError, RunRecordError, StoreError
 from ..reports.completeness import RunProgress, run_progress
+from ..reports.layout import print_rows
 from ..results.db import RunDB, RunSummary, arm_records_of
 from ..results.record import RunRecord, failed_arms
-from ..results.store import RunDir, read_samples
+from ..results.store import RunDir, dir_safe, read_samples
 from .console import make_console
 
 __all__ = ["runs_command", "list_runs"]
@@ -98,15 +99,21 @@ def runs_command(
     if not runs:
         console.print(f"no runs under {base}")
         return
-    table = Table(title=f"runs under {base}")
-    for col in ("run", "name", "started", "state", "arms", "samples", "errors", "flagged"):
-        table.add_column(col, justify="right" if col in ("arms", "samples", "errors", "flagged") else "left")
+    # a run id names its start and its name (20261207-112959-bakeoff): those columns only where it does not
+    named = all(s.name and s.started_at and s.run_id.startswith(
+        f"{time.strftime('%Y%m%d-%H%M', time.localtime(s.started_at))}") and dir_safe(s.name) in s.run_id
+        for s in runs)
+    header = ["run", *([] if named else ["name", "started"]), "state", "arms", "samples", "errors", "flagged"]
+    cells: list[list[str]] = []
     for s in runs:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.started_at)) if s.started_at else "–"
-        table.add_row(s.run_id, s.name or "–", started, _state(s, progress[s.run_id]), str(len(s.arms)), str(s.samples),
-                      str(s.errors), str(s.flagged))
-    console.print(table)
+        cells.append([escape(s.run_id), *([] if named else [escape(s.name or "–"), started]),
+                     escape(_state(s, progress[s.run_id])), str(len(s.arms)), str(s.samples), str(s.errors),
+                     str(s.flagged)])
+    print_rows(console, f"runs under {escape(str(base))}", header, cells,
+               right=[col in ("arms", "samples", "errors", "flagged") for col in header])
     for s in runs:
         if _incomplete(s, progress[s.run_id]) or s.failed_arms:
             why = f" ({p.stopped_why})" if (p := progress[s.run_id]) and p.stopped_why else ""
-            console.print(f"resume {s.run_id}{why}: bakeoff run --resume {s.path}", highlight=False, soft_wrap=True)
+            console.print(f"resume {escape(s.run_id)}{escape(why)}:", highlight=False)
+            console.print(escape(f"bakeoff run --resume {s.path}"), highlight=False, soft_wrap=True)

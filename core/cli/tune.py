@@ -105,7 +105,7 @@ def tune_command(
                 console.print(f"[bold yellow]WARNING[/bold yellow] no report for {run.path}: {escape(str(exc))}",
                               highlight=False)
     for line in tune_lines(outcome.result):
-        console.print(escape(line), highlight=False, soft_wrap=True)
+        console.print(escape(line), highlight=False)
     finish(race, outcome.race, LocalExecutor())  # an arm without a valid sample: exit 3 or 4
     if outcome.result.verify is not None and outcome.result.verify.collapse:
         console.print("[red]the named setting collapses under the verification's load[/red]", highlight=False)
@@ -121,7 +121,7 @@ def tune_command(
             console.print("not promoted", highlight=False)
         raise typer.Exit(ExitCode.INCONCLUSIVE)
     if promote:
-        promote_winner(outcome, lambda msg: console.print(escape(msg), highlight=False, soft_wrap=True))
+        promote_winner(outcome, lambda msg: console.print(escape(msg), highlight=False))
 
 
 tune_command.__doc__ = f"""Race speculative settings against spec-off within a time budget, verify the winner

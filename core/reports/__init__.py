@@ -116,10 +116,12 @@ def print_run(run_path: Path, out: Console, *, write: bool = True, n_boot: int =
         for failure in files.plot_failures:
             out.print(f"[bold yellow]WARNING[/bold yellow] {failure}", highlight=False)
         if tables:
-            out.print(f"reports: {files.markdown}, {files.json}, {files.html} (+{len(files.plots)} plot files)",
-                      highlight=False, soft_wrap=True)
+            out.print(f"reports (+{len(files.plots)} plot files):", highlight=False)
+            for path in (files.markdown, files.json, files.html):
+                out.print(f"  {escape(str(path))}", highlight=False, soft_wrap=True)
         else:
-            lead = f"report: {files.html} (every table, plots); every table in the terminal:"
+            out.print(f"report: {escape(str(files.html))}", highlight=False, soft_wrap=True)  # every table, plots
+            lead = "every table in the terminal:"
     if command:  # the command on a line of its own, never wrapped, so it can be copied whole
         out.print(f"[dim]{escape(lead)}[/dim]", highlight=False, soft_wrap=True)
         out.print(escape(command), highlight=False, soft_wrap=True)

@@ -2,10 +2,12 @@
 
 Two tables, written as CSV, JSON lines or Parquet:
 
-- **samples**: one row per timed request, every Sample field (lists and mappings as JSON text, GPU telemetry
-  as ``gpu.*`` columns), and beside them the arm's settings as columns (``arm.engine``,
-  ``arm.speculative.n_max``, ``arm.settings.threads``, ``arm.options.*``: the configuration run.json recorded,
-  secrets masked), its configuration fingerprint and the engine version it reported;
+- **samples**: one row per timed request, every Sample field (mappings as JSON text; lists as lists in Parquet and
+  JSON lines, JSON text in CSV; GPU telemetry as ``gpu.*`` columns; ``flags`` and ``mode`` as ``sample_flags`` and
+  ``decoding_mode``, since ``df.flags`` and ``df.mode`` are DataFrame attributes), and beside them the arm's
+  settings as columns (``arm.engine``, ``arm.speculative.n_max``, ``arm.settings.threads``, ``arm.options.*``: the
+  configuration run.json recorded, secrets masked), its configuration fingerprint and the engine version it
+  reported;
 - **points**: one row per arm and measured point (``table``: overall, sweep, depth or concurrency; the point's
   values as ``point.*`` columns): the median decode rate with its interval, the paired ratio against the
   baseline with its interval and verdict, acceptance, TTFT, aggregate tok/s, from the same run summary every
@@ -41,17 +43,19 @@ __all__ = ["FORMATS", "Format", "community_rows", "export_run", "point_rows", "s
 Format = Literal["csv", "parquet", "jsonl", "community"]
 FORMATS: tuple[str, ...] = ("csv", "parquet", "jsonl", "community")
 Row = dict[str, Any]
+# Sample fields named like a pandas DataFrame attribute: ``df.flags`` would read the frame's flags, not the column
+EXPORT_NAMES = {"flags": "sample_flags", "mode": "decoding_mode"}
 
 
 def _flat(value: Any, prefix: str) -> Row:
-    """Nested mappings as dotted columns; lists as JSON text (one cell each)."""
+    """Nested mappings as dotted columns; a list one cell (a list; JSON text in CSV)."""
     if isinstance(value, dict):
         out: Row = {}
         for key, inner in value.items():
             out.update(_flat(inner, f"{prefix}.{key}"))
         return out
-    if isinstance(value, (list, tuple)):
-        return {prefix: json.dumps(value)}
+    if isinstance(value, tuple):
+        return {prefix: list(value)}
     return {prefix: value}
 
 
@@ -72,9 +76,9 @@ def sample_rows(summary: RunSummary, samples: Iterable[Sample], arms: Sequence[A
     for s in samples:
         row: Row = {}
         for key, value in s.model_dump(mode="json", exclude={"gpu"}).items():
-            row[key] = json.dumps(value) if isinstance(value, (list, dict)) else value
+            row[EXPORT_NAMES.get(key, key)] = json.dumps(value) if isinstance(value, dict) else value
         for key, value in (s.gpu.model_dump(mode="json") if s.gpu else {}).items():
-            row[f"gpu.{key}"] = json.dumps(value) if isinstance(value, (list, dict)) else value
+            row[f"gpu.{key}"] = json.dumps(value) if isinstance(value, dict) else value
         engine = summary.engines.get(s.arm)
         row["arm.fingerprint"] = engine.fingerprint if engine else None
         row["engine.version"] = engine.version if engine else None
@@ -165,8 +169,10 @@ def _parquet_table(rows: Sequence[Row], columns: list[str]) -> Any:
     data: dict[str, list[Any]] = {c: [r.get(c) for r in rows] for c in columns}
     for name, values in data.items():  # a column mixing kinds (a swept value: 2, 'mod') is kept as text
         kinds = {type(v) for v in values if v is not None}
-        if len(kinds) > 1 and kinds != {int, float}:
-            data[name] = [None if v is None else str(v) for v in values]
+        if kinds == {list} and len({type(x) for v in values if v for x in v}) > 1:
+            data[name] = [None if v is None else json.dumps(v) for v in values]  # a list of mixed kinds
+        elif len(kinds) > 1 and kinds != {int, float}:
+            data[name] = [None if v is None else json.dumps(v) if isinstance(v, list) else str(v) for v in values]
     return pa.table(data)
 
 
@@ -183,10 +189,10 @@ def write_table(rows: Sequence[Row], path: Path, fmt: Literal["csv", "parquet", 
             for r in rows:
                 f.write(json.dumps({c: r.get(c) for c in columns}) + "\n")
     else:
-        with path.open("w", newline="") as f:
+        with path.open("w", newline="") as f:  # a cell is text: lists as JSON text
             writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows({k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in rows)
     return path
 
 

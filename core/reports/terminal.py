@@ -13,6 +13,7 @@ from .calibration import (
     timing_agreement_line,
     timing_agreement_rows,
 )
+from .layout import print_rows
 from .model import RunSummary
 from .tables import (
     audit_table,
@@ -62,23 +63,18 @@ _LEFT = ("arm", "vs baseline", "Acceptance", "tok/J vs baseline", "gates", "equa
 
 
 def print_table(out: Console, title: str | None, header: list[str], rows: list[list[str]]) -> None:
-    """A titled table whose cells fold at a narrow terminal (never cut with "…"); nothing when it has no rows."""
+    """A titled table whose cells wrap at a narrow terminal (never cut with "…"), or one record per row where even
+    that cannot fit (core/reports/layout.py); nothing when it has no rows."""
     if not rows:
         return
-    table = Table(title=title)
-    for col in header:
-        table.add_column(col, justify="left" if col in _LEFT or col.startswith("vs baseline") else "right",
-                         overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    out.print(table)
+    print_rows(out, title, header, rows, right=[not (col in _LEFT or col.startswith("vs baseline")) for col in header])
 
 
 def print_summary(s: RunSummary, out: Console) -> None:
     """Every table of the run (``--tables``): the community table first, then each section that has rows."""
     lead = s.progress.warning if s.progress else None
     if lead:  # before any number it qualifies, as in the verdict block
-        out.print(f"[bold yellow]{escape(lead)}[/bold yellow]", highlight=False, soft_wrap=True)
+        out.print(f"[bold yellow]{escape(lead)}[/bold yellow]", highlight=False)
     header, rows = community_table(s)
     styled = []
     for row in rows:

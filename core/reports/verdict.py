@@ -21,6 +21,7 @@ from ..analysis.stats import ArmStats, Comparison, margin_text, undecided
 from ..analysis.structured import StructuredArm
 from ..common.textfmt import DASH
 from .completeness import passes_design
+from .layout import print_rows
 from .model import RunSummary
 from .tables import fmt_bands
 
@@ -245,21 +246,18 @@ def print_verdict(v: Verdict, out: Console, *, more: str | None = None) -> None:
     """The block, as rich markup; ``more`` is the closing pointer to the full tables and report files."""
     out.print(f"[bold]{escape(v.title)}[/bold]", highlight=False)
     if v.incomplete:
-        out.print(f"[bold yellow]{escape(v.incomplete)}[/bold yellow]", highlight=False, soft_wrap=True)
+        out.print(f"[bold yellow]{escape(v.incomplete)}[/bold yellow]", highlight=False)
     out.print(f"[dim]{escape(v.design)}[/dim]", highlight=False)
     if not v.rows:
         out.print("no valid sample: nothing to compare", highlight=False)
     else:
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-        table.add_column("arm", overflow="fold")
-        table.add_column("decode tok/s", justify="right", overflow="fold")
-        table.add_column(f"vs {v.baseline}" if v.baseline else "vs baseline", overflow="fold")
-        table.add_column("accepted", justify="right", overflow="fold")
+        rows = []
         for r in v.rows:
             style = STYLE[r.outcome]
             vs = f"[{style}]{escape(r.vs)}[/{style}]" if style else escape(r.vs)
-            table.add_row(escape(r.arm), r.decode, vs, r.acceptance)
-        out.print(table)
+            rows.append([escape(r.arm), r.decode, vs, r.acceptance])
+        print_rows(out, None, ["arm", "decode tok/s", f"vs {v.baseline}" if v.baseline else "vs baseline", "accepted"],
+                   rows, right=[False, True, False, True], box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     lines = Table.grid(padding=(0, 1))  # a label column, so wrapped text keeps its indent
     lines.add_column(no_wrap=True)
     lines.add_column(overflow="fold")

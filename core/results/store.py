@@ -68,9 +68,14 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def dir_safe(name: str) -> str:
+    """A run's name as its directory name carries it, after the start stamp."""
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40]
+
+
 def new_run_dir(base: Path, name: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40]
+    safe = dir_safe(name)
     path = base / f"{stamp}-{safe}"
     n = 1
     try:

@@ -16,9 +16,9 @@ from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` i
   the server draws it per launch, counting its launches in the ``--launch-counter`` file (an engine with a
   fast and a slow launch state).
 - ``speculative`` (set by the adapter for a speculative arm): report ``draft_per_event`` drafted tokens per
-  token event, half of them accepted, beside the generated count; with ``drafts_under_grammar`` false a
-  request carrying ``response_format`` or ``tools`` drafts nothing, as an engine that switches speculation
-  off under a grammar does.
+  token event, half of them accepted (at most the tokens after the first), beside the generated count; with
+  ``drafts_under_grammar`` false a request carrying ``response_format`` or ``tools`` drafts nothing, as an engine
+  that switches speculation off under a grammar does.
 
 The response body is HTTP/1.1 chunked, as real engines send it, so a process that dies mid-stream is
 seen by the client as an incomplete body rather than as a clean end of stream. The API key, when one is
@@ -112,7 +112,10 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
         out = {"generated_tokens": sent}
         if speculative:
             drafted = b["draft_per_event"] * events if drafting else 0
-            out.update(drafted=drafted, accepted=drafted // 2, drafts=events if drafting else 0)
+            # never more accepted than the tokens after the first (which the prompt's forward pass yields, undrafted):
+            # an engine reporting more breaks the counter invariant, and bakeoff leaves the sample out
+            accepted = min(drafted // 2, max(sent - 1, 0))
+            out.update(drafted=drafted, accepted=accepted, drafts=events if drafting else 0)
         return out
 
     def chunk(delta: dict[str, Any], finish: str | None, sent: int) -> bytes:

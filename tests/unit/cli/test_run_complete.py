@@ -104,7 +104,7 @@ def test_a_run_stopped_mid_pass_says_so_everywhere_and_resume_completes_it(
     code, out = cli("runs", str(tmp_path / "runs"))
     assert code == 0, out
     assert "incomplete: 1 of 2 passes complete (7 of 12 samples)" in out
-    assert f"(interrupted (Ctrl-C)): bakeoff run --resume {run}" in out
+    assert f"(interrupted (Ctrl-C)):\nbakeoff run --resume {run}\n" in out  # the command on a line of its own
 
     code, out = cli("run", "--resume", str(run))
     assert code == 0, out

@@ -3,6 +3,7 @@ per-point table with the report's own numbers, and the community row; each forma
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -61,6 +62,14 @@ def test_samples_and_points_load_in_pandas(run: Path, tmp_path: Path, fmt: str) 
     assert bool(overall.loc["off", "is_baseline"]) and pd.isna(overall.loc["off", "vs_baseline"])
     # the median a user recomputes from the sample rows is the report's
     assert ngram["decode_tps"].median() == pytest.approx(overall.loc["ngram", "decode_tps"])
+    # no column hides behind a DataFrame attribute (df.flags is the frame's flags, df.mode a method)
+    assert not set(samples) & set(dir(pd.DataFrame)), set(samples) & set(dir(pd.DataFrame))
+    assert samples.decoding_mode.notna().all() and "sample_flags" in samples
+    flags = samples["sample_flags"]
+    if fmt == "csv":  # a CSV cell is text: the list as JSON text
+        assert all(isinstance(json.loads(v), list) for v in flags)
+    else:  # Parquet and JSON lines keep a list a list
+        assert all(list(v) == [] or isinstance(v[0], str) for v in flags) and not isinstance(flags.iloc[0], str)
 
 
 def test_parquet_without_pyarrow_names_the_extra(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

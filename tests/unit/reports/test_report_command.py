@@ -51,4 +51,4 @@ def test_print_run_for_the_run_command(make_run: Maker) -> None:
     assert f"report: {path / 'report' / 'report.html'}" in console.export_text()
     assert (path / "report" / "report.md").exists()
     print_run(path, console, tables=True)
-    assert "reports:" in console.export_text()
+    assert "reports (+" in console.export_text()  # each file on a line of its own follows
