@@ -47,12 +47,12 @@ def _parsed(text: str) -> tuple[Any, str | None]:
 def answer_problem(prompt: Prompt, result: StreamResult) -> str | None:
     """Why the answer to a structured prompt is not valid, or None when it is.
 
-    json_schema: the text parses as JSON and validates against the schema. tool_call: at least one tool call,
-    each naming a declared tool (the one ``tool_choice`` names, if it names one) with arguments that parse to
-    an object valid against that tool's parameters.
+    json_schema: the content (reasoning apart) parses as JSON and validates against the schema. tool_call: at
+    least one tool call, each naming a declared tool (the one ``tool_choice`` names, if it names one) with
+    arguments that parse to an object valid against that tool's parameters.
     """
     if prompt.response_format is not None:
-        value, why = _parsed(result.text.strip())
+        value, why = _parsed(result.content.strip())  # the answer: reasoning is not judged
         if why:
             return why
         schema = prompt.response_format["json_schema"].get("schema") or {}

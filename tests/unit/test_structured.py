@@ -32,7 +32,7 @@ def _result(text: str = "", calls: list[dict[str, Any]] | None = None, times_ms:
             ) -> StreamResult:
     times = times_ms or [0.0, 10.0]
     events = [Event(int(t * 1e6), i, "x", None) for i, t in enumerate(times)]
-    return StreamResult(t_send_ns=0, events=events, text=text, tool_calls=calls or [])
+    return StreamResult(t_send_ns=0, events=events, text=text, content=text, tool_calls=calls or [])
 
 
 def _call(name: str, arguments: str) -> dict[str, Any]:
@@ -248,3 +248,38 @@ def test_drafting_states_from_counts_and_an_older_summary_still_reads() -> None:
     assert drafting_state(4, 4, 40, lookup=False, collapsed=1) == "partly engaged"  # acceptance collapsed on one
     old = StructuredArm.model_validate({"requests": 2, "valid": 2, "drafting_engaged": False, "disengaged": 2})
     assert old.drafting == "disengaged" and old.drafting_words() == "disengaged (2 flagged)"
+
+
+def _json_prompt(schema: dict[str, Any]) -> Prompt:
+    return Prompt.model_validate({"name": "j", "messages": [{"role": "user", "content": "x"}],
+                                  "response_format": {"type": "json_schema", "json_schema": {"name": "j",
+                                                                                             "schema": schema}}})
+
+
+def _tool_prompt(**extra: Any) -> Prompt:
+    tool = {"type": "function", "function": {"name": "get_x", "parameters": {
+        "type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}}}}
+    return Prompt.model_validate({"name": "t", "messages": [{"role": "user", "content": "x"}], "tools": [tool],
+                                  **extra})
+
+
+def test_reasoning_deltas_are_kept_apart_from_the_json_answer_judged() -> None:
+    body = b"".join([ev({"id": "x", "choices": [{"index": 0, "delta": d}]}) for d in (
+        {"reasoning_content": "Let me "}, {"reasoning_content": "think."}, {"content": '{"a"'}, {"content": ": 1"},
+        {"content": "}"})] + [ev("[DONE]")])
+    result = stream_chat(paced_client(body), {"max_tokens": 16}, 5)
+    assert result.content == '{"a": 1}' and result.text == 'Let me think.{"a": 1}'  # reasoning is decode too
+    schema = {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}}
+    assert answer_problem(_json_prompt(schema), result) is None
+
+
+def test_a_single_tool_call_streamed_with_a_high_index_is_one_call() -> None:
+    body = b"".join([
+        ev({"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 3, "id": "c1", "function": {"name": "get_x", "arguments": '{"a"'}}]}}]}),
+        ev({"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 3, "function": {"arguments": ": 1}"}}]}}]}),
+        ev("[DONE]")])
+    result = stream_chat(paced_client(body), {"max_tokens": 16}, 5)
+    assert result.tool_calls == [_call("get_x", '{"a": 1}')]
+    assert answer_problem(_tool_prompt(tool_choice="required"), result) is None
