@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from ..config.answer_schema import validator_for
 from ..config.schema import Prompt, Structured
 from ..engine.client import StreamResult
 from ..results.sample import Sample
@@ -28,10 +29,9 @@ COLLAPSE_SHARE = 0.2  # structured acceptance below a fifth of the same engine's
 
 
 def _schema_problem(instance: Any, schema: dict[str, Any]) -> str | None:
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
-    error = best_match(Draft202012Validator(schema).iter_errors(instance))
+    error = best_match(validator_for(schema).iter_errors(instance))
     if error is None:
         return None
     return f"at {error.json_path}: {error.message}"[:300]

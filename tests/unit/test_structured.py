@@ -108,7 +108,7 @@ def test_a_schema_that_is_not_a_json_schema_is_refused_naming_where() -> None:
     text = ("arms: [{name: a, engine: sim, model: sim}]\nworkload:\n  suite:\n    - name: bad\n"
             "      messages: [{role: user, content: hi}]\n"
             "      response_format: {type: json_schema, json_schema: {name: x, schema: {type: 12}}}\n")
-    with pytest.raises(ConfigError, match=r"response_format.json_schema.schema is not a valid JSON Schema"):
+    with pytest.raises(ConfigError, match=r"response_format.json_schema.schema.type is not a valid JSON Schema"):
         parse_bakeoff(text)
     with pytest.raises(ConfigError, match="tool_choice needs tools"):
         parse_bakeoff(text.replace("response_format: {type: json_schema, json_schema: {name: x, schema: {type: 12}}}",
@@ -283,3 +283,30 @@ def test_a_single_tool_call_streamed_with_a_high_index_is_one_call() -> None:
     result = stream_chat(paced_client(body), {"max_tokens": 16}, 5)
     assert result.tool_calls == [_call("get_x", '{"a": 1}')]
     assert answer_problem(_tool_prompt(tool_choice="required"), result) is None
+
+
+@pytest.mark.parametrize(("schema", "said"), [
+    ({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}, "'#/$defs/a' loops back without reading into"),
+    ({"allOf": [{"$ref": "#"}]}, "allOf[0].$ref '#' loops back"),
+    ({"$ref": "#/$defs/missing"}, "schema.$ref '#/$defs/missing' resolves to nothing"),
+    ({"$ref": "http://127.0.0.1:9/schema.json"}, "resolves to nothing (bakeoff fetches no remote schema"),
+    ({"properties": {"s": {"type": "string", "pattern": "(?<=a+)b"}}}, "schema.properties.s.pattern is not a valid"),
+])
+def test_a_schema_no_answer_can_be_judged_against_is_refused_at_load_naming_the_field(
+        schema: dict[str, Any], said: str) -> None:
+    with pytest.raises(ValueError, match=r"response_format\.json_schema\.schema") as caught:
+        _json_prompt(schema)
+    assert said in str(caught.value)
+
+
+def test_a_schema_whose_references_resolve_loads_and_judges() -> None:
+    tree = _json_prompt({"$ref": "#/$defs/node", "$defs": {"node": {
+        "type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}}})
+    assert answer_problem(tree, _result('{"kids": [{"kids": []}]}')) is None
+    assert "is not of type 'array'" in str(answer_problem(tree, _result('{"kids": [{"kids": 1}]}')))
+
+
+def test_tool_choice_naming_a_function_not_among_tools_is_refused_at_load() -> None:
+    with pytest.raises(ValueError, match=r"tool_choice names 'nope', which is not among tools \(get_x\)"):
+        _tool_prompt(tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert _tool_prompt(tool_choice={"type": "function", "function": {"name": "get_x"}}).tools
