@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from ..common.errors import ConfigError
 from ..common.textfmt import did_you_mean
+from .answer_schema import schema_problem
 from .live import LiveService, Phases
 from .placement import ExecutorSpec, Host, check_placement
 
@@ -262,13 +263,15 @@ class Prompt(Strict):
         for where, schema in schemas:
             if schema is None:
                 raise ValueError(f"{where} is missing: bakeoff validates every answer against it")
-            from jsonschema import Draft202012Validator
-            from jsonschema.exceptions import SchemaError
-
-            try:
-                Draft202012Validator.check_schema(schema)
-            except SchemaError as exc:
-                raise ValueError(f"{where} is not a valid JSON Schema: {exc.message}") from None
+            if why := schema_problem(where, schema):
+                raise ValueError(why)
+        choice: Any = self.tool_choice
+        named = choice["function"].get("name") if isinstance(choice, dict) and choice.get("type") == "function" \
+            else None
+        declared = [t["function"]["name"] for t in self.tools or []]
+        if named is not None and named not in declared:
+            raise ValueError(f"tool_choice names {named!r}, which is not among tools ({', '.join(declared)}): "
+                             "every answer would be judged invalid")
         return self
 
     @property

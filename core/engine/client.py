@@ -95,7 +95,8 @@ class StreamResult:
     final: dict[str, Any] | None = None  # last payload carrying usage or finish_reason (engine extras ride here)
     finish_reason: str | None = None
     finish_t_ns: int | None = None  # arrival of the event that carried finish_reason
-    text: str = ""
+    text: str = ""  # every generated fragment: content, reasoning and tool-call names and arguments
+    content: str = ""  # the answer alone (delta.content): what a json_schema answer is judged on, reasoning apart
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {id, name, arguments}, assembled from deltas
     error: str | None = None
     flags: list[str] = field(default_factory=list)
@@ -595,16 +596,23 @@ def _delta_text(choice: dict[str, Any]) -> str:
     return (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "") + calls
 
 
-def _add_tool_calls(calls: list[dict[str, Any]], choice: dict[str, Any]) -> None:
-    """Assemble streamed tool-call deltas: fragments of one call share its ``index``."""
+def _add_tool_calls(calls: list[dict[str, Any]], by_index: dict[int, dict[str, Any]], choice: dict[str, Any]
+                    ) -> None:
+    """Assemble streamed tool-call deltas: fragments of one call share its ``index``, which names the call, not
+    its place in the list (a server may number its only call 3). A fragment without an index continues the last
+    call, unless it brings an id of its own."""
     for t in (choice.get("delta") or {}).get("tool_calls") or []:
-        index = t.get("index", len(calls) - 1 if calls and not t.get("id") else len(calls))
-        while len(calls) <= index:
-            calls.append({"id": None, "name": "", "arguments": ""})
+        index = t.get("index")
+        call = by_index.get(index) if index is not None else calls[-1] if calls and not t.get("id") else None
+        if call is None:
+            call = {"id": None, "name": "", "arguments": ""}
+            calls.append(call)
+            if index is not None:
+                by_index[index] = call
         fn = t.get("function") or {}
-        calls[index]["id"] = t.get("id") or calls[index]["id"]
-        calls[index]["name"] += fn.get("name") or ""
-        calls[index]["arguments"] += fn.get("arguments") or ""
+        call["id"] = t.get("id") or call["id"]
+        call["name"] += fn.get("name") or ""
+        call["arguments"] += fn.get("arguments") or ""
 
 
 def _usage_count(payload: dict[str, Any]) -> int | None:
@@ -682,6 +690,8 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
     ends = list(accumulate(len(chunk) for _, chunk in rec.reads))
     data_events = 0
     texts: list[str] = []
+    contents: list[str] = []
+    calls_by_index: dict[int, dict[str, Any]] = {}
     for offset, data in _sse_events(buf):
         read = min(bisect_right(ends, offset), len(rec.reads) - 1)
         t = rec.reads[read][0]
@@ -721,7 +731,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
         content = "".join(_delta_text(c) for c in choices)
         for c in choices:
             _witness(result, c)
-            _add_tool_calls(result.tool_calls, c)
+            _add_tool_calls(result.tool_calls, calls_by_index, c)
             if c.get("finish_reason"):
                 result.finish_reason = c["finish_reason"]
                 result.finish_t_ns = t
@@ -734,8 +744,10 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
             result.usage = payload["usage"]
             result.final = payload
         texts.append(content)
+        contents.append("".join((c.get("delta") or {}).get("content") or "" for c in choices))
         result.events.append(Event(t, read, content, count if isinstance(count, int) else None))  # checked above
     result.text = "".join(texts)  # joined once: += on an attribute copies the whole text per event (quadratic)
+    result.content = "".join(contents)
     if rec.deadline_hit:
         last = max((e.t_ns for e in result.events), default=rec.t_send_ns)
         idle_s = (rec.t_done_ns - last) / 1e9

@@ -4,13 +4,13 @@ A structured prompt (``response_format`` with a JSON schema, or ``tools``) is ti
 ``ArmSession.measure``; after its stream, :func:`stamp_structured` (called from ``PointRunner.finish``)
 records whether the answer is valid and its longest pause, and :class:`DraftTally` (kept per engine start by
 the arm session) flags a structured answer that drafted nothing, or accepted far less, where the same engine
-drafted on free text. Validation is the ``jsonschema`` library's, never a hand-written one.
+drafted on free text. Validation is the ``jsonschema`` library's, never a hand-written one, within the bounds
+of core/measure/judge.py.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from ..config.schema import Prompt, Structured
 from ..engine.client import StreamResult
 from ..results.sample import Sample
+from .judge import VALIDATION_S, judged
 
 __all__ = ["STALL_FLAG", "DISENGAGED_FLAG", "COLLAPSE_SHARE", "answer_problem", "gaps", "stamp_structured",
            "DraftTally"]
@@ -27,37 +28,16 @@ DISENGAGED_FLAG = "speculation-disengaged"
 COLLAPSE_SHARE = 0.2  # structured acceptance below a fifth of the same engine's free-text acceptance: collapsed
 
 
-def _schema_problem(instance: Any, schema: dict[str, Any]) -> str | None:
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import best_match
-
-    error = best_match(Draft202012Validator(schema).iter_errors(instance))
-    if error is None:
-        return None
-    return f"at {error.json_path}: {error.message}"[:300]
-
-
-def _parsed(text: str) -> tuple[Any, str | None]:
-    try:
-        return json.loads(text), None
-    except ValueError as exc:
-        return None, f"not JSON ({exc}): {text[:80]!r}"
-
-
-def answer_problem(prompt: Prompt, result: StreamResult) -> str | None:
+def answer_problem(prompt: Prompt, result: StreamResult, bound_s: float = VALIDATION_S) -> str | None:
     """Why the answer to a structured prompt is not valid, or None when it is.
 
-    json_schema: the text parses as JSON and validates against the schema. tool_call: at least one tool call,
-    each naming a declared tool (the one ``tool_choice`` names, if it names one) with arguments that parse to
-    an object valid against that tool's parameters.
+    json_schema: the content (reasoning apart) parses as JSON and validates against the schema. tool_call: at
+    least one tool call, each naming a declared tool (the one ``tool_choice`` names, if it names one) with
+    arguments that parse to an object valid against that tool's parameters. Every bound passed (depth, size,
+    digits, a pattern's time) is a reason, never an exception.
     """
     if prompt.response_format is not None:
-        value, why = _parsed(result.text.strip())
-        if why:
-            return why
-        schema = prompt.response_format["json_schema"].get("schema") or {}
-        problem = _schema_problem(value, schema)
-        return f"schema {problem}" if problem else None
+        return judged(result.content.strip(), prompt.response_format["json_schema"].get("schema") or {}, bound_s)
     tools = {t["function"]["name"]: t["function"].get("parameters") or {} for t in prompt.tools or []}
     if not result.tool_calls:
         return f"no tool call; answered with text {result.text[:80]!r}"
@@ -69,12 +49,8 @@ def answer_problem(prompt: Prompt, result: StreamResult) -> str | None:
             return f"calls {name!r}, not a declared tool ({', '.join(tools)})"
         if named is not None and name != named:
             return f"calls {name!r}; tool_choice names {named!r}"
-        args, why = _parsed(call["arguments"] or "{}")
-        if why:
+        if why := judged(call["arguments"] or "{}", tools[name], bound_s):
             return f"{name} arguments {why}"
-        problem = _schema_problem(args, tools[name])
-        if problem:
-            return f"{name} arguments {problem}"
     return None
 
 

@@ -44,6 +44,7 @@ from ..measure.concurrency import Batch, run_batch
 from ..measure.definitions import account, build_request, make_sample, request_fields
 from ..measure.gates import run_gates
 from ..measure.invariants import TOKENIZE_SOURCE, reasoning_tokens
+from ..measure.judge import stop_judging
 from ..measure.points import Point, PointRunner
 from ..measure.structured import DraftTally
 from ..results.record import ArmAttempt, GateAnswer, WarmupRecord
@@ -173,6 +174,7 @@ class ArmSession:
 
     def _open(self) -> None:
         arm, w = self.arm, self.workload
+        self._stack.callback(stop_judging)  # the child judging patterns, if one started, ends with the session
         self.monitor: GpuMonitor | None = open_monitor(arm.settings.gpus, w.gpu_sample_interval_s)
         if self.monitor is not None:
             self.attempt.gpu_state = self.monitor.settings_state()

@@ -5,6 +5,7 @@ the per-arm summary, and the refusal of an engine that declares no structured re
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from bakeoff.core.config.schema import Arm, Prompt, Structured, Workload
 from bakeoff.core.engine.client import Event, StreamResult, stream_chat
 from bakeoff.core.engine.registry import load_engine
 from bakeoff.core.measure.definitions import build_request
+from bakeoff.core.measure.judge import stop_judging
 from bakeoff.core.measure.structured import DraftTally, answer_problem, stamp_structured
 from bakeoff.core.reports.model import RunSummary
 from bakeoff.core.reports.tables import sections
@@ -32,7 +34,7 @@ def _result(text: str = "", calls: list[dict[str, Any]] | None = None, times_ms:
             ) -> StreamResult:
     times = times_ms or [0.0, 10.0]
     events = [Event(int(t * 1e6), i, "x", None) for i, t in enumerate(times)]
-    return StreamResult(t_send_ns=0, events=events, text=text, tool_calls=calls or [])
+    return StreamResult(t_send_ns=0, events=events, text=text, content=text, tool_calls=calls or [])
 
 
 def _call(name: str, arguments: str) -> dict[str, Any]:
@@ -108,7 +110,7 @@ def test_a_schema_that_is_not_a_json_schema_is_refused_naming_where() -> None:
     text = ("arms: [{name: a, engine: sim, model: sim}]\nworkload:\n  suite:\n    - name: bad\n"
             "      messages: [{role: user, content: hi}]\n"
             "      response_format: {type: json_schema, json_schema: {name: x, schema: {type: 12}}}\n")
-    with pytest.raises(ConfigError, match=r"response_format.json_schema.schema is not a valid JSON Schema"):
+    with pytest.raises(ConfigError, match=r"response_format.json_schema.schema.type is not a valid JSON Schema"):
         parse_bakeoff(text)
     with pytest.raises(ConfigError, match="tool_choice needs tools"):
         parse_bakeoff(text.replace("response_format: {type: json_schema, json_schema: {name: x, schema: {type: 12}}}",
@@ -248,3 +250,106 @@ def test_drafting_states_from_counts_and_an_older_summary_still_reads() -> None:
     assert drafting_state(4, 4, 40, lookup=False, collapsed=1) == "partly engaged"  # acceptance collapsed on one
     old = StructuredArm.model_validate({"requests": 2, "valid": 2, "drafting_engaged": False, "disengaged": 2})
     assert old.drafting == "disengaged" and old.drafting_words() == "disengaged (2 flagged)"
+
+
+def _json_prompt(schema: dict[str, Any]) -> Prompt:
+    return Prompt.model_validate({"name": "j", "messages": [{"role": "user", "content": "x"}],
+                                  "response_format": {"type": "json_schema", "json_schema": {"name": "j",
+                                                                                             "schema": schema}}})
+
+
+def _tool_prompt(**extra: Any) -> Prompt:
+    tool = {"type": "function", "function": {"name": "get_x", "parameters": {
+        "type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}}}}
+    return Prompt.model_validate({"name": "t", "messages": [{"role": "user", "content": "x"}], "tools": [tool],
+                                  **extra})
+
+
+def test_an_answer_nested_deeper_than_the_bound_is_invalid_and_its_sample_kept() -> None:
+    deep = "[" * 20_000 + "]" * 20_000
+    sample = Sample(arm="a", engine="e", prompt="j", mode="greedy", rep=0)
+    stamp_structured(sample, _json_prompt({"type": "array"}), _result(deep), None)
+    assert sample.valid is False and "nested deeper than 64 levels" in str(sample.invalid_reason)
+    why = answer_problem(_tool_prompt(), _result(calls=[_call("get_x", '{"a": ' + deep + "}")]))
+    assert "get_x arguments nested deeper than 64 levels" in str(why)
+    assert answer_problem(_json_prompt({"type": "array"}), _result('["]]]]"' + ", []" * 10 + "]")) is None
+    recursive = _json_prompt({"type": "array", "items": {"$ref": "#"}})  # recursion that reads into the answer
+    assert answer_problem(recursive, _result("[" * 64 + "]" * 64)) is None
+
+
+def test_an_answer_is_read_as_strict_json_with_integers_of_any_length_up_to_a_bound() -> None:
+    number = _json_prompt({"type": "object", "required": ["a"], "properties": {"a": {"type": "number"}}})
+    assert "NaN is not a JSON number" in str(answer_problem(number, _result('{"a": NaN}')))
+    assert "-Infinity is not a JSON number" in str(answer_problem(number, _result('{"a": -Infinity}')))
+    long_int = '{"a": 1' + "0" * 5_000 + "}"
+    assert answer_problem(number, _result(long_int)) is None
+    small = _json_prompt({"type": "object", "properties": {"a": {"type": "integer", "maximum": 10}}})
+    assert "is greater than the maximum of 10" in str(answer_problem(small, _result(long_int)))
+    why = answer_problem(number, _result('{"a": 1' + "0" * 10_000 + "}"))
+    assert why is not None and "integer of 10,001 digits, over the 10,000" in why and "not JSON" not in why
+    huge = _result('"' + "a" * 1_000_000 + '"')
+    assert "answer of 1,000,002 characters, over the 1,000,000" in str(answer_problem(_json_prompt({}), huge))
+
+
+@pytest.fixture
+def judging_child() -> Iterator[None]:
+    yield
+    stop_judging()  # as an arm session's close does
+
+
+@pytest.mark.usefixtures("judging_child")
+def test_a_backtracking_pattern_is_judged_invalid_within_its_time_bound() -> None:
+    redos = _json_prompt({"type": "string", "pattern": "^(a+)+$"})
+    why = answer_problem(redos, _result('"' + "a" * 34 + '!"'), bound_s=0.3)
+    assert why is not None and "schema not judged within 0.3 s" in why
+    assert answer_problem(redos, _result('"aaa"')) is None  # a fresh child judges the next answer
+    assert "does not match" in str(answer_problem(redos, _result('"aab"')))
+
+
+@pytest.mark.parametrize(("schema", "said"), [
+    ({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}, "'#/$defs/a' loops back without reading into"),
+    ({"allOf": [{"$ref": "#"}]}, "allOf[0].$ref '#' loops back"),
+    ({"$ref": "#/$defs/missing"}, "schema.$ref '#/$defs/missing' resolves to nothing"),
+    ({"$ref": "http://127.0.0.1:9/schema.json"}, "resolves to nothing (bakeoff fetches no remote schema"),
+    ({"properties": {"s": {"type": "string", "pattern": "(?<=a+)b"}}}, "schema.properties.s.pattern is not a valid"),
+])
+def test_a_schema_no_answer_can_be_judged_against_is_refused_at_load_naming_the_field(
+        schema: dict[str, Any], said: str) -> None:
+    with pytest.raises(ValueError, match=r"response_format\.json_schema\.schema") as caught:
+        _json_prompt(schema)
+    assert said in str(caught.value)
+
+
+def test_a_schema_whose_references_resolve_loads_and_judges() -> None:
+    tree = _json_prompt({"$ref": "#/$defs/node", "$defs": {"node": {
+        "type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}}})
+    assert answer_problem(tree, _result('{"kids": [{"kids": []}]}')) is None
+    assert "is not of type 'array'" in str(answer_problem(tree, _result('{"kids": [{"kids": 1}]}')))
+
+
+def test_reasoning_deltas_are_kept_apart_from_the_json_answer_judged() -> None:
+    body = b"".join([ev({"id": "x", "choices": [{"index": 0, "delta": d}]}) for d in (
+        {"reasoning_content": "Let me "}, {"reasoning_content": "think."}, {"content": '{"a"'}, {"content": ": 1"},
+        {"content": "}"})] + [ev("[DONE]")])
+    result = stream_chat(paced_client(body), {"max_tokens": 16}, 5)
+    assert result.content == '{"a": 1}' and result.text == 'Let me think.{"a": 1}'  # reasoning is decode too
+    schema = {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}}
+    assert answer_problem(_json_prompt(schema), result) is None
+
+
+def test_a_single_tool_call_streamed_with_a_high_index_is_one_call() -> None:
+    body = b"".join([
+        ev({"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 3, "id": "c1", "function": {"name": "get_x", "arguments": '{"a"'}}]}}]}),
+        ev({"id": "x", "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 3, "function": {"arguments": ": 1}"}}]}}]}),
+        ev("[DONE]")])
+    result = stream_chat(paced_client(body), {"max_tokens": 16}, 5)
+    assert result.tool_calls == [_call("get_x", '{"a": 1}')]
+    assert answer_problem(_tool_prompt(tool_choice="required"), result) is None
+
+
+def test_tool_choice_naming_a_function_not_among_tools_is_refused_at_load() -> None:
+    with pytest.raises(ValueError, match=r"tool_choice names 'nope', which is not among tools \(get_x\)"):
+        _tool_prompt(tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert _tool_prompt(tool_choice={"type": "function", "function": {"name": "get_x"}}).tools

@@ -13,6 +13,7 @@ the flag against llama.cpp's own counts.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from bakeoff.core.config.loader import parse_bakeoff
@@ -95,3 +96,15 @@ def test_a_stream_that_pauses_mid_answer_is_flagged_stall(tmp_path: Path) -> Non
     assert stalled.valid is False and stalled.invalid_reason  # the sim streams words, not JSON
     summary = summarize_run(run.path)
     assert summary.structured is not None and summary.structured.arms["s"].stalls == 1
+
+
+def test_an_answer_judged_against_a_pattern_leaves_no_judging_process_behind(
+        tmp_path: Path, live_test_processes: Callable[[], dict[int, str]]) -> None:
+    suite = ("workload: {suite: [{name: p, messages: [{role: user, content: x}], response_format: {type: json_schema, "
+             "json_schema: {name: p, schema: {type: string, pattern: '^(a+)+$'}}}}], max_tokens: 10, reps: 1, "
+             "warmup: 0, gates: []}\n")
+    run = run_bakeoff(parse_bakeoff("arms: [{name: a, engine: sim, model: sim, options: {itl_ms: 2}}]\n" + suite),
+                      tmp_path / "runs")
+    (sample,) = read_samples(run.path)
+    assert sample.valid is False and "not JSON" in str(sample.invalid_reason)  # the sim answers prose: judged
+    assert not [cmd for cmd in live_test_processes().values() if "measure.judge" in cmd]  # ended with the session
