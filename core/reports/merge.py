@@ -80,6 +80,8 @@ class _Opened:
     hardware: dict[str, Any]
 
 
+# a label is a directory under --out (each bundle unpacks into OUT/bundles/LABEL) and the suffix of arm names
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
 _LABEL_NOISE = re.compile(r"\((?:R|TM|tm|r)\)|\bCPU\b|@.*$|\bProcessor\b|\d+-Core")
 
 
@@ -90,7 +92,17 @@ def _default_label(manifest: BundleManifest) -> str:
     else:
         text = str((manifest.rig.get("cpu") or {}).get("model") or "host")
     text = _LABEL_NOISE.sub(" ", text)
-    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")[:40] or "host"
+    text = re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")[:40]
+    return text if _LABEL.fullmatch(text) else "host"  # a rig named ".." is a bundle's to claim, not a path
+
+
+def _checked_label(label: str) -> str:
+    """A given label, refused unless it is one plain name: ``../../X`` or ``a/b`` would unpack outside --out."""
+    if not _LABEL.fullmatch(label):
+        raise BundleError(f"--label {label!r}: a label names the directory a bundle unpacks into and ends its "
+                          "arm names (ARM@LABEL): give 1 to 40 letters, digits, '.', '_', '+' or '-', starting "
+                          "with a letter or digit")
+    return label
 
 
 def _labels(manifests: Sequence[BundleManifest], given: Sequence[str]) -> list[str]:
@@ -98,7 +110,7 @@ def _labels(manifests: Sequence[BundleManifest], given: Sequence[str]) -> list[s
         raise BundleError(f"--label: give one per bundle ({len(manifests)}), or none")
     out: list[str] = []
     for i, m in enumerate(manifests):
-        base = given[i] if given else _default_label(m)
+        base = _checked_label(given[i]) if given else _default_label(m)
         label, n = base, 2
         while label in out:
             label, n = f"{base}-{n}", n + 1

@@ -87,6 +87,15 @@ def test_a_bundle_that_does_not_verify_is_refused(two_machines: tuple[Path, Path
         merge_bundles([cpu], tmp_path / "m")
 
 
+@pytest.mark.parametrize("label", ["../../escaped", "a/b", "..", ".hidden", ""])
+def test_a_label_that_is_not_one_plain_name_is_refused_before_anything_is_unpacked(
+        two_machines: tuple[Path, Path], tmp_path: Path, label: str) -> None:
+    work = tmp_path / "out" / "bundles"
+    with pytest.raises(BundleError, match=r"--label .*a label names the directory a bundle unpacks into"):
+        merge_bundles(list(two_machines), work, labels=[label, "b"])
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "out").exists()
+
+
 def test_merge_command(two_machines: tuple[Path, Path], tmp_path: Path) -> None:
     out = tmp_path / "merged"
     res = CliRunner().invoke(app, ["merge", *map(str, two_machines), "--out", str(out)])
