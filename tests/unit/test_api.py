@@ -49,6 +49,14 @@ def test_read_run_refuses_a_path_that_holds_no_run(tmp_path: Path) -> None:
         assert str(path) in str(caught.value) and "run.json" in str(caught.value)
 
 
+def test_read_run_refuses_a_regular_file_and_says_it_is_one(tmp_path: Path) -> None:
+    path = tmp_path / "samples.jsonl"
+    path.write_text("")
+    with pytest.raises(ConfigError, match=r"samples.jsonl is not a bakeoff run directory: .* this is a file, not a "
+                                          "directory"):
+        bakeoff.read_run(path)
+
+
 def test_read_run_still_reads_an_interrupted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ctrl_c_at_rep(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
