@@ -35,7 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from ..common.errors import BakeoffError, BundleError
-from ..common.redact import Redactor, redact_text
+from ..common.redact import Redactor, credential_shapes
 from ..config.fingerprint import ArmFingerprint
 from ..host.hostinfo import host_id
 from ..host.rig import rig_report
@@ -360,9 +360,9 @@ def _check_run(files: dict[str, bytes], manifest: BundleManifest, problems: list
     if arm_builds(record, _attempts(files, record)) != manifest.engines:
         problems.append("the manifest's engine builds are not those of run/run.json and the arm records")
     for rel, data in sorted(files.items()):
-        if _is_text(data) and redact_text(text := data.decode("utf-8")) != text:
-            problems.append(f"run/{rel}: holds text shaped like a credential (a URL password, a bearer token or "
-                            "an api_key=... pair)")
+        if _is_text(data) and (shapes := credential_shapes(data.decode("utf-8"))):
+            problems.append(f"run/{rel}: holds text shaped like a credential ({'; '.join(shapes)}): `bakeoff "
+                            "bundle` masks these, so something else made or changed this file")
 
 
 def extract_bundle(verified: Verified, dest: Path) -> Path:

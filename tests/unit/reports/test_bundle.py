@@ -124,6 +124,32 @@ def test_secrets_stay_out(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert any("shaped like a credential" in p for p in verify_bundle(path).problems)
 
 
+PROVIDER_SECRETS = {"ghp_": b"token ghp_PROBEabcdefghijklmnopqrstuvwxyz0123\n",
+                    "hf_": b"HF_TOKEN=hf_PROBEabcdefghijklmnopqrstuvwxyz\n",
+                    "aws": b"aws_secret_access_key = PROBEwJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY\n"}
+
+
+def test_provider_tokens_in_a_run_file_are_masked_on_packing_and_verify_refuses_a_bundle_holding_one(
+        run: Path, tmp_path: Path) -> None:
+    notes = run / "arms" / "base" / "notes.log"
+    notes.write_bytes(b"".join(PROVIDER_SECRETS.values()))
+    path, _, manifest = bundle_run(run, tmp_path / "p.tar.gz")
+    packed = _members(path)["run/arms/base/notes.log"]
+    assert b"PROBE" not in packed and packed.startswith(b"token ghp_***\nHF_TOKEN=***\n")
+    assert "arms/base/notes.log" in manifest.masked and verify_bundle(path).ok
+    # one packed by something that did not mask, its manifest rewritten to match: verify names what it holds
+    members = _members(path)
+    members["run/arms/base/notes.log"] = data = b"".join(PROVIDER_SECRETS.values())
+    entry = json.loads(members["manifest.json"])
+    import hashlib
+    entry["files"]["arms/base/notes.log"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    members["manifest.json"] = json.dumps(entry).encode()
+    _rewrite(path, members)
+    [problem] = verify_bundle(path).problems
+    assert problem.startswith("run/arms/base/notes.log: holds text shaped like a credential (a GitHub token; "
+                              "a Hugging Face token; a URL password or query, a bearer token, or a key=value pair")
+
+
 def test_bundle_and_verify_commands(run: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     target = tmp_path / "cli.tar.gz"
