@@ -15,7 +15,9 @@ run) is refused: it would count twice.
 
 Arms are renamed ``ARM@LABEL``, a label per bundle (the GPU's or CPU's name unless given). The merged summary
 is a :class:`~bakeoff.core.reports.model.RunSummary`, so the terminal, markdown, HTML and JSON renderers draw
-it as they draw any run; the bundles (hardware, builds, hashes) are listed above it.
+it as they draw any run; the bundles (hardware, builds, hashes) are listed above it, and a bundle whose run did
+less than it planned is said to be incomplete there, before any number, with the arms it never measured.
+A label is one plain name (it is the directory a bundle unpacks into): anything else is refused.
 """
 
 from __future__ import annotations
