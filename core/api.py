@@ -34,10 +34,13 @@ def run(file: str | Path | BakeoffFile, out: str | Path = "runs", *, until_ci: f
     """Run a bakeoff file (a path, or a loaded :class:`~bakeoff.core.config.schema.BakeoffFile`) into a new run
     directory under ``out``, write its report files, and return its summary (``summary.path`` says where).
 
-    :param until_ci: add passes until every ratio's 95 % interval half-width is at most this fraction (0.03).
+    :param until_ci: add passes until every ratio's 95 % interval half-width is at most this fraction (0.03),
+        between 0 and 1 as ``--until-ci`` takes it.
+    :param max_passes: the most passes ``until_ci`` runs, at least 1 (``--max-passes``).
     :param executor: ``local`` (default) or ``ray`` (the file's ``hosts:``).
-    :raises BakeoffError: a file that cannot run (ConfigError, before any engine starts), or a run directory
-        that cannot be written. Failed arms are not exceptions: they are in the summary's ``failures``.
+    :raises BakeoffError: a file that cannot run, or a stopping rule the command line would refuse
+        (ConfigError, in its words, before any engine starts), or a run directory that cannot be written.
+        Failed arms are not exceptions: they are in the summary's ``failures``.
     """
     config = file if isinstance(file, BakeoffFile) else load_bakeoff(file)
     directory = run_bakeoff(config, Path(out), until_ci=until_ci, max_passes=max_passes,

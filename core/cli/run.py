@@ -20,7 +20,7 @@ def run_command(
     out: Path = typer.Option(Path("runs"), "--out", help="Directory that receives the run directory"),
     until_ci: str | None = typer.Option(None, "--until-ci", help="Add passes until every arm's 95 % CI half-width "
                                         "(its ratio to the baseline; one arm: its median) is at most this, e.g. 3%"),
-    max_passes: int = typer.Option(10, "--max-passes", min=1, help="Most passes with --until-ci"),
+    max_passes: int = typer.Option(10, "--max-passes", help="Most passes with --until-ci"),
     stop_on_verdict: bool = typer.Option(False, "--stop-on-verdict", help="With --until-ci: also stop once every "
                                          "arm's verdict is clear (its ratio interval, at a level that spends 5 % "
                                          "over all passes, excludes 1), even if still wider than the target"),

@@ -26,7 +26,7 @@ from ..run.events import ProtocolEvents
 from ..run.executor import Executor, executor_for
 from ..run.live import dry_run_lines
 from ..run.resume import Resume
-from ..run.session import StopSignal, run_bakeoff
+from ..run.session import StopSignal, check_stopping_rule, run_bakeoff
 from .boundary import name_run_dir
 from .console import make_console
 from .exit_codes import ExitCode, run_outcome
@@ -45,12 +45,9 @@ def percent(text: str | None) -> float | None:
     if text is None:
         return None
     try:
-        value = float(text.strip().rstrip("%")) / (100 if text.strip().endswith("%") else 1)
+        return float(text.strip().rstrip("%")) / (100 if text.strip().endswith("%") else 1)
     except ValueError:
         raise ConfigError(f"--until-ci {text!r}: give a percentage such as 3%") from None
-    if not 0 < value < 1:
-        raise ConfigError(f"--until-ci {text!r}: give a percentage between 0 and 100 %")
-    return value
 
 
 # Signals that end a run like Ctrl-C does: engines stopped, samples kept. SIGHUP is a closed terminal or SSH.
@@ -207,6 +204,7 @@ def run_loaded(config: BakeoffFile, out: Path, *, dry_run: bool = False, until_c
                stop_on_verdict: bool = False, resume: Resume | None = None, tables: bool = False) -> None:
     """Run a loaded bakeoff (or finish ``resume``'s): its dry run (nothing launched, also with a resume), or
     the run, its reports and its exit code."""
+    check_stopping_rule(until_ci, max_passes, stop_on_verdict)  # a dry run too: the same file and flags run later
     if dry_run:
         for line in dry_run_lines(config):
             typer.echo(line)

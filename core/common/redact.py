@@ -5,7 +5,9 @@ A secret can enter bakeoff four ways: the value of an ``env:`` entry, credential
 key-like flag in ``extra_args`` (``--api-key X``). The configuration is redacted structurally before
 run.json records it (:func:`redact_config`); every free text bakeoff stores (error texts a server
 echoed, log tails, argv.txt, engine logs) goes through a :class:`Redactor` that knows this run's secret
-values and also masks URL credentials and bearer tokens it has never seen.
+values and also masks URL credentials, bearer tokens, key=value pairs and the token shapes of the common
+providers (GitHub ``ghp_…``, Hugging Face ``hf_…``, AWS ``AKIA…``, OpenAI/Anthropic ``sk-…``, GitLab, Slack,
+Google, …) it has never seen.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "LiveLogMasker",
     "Redactor",
     "config_secrets",
+    "credential_shapes",
     "masked_settings",
     "redact_argv",
     "redact_config",
@@ -44,8 +47,31 @@ _SECRET_KEY = re.compile(r"(?i)(api[_-]?key|token|secret|password|passwd|credent
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s'\"<>]+")
 _BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{4,}")
 _BASIC = re.compile(r"(?i)\b(basic)\s+([A-Za-z0-9+/]{4,}={0,2})")
-_KEY_VALUE = re.compile(r"(?i)((?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|secret|password|"
-                        r"passwd))([\"']?\s{0,16}[=:]\s{0,16}[\"']?)([^\s\"'&,;}]{4,})")
+_KEY_VALUE = re.compile(r"(?i)((?:api[_-]?key|apikey|access[_-]?(?:token|key)|auth[_-]?token|"
+                        r"secret(?:[_-]?(?:access[_-]?)?key)?|private[_-]?key|password|passwd|"
+                        r"(?:hf|hugging[_-]?face|github|gh|gitlab|slack|bot|refresh|session|id)[_-]?token))([\"']?\s{0,16}[=:]\s{0,16}[\"']?)([^\s\"'&,;}]{4,})")
+# an environment line of any *_TOKEN variable (HF_TOKEN=…, CI_JOB_TOKEN=…): upper case, as the shell spells it
+_ENV_TOKEN = re.compile(r"\b([A-Z][A-Z0-9_]{0,40}_TOKEN)(\s{0,16}=\s{0,16}[\"']?)([^\s\"'&,;}]{4,})")
+# Credentials the common hosting and cloud providers issue, known by their shape wherever they stand, whatever
+# name (or none) they are given: (what it is, the pattern; group 1, the provider's prefix, is kept so a reader
+# sees what was masked). Each starts with its literal prefix, which re finds fast, so a long text costs linear
+# time; that the prefix starts a word is checked on each match (a leading \b would make re try every position).
+_PROVIDER_TOKENS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("a GitHub token", re.compile(r"(gh[pousr]_)[A-Za-z0-9]{30,}")),
+    ("a GitHub token", re.compile(r"(github_pat_)[A-Za-z0-9_]{30,}")),
+    ("a GitLab token", re.compile(r"(gl(?:pat|dt|rt|ptt|cbt|oas|soat)-)[A-Za-z0-9_-]{20,}")),
+    ("a Hugging Face token", re.compile(r"(hf_)[A-Za-z0-9]{30,}")),
+    ("an AWS access key id", re.compile(r"(A(?:KIA|SIA|BIA|CCA))[A-Z0-9]{16}\b")),
+    ("an OpenAI or Anthropic key", re.compile(r"(sk-(?:ant-|proj-|svcacct-|admin-)?)[A-Za-z0-9_-]{20,}")),
+    ("a Slack token", re.compile(r"(xox[abposr]-)[A-Za-z0-9-]{10,}")),
+    ("a Slack webhook", re.compile(r"(hooks\.slack\.com/services/)[A-Za-z0-9/]{20,}")),
+    ("a Google API key", re.compile(r"(AIza)[0-9A-Za-z_-]{35}")),
+    ("a Stripe key", re.compile(r"([rs]k_live_)[0-9A-Za-z]{20,}")),
+    ("an npm token", re.compile(r"(npm_)[A-Za-z0-9]{36}")),
+    ("a PyPI token", re.compile(r"(pypi-)AgE[A-Za-z0-9_-]{50,}")),
+    ("a JSON web token", re.compile(r"(eyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),
+    ("a private key", re.compile(r"(-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----)[A-Za-z0-9+/=\s\\]{16,}")),
+)
 
 
 def redact_url(url: str) -> str:
@@ -87,11 +113,36 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
 
 
 def redact_text(text: str) -> str:
-    """Credentials recognisable by their shape: URL passwords and queries, bearer tokens, ``api_key=…``."""
+    """Credentials recognisable by their shape: URL passwords and queries, bearer tokens, ``api_key=…``,
+    ``*_TOKEN=…`` lines, and the tokens and keys of the common providers (GitHub, Hugging Face, AWS, …)."""
+    text = _mask_generic(text)
+    for _, pattern in _PROVIDER_TOKENS:
+        text = pattern.sub(lambda m: f"{m.group(1)}{REDACTED}" if _starts_a_word(m) else m.group(0), text)
+    return text
+
+
+def _starts_a_word(m: re.Match[str]) -> bool:
+    """The match is not the tail of a longer word (``ghp_…`` yes, ``xghp_…`` no)."""
+    return m.start() == 0 or not (m.string[m.start() - 1].isalnum() or m.string[m.start() - 1] == "_")
+
+
+def credential_shapes(text: str) -> list[str]:
+    """What :func:`redact_text` would mask in ``text``, in words (``a GitHub token``); [] when nothing."""
+    found = list(dict.fromkeys(kind for kind, pattern in _PROVIDER_TOKENS
+                               if any(_starts_a_word(m) for m in pattern.finditer(text))))
+    if _mask_generic(text) != text:
+        found.append("a URL password or query, a bearer token, or a key=value pair (api_key, password, *_TOKEN, …)")
+    return found
+
+
+def _mask_generic(text: str) -> str:
+    """The shapes any credential takes, whoever issued it: in a URL, an Authorization header, a key=value pair."""
     text = _URL.sub(lambda m: redact_url(m.group(0)), text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _BASIC.sub(lambda m: f"{m.group(1)} {REDACTED}" if _is_basic_credential(m.group(2)) else m.group(0), text)
-    return _KEY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    for pattern in (_KEY_VALUE, _ENV_TOKEN):
+        text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return text
 
 
 def _is_basic_credential(token: str) -> bool:

@@ -15,7 +15,9 @@ run) is refused: it would count twice.
 
 Arms are renamed ``ARM@LABEL``, a label per bundle (the GPU's or CPU's name unless given). The merged summary
 is a :class:`~bakeoff.core.reports.model.RunSummary`, so the terminal, markdown, HTML and JSON renderers draw
-it as they draw any run; the bundles (hardware, builds, hashes) are listed above it.
+it as they draw any run; the bundles (hardware, builds, hashes) are listed above it, and a bundle whose run did
+less than it planned is said to be incomplete there, before any number, with the arms it never measured.
+A label is one plain name (it is the directory a bundle unpacks into): anything else is refused.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class BundleInfo(BaseModel):
     hardware: dict[str, Any] = Field(description="CPU model and cores, GPU names (core/host/rig.py hardware_key).")
     rig: dict[str, Any] = Field(default_factory=dict, description="The bundle's rig report.")
     engines: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Per arm: the engine build.")
+    incomplete: str | None = Field(None, description="For a run that did less than it planned: what it did "
+                                   "(``0 of 1 passes complete (2 of 16 samples)``); None when complete.")
 
 
 class MergedReport(BaseModel):
@@ -80,6 +84,8 @@ class _Opened:
     hardware: dict[str, Any]
 
 
+# a label is a directory under --out (each bundle unpacks into OUT/bundles/LABEL) and the suffix of arm names
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,39}")
 _LABEL_NOISE = re.compile(r"\((?:R|TM|tm|r)\)|\bCPU\b|@.*$|\bProcessor\b|\d+-Core")
 
 
@@ -90,7 +96,17 @@ def _default_label(manifest: BundleManifest) -> str:
     else:
         text = str((manifest.rig.get("cpu") or {}).get("model") or "host")
     text = _LABEL_NOISE.sub(" ", text)
-    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")[:40] or "host"
+    text = re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-")[:40]
+    return text if _LABEL.fullmatch(text) else "host"  # a rig named ".." is a bundle's to claim, not a path
+
+
+def _checked_label(label: str) -> str:
+    """A given label, refused unless it is one plain name: ``../../X`` or ``a/b`` would unpack outside --out."""
+    if not _LABEL.fullmatch(label):
+        raise BundleError(f"--label {label!r}: a label names the directory a bundle unpacks into and ends its "
+                          "arm names (ARM@LABEL): give 1 to 40 letters, digits, '.', '_', '+' or '-', starting "
+                          "with a letter or digit")
+    return label
 
 
 def _labels(manifests: Sequence[BundleManifest], given: Sequence[str]) -> list[str]:
@@ -98,7 +114,7 @@ def _labels(manifests: Sequence[BundleManifest], given: Sequence[str]) -> list[s
         raise BundleError(f"--label: give one per bundle ({len(manifests)}), or none")
     out: list[str] = []
     for i, m in enumerate(manifests):
-        base = given[i] if given else _default_label(m)
+        base = _checked_label(given[i]) if given else _default_label(m)
         label, n = base, 2
         while label in out:
             label, n = f"{base}-{n}", n + 1
@@ -195,6 +211,25 @@ def _hardware_comparisons(opened: Sequence[_Opened], *, n_boot: int, level: floa
     return out, notes
 
 
+def _incomplete(o: _Opened) -> str | None:
+    """What a bundle's run did short of its plan, where and why it stopped, and which arms have no sample
+    (absent from every table); None for a complete run. Its own report's resume hint is left out: the run is
+    another machine's, and its copy here is no place to measure the rest."""
+    p = o.summary.progress
+    if p is None or p.complete:
+        return None
+    where = f"; stopped {p.stopped_at}" if p.stopped_at else ""
+    unmeasured = [f"{a.arm}@{o.label}" for a in p.arms if a.samples_measured == 0]
+    absent = f"; no sample of {', '.join(unmeasured)}, so it is in no table" if unmeasured else ""
+    return f"{o.label}: INCOMPLETE RUN: {p.line}{where}: {p.stopped_why}{absent}"
+
+
+def _bundle_warnings(o: _Opened) -> list[str]:
+    """A bundle's own report warnings, labelled; its incomplete-run lead is said by :func:`_incomplete`."""
+    lead = o.summary.progress.warning if o.summary.progress else None
+    return [f"{o.label}: {w}" for w in o.summary.warnings if w != lead]
+
+
 def _build_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
     """The engine builds of two copies of a configuration, when they differ: versions, else binaries."""
     va, vb = ", ".join(a.get("versions") or []) or "?", ", ".join(b.get("versions") or []) or "?"
@@ -226,6 +261,7 @@ def merge_bundles(bundles: Sequence[Path], workdir: Path, *, labels: Sequence[st
                               read_samples(path), hardware_key({"rig": m.rig})))
     _refuse_duplicates(opened)
     hardware, notes = _hardware_comparisons(opened, n_boot=n_boot, level=level, seed=seed)
+    incomplete = [line for o in opened if (line := _incomplete(o))]
     summaries = [o.summary for o in opened]
     prompts = list(dict.fromkeys(p for s in summaries for p in s.prompts))
     summary = RunSummary(
@@ -241,7 +277,8 @@ def merge_bundles(bundles: Sequence[Path], workdir: Path, *, labels: Sequence[st
         comparisons=[_renamed_comparison(c, o.label) for o in opened for c in o.summary.comparisons],
         energy_comparisons=[_renamed_comparison(c, o.label) for o in opened for c in o.summary.energy_comparisons],
         mismatches={f"{arm}@{o.label}": m for o in opened for arm, m in o.summary.mismatches.items()},
-        warnings=[f"{o.label}: {w}" for o in opened for w in o.summary.warnings],
+        complete=not incomplete,
+        warnings=incomplete + [w for o in opened for w in _bundle_warnings(o)],
         failures=[f.model_copy(update={"arm": f"{f.arm}@{o.label}"}) for o in opened for f in o.summary.failures],
         acceptance=[a.model_copy(update={"arm": f"{a.arm}@{o.label}"}) for o in opened for a in o.summary.acceptance],
         sweep=_merged_points([(o.label, o.summary.sweep) for o in opened]),
@@ -253,8 +290,10 @@ def merge_bundles(bundles: Sequence[Path], workdir: Path, *, labels: Sequence[st
                                 "report for its design")
     infos = [BundleInfo(label=o.label, file=o.verified.path.name, sha256=o.verified.sha256, run_id=o.manifest.run_id,
                         name=o.manifest.name, samples=o.manifest.samples,
-                        hardware=o.hardware, rig=o.manifest.rig, engines=o.manifest.engines) for o in opened]
-    return MergedReport(bundles=infos, notes=notes, summary=summary)
+                        hardware=o.hardware, rig=o.manifest.rig, engines=o.manifest.engines,
+                        incomplete=o.summary.progress.line if o.summary.progress and not o.summary.complete
+                        else None) for o in opened]
+    return MergedReport(bundles=infos, notes=incomplete + notes, summary=summary)  # said before any number
 
 
 def _rig_line(rig: dict[str, Any]) -> str:
@@ -281,7 +320,8 @@ def bundle_rows(m: MergedReport) -> tuple[list[str], list[list[str]]]:
     rows = []
     for b in m.bundles:
         builds = sorted({f"{e.get('engine')} {', '.join(e.get('versions') or []) or '?'}" for e in b.engines.values()})
-        rows.append([b.label, f"{b.name or '?'} ({b.run_id})", _rig_line(b.rig), "; ".join(builds), str(b.samples),
+        samples = f"{b.samples} (INCOMPLETE: {b.incomplete})" if b.incomplete else str(b.samples)
+        rows.append([b.label, f"{b.name or '?'} ({b.run_id})", _rig_line(b.rig), "; ".join(builds), samples,
                      b.sha256[:16] + "…"])
     return header, rows
 

@@ -213,7 +213,8 @@ def require_run_dir(path: Path) -> None:
     run = RunDir.open(path)
     if run.run_json.is_file() or run.samples_path.is_file():
         return
-    found = "this one holds neither" if path.is_dir() else "there is no such directory"
+    found = ("this one holds neither" if path.is_dir() else "this is a file, not a directory" if path.exists()
+             else "there is no such directory")
     raise ConfigError(f"{path} is not a bakeoff run directory: one made by `bakeoff run` holds {run.run_json.name} "
                       f"(the run record) and {run.samples_path.name} (one line per request), and {found}")
 

@@ -117,18 +117,31 @@ def audit_table(s: RunSummary) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def count_said(n: int | None, unit: str) -> str:
+    """``8 rep(s)``; a merged summary whose bundles differ in it has none: ``rep(s) differing by bundle``."""
+    return f"{n} {unit}" if n is not None else f"{unit} differing by bundle"
+
+
+def baseline_said(s: RunSummary) -> str:
+    """The baseline the ratios are against: the run's, or in a merge each bundle's own, every one named."""
+    references = list(dict.fromkeys(c.reference for c in s.comparisons))
+    if len(references) > 1:
+        return f"each row against its own run's baseline: {', '.join(references)}"
+    return str(references[0] if references else s.baseline)
+
+
 def footnotes(s: RunSummary) -> list[str]:
     """What a reader needs to judge the table: units, method, design, engines."""
     level = f"{s.bootstrap.level:.0%}"
     notes = [f"decode tok/s = (completion tokens − first-event tokens) / (last − first token event), per request; "
              f"medians with {level} bootstrap intervals in parentheses; per-prompt columns are medians.",
-             f"vs baseline ({s.baseline}): median of per-request ratios paired on prompt, mode, rep and pass, with its "
-             f"{level} interval; 'faster'/'slower' only when the interval excludes 1, 'equivalent' when it lies within "
-             f"1 ± {margin_text(s.equivalence_margin)}, else 'not separable'.",
-             f"{passes_design(s.passes, s.progress)} {s.reps} rep(s) × {len(s.prompts)} prompt(s) × "
+             f"vs baseline ({baseline_said(s)}): median of per-request ratios paired on prompt, mode, rep and pass, "
+             f"with its {level} interval; 'faster'/'slower' only when the interval excludes 1, 'equivalent' when it "
+             f"lies within 1 ± {margin_text(s.equivalence_margin)}, else 'not separable'.",
+             f"{passes_design(s.passes, s.progress)} {count_said(s.reps, 'rep(s)')} × {len(s.prompts)} prompt(s) × "
              f"{len(s.modes)} mode(s) "
-             f"({', '.join(s.modes)}), {s.max_tokens} output tokens; bootstrap {s.bootstrap.n_boot} resamples, "
-             f"seed {s.bootstrap.seed}, passes then requests."]
+             f"({', '.join(s.modes)}), {count_said(s.max_tokens, 'output tokens')}; bootstrap {s.bootstrap.n_boot} "
+             f"resamples, seed {s.bootstrap.seed}, passes then requests."]
     engines = sorted({f"{e.engine} {e.version or ''}".strip() + _binary_note(e.binary) for e in s.engines.values()})
     if engines:
         notes.append("engines: " + ", ".join(engines))

@@ -23,7 +23,7 @@ from ..common.textfmt import DASH
 from .completeness import passes_design
 from .layout import print_rows
 from .model import RunSummary
-from .tables import fmt_bands
+from .tables import count_said, fmt_bands
 
 __all__ = ["Verdict", "VerdictRow", "merge_warnings", "print_verdict", "verdict_of"]
 
@@ -126,7 +126,7 @@ def _recommendation(s: RunSummary) -> list[str]:
         return [f"keep {s.baseline}: no arm is separably faster{why}"] if s.comparisons else []
     best = max(faster, key=lambda c: c.ratio.estimate)
     r = best.ratio
-    return [f"{best.arm}: {r.ratio_text()} over {s.baseline}"]
+    return [f"{best.arm}: {r.ratio_text()} over {best.reference}"]  # in a merge, its own bundle's baseline
 
 
 def _break_even(b: BreakEven) -> str:
@@ -220,8 +220,9 @@ def _session_lines(s: RunSummary) -> list[str]:
 def verdict_of(s: RunSummary) -> Verdict:
     modes = f" × {len(s.modes)} modes" if len(s.modes) > 1 else ""
     what = "session turn(s)" if s.sessions is not None else "prompt(s)"
-    design = (f"{passes_design(s.passes, s.progress)} {s.reps} rep(s) × {len(s.prompts)} {what}{modes}, "
-              f"{s.max_tokens} output tokens; paired per request, {s.bootstrap.level:.0%} bootstrap intervals")
+    design = (f"{passes_design(s.passes, s.progress)} {count_said(s.reps, 'rep(s)')} × {len(s.prompts)} {what}"
+              f"{modes}, {count_said(s.max_tokens, 'output tokens')}; paired per request, "
+              f"{s.bootstrap.level:.0%} bootstrap intervals")
     if s.launches is not None and s.launches.extra is not None and s.launches.extra.passes:
         drawn = ", ".join(f"{arm} ×{n}" for arm, n in s.launches.extra.drawn.items())
         design += f"; {len(s.launches.extra.passes)} of the passes are extra launches ({drawn}) for launch states"
@@ -235,7 +236,8 @@ def verdict_of(s: RunSummary) -> Verdict:
     shown |= {lead} if lead else set()  # said first, above the table
     names = [a.arm for a in s.arms] + [f.arm for f in s.failures]
     warnings = merge_warnings([w for w in s.warnings if w not in shown], names)
-    return Verdict(title=f"{s.name}: each arm against {s.baseline}" if s.baseline else s.name, design=design,
+    against = s.baseline if len({c.reference for c in s.comparisons}) <= 1 else "its own run's baseline"  # a merge
+    return Verdict(title=f"{s.name}: each arm against {against}" if s.baseline else s.name, design=design,
                    incomplete=lead,
                    baseline=s.baseline, rows=rows, recommendation=_recommendation(s), sessions=_session_lines(s),
                    accounting=_accounting(s), notes=_gate_notes(s), structured=_structured(s), warnings=warnings,

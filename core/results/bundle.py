@@ -14,7 +14,9 @@ a file that changed on the way is named in ``manifest.masked``.
 :func:`verify_bundle` checks that the archive holds only ``manifest.json`` and ``run/`` files, every listed
 file with its hash and size and no other, that run.json reads and names the manifest's run, that every sample
 is this run's, that the fingerprints and builds are those of run.json and the arm records, and that no text
-file holds something shaped like a credential. A manifest can be rewritten along with the files it lists,
+file holds something shaped like a credential. It reads the archive in chunks and refuses, unread, a member
+past MAX_MEMBER_BYTES and an archive that unpacks past its bound, so a small bomb costs neither the memory
+nor the minutes of what it unpacks to. A manifest can be rewritten along with the files it lists,
 so the bundle's own SHA-256, which both commands print, is what to publish beside it to pin it.
 """
 
@@ -35,7 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from ..common.errors import BakeoffError, BundleError
-from ..common.redact import Redactor, redact_text
+from ..common.redact import Redactor, credential_shapes
 from ..config.fingerprint import ArmFingerprint
 from ..host.hostinfo import host_id
 from ..host.rig import rig_report
@@ -238,7 +240,7 @@ def bundle_run(run_path: Path, target: Path) -> tuple[Path, str, BundleManifest]
         tmp.replace(target)
     except OSError as exc:
         raise BundleError(f"cannot write the bundle {target}: {exc.strerror or exc}") from exc
-    return target, _sha256(target.read_bytes()), manifest
+    return target, _file_sha256(target), manifest
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
@@ -249,18 +251,69 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
+# What verify holds in memory (FAULTS-3 N25: a 1 MB bundle can unpack to a 1 GiB member of zeros). A run's
+# largest file, samples.jsonl, is some kilobytes a request; bakeoff bundle itself holds the whole run in memory.
+MAX_MEMBER_BYTES = 256 << 20
+MAX_RUN_BYTES = 1 << 30
+MAX_MEMBERS = 10_000
+# the tar stream: the members verify reads, and their headers and padding (about 2 KiB each at most)
+MAX_ARCHIVE_BYTES = MAX_RUN_BYTES + MAX_MEMBERS * 2048
+_CHUNK = 1 << 20
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def _file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _gzip_problem(bundle: Path) -> str | None:
+    """Why the gzip stream does not read to its end and CRC, chunk by chunk (tarfile stops at the first
+    end-of-archive block, so a cut-off tail would otherwise pass unseen), or unpacks to more than verify
+    reads (a bomb is refused at the bound, not unpacked for minutes); None when it reads."""
+    unpacked = 0
+    try:
+        with gzip.open(bundle) as whole:
+            while chunk := whole.read(_CHUNK):
+                unpacked += len(chunk)
+                if unpacked > MAX_ARCHIVE_BYTES:
+                    return (f"unpacks to more than {_size(MAX_ARCHIVE_BYTES)}, more than verify reads (a run's "
+                            f"files up to {_size(MAX_RUN_BYTES)}): not a run bakeoff bundled")
+    except (EOFError, OSError, zlib.error) as exc:
+        return f"not a readable bundle (a gzip tar archive): truncated or corrupt: {exc}"
+    return None
+
+
+def _too_big(name: str, size: int, kept: int) -> str | None:
+    """Why a member is not read: over the bound for one file, or for the whole run; None to read it."""
+    if size > MAX_MEMBER_BYTES:
+        return f"{name}: {size} bytes, more than verify reads for one file ({_size(MAX_MEMBER_BYTES)})"
+    if kept + size > MAX_RUN_BYTES:
+        return f"{name}: the run's files pass {_size(MAX_RUN_BYTES)} with it, more than verify reads"
+    return None
+
+
 def _members(bundle: Path, out: Verified) -> tuple[bytes | None, dict[str, bytes]]:
-    """The manifest's bytes and every run/ file, read from the archive; bad members become problems."""
+    """The manifest's bytes and every run/ file, read from the archive; bad members become problems, and
+    members past the size bounds are refused by their header, unread."""
     manifest: bytes | None = None
     files: dict[str, bytes] = {}
+    kept = 0
     try:
-        with gzip.open(bundle) as whole:  # the gzip stream to its end and CRC: tarfile stops at the members it
-            while whole.read(1 << 20):   # finds, so a cut in the archive's zero padding would pass unseen
-                pass
         with tarfile.open(bundle, mode="r:gz") as tar:
-            for member in tar:
+            for count, member in enumerate(tar, start=1):
                 name = member.name
                 parts = PurePosixPath(name).parts
+                if count > MAX_MEMBERS:
+                    out.problems.append(f"more than {MAX_MEMBERS} members: not a run bakeoff bundled")
+                    break
                 if name.startswith("/") or ".." in parts or not parts:
                     out.problems.append(f"{name}: a path outside the bundle")
                     continue
@@ -269,8 +322,12 @@ def _members(bundle: Path, out: Verified) -> tuple[bytes | None, dict[str, bytes
                 if not member.isfile():
                     out.problems.append(f"{name}: not a regular file (links and devices are refused)")
                     continue
+                if why := _too_big(name, member.size, kept):
+                    out.problems.append(why)
+                    continue
                 handle = tar.extractfile(member)
                 data = handle.read() if handle is not None else b""
+                kept += len(data)
                 if name == MANIFEST:
                     manifest = data
                 elif parts[0] == RUN_DIR and len(parts) > 1:
@@ -287,20 +344,23 @@ def _members(bundle: Path, out: Verified) -> tuple[bytes | None, dict[str, bytes
 
 def verify_bundle(bundle: Path) -> Verified:
     """Check a bundle (see the module docstring); never raises for a bad bundle, it lists the problems.
+    Reads in chunks and holds at most MAX_RUN_BYTES of members, whatever the archive unpacks to.
 
     :raises BundleError: the file cannot be read at all.
     """
     try:
-        raw = bundle.read_bytes()
+        out = Verified(bundle, _file_sha256(bundle))
     except OSError as exc:
         raise BundleError(f"cannot read {bundle}: {exc.strerror or exc}") from exc
-    out = Verified(bundle, _sha256(raw))
-    try:  # tarfile stops at the first end-of-archive block, so a cut-off tail would otherwise pass unseen
-        gzip.decompress(raw)
-    except (EOFError, OSError, zlib.error) as exc:
-        out.problems.append(f"not a readable bundle (a gzip tar archive): truncated or corrupt: {exc}")
+    if problem := _gzip_problem(bundle):
+        out.problems.append(problem)
         return out
-    manifest_bytes, files = _members(bundle, out)
+    try:
+        manifest_bytes, files = _members(bundle, out)
+    except MemoryError:  # the bounds keep this machine's memory for what they allow, but a smaller one runs out
+        out.problems.append(f"ran out of memory reading the bundle's members (verify holds up to "
+                            f"{_size(MAX_RUN_BYTES)} of them)")
+        return out
     out.files = files
     if manifest_bytes is None:
         out.problems.append("no manifest.json")
@@ -326,7 +386,10 @@ def verify_bundle(bundle: Path) -> Verified:
                                 f"the manifest says {entry.sha256[:16]}…)")
     out.problems += [f"run/{rel}: in the bundle but not in the manifest" for rel in sorted(set(files) -
                                                                                            set(manifest.files))]
-    _check_run(files, manifest, out.problems)
+    try:
+        _check_run(files, manifest, out.problems)
+    except MemoryError:
+        out.problems.append("ran out of memory checking run.json, the samples and the texts of run/")
     return out
 
 
@@ -360,9 +423,9 @@ def _check_run(files: dict[str, bytes], manifest: BundleManifest, problems: list
     if arm_builds(record, _attempts(files, record)) != manifest.engines:
         problems.append("the manifest's engine builds are not those of run/run.json and the arm records")
     for rel, data in sorted(files.items()):
-        if _is_text(data) and redact_text(text := data.decode("utf-8")) != text:
-            problems.append(f"run/{rel}: holds text shaped like a credential (a URL password, a bearer token or "
-                            "an api_key=... pair)")
+        if _is_text(data) and (shapes := credential_shapes(data.decode("utf-8"))):
+            problems.append(f"run/{rel}: holds text shaped like a credential ({'; '.join(shapes)}): `bakeoff "
+                            "bundle` masks these, so something else made or changed this file")
 
 
 def extract_bundle(verified: Verified, dest: Path) -> Path:

@@ -29,7 +29,7 @@ from .plan import Plan, plan_run, run_record
 from .protocol import run_extra_launches, run_extra_pass
 from .resume import Resume
 
-__all__ = ["StopSignal", "new_run", "run_bakeoff", "stop_record"]
+__all__ = ["StopSignal", "check_stopping_rule", "new_run", "run_bakeoff", "stop_record"]
 
 
 class StopSignal(KeyboardInterrupt):
@@ -71,6 +71,20 @@ def new_run(out: Path, plan: Plan) -> RunDir:
     return run
 
 
+def check_stopping_rule(until_ci: float | None, max_passes: int, stop_on_verdict: bool = False) -> None:
+    """The adaptive passes' settings, checked once for the command line and the Python API alike.
+
+    :raises ConfigError: ``until_ci`` outside (0, 1), fewer than one pass, or ``stop_on_verdict`` alone.
+    """
+    if until_ci is not None and not 0 < until_ci < 1:  # NaN fails the comparison too
+        raise ConfigError(f"--until-ci {until_ci:g} (until_ci): the interval half-width to stop at is a fraction "
+                          "between 0 and 1, e.g. 0.03 (3% on the command line)")
+    if max_passes < 1:
+        raise ConfigError(f"--max-passes {max_passes} (max_passes): at least 1 pass")
+    if stop_on_verdict and until_ci is None:
+        raise ConfigError("--stop-on-verdict ends the passes --until-ci adds: give --until-ci too (e.g. 20%)")
+
+
 def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None, max_passes: int = 10,
                 resume: Resume | None = None, executor: Executor | None = None, stop_on_verdict: bool = False,
                 events: ProtocolEvents | None = None,
@@ -86,8 +100,7 @@ def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None
     """
     executor = executor or LocalExecutor()
     events = events or ProtocolEvents()
-    if stop_on_verdict and until_ci is None:
-        raise ConfigError("--stop-on-verdict ends the passes --until-ci adds: give --until-ci too (e.g. 20%)")
+    check_stopping_rule(until_ci, max_passes, stop_on_verdict)
     if until_ci is not None and executor.name != "local":
         raise ConfigError("--until-ci adds passes on this machine; it cannot be combined with --executor ray")
     check_phases_config(config)

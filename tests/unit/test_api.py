@@ -49,6 +49,14 @@ def test_read_run_refuses_a_path_that_holds_no_run(tmp_path: Path) -> None:
         assert str(path) in str(caught.value) and "run.json" in str(caught.value)
 
 
+def test_read_run_refuses_a_regular_file_and_says_it_is_one(tmp_path: Path) -> None:
+    path = tmp_path / "samples.jsonl"
+    path.write_text("")
+    with pytest.raises(ConfigError, match=r"samples.jsonl is not a bakeoff run directory: .* this is a file, not a "
+                                          "directory"):
+        bakeoff.read_run(path)
+
+
 def test_read_run_still_reads_an_interrupted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ctrl_c_at_rep(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
@@ -63,3 +71,26 @@ def test_importing_bakeoff_loads_nothing_of_the_run() -> None:
     code = "import sys, bakeoff; print(sorted(m for m in sys.modules if m.startswith('bakeoff.core')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(("kwargs", "flags", "message"), [
+    ({"until_ci": -1.0}, ["--until-ci", "-1"], "--until-ci -1 (until_ci): the interval half-width to stop at is a "
+                                                "fraction between 0 and 1"),
+    ({"until_ci": float("nan")}, ["--until-ci", "nan"], "--until-ci nan (until_ci)"),
+    ({"until_ci": 0.03, "max_passes": 0}, ["--until-ci", "3%", "--max-passes", "0"],
+     "--max-passes 0 (max_passes): at least 1 pass"),
+])
+def test_the_api_refuses_the_stopping_rule_the_command_line_refuses_in_the_same_words(
+        tmp_path: Path, kwargs: dict[str, float], flags: list[str], message: str) -> None:
+    from typer.testing import CliRunner
+
+    from bakeoff.core.cli import app
+
+    path = tmp_path / "api.yaml"
+    path.write_text(FILE)
+    with pytest.raises(ConfigError) as caught:
+        bakeoff.run(path, out=tmp_path / "runs", **kwargs)  # type: ignore[arg-type]
+    assert str(caught.value).startswith(message)
+    res = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "runs"), *flags])
+    assert res.exit_code == 2 and " ".join(str(caught.value).split()) in " ".join(res.output.split()), res.output
+    assert not (tmp_path / "runs").exists()  # nothing ran, either way

@@ -292,3 +292,38 @@ def test_an_unexpected_error_that_quotes_a_secret_is_masked_in_its_traceback_fil
     traces = list(run_dir.rglob("traceback-pass*.txt"))
     assert traces and "RuntimeError" in traces[0].read_text(), ran.output
     assert [x for x in _leaks(run_dir) if API_KEY in x] == []  # main: the key in the traceback file
+
+
+# -- provider tokens: masked by their shape, whatever name (or none) stands before them ------------------------
+@pytest.mark.parametrize(("text", "masked"), [
+    ("token ghp_PROBEabcdefghijklmnopqrstuvwxyz0123", "token ghp_***"),
+    ("github_pat_11ABCDEFG0abcdefghijklmnopqrstuvwxyz0123456789", "github_pat_***"),
+    ("HF_TOKEN=hf_PROBEabcdefghijklmnopqrstuvwxyz", "HF_TOKEN=***"),
+    ("login with hf_PROBEabcdefghijklmnopqrstuvwxyz", "login with hf_***"),
+    ("aws_secret_access_key = PROBEwJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY", "aws_secret_access_key = ***"),
+    ('{"SecretAccessKey": "PROBEwJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY"}', '{"SecretAccessKey": "***"}'),
+    ("id AKIAIOSFODNN7EXAMPLE", "id AKIA***"),
+    ("x-api sk-proj-abcdefghijklmnopqrstuvwxyz012345", "x-api sk-proj-***"),
+    ("sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123", "sk-ant-***"),
+    ("glpat-abcdefghij1234567890", "glpat-***"),
+    ("xoxb-123456789012-abcdefABCDEF", "xoxb-***"),
+    ("https://hooks.slack.com/services/T0000/B0000/XXXXXXXXXXXXXXXXXXXXXXXX", "https://hooks.slack.com/services/***"),
+    ("key AIzaSyA1234567890abcdefghijklmnopqrstuv", "key AIza***"),
+    ("CI_JOB_TOKEN=abc123def456", "CI_JOB_TOKEN=***"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAabcdefghijklmnop\n-----END RSA PRIVATE KEY-----",
+     "-----BEGIN RSA PRIVATE KEY-----***-----END RSA PRIVATE KEY-----"),
+], ids=["github", "github-pat", "hf-env", "hf-bare", "aws-secret", "aws-json", "aws-key-id", "openai", "anthropic",
+        "gitlab", "slack", "slack-webhook", "google", "env-token", "private-key"])
+def test_a_provider_credential_is_masked_by_its_shape_and_says_what_it_was(text: str, masked: str) -> None:
+    from bakeoff.core.common.redact import credential_shapes, redact_text
+
+    assert redact_text(text) == masked
+    assert credential_shapes(text) and credential_shapes(masked) == []  # masked text is clean (verify reads it)
+
+
+def test_words_that_only_resemble_a_credential_are_left_alone() -> None:
+    from bakeoff.core.common.redact import credential_shapes, redact_text
+
+    text = ('{"completion_tokens": 1280, "max_tokens": 2048, "eos_token": "</s>", "MAX_TOKENS": 1024} '
+            "xghp_abcdefghijklmnopqrstuvwxyz0123456789 task-abcdefghijklmnopqrstuvwxyz hf_hub_download")
+    assert redact_text(text) == text and credential_shapes(text) == []

@@ -100,3 +100,21 @@ def test_a_command_group_run_lazily_has_the_same_options_as_in_the_full_app() ->
                           env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0 and "install" in done.stdout
     assert "completion" not in done.stdout  # the sub-app's own shell-completion options stay hidden
+
+
+def _help_texts(command: Any) -> list[str]:
+    """A click command's own help and every parameter's, with its subcommands' (a command group)."""
+    texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+    for sub in getattr(command, "commands", {}).values():
+        texts += _help_texts(sub)
+    return texts
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_bracket_in_a_help_text_is_shown_not_read_as_rich_markup(name: str) -> None:
+    """rich reads ``[parquet]`` as a style tag and drops it: ``pip install '.[parquet]'`` would print as
+    ``pip install '.'``. A bracket meant to be shown is written ``\\[``."""
+    from rich.markup import render
+
+    for text in _help_texts(load_command(name)):
+        assert render(text).plain == text.replace("\\[", "["), text

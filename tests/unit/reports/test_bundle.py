@@ -124,6 +124,69 @@ def test_secrets_stay_out(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert any("shaped like a credential" in p for p in verify_bundle(path).problems)
 
 
+PROVIDER_SECRETS = {"ghp_": b"token ghp_PROBEabcdefghijklmnopqrstuvwxyz0123\n",
+                    "hf_": b"HF_TOKEN=hf_PROBEabcdefghijklmnopqrstuvwxyz\n",
+                    "aws": b"aws_secret_access_key = PROBEwJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY\n"}
+
+
+def test_provider_tokens_in_a_run_file_are_masked_on_packing_and_verify_refuses_a_bundle_holding_one(
+        run: Path, tmp_path: Path) -> None:
+    notes = run / "arms" / "base" / "notes.log"
+    notes.write_bytes(b"".join(PROVIDER_SECRETS.values()))
+    path, _, manifest = bundle_run(run, tmp_path / "p.tar.gz")
+    packed = _members(path)["run/arms/base/notes.log"]
+    assert b"PROBE" not in packed and packed.startswith(b"token ghp_***\nHF_TOKEN=***\n")
+    assert "arms/base/notes.log" in manifest.masked and verify_bundle(path).ok
+    # one packed by something that did not mask, its manifest rewritten to match: verify names what it holds
+    members = _members(path)
+    members["run/arms/base/notes.log"] = data = b"".join(PROVIDER_SECRETS.values())
+    entry = json.loads(members["manifest.json"])
+    import hashlib
+    entry["files"]["arms/base/notes.log"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    members["manifest.json"] = json.dumps(entry).encode()
+    _rewrite(path, members)
+    [problem] = verify_bundle(path).problems
+    assert problem.startswith("run/arms/base/notes.log: holds text shaped like a credential (a GitHub token; "
+                              "a Hugging Face token; a URL password or query, a bearer token, or a key=value pair")
+
+
+def _with_member(bundle: Path, target: Path, name: str, size: int) -> Path:
+    """``bundle`` with one more member of ``size`` zero bytes, streamed (never held whole)."""
+    with tarfile.open(bundle, "r:gz") as src, tarfile.open(target, "w:gz", compresslevel=1) as dst:
+        for m in src:
+            dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+        info = tarfile.TarInfo(name)
+        info.size = size
+        dst.addfile(info, io.BufferedReader(io.BytesIO(bytes(size))))
+    return target
+
+
+def test_a_member_past_the_size_bound_is_refused_by_its_header_unread(run: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from bakeoff.core.results import bundle as bundle_module
+
+    path = bundle_run(run, tmp_path / "b.tar.gz")[0]
+    monkeypatch.setattr(bundle_module, "MAX_MEMBER_BYTES", 1 << 16)
+    bomb = _with_member(path, tmp_path / "bomb.tar.gz", "run/zeros.bin", (1 << 16) + 1)
+    verified = verify_bundle(bomb)
+    assert verified.problems == ["run/zeros.bin: 65537 bytes, more than verify reads for one file (65536 bytes)"]
+    assert "zeros.bin" not in verified.files  # nothing of it held
+    assert verify_bundle(path).ok  # the bound leaves a real bundle alone
+
+
+def test_a_bundle_that_unpacks_past_the_bound_is_refused_without_unpacking_it_all(
+        run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bakeoff.core.results import bundle as bundle_module
+
+    path = bundle_run(run, tmp_path / "b.tar.gz")[0]
+    bomb = _with_member(path, tmp_path / "bomb.tar.gz", "run/zeros.bin", 4 << 20)
+    monkeypatch.setattr(bundle_module, "MAX_ARCHIVE_BYTES", 2 << 20)
+    [problem] = verify_bundle(bomb).problems
+    assert problem.startswith("unpacks to more than 2 MiB, more than verify reads")
+    res = CliRunner().invoke(app, ["verify", str(bomb)])
+    assert res.exit_code == 2 and "unpacks to more than 2 MiB" in res.output, res.output
+
+
 def test_bundle_and_verify_commands(run: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     target = tmp_path / "cli.tar.gz"

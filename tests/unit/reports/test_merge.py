@@ -18,6 +18,8 @@ from bakeoff.core.common.errors import BundleError
 from bakeoff.core.reports import render_html
 from bakeoff.core.reports.merge import merge_bundles, render_merge_markdown
 from bakeoff.core.results.bundle import bundle_run
+from bakeoff.core.results.record import parse_run_record
+from bakeoff.core.results.store import RunDir
 
 
 def _bundle(tmp_path: Path, name: str, arms: dict[str, float], **kw: Any) -> Path:
@@ -85,6 +87,48 @@ def test_a_bundle_that_does_not_verify_is_refused(two_machines: tuple[Path, Path
         merge_bundles([cpu, gpu], tmp_path / "m")
     with pytest.raises(BundleError, match="at least two"):
         merge_bundles([cpu], tmp_path / "m")
+
+
+def test_a_partial_bundle_is_said_partial_with_its_unmeasured_arm_and_the_design_line_never_reads_none(
+        tmp_path: Path) -> None:
+    part = shared_run(tmp_path / "part", {"off": 50.0, "ngram": 60.0}, passes=2, reps=3, seed=1)
+    samples = part / "samples.jsonl"
+    kept = [line for line in samples.read_text().splitlines(keepends=True)
+            if json.loads(line)["arm"] == "off" and json.loads(line)["pass_index"] == 0]
+    samples.write_text("".join(kept))  # stopped by SIGTERM in pass 1, before arm ngram
+    record = RunDir.open(part).read_record().to_json()
+    record["arm_records"] = {"off": record["arm_records"]["off"][:1]}
+    record["stopped"] = {"at": 1.0, "why": "signal", "detail": "SIGTERM"}
+    RunDir.open(part).write_record(parse_run_record(record, "run.json"))
+    full = bundle_run(shared_run(tmp_path / "full", {"off": 55.0, "ngram": 70.0}, passes=2, reps=2, seed=2),
+                      tmp_path / "full.tar.gz")[0]
+    merged = merge_bundles([bundle_run(part, tmp_path / "part.tar.gz")[0], full], tmp_path / "m",
+                           labels=["part", "full"])
+    assert not merged.summary.complete
+    assert [b.incomplete for b in merged.bundles] == ["0 of 2 passes complete (6 of 24 samples)", None]
+    lead = merged.notes[0]
+    assert lead.startswith("part: INCOMPLETE RUN: 0 of 2 passes complete (6 of 24 samples); stopped in pass 1")
+    assert lead.endswith("no sample of ngram@part, so it is in no table") and merged.summary.warnings[0] == lead
+    assert not any("--resume" in w for w in merged.summary.warnings)  # no resume into the merge's copy
+    text = render_merge_markdown(merged)
+    assert "6 (INCOMPLETE: 0 of 2 passes complete (6 of 24 samples))" in text
+    assert "None" not in text and "× rep(s) differing by bundle ×" in text
+    assert "vs baseline (off@full):" in text  # the only ratios are the full bundle's, against its own baseline
+
+
+def test_the_footnote_names_each_bundles_baseline_when_rows_are_against_several(two_machines: tuple[Path, Path],
+                                                                                tmp_path: Path) -> None:
+    text = render_merge_markdown(merge_bundles(list(two_machines), tmp_path / "m"))
+    assert "vs baseline (each row against its own run's baseline: off@Test, off@NVIDIA-H200):" in text
+
+
+@pytest.mark.parametrize("label", ["../../escaped", "a/b", "..", ".hidden", ""])
+def test_a_label_that_is_not_one_plain_name_is_refused_before_anything_is_unpacked(
+        two_machines: tuple[Path, Path], tmp_path: Path, label: str) -> None:
+    work = tmp_path / "out" / "bundles"
+    with pytest.raises(BundleError, match=r"--label .*a label names the directory a bundle unpacks into"):
+        merge_bundles(list(two_machines), work, labels=[label, "b"])
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "out").exists()
 
 
 def test_merge_command(two_machines: tuple[Path, Path], tmp_path: Path) -> None:
