@@ -127,7 +127,9 @@ def read_conversations(path: str | Path) -> list[Session]:
     """Sessions from a JSONL file, one per line. :raises ConfigError: naming file, line and session."""
     p = Path(path)
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        # JSONL lines end at \n alone: str.splitlines() would also split a line at a raw U+2028, U+0085 or form
+        # feed inside a JSON string, where each is legal (the \r of a \r\n ending is JSON whitespace)
+        lines = p.read_text(encoding="utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"workload.sessions.file: cannot read {p}: {exc}") from None
     out: list[Session] = []

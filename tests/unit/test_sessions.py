@@ -228,3 +228,13 @@ def test_a_resumed_sessions_run_stores_each_turn_once_and_rebuilds_the_prefix_un
     assert all(after[k].started_at == s.started_at for k, s in first.items())  # nothing re-stored
     summary = bakeoff.read_run(run.path)
     assert summary.sessions is not None and summary.sessions.arms["fast"].sessions == 2  # s1 whole again
+
+
+def test_a_raw_line_separator_inside_a_json_string_stays_in_its_line(tmp_path: Path) -> None:
+    text = "para one\u2028para two\u0085three\x0cfour"
+    (tmp_path / "c.jsonl").write_text(json.dumps([{"role": "user", "content": text},
+                                                  {"role": "assistant", "content": "ok"}], ensure_ascii=False)
+                                      + "\r\n", encoding="utf-8")
+    [s] = read_conversations(tmp_path / "c.jsonl")
+    assert s.turns[0].messages[0]["content"] == text and s.turns[0].reply == "ok"
+
