@@ -324,11 +324,16 @@ class SessionsSpec(Strict):
     synthetic: SyntheticSessions | None = None
     file: str | None = Field(None, description="A JSONL file: one session per line, an OpenAI-format message list "
                              "(or {id, messages}); every turn ends with its recorded assistant reply.")
+    file_sha256: str | None = Field(None, description="Set by bakeoff when it reads the file: the SHA-256 of its "
+                                    "bytes, recorded in run.json. The run, and its resume, replay exactly that "
+                                    "content; a file changed since is refused.")
 
     @model_validator(mode="after")
     def _one_source(self) -> SessionsSpec:
         if (self.synthetic is None) == (self.file is None):
             raise ValueError("give exactly one of 'synthetic' or 'file'")
+        if self.file_sha256 is not None and self.file is None:
+            raise ValueError("file_sha256 is the hash of 'file'; synthetic sessions have none")
         return self
 
 

@@ -238,3 +238,21 @@ def test_a_raw_line_separator_inside_a_json_string_stays_in_its_line(tmp_path: P
     [s] = read_conversations(tmp_path / "c.jsonl")
     assert s.turns[0].messages[0]["content"] == text and s.turns[0].reply == "ok"
 
+
+def test_resuming_a_run_whose_conversations_file_changed_is_refused_naming_the_file(tmp_path: Path) -> None:
+    from bakeoff.core.run.resume import load_resume
+    from bakeoff.core.run.session import run_bakeoff
+
+    conv = tmp_path / "c.jsonl"
+    conv.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]) + "\n")
+    path = _file(tmp_path, "{file: c.jsonl}")
+    path.write_text(path.read_text().replace("  - {name: fast, engine: sim, model: sim, options: {itl_ms: 1}}\n", ""))
+    config = load_bakeoff(path)
+    assert config.workload.sessions is not None and config.workload.sessions.file_sha256 is not None
+    run = run_bakeoff(config, tmp_path / "runs")
+    assert load_resume(run.path).config.workload.sessions == config.workload.sessions  # unchanged: resumes
+    conv.write_text(conv.read_text().replace("hello", "something else"))
+    for given in (None, path):
+        with pytest.raises(ConfigError, match=rf"--resume .*: workload.sessions.file: {conv} changed since the run "
+                                              "started .* put that file back, or start a new run"):
+            load_resume(run.path, given)
