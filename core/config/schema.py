@@ -509,9 +509,11 @@ class Workload(Strict):
 
     @model_validator(mode="after")
     def _sessions_alone(self) -> Workload:
-        if self.sessions is not None and (self.depths or self.concurrency or self.arrival):
-            raise ValueError("sessions replay whole conversations one turn at a time; they cannot be combined "
-                             "with 'depths', 'concurrency' or 'arrival'")
+        # structured prompts are single requests of the suite, which a sessions workload does not send
+        others = [name for name in ("depths", "concurrency", "arrival", "structured") if getattr(self, name)]
+        if self.sessions is not None and others:
+            raise ValueError(f"'sessions' cannot be combined with {' or '.join(repr(n) for n in others)}: sessions "
+                             "replay whole conversations one turn at a time, and send nothing else")
         return self
 
     @model_validator(mode="after")

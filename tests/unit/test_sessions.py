@@ -256,3 +256,12 @@ def test_resuming_a_run_whose_conversations_file_changed_is_refused_naming_the_f
         with pytest.raises(ConfigError, match=rf"--resume .*: workload.sessions.file: {conv} changed since the run "
                                               "started .* put that file back, or start a new run"):
             load_resume(run.path, given)
+
+
+@pytest.mark.parametrize("extra", ["structured: {kinds: [json_schema]}", "arrival: {rates: [5], requests: 3}"])
+def test_sessions_refuse_a_field_they_would_not_measure_naming_both(tmp_path: Path, extra: str) -> None:
+    path = _file(tmp_path, "{synthetic: {sessions: 1}}")
+    path.write_text(path.read_text().replace("gates: [],", f"gates: [], {extra},"))
+    field = extra.split(":")[0]
+    with pytest.raises(ConfigError, match=rf"workload: 'sessions' cannot be combined with '{field}'"):
+        load_bakeoff(path)
