@@ -265,3 +265,20 @@ def test_sessions_refuse_a_field_they_would_not_measure_naming_both(tmp_path: Pa
     field = extra.split(":")[0]
     with pytest.raises(ConfigError, match=rf"workload: 'sessions' cannot be combined with '{field}'"):
         load_bakeoff(path)
+
+
+def test_a_turn_claiming_its_whole_prompt_cached_is_flagged_and_left_out_of_the_hit_ratio() -> None:
+    [cold] = cache_flags(_turn("a", "s", 0, 300, 300, 1.0), floor=None)
+    assert cold.startswith("cache-impossible: all 300 prompt tokens reported cached") and "salted start" in cold
+    [warm] = cache_flags(_turn("a", "s", 1, 500, 500, 1.0), floor=300)
+    assert warm.startswith("cache-impossible") and "messages this turn added" in warm
+    assert cache_flags(_turn("a", "s", 1, 500, 499, 1.0), floor=300) == []  # the last token computed anew
+    samples = []
+    for t in range(3):
+        for arm, cached in (("honest", 100 * t), ("liar", 100 * t + 100)):
+            s = _turn(arm, "s0", t, 100 * t + 100, cached, 1.0)
+            s.flags += cache_flags(s, 100 * t or None)
+            samples.append(s)
+    summary = summarize_sessions(samples, ["honest", "liar"], "honest", n_boot=100)
+    assert summary is not None
+    assert summary.arms["liar"].cache_hit_ratio is None and summary.arms["honest"].cache_hit_ratio == 0.6
