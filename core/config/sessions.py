@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.errors import ConfigError
-from .schema import Arm, SessionsSpec, SyntheticSessions, Workload
+from .schema import Arm, BakeoffFile, SessionsSpec, SyntheticSessions, Workload
 
 __all__ = ["ROLES", "Session", "Turn", "check_context", "conversations_sha256", "estimate_tokens", "load_sessions",
-           "read_conversations", "synthetic_sessions"]
+           "pin_conversations", "read_conversations", "synthetic_sessions"]
 
 ROLES = ("system", "user", "assistant", "tool")
 CHARS_PER_TOKEN = 4  # the estimate before launch, when no tokenizer is at hand (the engine's counts are recorded)
@@ -175,6 +175,17 @@ def read_conversations(path: str | Path, sha256: str | None = None) -> list[Sess
     if not out:
         raise ConfigError(f"workload.sessions.file: {p} holds no session")
     return out
+
+
+def pin_conversations(config: BakeoffFile) -> BakeoffFile:
+    """The config with its conversations file's hash recorded (``workload.sessions.file_sha256``), so that the
+    run, and any resume of it, replays that content or nothing; a config with none, or with its hash already
+    recorded, comes back as it is. :raises ConfigError: the file cannot be read."""
+    spec = config.workload.sessions
+    if spec is None or spec.file is None or spec.file_sha256 is not None:
+        return config
+    spec = spec.model_copy(update={"file_sha256": conversations_sha256(spec.file)})
+    return config.model_copy(update={"workload": config.workload.model_copy(update={"sessions": spec})})
 
 
 def load_sessions(spec: SessionsSpec) -> list[Session]:

@@ -282,3 +282,16 @@ def test_a_turn_claiming_its_whole_prompt_cached_is_flagged_and_left_out_of_the_
     summary = summarize_sessions(samples, ["honest", "liar"], "honest", n_boot=100)
     assert summary is not None
     assert summary.arms["liar"].cache_hit_ratio is None and summary.arms["honest"].cache_hit_ratio == 0.6
+
+
+def test_a_config_built_in_python_records_its_conversations_hash_when_the_run_is_planned(tmp_path: Path) -> None:
+    from bakeoff.core.config.schema import BakeoffFile
+    from bakeoff.core.config.sessions import conversations_sha256
+    from bakeoff.core.run.plan import plan_run
+
+    conv = tmp_path / "c.jsonl"
+    conv.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]) + "\n")
+    config = BakeoffFile.model_validate({"arms": [{"name": "a", "engine": "sim", "model": "x"}],
+                                         "workload": {"gates": [], "sessions": {"file": str(conv)}}})
+    planned = plan_run(config).config.workload.sessions
+    assert planned is not None and planned.file_sha256 == conversations_sha256(conv)
