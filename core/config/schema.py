@@ -8,6 +8,7 @@ validated by that engine's own pydantic model when the run is planned.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import types
 from dataclasses import dataclass
@@ -689,6 +690,9 @@ class TuneSection(Strict):
         for key, values in v.items():
             if not values:
                 raise ValueError(f"{key}: give at least one value")
+        if (candidates := math.prod(len(values) for values in v.values())) > MAX_ARMS:
+            raise ValueError(f"the space makes {candidates:,} candidates, more than the {MAX_ARMS:,} arms a run may "
+                             "have (each is an engine start per pass); list fewer values")
         return v
 
     _depths_bounded = field_validator("depths")(_depths)

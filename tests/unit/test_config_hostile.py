@@ -187,3 +187,5 @@ def test_a_sweep_making_more_arms_than_a_run_may_have_is_refused_before_one_is_b
     text = ("arms:\n  - name: a\n    engine: sim\n    model: x\n    sweep: {settings.threads: VALUES, "
             "settings.batch: VALUES, settings.ubatch: VALUES, settings.parallel: VALUES}\n").replace("VALUES", values)
     assert refused(text).startswith("b.yaml:5: the sweeps make 10,000 arms, more than the 1,000 a run may have")
+    space = text.replace("    sweep:", "tune:\n  space:")
+    assert "b.yaml:6: tune.space: the space makes 10,000 candidates, more than the 1,000 arms" in refused(space)
