@@ -149,8 +149,8 @@ class Settings(Strict):
 class RequestOverrides(Strict):
     """Per-arm request-level workload values: arms differing only in these share one engine start."""
 
-    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS, description="Output tokens per request for this arm "
-                                                          "(an output-length sweep).")
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS,
+                                   description="Output tokens per request for this arm (an output-length sweep).")
     fixed_length: bool | None = Field(None, description="Force exactly max_tokens for this arm.")
     thinking: bool | None = Field(None, description="Let reasoning models think, for this arm.")
     text_witness: bool | None = Field(None, description="workload.text_witness for this arm (false only for "
