@@ -23,6 +23,7 @@ __all__ = ["SessionArm", "SessionComparison", "SessionsSummary", "TurnRow", "ses
            "summarize_sessions"]
 
 CACHE_MISS = "cache-miss"
+CACHE_IMPOSSIBLE = "cache-impossible"  # core/measure/points.py: a claimed count no engine can have
 
 
 class TurnRow(BaseModel):
@@ -113,7 +114,8 @@ def _arm(turns: list[Sample], replays: list[Sample], *, n_boot: int, level: floa
                                      if s.prompt_tokens is not None and s.cached_tokens is not None),
             ttft_s=_median(s.ttft_s for s in ok), decode_tps=_median(s.decode_tps for s in ok),
             e2e_s=_median(s.e2e_s for s in ok), cache_misses=sum(_missed(s) for s in ok)))
-    reuse = [s for s in turns if s.status == "ok" and s.turn and s.prompt_tokens and s.cached_tokens is not None]
+    reuse = [s for s in turns if s.status == "ok" and s.turn and s.prompt_tokens and s.cached_tokens is not None
+             and not any(f.split(":")[0] == CACHE_IMPOSSIBLE for f in s.flags)]
     prompt = sum(s.prompt_tokens or 0 for s in reuse)
     times = bootstrap_ci([s.e2e_s or 0.0 for s in replays], [s.pass_index for s in replays], n_boot=n_boot,
                          level=level, seed=seed, key=f"session time|{name}")

@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .bounds import MAX_DAY_S, MAX_WEEK_S
+
 __all__ = ["BASELINE", "KernelLogCheck", "Knob", "LiveService", "Phases"]
 
 BASELINE = "baseline"  # the phase name between knobs; no knob may take it
@@ -20,7 +22,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # as schema.Strict: NaN passes every bound check, and no live setting needs it or infinity
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def _words(v: object) -> object:
@@ -50,16 +53,16 @@ class LiveService(_Strict):
     model: str | None = Field(None, description="Served model name; healthy also means /v1/models lists it.")
     port: int | None = Field(None, ge=1, le=65535, description="Port it serves on (no arm may take it; "
                                                                "`bakeoff promote` reuses it).")
-    watchdog_s: float = Field(1800.0, gt=0, description="Deadline: the watchdog restores the service this many "
-                                                        "seconds after the run started, whatever bakeoff is doing.")
+    watchdog_s: float = Field(1800.0, gt=0, le=MAX_WEEK_S, description="Deadline: the watchdog restores the "
+                              "service this many seconds after the run started, whatever bakeoff is doing.")
     compose_file: str | None = Field(None, description="kind compose: the compose file (default: compose's own "
                                                        "lookup in the current directory).")
     record: list[str] | None = Field(None, description="argv whose output records the service's configuration "
                                                        "(default per kind: docker inspect, systemctl show, ...).")
-    stop_timeout_s: float = Field(120.0, gt=0, description="Limit for the stop command and for the health URL "
-                                                           "to stop answering.")
-    restore_timeout_s: float = Field(300.0, gt=0, description="Limit for the start command and for the service "
-                                                              "to be healthy again.")
+    stop_timeout_s: float = Field(120.0, gt=0, le=MAX_DAY_S, description="Limit for the stop command and for the "
+                                  "health URL to stop answering.")
+    restore_timeout_s: float = Field(300.0, gt=0, le=MAX_DAY_S, description="Limit for the start command and for "
+                                     "the service to be healthy again.")
     if_unhealthy: Literal["refuse", "proceed"] = Field("refuse", description="When the service is unhealthy "
                                                                              "before the run: refuse to start, "
                                                                              "or proceed anyway.")
@@ -141,13 +144,14 @@ class Phases(_Strict):
     server: str | None = Field(None, description="The arm whose server stays up (an arm with url: for the live "
                                                  "server, or one bakeoff launches); default: the first arm.")
     knobs: list[Knob] = Field(min_length=1, description="Settings, each in its own phase.")
-    duration_s: float = Field(180.0, gt=0, description="Length of every phase (requests are sent until it ends; "
-                                                       "at least one round of prompts x modes).")
-    probe_interval_s: float = Field(10.0, gt=0, description="Health probe (and kernel-log check) interval.")
+    duration_s: float = Field(180.0, gt=0, le=MAX_DAY_S, description="Length of every phase (requests are sent "
+                              "until it ends; at least one round of prompts x modes).")
+    probe_interval_s: float = Field(10.0, gt=0, le=MAX_DAY_S,
+                                    description="Health probe (and kernel-log check) interval.")
     kernel_log: KernelLogCheck | None = Field(None, description="Kernel-log check at every probe, e.g. NVIDIA Xid.")
-    command_timeout_s: float = Field(60.0, gt=0, description="Limit for each apply/revert command.")
-    watchdog_s: float | None = Field(None, gt=0, description="Deadline for the watchdog to revert (default: the "
-                                                             "phases' length x 1.5 + 5 min).")
+    command_timeout_s: float = Field(60.0, gt=0, le=MAX_DAY_S, description="Limit for each apply/revert command.")
+    watchdog_s: float | None = Field(None, gt=0, le=MAX_WEEK_S, description="Deadline for the watchdog to revert "
+                                     "(default: the phases' length x 1.5 + 5 min).")
 
     @model_validator(mode="after")
     def _unique_knobs(self) -> Phases:

@@ -8,6 +8,7 @@ validated by that engine's own pydantic model when the run is planned.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import types
 from dataclasses import dataclass
@@ -22,6 +23,18 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from ..common.errors import ConfigError
 from ..common.textfmt import did_you_mean
 from .answer_schema import schema_problem
+from .bounds import (
+    MAX_ARMS,
+    MAX_COUNT,
+    MAX_DAY_S,
+    MAX_DRAFT_TOKENS,
+    MAX_RATE,
+    MAX_REQUESTS,
+    MAX_STREAMS,
+    MAX_SYNTHETIC_WORDS,
+    MAX_TOKENS,
+    MAX_WEEK_S,
+)
 from .live import LiveService, Phases
 from .placement import ExecutorSpec, Host, check_placement
 
@@ -67,16 +80,18 @@ class Speculative(Strict):
     """One speculative vocabulary for every engine; each adapter maps it to its own flags."""
 
     method: SpecMethod = Field("none", description="Speculative method; 'none' switches speculation off.")
-    n_max: int | None = Field(None, ge=1, description="Most draft tokens per step (llama.cpp --spec-draft-n-max, "
-                                                     "vLLM num_speculative_tokens, TabbyAPI draft_num_tokens).")
-    n_min: int | None = Field(None, ge=0, description="Fewest draft tokens per step (llama.cpp --spec-draft-n-min).")
+    n_max: int | None = Field(None, ge=1, le=MAX_DRAFT_TOKENS, description="Most draft tokens per step (llama.cpp "
+                              "--spec-draft-n-max, vLLM num_speculative_tokens, TabbyAPI draft_num_tokens).")
+    n_min: int | None = Field(None, ge=0, le=MAX_DRAFT_TOKENS,
+                              description="Fewest draft tokens per step (llama.cpp --spec-draft-n-min).")
     p_min: float | None = Field(None, ge=0, le=1, description="Minimum draft probability to keep drafting.")
     draft_model: str | None = Field(None, description="Path of the draft model (GGUF file or model directory).")
     variant: str | None = Field(None, description="The engine's own sub-type, e.g. llama.cpp ngram 'mod', 'simple', "
                                                   "'map-k', 'map-k4v', 'cache'.")
-    lookup_min: int | None = Field(None, ge=1,
+    lookup_min: int | None = Field(None, ge=1, le=MAX_DRAFT_TOKENS,
                                    description="n-gram: shortest match to look up (vLLM prompt_lookup_min).")
-    lookup_max: int | None = Field(None, ge=1, description="n-gram: longest match to look up (vLLM prompt_lookup_max).")
+    lookup_max: int | None = Field(None, ge=1, le=MAX_DRAFT_TOKENS,
+                                   description="n-gram: longest match to look up (vLLM prompt_lookup_max).")
 
     @property
     def enabled(self) -> bool:
@@ -90,23 +105,23 @@ class Speculative(Strict):
 class Settings(Strict):
     """Engine-neutral launch settings; an adapter refuses any it cannot map (see its capabilities)."""
 
-    ctx: int | None = Field(None, ge=1,
+    ctx: int | None = Field(None, ge=1, le=MAX_TOKENS,
                             description="Context length per request (llama.cpp -c per slot, vLLM --max-model-len).")
-    parallel: int | None = Field(None, ge=1,
+    parallel: int | None = Field(None, ge=1, le=MAX_STREAMS,
                                  description="Concurrent sequences/slots (llama.cpp -np, vLLM --max-num-seqs).")
-    threads: int | None = Field(None, ge=1, description="CPU threads for generation (llama.cpp -t).")
+    threads: int | None = Field(None, ge=1, le=MAX_COUNT, description="CPU threads for generation (llama.cpp -t).")
     gpu_layers: int | Literal["auto", "all"] | None = Field(None, description="Layers on the GPU (llama.cpp -ngl).")
     split: Literal["none", "layer", "row", "tensor"] | None = Field(None, description="Multi-GPU split mode.")
     tensor_split: list[float] | None = Field(None, description="Share of the model per GPU (llama.cpp -ts, "
                                                                "TabbyAPI gpu_split).")
-    tensor_parallel: int | None = Field(None, ge=1, description="Tensor-parallel size (vLLM -tp).")
-    pipeline_parallel: int | None = Field(None, ge=1, description="Pipeline-parallel size (vLLM -pp).")
+    tensor_parallel: int | None = Field(None, ge=1, le=MAX_COUNT, description="Tensor-parallel size (vLLM -tp).")
+    pipeline_parallel: int | None = Field(None, ge=1, le=MAX_COUNT, description="Pipeline-parallel size (vLLM -pp).")
     gpus: list[int] | None = Field(None, min_length=1, description="GPU indices the engine may use: bakeoff sets "
                                    "CUDA_VISIBLE_DEVICES for the engine and records telemetry of these GPUs only.")
     kv_type: str | None = Field(None, description="KV cache type (llama.cpp -ctk/-ctv, vLLM --kv-cache-dtype).")
     flash_attn: Literal["on", "off", "auto"] | None = Field(None, description="Flash attention (llama.cpp -fa).")
-    batch: int | None = Field(None, ge=1, description="Logical batch size (llama.cpp -b).")
-    ubatch: int | None = Field(None, ge=1, description="Physical batch size (llama.cpp -ub).")
+    batch: int | None = Field(None, ge=1, le=MAX_TOKENS, description="Logical batch size (llama.cpp -b).")
+    ubatch: int | None = Field(None, ge=1, le=MAX_TOKENS, description="Physical batch size (llama.cpp -ub).")
     dtype: str | None = Field(None, description="Weights/activation dtype (vLLM --dtype).")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="vLLM --gpu-memory-utilization.")
     enforce_eager: bool | None = Field(None, description="vLLM --enforce-eager (no compile/graphs: fast boot).")
@@ -135,8 +150,8 @@ class Settings(Strict):
 class RequestOverrides(Strict):
     """Per-arm request-level workload values: arms differing only in these share one engine start."""
 
-    max_tokens: int | None = Field(None, ge=1, description="Output tokens per request for this arm "
-                                                          "(an output-length sweep).")
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS,
+                                   description="Output tokens per request for this arm (an output-length sweep).")
     fixed_length: bool | None = Field(None, description="Force exactly max_tokens for this arm.")
     thinking: bool | None = Field(None, description="Let reasoning models think, for this arm.")
     text_witness: bool | None = Field(None, description="workload.text_witness for this arm (false only for "
@@ -293,12 +308,22 @@ DEFAULT_MODES: dict[str, SamplingMode] = {
 }
 
 
-def _levels(v: list[int] | None) -> list[int] | None:
-    """Depths, stream counts: a non-empty list of distinct positive integers (or unset)."""
+def _levels(v: list[int] | None, most: int, what: str) -> list[int] | None:
+    """Depths, stream counts: a non-empty list of distinct positive integers up to ``most`` (or unset)."""
     if v is not None and (not v or any(x < 1 for x in v)):
         raise ValueError("give a non-empty list of positive integers")
+    if v is not None and max(v) > most:
+        raise ValueError(f"{max(v):,} is more than {most:,}, the most {what}")
     _no_repeats(v or [], "level")
     return v
+
+
+def _depths(v: list[int] | None) -> list[int] | None:
+    return _levels(v, MAX_TOKENS, "tokens a depth may have (beyond any model's context)")
+
+
+def _streams(v: list[int] | None) -> list[int] | None:
+    return _levels(v, MAX_STREAMS, "streams a level may have (each is a client thread and a connection)")
 
 
 def _no_repeats(values: list[Any], what: str) -> None:
@@ -320,6 +345,15 @@ class SyntheticSessions(Strict):
     reply_tokens: int = Field(32, ge=1, le=100_000, description="Size of each recorded assistant reply, in words.")
     seed: int = Field(0, description="The text is drawn from this seed: the same sessions on every arm and run.")
 
+    @model_validator(mode="after")
+    def _buildable(self) -> SyntheticSessions:
+        words = self.sessions * self.turns * (self.tool_result_tokens + self.reply_tokens)
+        if words > MAX_SYNTHETIC_WORDS:
+            raise ValueError(f"sessions x turns x (tool_result_tokens + reply_tokens) is {words:,} words, more than "
+                             f"the {MAX_SYNTHETIC_WORDS:,} the sessions may hold (they are built whole whenever "
+                             "they are read); make fewer or shorter sessions")
+        return self
+
 
 class SessionsSpec(Strict):
     """Multi-turn sessions replayed with the prefix cache on (core/config/sessions.py)."""
@@ -327,11 +361,16 @@ class SessionsSpec(Strict):
     synthetic: SyntheticSessions | None = None
     file: str | None = Field(None, description="A JSONL file: one session per line, an OpenAI-format message list "
                              "(or {id, messages}); every turn ends with its recorded assistant reply.")
+    file_sha256: str | None = Field(None, description="Set by bakeoff when it reads the file: the SHA-256 of its "
+                                    "bytes, recorded in run.json. The run, and its resume, replay exactly that "
+                                    "content; a file changed since is refused.")
 
     @model_validator(mode="after")
     def _one_source(self) -> SessionsSpec:
         if (self.synthetic is None) == (self.file is None):
             raise ValueError("give exactly one of 'synthetic' or 'file'")
+        if self.file_sha256 is not None and self.file is None:
+            raise ValueError("file_sha256 is the hash of 'file'; synthetic sessions have none")
         return self
 
 
@@ -343,7 +382,7 @@ class Structured(Strict):
 
     kinds: list[StructuredKind] = Field(default_factory=lambda: list(get_args(StructuredKind)),
                                         description="Built-in structured prompts to add to the suite.")
-    max_tokens: int | None = Field(256, ge=1, le=10_000_000, description="Limit of each structured answer (never "
+    max_tokens: int | None = Field(256, ge=1, le=MAX_TOKENS, description="Limit of each structured answer (never "
                                    "forced: the grammar ends it); None: the workload's max_tokens.")
     stall_s: float = Field(2.0, gt=0, description="A pause between two token events mid-answer at least this long "
                                                    "(and stall_factor times the stream's median gap) is a stall.")
@@ -363,10 +402,11 @@ class Arrival(Strict):
     rates: list[float] = Field(description="Request rates to run, in requests per second (one point each).")
     distribution: Literal["poisson", "constant"] = Field(
         "poisson", description="poisson: exponential gaps drawn from `seed`; constant: exactly 1/rate apart.")
-    requests: int | None = Field(None, ge=1, le=1_000_000, description="Requests per rate point.")
-    duration_s: float | None = Field(None, gt=0, le=86_400, description="Or: schedule rate x duration_s requests.")
+    requests: int | None = Field(None, ge=1, le=MAX_REQUESTS, description="Requests per rate point.")
+    duration_s: float | None = Field(None, gt=0, le=MAX_DAY_S, description="Or: schedule rate x duration_s requests "
+                                     f"(at most {MAX_REQUESTS:,}).")
     seed: int = Field(0, description="Seed of the Poisson schedule (every arm gets the same schedule).")
-    max_in_flight: int | None = Field(None, ge=1, le=100_000, description="Most requests the client keeps open; "
+    max_in_flight: int | None = Field(None, ge=1, le=MAX_STREAMS, description="Most requests the client keeps open; "
                                       "a request due while that many are open waits, and its latency still counts "
                                       "from its scheduled time (None: no limit).")
 
@@ -375,6 +415,8 @@ class Arrival(Strict):
     def _positive_rates(cls, v: list[float]) -> list[float]:
         if not v or any(r <= 0 for r in v):
             raise ValueError("give a non-empty list of positive rates (requests per second)")
+        if max(v) > MAX_RATE:
+            raise ValueError(f"rate {max(v):g} is more than the {MAX_RATE:,.0f} requests per second a point may have")
         _no_repeats(v, "rate")
         return v
 
@@ -382,6 +424,15 @@ class Arrival(Strict):
     def _one_size(self) -> Arrival:
         if (self.requests is None) == (self.duration_s is None):
             raise ValueError("give exactly one of 'requests' or 'duration_s'")
+        for rate in self.rates:  # each size within its bound, the schedule they make may still not be
+            count = self.count(rate)
+            if count > MAX_REQUESTS:
+                raise ValueError(f"rate {rate:g} for duration_s {self.duration_s:g} schedules {count:,} requests, "
+                                 f"more than the {MAX_REQUESTS:,} a point may have (the bound of 'requests')")
+            if (span := (count - 1) / rate) > MAX_DAY_S:
+                raise ValueError(f"{count:,} requests at rate {rate:g} are spread over {span:.3g} s, more than the "
+                                 f"{MAX_DAY_S:,} s (a day, the bound of 'duration_s') a point may take; raise the "
+                                 "rate or send fewer requests")
         return self
 
     def count(self, rate: float) -> int:
@@ -409,7 +460,7 @@ class Workload(Strict):
 
     suite: str | list[Prompt] = Field("default", description="Built-in suite name or a list of prompts.")
     prompts: list[str] | None = Field(None, description="Run only these prompts of the suite, by name.")
-    max_tokens: int = Field(512, ge=1, le=10_000_000, description="Output tokens per request.")
+    max_tokens: int = Field(512, ge=1, le=MAX_TOKENS, description="Output tokens per request.")
     fixed_length: bool = Field(True,
                                description="Force exactly max_tokens (ignore_eos / min_tokens, the engine's way).")
     modes: list[str] = Field(default_factory=lambda: ["greedy"], description="Sampling modes to run: names from "
@@ -435,9 +486,9 @@ class Workload(Strict):
                                "text with the engine's own tokenizer (llama.cpp /tokenize) against "
                                "usage.completion_tokens, where the stream names no token one by one: a stream "
                                "cut short beyond 3 % (at least 2 tokens) is flagged text-witness-mismatch.")
-    request_timeout_s: float = Field(300.0, gt=0, le=86_400,
+    request_timeout_s: float = Field(300.0, gt=0, le=MAX_DAY_S,
                                      description="Per-request limit; a stalled stream becomes an error sample.")
-    boot_timeout_s: float = Field(600.0, gt=0, le=86_400, description="Limit for an engine to become ready.")
+    boot_timeout_s: float = Field(600.0, gt=0, le=MAX_DAY_S, description="Limit for an engine to become ready.")
     seed: int = Field(0, description="Seed for the order of arms in each pass (recorded).")
     gpu_sample_interval_s: float = Field(0.1, gt=0, le=5, description="GPU telemetry: seconds between NVML readings "
                                          "during each timed request (only where nvidia-ml-py finds a GPU).")
@@ -465,10 +516,8 @@ class Workload(Strict):
     def _margin(cls, v: Any) -> float:
         return parse_share(v, "equivalence_margin")
 
-    @field_validator("depths", "concurrency")
-    @classmethod
-    def _positive_levels(cls, v: list[int] | None) -> list[int] | None:
-        return _levels(v)
+    _depths_bounded = field_validator("depths")(_depths)
+    _streams_bounded = field_validator("concurrency")(_streams)
 
     @field_validator("prompts")
     @classmethod
@@ -507,9 +556,11 @@ class Workload(Strict):
 
     @model_validator(mode="after")
     def _sessions_alone(self) -> Workload:
-        if self.sessions is not None and (self.depths or self.concurrency or self.arrival):
-            raise ValueError("sessions replay whole conversations one turn at a time; they cannot be combined "
-                             "with 'depths', 'concurrency' or 'arrival'")
+        # structured prompts are single requests of the suite, which a sessions workload does not send
+        others = [name for name in ("depths", "concurrency", "arrival", "structured") if getattr(self, name)]
+        if self.sessions is not None and others:
+            raise ValueError(f"'sessions' cannot be combined with {' or '.join(repr(n) for n in others)}: sessions "
+                             "replay whole conversations one turn at a time, and send nothing else")
         return self
 
     @model_validator(mode="after")
@@ -542,6 +593,8 @@ class CalibrateSection(Strict):
     def _n_max_positive(cls, v: list[int]) -> list[int]:
         if not v or any(n < 1 for n in v):
             raise ValueError("give a non-empty list of draft lengths >= 1")
+        if max(v) > MAX_DRAFT_TOKENS:
+            raise ValueError(f"draft length {max(v):,} is more than the {MAX_DRAFT_TOKENS:,} a step may draft")
         _no_repeats(v, "n_max")
         return v
 
@@ -561,6 +614,9 @@ class CalibrateSection(Strict):
                              f"{' or '.join(allowed)}")
         if self.engine == "llamacpp" and self.method == "dflash" and set(self.acceptance) - {0.0, 1.0}:
             raise ValueError("llamacpp dflash synthesizes acceptance 0 and 1 only (random or agreeing pair)")
+        if (arms := len(self.n_max) * len(self.acceptance) + 1) > MAX_ARMS:
+            raise ValueError(f"n_max x acceptance makes {arms:,} arms (spec-off included), more than the "
+                             f"{MAX_ARMS:,} a run may have")
         return self
 
 
@@ -617,7 +673,8 @@ class TuneSection(Strict):
                                         "sweep:, e.g. {speculative.method: [ngram], speculative.n_max: [2, 4, 8]}; "
                                         "every combination, applied to the baseline arm, is a candidate. List each "
                                         "key's simplest value first: a plateau names the simplest.")
-    budget_s: float = Field(900.0, gt=0, description="Seconds the race may spend (verification comes after it).")
+    budget_s: float = Field(900.0, gt=0, le=MAX_WEEK_S, description="Seconds the race may spend (verification "
+                            "comes after it).")
     streams: list[int] | None = Field(None, description="The use case: simultaneous streams the race measures "
                                       "(workload.concurrency for the race), e.g. [1, 4].")
     depths: list[int] | None = Field(None, description="The use case: context depths the race measures.")
@@ -636,20 +693,21 @@ class TuneSection(Strict):
         for key, values in v.items():
             if not values:
                 raise ValueError(f"{key}: give at least one value")
+        if (candidates := math.prod(len(values) for values in v.values())) > MAX_ARMS:
+            raise ValueError(f"the space makes {candidates:,} candidates, more than the {MAX_ARMS:,} arms a run may "
+                             "have (each is an engine start per pass); list fewer values")
         return v
 
-    @field_validator("streams", "depths", "verify_streams")
-    @classmethod
-    def _positive_levels(cls, v: list[int] | None) -> list[int] | None:
-        return _levels(v)
+    _depths_bounded = field_validator("depths")(_depths)
+    _streams_bounded = field_validator("streams", "verify_streams")(_streams)
 
 
 class BakeoffFile(Strict):
     """A whole bakeoff: arms, workload and the arm others are compared with."""
 
     name: str = Field("bakeoff", description="Title of the run.")
-    arms: list[Arm] = Field(default_factory=list, description="The contestants (may be [] with a calibrate: "
-                                                              "section).")
+    arms: list[Arm] = Field(default_factory=list, max_length=MAX_ARMS, description="The contestants (may be [] "
+                            "with a calibrate: section).")
     calibrate: list[CalibrateSection] | None = Field(None, description="Forced-acceptance calibration sections; "
                                                      "`bakeoff run` adds their arms (core/config/calibration.py).")
     workload: Workload = Field(default_factory=Workload)

@@ -12,16 +12,17 @@ naming file, line and session.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.errors import ConfigError
-from .schema import Arm, SessionsSpec, SyntheticSessions, Workload
+from .schema import Arm, BakeoffFile, SessionsSpec, SyntheticSessions, Workload
 
-__all__ = ["ROLES", "Session", "Turn", "check_context", "estimate_tokens", "load_sessions", "read_conversations",
-           "synthetic_sessions"]
+__all__ = ["ROLES", "Session", "Turn", "check_context", "conversations_sha256", "estimate_tokens", "load_sessions",
+           "pin_conversations", "read_conversations", "synthetic_sessions"]
 
 ROLES = ("system", "user", "assistant", "tool")
 CHARS_PER_TOKEN = 4  # the estimate before launch, when no tokenizer is at hand (the engine's counts are recorded)
@@ -123,12 +124,37 @@ def _session_of(value: object, where: str, index: int) -> Session:
     return Session(id=sid, turns=tuple(turns), where=where)
 
 
-def read_conversations(path: str | Path) -> list[Session]:
-    """Sessions from a JSONL file, one per line. :raises ConfigError: naming file, line and session."""
-    p = Path(path)
+def _conversations_bytes(p: Path) -> bytes:
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        return p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"workload.sessions.file: cannot read {p}: {exc}") from None
+
+
+def conversations_sha256(path: str | Path) -> str:
+    """The SHA-256 of a conversations file's bytes: what a run records so that its resume replays the same
+    sessions. :raises ConfigError: the file cannot be read."""
+    return hashlib.sha256(_conversations_bytes(Path(path))).hexdigest()
+
+
+def read_conversations(path: str | Path, sha256: str | None = None) -> list[Session]:
+    """Sessions from a JSONL file, one per line.
+
+    :param sha256: the file's content as the run recorded it (``SessionsSpec.file_sha256``); a file whose bytes
+        hash otherwise now was edited since, and replaying it would mix two conversations in one run.
+    :raises ConfigError: naming file, line and session; or the file changed since the run recorded it.
+    """
+    p = Path(path)
+    data = _conversations_bytes(p)
+    if sha256 is not None and (now := hashlib.sha256(data).hexdigest()) != sha256:
+        raise ConfigError(f"workload.sessions.file: {p} changed since the run started (SHA-256 {sha256[:16]} "
+                          f"recorded, {now[:16]} now); the run replays the sessions it started with: put that "
+                          "file back, or start a new run")
+    try:
+        # JSONL lines end at \n alone: str.splitlines() would also split a line at a raw U+2028, U+0085 or form
+        # feed inside a JSON string, where each is legal (the \r of a \r\n ending is JSON whitespace)
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"workload.sessions.file: cannot read {p}: {exc}") from None
     out: list[Session] = []
     seen: set[str] = set()
@@ -151,12 +177,25 @@ def read_conversations(path: str | Path) -> list[Session]:
     return out
 
 
+def pin_conversations(config: BakeoffFile) -> BakeoffFile:
+    """The config with its conversations file's hash recorded (``workload.sessions.file_sha256``), so that the
+    run, and any resume of it, replays that content or nothing; a config with none, or with its hash already
+    recorded, comes back as it is. :raises ConfigError: the file cannot be read."""
+    spec = config.workload.sessions
+    if spec is None or spec.file is None or spec.file_sha256 is not None:
+        return config
+    spec = spec.model_copy(update={"file_sha256": conversations_sha256(spec.file)})
+    return config.model_copy(update={"workload": config.workload.model_copy(update={"sessions": spec})})
+
+
 def load_sessions(spec: SessionsSpec) -> list[Session]:
-    """The sessions a workload replays. :raises ConfigError: a problem of the file, with file and line."""
+    """The sessions a workload replays (a file as its recorded hash says it was).
+
+    :raises ConfigError: a problem of the file, with file and line; a file changed since it was recorded."""
     if spec.synthetic is not None:
         return synthetic_sessions(spec.synthetic)
     assert spec.file is not None
-    return read_conversations(spec.file)
+    return read_conversations(spec.file, spec.file_sha256)
 
 
 def check_context(sessions: list[Session], arms: list[Arm], workload: Workload) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from pathlib import PurePath
 from typing import Any
@@ -20,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..common.errors import ConfigError
+from .bounds import MAX_ARMS
 from .schema import Arm, ArmOrigin, BakeoffFile, format_validation_error, yaml_line
 
 __all__ = ["expand_sweeps", "sweep_keys_of", "arm_name_for"]
@@ -109,6 +111,17 @@ def _validated_sweep(sweep: dict[str, list[Any]], scope: tuple[int | str, ...], 
     return out
 
 
+def _check_count(config: BakeoffFile, matrices: list[dict[str, tuple[list[str], list[Any]]]], source: str,
+                 root: yaml.Node | None) -> None:
+    """Refuse a sweep that makes more than MAX_ARMS arms before building one (a few short lists multiply fast)."""
+    total = sum(math.prod(len(values) for _, values in m.values()) for m in matrices)
+    if total > MAX_ARMS:
+        index = max(range(len(matrices)), key=lambda i: math.prod(len(v) for _, v in matrices[i].values()))
+        scope: tuple[int | str, ...] = ("arms", index) if config.arms[index].sweep else ()
+        raise ConfigError(f"{_where(source, root, (*scope, 'sweep'))}: the sweeps make {total:,} arms, more than the "
+                          f"{MAX_ARMS:,} a run may have (each is an engine start per pass); sweep fewer values")
+
+
 def expand_sweeps(config: BakeoffFile, source: str = "<config>", root: yaml.Node | None = None) -> BakeoffFile:
     """Replace every arm that has a sweep (its own or the file's) with one arm per combination.
 
@@ -124,9 +137,12 @@ def expand_sweeps(config: BakeoffFile, source: str = "<config>", root: yaml.Node
     arms: list[dict[str, Any]] = []
     origins: list[ArmOrigin | None] = []  # where each expanded arm was written (for later errors' lines)
     renamed: dict[str, str] = {}
+    matrices = []
     for index, arm in enumerate(config.arms):
         own = _validated_sweep(arm.sweep, ("arms", index), source, root)
-        matrix = {**own, **{k: v for k, v in top.items() if k not in own}}
+        matrices.append((own, {**own, **{k: v for k, v in top.items() if k not in own}}))
+    _check_count(config, [m for _, m in matrices], source, root)
+    for index, (arm, (own, matrix)) in enumerate(zip(config.arms, matrices, strict=True)):
         if not matrix:
             arms.append(arm.model_dump(exclude_unset=True, exclude={"sweep"}))
             origins.append(arm.origin)

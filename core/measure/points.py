@@ -25,8 +25,8 @@ from .concurrency import effective_slots, refused_levels
 from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
 from .structured import stamp_structured
 
-__all__ = ["CACHE_MISS_FLAG", "cache_flags", "DoneKeys", "Point", "arm_points", "is_done", "samples_expected",
-           "request_factors", "PointRunner"]
+__all__ = ["CACHE_IMPOSSIBLE_FLAG", "CACHE_MISS_FLAG", "cache_flags", "DoneKeys", "Point", "arm_points", "is_done",
+           "samples_expected", "request_factors", "PointRunner"]
 
 # Resume keys of the samples a run already holds (core/results/db.py done_key): points to skip.
 DoneKeys = Collection[tuple[object, ...]]
@@ -112,15 +112,24 @@ def _salted(messages: list[dict[str, str]], salt: str) -> list[dict[str, str]]:
 
 
 CACHE_MISS_FLAG = "cache-miss"
+CACHE_IMPOSSIBLE_FLAG = "cache-impossible"
 
 
 def cache_flags(sample: Sample, floor: int | None, block: int = 1) -> list[str]:
     """A session turn that reused less of its prefix than the previous turn's whole prompt re-prefilled what the
     engine had already seen: ``cache-miss`` with the counts. An engine that reuses whole blocks of ``block``
     tokens (vLLM) cannot reuse the previous prompt's last partial block, so a turn is a miss only when it
-    re-prefilled a whole block or more of that prompt. An engine that reports no cached count says so."""
+    re-prefilled a whole block or more of that prompt. An engine that reports no cached count says so.
+
+    A turn claiming its whole prompt cached claims what no engine can have: every turn adds messages it never
+    saw (the first turn, the replay's salt at its very start), and engines compute at least the last prompt
+    token anew for its logits: ``cache-impossible``, and the count is no cache-hit ratio's."""
     if sample.cached_tokens is None:
         return ["cache-unreported: the engine reports no cached prompt tokens for this turn"]
+    if sample.prompt_tokens and sample.cached_tokens >= sample.prompt_tokens:
+        new = "the replay's salted start" if floor is None else "the messages this turn added"
+        return [f"{CACHE_IMPOSSIBLE_FLAG}: all {sample.prompt_tokens} prompt tokens reported cached, yet {new} "
+                "cannot have been in any cache; no prefill rate or cache-hit ratio is read from it"]
     if floor is None or floor - sample.cached_tokens < max(block, 1):
         return []
     unit = f" (reused in blocks of {block})" if block > 1 else ""

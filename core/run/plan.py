@@ -28,6 +28,7 @@ from ..common.errors import CapabilityNotSupported, ConfigError
 from ..config.fingerprint import flatten
 from ..config.prompts import resolve_prompts
 from ..config.schema import Arm, BakeoffFile, Prompt, SamplingMode, Workload
+from ..config.sessions import pin_conversations
 from ..engine.adapter import EngineAdapter, check_arm_capabilities, check_structured, launch_fingerprint, method_key
 from ..engine.fingerprint import arm_fingerprint
 from ..engine.hardware import hardware_record
@@ -69,6 +70,7 @@ def plan_run(config: BakeoffFile) -> Plan:
 
     Nothing is launched: a config or preflight problem in any arm stops the run before it starts.
     """
+    config = pin_conversations(config)  # a config not read from a file (the Python API) records its hash here
     arms = []
     structured = [p.structured for p in resolve_prompts(config.workload) if p.structured]
     for i, arm in enumerate(config.arms):

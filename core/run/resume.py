@@ -17,6 +17,7 @@ from ..common.errors import ConfigError, RunDirError, RunFileError, RunRecordErr
 from ..common.redact import masked_settings, redact_config
 from ..config.loader import load_bakeoff
 from ..config.schema import BakeoffFile
+from ..config.sessions import load_sessions
 from ..measure.points import DoneKeys
 from ..results.record import RunRecord
 from ..results.store import RunDir
@@ -75,6 +76,11 @@ def load_resume(run_dir: Path, file: Path | None = None) -> Resume:
     if record.config is None:
         raise ConfigError(f"--resume {run_dir}: run.json records no configuration")
     config = record.config
+    if config.workload.sessions is not None:  # a conversations file edited since the start is refused by name
+        try:
+            load_sessions(config.workload.sessions)
+        except ConfigError as exc:
+            raise ConfigError(f"--resume {run_dir}: {exc}") from None
     recorded = redact_config(config.model_dump(mode="json"))
     if file is not None:
         given = load_bakeoff(file)

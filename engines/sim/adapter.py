@@ -51,7 +51,9 @@ STARTUP_FAILURES: tuple[FailureRule, ...] = (
 class SimOptions(BaseModel):
     """How the simulated engine behaves (``arms[i].options``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # NaN passes every bound (it compares false: min([nan]) <= 0 is false) and the server then dies mid-stream;
+    # infinity sleeps forever: no behaviour of the sim needs either
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     kind: Literal["sim"] = "sim"
     tokens_per_event: int = Field(1, ge=1, description="Tokens packed into each SSE event.")

@@ -129,3 +129,63 @@ def test_an_unquoted_yaml_boolean_where_text_is_expected_says_to_quote_it(text: 
 def test_a_quoted_off_is_a_string() -> None:
     parsed = parse_bakeoff("arms:\n  - {name: 'off', engine: sim, model: x, settings: {flash_attn: 'on'}}\n")
     assert parsed.arms[0].name == "off"
+
+
+# -- FAULTS-3 N11: sizes within every single bound that multiply past what can run --------------------------
+LIVE = "live: {kind: docker, name: svc, health: 'http://127.0.0.1:9/health'}\n"
+PHASES = "phases: {knobs: [{name: k, apply: [x], revert: [y]}], duration_s: 1e12}\n"
+
+
+@pytest.mark.parametrize("text, words", [
+    (ARM + "workload: {concurrency: [1000000000]}\n",
+     "workload.concurrency: 1,000,000,000 is more than 10,000, the most streams a level may have"),
+    (ARM + "workload: {depths: [100000000]}\n",
+     "workload.depths: 100,000,000 is more than 10,000,000, the most tokens"),
+    (ARM + "workload: {arrival: {rates: [1e9], duration_s: 86400}}\n",
+     "workload.arrival.rates: rate 1e+09 is more than the 1,000,000 requests per second"),
+    (ARM + "workload: {arrival: {rates: [1000], duration_s: 86400}}\n",
+     "workload.arrival: rate 1000 for duration_s 86400 schedules 86,400,000 requests, more than the 1,000,000"),
+    (ARM + "workload: {arrival: {rates: [1e-300], requests: 2, distribution: constant}}\n",
+     "workload.arrival: 2 requests at rate 1e-300 are spread over 1e+300 s, more than the 86,400 s"),
+    (ARM + "workload: {sessions: {synthetic: {sessions: 10000, turns: 10000, tool_result_tokens: 1000000}}}\n",
+     "workload.sessions.synthetic: sessions x turns x (tool_result_tokens + reply_tokens) is 100,003,200,000,000 "
+     "words, more than the 10,000,000"),
+    (ARM.replace("model: x}", "model: x, workload: {max_tokens: 1180591620717411303424}}"),
+     "arms[0].workload.max_tokens: Input should be less than or equal to 10000000"),
+    (ARM.replace("model: x}", "model: x, settings: {ctx: 1099511627776, parallel: 100000}}"),
+     "arms[0].settings.parallel: Input should be less than or equal to 10000"),
+    (ARM.replace("model: x}", "model: x, speculative: {method: ngram, n_max: 1000000}}"),
+     "arms[0].speculative.n_max: Input should be less than or equal to 1024"),
+    (ARM + "tune: {space: {speculative.n_max: [2]}, budget_s: 1e12}\n",
+     "tune.budget_s: Input should be less than or equal to 604800"),
+    (ARM + "tune: {space: {speculative.n_max: [2]}, streams: [1, 100000]}\n",
+     "tune.streams: 100,000 is more than 10,000"),
+    ("arms: []\ncalibrate: {engine: vllm, method: ngram, n_max: [1, 100000]}\n",
+     "calibrate[0].n_max: draft length 100,000 is more than the 1,024"),
+    ("arms: []\ncalibrate: {engine: vllm, method: ngram, n_max: [" + ", ".join(map(str, range(1, 101)))
+     + "], acceptance: [" + ", ".join(f"0.{i:02d}" for i in range(11)) + "]}\n",
+     "calibrate[0]: n_max x acceptance makes 1,101 arms (spec-off included), more than the 1,000"),
+    (ARM + LIVE.replace("}", ", watchdog_s: .inf}"), "live.watchdog_s: Input should be a finite number"),
+    (ARM + PHASES, "phases.duration_s: Input should be less than or equal to 86400"),
+])
+def test_a_size_past_its_bound_is_refused_naming_the_bound(text: str, words: str) -> None:
+    assert words in refused(text)
+
+
+def test_sizes_at_their_bounds_pass() -> None:
+    from bakeoff.core.config.schema import SyntheticSessions
+
+    config = parse_bakeoff(ARM + "workload: {concurrency: [10000], arrival: {rates: [1000], duration_s: 1000}}\n")
+    assert config.workload.arrival is not None and config.workload.arrival.count(1000) == 1_000_000
+    parse_bakeoff(ARM + "workload: {depths: [10000000]}\n")
+    parse_bakeoff(ARM + "workload: {arrival: {rates: [1e-300], requests: 1}}\n")  # one request spans no time
+    assert SyntheticSessions(sessions=10, turns=100, tool_result_tokens=9990, reply_tokens=10)  # 10,000,000 words
+
+
+def test_a_sweep_making_more_arms_than_a_run_may_have_is_refused_before_one_is_built() -> None:
+    values = "[" + ", ".join(map(str, range(1, 11))) + "]"
+    text = ("arms:\n  - name: a\n    engine: sim\n    model: x\n    sweep: {settings.threads: VALUES, "
+            "settings.batch: VALUES, settings.ubatch: VALUES, settings.parallel: VALUES}\n").replace("VALUES", values)
+    assert refused(text).startswith("b.yaml:5: the sweeps make 10,000 arms, more than the 1,000 a run may have")
+    space = text.replace("    sweep:", "tune:\n  space:")
+    assert "b.yaml:6: tune.space: the space makes 10,000 candidates, more than the 1,000 arms" in refused(space)

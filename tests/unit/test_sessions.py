@@ -228,3 +228,70 @@ def test_a_resumed_sessions_run_stores_each_turn_once_and_rebuilds_the_prefix_un
     assert all(after[k].started_at == s.started_at for k, s in first.items())  # nothing re-stored
     summary = bakeoff.read_run(run.path)
     assert summary.sessions is not None and summary.sessions.arms["fast"].sessions == 2  # s1 whole again
+
+
+def test_a_raw_line_separator_inside_a_json_string_stays_in_its_line(tmp_path: Path) -> None:
+    text = "para one\u2028para two\u0085three\x0cfour"
+    (tmp_path / "c.jsonl").write_text(json.dumps([{"role": "user", "content": text},
+                                                  {"role": "assistant", "content": "ok"}], ensure_ascii=False)
+                                      + "\r\n", encoding="utf-8")
+    [s] = read_conversations(tmp_path / "c.jsonl")
+    assert s.turns[0].messages[0]["content"] == text and s.turns[0].reply == "ok"
+
+
+def test_resuming_a_run_whose_conversations_file_changed_is_refused_naming_the_file(tmp_path: Path) -> None:
+    from bakeoff.core.run.resume import load_resume
+    from bakeoff.core.run.session import run_bakeoff
+
+    conv = tmp_path / "c.jsonl"
+    conv.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]) + "\n")
+    path = _file(tmp_path, "{file: c.jsonl}")
+    path.write_text(path.read_text().replace("  - {name: fast, engine: sim, model: sim, options: {itl_ms: 1}}\n", ""))
+    config = load_bakeoff(path)
+    assert config.workload.sessions is not None and config.workload.sessions.file_sha256 is not None
+    run = run_bakeoff(config, tmp_path / "runs")
+    assert load_resume(run.path).config.workload.sessions == config.workload.sessions  # unchanged: resumes
+    conv.write_text(conv.read_text().replace("hello", "something else"))
+    for given in (None, path):
+        with pytest.raises(ConfigError, match=rf"--resume .*: workload.sessions.file: {conv} changed since the run "
+                                              "started .* put that file back, or start a new run"):
+            load_resume(run.path, given)
+
+
+@pytest.mark.parametrize("extra", ["structured: {kinds: [json_schema]}", "arrival: {rates: [5], requests: 3}"])
+def test_sessions_refuse_a_field_they_would_not_measure_naming_both(tmp_path: Path, extra: str) -> None:
+    path = _file(tmp_path, "{synthetic: {sessions: 1}}")
+    path.write_text(path.read_text().replace("gates: [],", f"gates: [], {extra},"))
+    field = extra.split(":")[0]
+    with pytest.raises(ConfigError, match=rf"workload: 'sessions' cannot be combined with '{field}'"):
+        load_bakeoff(path)
+
+
+def test_a_turn_claiming_its_whole_prompt_cached_is_flagged_and_left_out_of_the_hit_ratio() -> None:
+    [cold] = cache_flags(_turn("a", "s", 0, 300, 300, 1.0), floor=None)
+    assert cold.startswith("cache-impossible: all 300 prompt tokens reported cached") and "salted start" in cold
+    [warm] = cache_flags(_turn("a", "s", 1, 500, 500, 1.0), floor=300)
+    assert warm.startswith("cache-impossible") and "messages this turn added" in warm
+    assert cache_flags(_turn("a", "s", 1, 500, 499, 1.0), floor=300) == []  # the last token computed anew
+    samples = []
+    for t in range(3):
+        for arm, cached in (("honest", 100 * t), ("liar", 100 * t + 100)):
+            s = _turn(arm, "s0", t, 100 * t + 100, cached, 1.0)
+            s.flags += cache_flags(s, 100 * t or None)
+            samples.append(s)
+    summary = summarize_sessions(samples, ["honest", "liar"], "honest", n_boot=100)
+    assert summary is not None
+    assert summary.arms["liar"].cache_hit_ratio is None and summary.arms["honest"].cache_hit_ratio == 0.6
+
+
+def test_a_config_built_in_python_records_its_conversations_hash_when_the_run_is_planned(tmp_path: Path) -> None:
+    from bakeoff.core.config.schema import BakeoffFile
+    from bakeoff.core.config.sessions import conversations_sha256
+    from bakeoff.core.run.plan import plan_run
+
+    conv = tmp_path / "c.jsonl"
+    conv.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]) + "\n")
+    config = BakeoffFile.model_validate({"arms": [{"name": "a", "engine": "sim", "model": "x"}],
+                                         "workload": {"gates": [], "sessions": {"file": str(conv)}}})
+    planned = plan_run(config).config.workload.sessions
+    assert planned is not None and planned.file_sha256 == conversations_sha256(conv)

@@ -4,6 +4,7 @@ classification, and the exact stream it would send, fed through the real client 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -60,6 +61,14 @@ def test_options_reject_wrong_usage_without_offset_and_request_zero() -> None:
         SimAdapter().options(_arm(options={"usage": "wrong", "usage_offset": 0}))
     with pytest.raises(ConfigError, match="from 1"):
         SimAdapter().options(_arm(options={"fault": "kill", "fault_on_requests": [0]}))
+
+
+@pytest.mark.parametrize("options, field", [({"launch_speeds": [float("nan")]}, "launch_speeds[0]"),
+                                            ({"itl_ms": float("inf")}, "itl_ms"),
+                                            ({"ttft_ms": float("nan")}, "ttft_ms")])
+def test_options_refuse_nan_and_infinity_naming_the_field(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=rf"arms\[0\]\.options\.{re.escape(field)}: Input should be a finite number"):
+        SimAdapter().options(_arm(options=options), 0)
 
 
 def test_options_defaults_match_the_server_defaults() -> None:
