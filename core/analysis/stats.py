@@ -66,6 +66,7 @@ __all__ = [
     "clear_verdicts",
     "rng_for",
     "EXCLUDING_FLAGS",
+    "enters_statistics",
     "no_rate_reason",
     "first_event_caveat",
 ]
@@ -405,9 +406,13 @@ def _excluded_by(s: Sample) -> str | None:
     return next((f.split(":")[0] for f in s.flags if f.split(":")[0] in EXCLUDING_FLAGS), None)
 
 
+def enters_statistics(s: Sample) -> bool:
+    """A sample every statistic uses: no error, a positive decode rate, and no flag that keeps it out."""
+    return s.status == "ok" and s.decode_tps is not None and s.decode_tps > 0 and _excluded_by(s) is None
+
+
 def _ok_rates(samples: Iterable[Sample]) -> list[Sample]:
-    return [s for s in samples if s.status == "ok" and s.decode_tps is not None and s.decode_tps > 0
-            and _excluded_by(s) is None]
+    return [s for s in samples if enters_statistics(s)]
 
 
 def no_rate_reason(s: Sample) -> str | None:
