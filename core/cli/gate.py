@@ -12,7 +12,7 @@ from ..analysis.regression import GateVerdict, judge_gate
 from ..analysis.stats import Comparison
 from ..common.errors import ConfigError
 from ..config.loader import load_bakeoff
-from ..config.schema import GateSpec, parse_share
+from ..config.schema import BakeoffFile, GateSpec, parse_share
 from ..reports import report_dir, summarize_run
 from ..reports.model import RunSummary
 from ..results.store import RunDir
@@ -93,7 +93,13 @@ def gate_command(
     for note in notes:
         console.print(escape(note), highlight=False, soft_wrap=True)
     executor = LocalExecutor()
-    run = execute(config, out, executor=executor, more_passes=until_decided(gate))
+    execute(config, out, executor=executor, more_passes=until_decided(gate),
+            exit_step=lambda run: _judge(config, run, executor, gate))
+
+
+def _judge(config: BakeoffFile, run: RunDir, executor: LocalExecutor, gate: GateSpec) -> None:
+    """The gate's exit step: the run's own exit code when an arm has no valid sample, else the verdict's (written
+    to gate.json beside the report)."""
     try:
         finish(config, run, executor)  # an arm without a valid sample: exit 3 or 4, no verdict
     except typer.Exit as stop:
