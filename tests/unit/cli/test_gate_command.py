@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
 from bakeoff.core.cli.exit_codes import ExitCode
+from bakeoff.engines.llamacpp.synth import SynthSpec, synthesize, toy_tokenizer
 
 AA = """\
 name: aa
@@ -89,3 +90,27 @@ def test_the_gate_reads_each_depth() -> None:
     assert [(where, c.ratio.estimate if c else None) for where, c in points] == [("depth 512", 0.99),
                                                                                 ("depth 4096", 0.6)]
     assert gate_points(RunSummary(run_id="r", name="n", baseline="old"), "new") == [("overall", None)]
+
+
+def test_a_candidate_build_that_does_not_exist_is_refused_before_the_reference_is_measured(tmp_path: Path) -> None:
+    built = tmp_path / "a" / "llama-server"
+    built.parent.mkdir()
+    built.write_text("#!/bin/sh\nexit 1\n")  # never run: the refusal comes first
+    built.chmod(0o755)
+    missing = tmp_path / "nope" / "llama-server"
+    model = synthesize(SynthSpec("target"), toy_tokenizer(300), tmp_path)  # a model preflight accepts
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(f"""\
+name: builds
+arms:
+  - {{name: ref, engine: llamacpp, model: {model}, options: {{binary: {built}}}}}
+  - {{name: cand, engine: llamacpp, model: {model}, options: {{binary: {missing}}}}}
+gate: {{reference: ref, candidate: cand, max_slowdown: 10%}}
+workload: {{prompts: [prose], max_tokens: 8, reps: 1, passes: 3, warmup: 0, gates: []}}
+""")
+    res = CliRunner().invoke(app, ["gate", str(cfg), "--out", str(tmp_path / "runs")], env={"COLUMNS": "250"})
+    assert res.exit_code == ExitCode.CONFIG, res.output
+    said = " ".join(res.output.split())
+    assert f"arm 'cand': options.binary '{missing}' does not exist" in said
+    assert "engines install" not in said  # the path is wrong, not the machine: no advice to build
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
