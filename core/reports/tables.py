@@ -11,11 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis.decision import MIN_PAIRS
 from ..analysis.gates import gate_label
 from ..analysis.launches import BandRatio
 from ..analysis.phases import GPU_FIELDS, PhaseResult
-from ..analysis.stats import ArmStats, Comparison, Interval, margin_text, ratio_text
+from ..analysis.stats import MIN_PAIRS, ArmStats, Comparison, Interval, margin_text, ratio_text
 from ..common.textfmt import DASH, fmt
 from .completeness import passes_design
 from .model import RunSummary
@@ -124,7 +123,8 @@ def footnotes(s: RunSummary) -> list[str]:
              f"medians with {level} bootstrap intervals in parentheses; per-prompt columns are medians.",
              f"vs baseline ({s.baseline}): median of per-request ratios paired on prompt, mode, rep and pass, with its "
              f"{level} interval; 'faster'/'slower' only when the interval excludes 1, 'equivalent' when it lies within "
-             f"1 ± {margin_text(s.equivalence_margin)}, else 'not separable'.",
+             f"1 ± {margin_text(s.equivalence_margin)}, else 'not separable'; 'too few pairs' below {MIN_PAIRS} paired "
+             "requests (fewer leave the interval their bare range).",
              f"{passes_design(s.passes, s.progress)} {s.reps} rep(s) × {len(s.prompts)} prompt(s) × "
              f"{len(s.modes)} mode(s) "
              f"({', '.join(s.modes)}), {s.max_tokens} output tokens; bootstrap {s.bootstrap.n_boot} resamples, "

@@ -46,7 +46,7 @@ def test_an_interval_across_the_limit_draws_passes_up_to_its_budget_then_exits_i
 
     # every read of the run straddles the 10 % line (0.95x, 0.70-1.20): the spread a busy machine leaves
     across = Comparison(arm="new", reference="old", verdict="not separable",
-                        ratio=Interval(estimate=0.95, lo=0.70, hi=1.20, n=4))
+                        ratio=Interval(estimate=0.95, lo=0.70, hi=1.20, n=12))
     monkeypatch.setattr(gate_cli, "gate_points", lambda summary, candidate: [("overall", across)])
     cfg = tmp_path / "aa.yaml"
     cfg.write_text(AA.replace("max_slowdown: 50%}", "max_slowdown: 10%, max_passes: 4}"))
