@@ -30,7 +30,8 @@ GATE_EXIT_HELP = ("Exit codes: 0 a slowdown beyond --max-slowdown is excluded (t
                   "or above 1 - it); 1 such a slowdown is shown (the upper bound is below; or the candidate fails a "
                   "quality gate the reference passes); 2 configuration error, nothing ran; 3 no verdict (nothing "
                   "valid measured, or a point without paired requests); 4 an arm failed or has no valid sample; "
-                  "6 inconclusive: after gate.max_passes the interval still straddles the limit; 130 interrupted.")
+                  "6 inconclusive: after gate.max_passes the interval still straddles the limit, or a point has too "
+                  "few paired requests for a verdict; 130 interrupted.")
 
 
 def gate_points(summary: RunSummary, candidate: str) -> list[tuple[str, Comparison | None]]:
