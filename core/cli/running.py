@@ -7,6 +7,7 @@ call core/run/session.py ``run_bakeoff``.
 from __future__ import annotations
 
 import signal
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress
 
+from ..analysis.stats import no_rate_reason
 from ..common.errors import BakeoffError, ConfigError, RunDirError, is_write_failure
 from ..config.schema import BakeoffFile
 from ..reports import completeness, print_run
@@ -167,6 +169,10 @@ def _explain_empty(run: RunDir, arm: str, samples: list[Sample]) -> str:
     errors = [s.error for s in mine if s.error]
     if errors:
         return f"{len(errors)} of {len(mine)} requests failed, e.g. {errors[0]}"
+    reasons = Counter(why for s in mine if (why := no_rate_reason(s)) is not None)
+    if reasons:  # a rate the statistics leave out (a count-witness mismatch) or none at all
+        shown = ", ".join(f"{why} ×{n}" for why, n in reasons.most_common())
+        return f"none of {len(mine)} samples enters the statistics ({shown})"
     flags = sorted({f.split(":")[0] for s in mine for f in s.flags})
     return f"none of {len(mine)} samples has a decode rate (flags: {', '.join(flags) or 'none'})"
 
