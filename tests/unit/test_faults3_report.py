@@ -88,6 +88,18 @@ def test_a_stop_signal_while_the_exit_code_is_read_is_an_interruption(
     assert (run_path / "report").is_dir()
 
 
+def test_a_stop_signal_once_the_command_is_done_leaves_its_exit_code() -> None:
+    # the interpreter's teardown after a run takes a few tenths of a second: a deadline's SIGTERM there must not
+    # kill the finished command by the signal (143); an atexit hook stands in for the teardown
+    script = ("import atexit, os, signal, sys, time\n"
+              "from bakeoff.core.cli import main\n"
+              "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.2)))\n"
+              "sys.argv = ['bakeoff', '--version']\n"
+              "main()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+
+
 def _report(run: Path, *, max_file_bytes: int | None = None) -> subprocess.CompletedProcess[str]:
     def limit_file_size() -> None:  # a disk that fills up: writes past the limit fail with EFBIG
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
