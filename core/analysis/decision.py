@@ -25,6 +25,7 @@ from ..results.sample import Sample
 from .stats import (
     EQUIVALENCE_MARGIN,
     LEVEL,
+    MIN_PAIRS,
     N_BOOT,
     ArmStats,
     Comparison,
@@ -32,6 +33,7 @@ from .stats import (
     Verdict,
     margin_text,
     paired_ratio,
+    too_few_pairs,
     undecided,
     verdict,
 )
@@ -39,7 +41,6 @@ from .stats import (
 __all__ = ["DecisionCell", "Recommendation", "condition_label", "plateau_text", "recommend", "setting_label"]
 
 Role = Literal["best", "plateau", "loses", ""]
-MIN_PAIRS = 3  # fewer paired requests give an interval too narrow to mean anything (one pair: a point)
 
 
 class DecisionCell(BaseModel):
@@ -136,7 +137,7 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Callable[[st
         r = paired_ratio(within(arm), ref, **boot)
         if r is not None:
             measured[arm] = r
-    ratios = {a: r for a, r in measured.items() if r.n >= MIN_PAIRS}  # only these get a verdict
+    ratios = {a: r for a, r in measured.items() if not too_few_pairs(r)}  # only these get a verdict
     label = {a: setting_label(specs.get(a)) for a in candidates}
     rec.cells = [DecisionCell(arm=a, setting=label[a], ratio=measured.get(a),
                               verdict=verdict(ratios[a], margin) if a in ratios else None) for a in candidates]

@@ -151,7 +151,7 @@ def _crossover(arm: str, kind: LoadKind, points: Sequence[LoadPoint]) -> Crossov
         out.last_faster = p.value
     out.first_slower = next((p.value for p in judged if p.vs_baseline and p.vs_baseline.verdict == "slower"), None)
     parts = [f"faster up to {_fmt(kind, out.last_faster)}" if out.last_faster is not None else "never faster"]
-    for word in ("equivalent", "not separable"):
+    for word in ("equivalent", "not separable", "too few pairs"):
         middle = [p.value for p in judged if p.vs_baseline and p.vs_baseline.verdict == word]
         if middle:
             parts.append(f"{word} at " + ", ".join(f"{v:g}" for v in middle))

@@ -11,6 +11,8 @@ excluded). An interval that straddles the line is *inconclusive*: the machine co
 neither green nor red, and says how many passes the observed spread would need (the gate draws more passes up
 to ``gate.max_passes`` before it says so; core/cli/gate.py).
 
+A point with fewer paired requests than an interval needs (core/analysis/stats.py ``MIN_PAIRS``: its interval is
+only their range) is inconclusive too, never passed or failed, and draws more passes like one that straddles.
 A point without paired requests, or whose two arms did not do equal work (the equal-work guard), has no
 verdict; a gate with such a point says so and is neither passed nor failed. A quality gate (core/analysis/gates.py)
 that the candidate fails and the reference passes fails the gate too: a faster build that answers wrong is a
@@ -24,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .stats import Comparison, passes_to_decide
+from .stats import MIN_PAIRS, Comparison, passes_to_decide, too_few_pairs
 
 __all__ = ["GatePoint", "GateVerdict", "judge_gate"]
 
@@ -73,6 +75,8 @@ def judge_gate(reference: str, candidate: str, max_slowdown: float, points: Sequ
         elif c.comparable is not None and not c.comparable.get("ok", True):
             judged.append(GatePoint(where=where, comparison=c,
                                     why="not comparable: " + "; ".join(c.comparable.get("reasons") or [])))
+        elif too_few_pairs(c.ratio):  # its interval is only the pairs' range: neither side is shown
+            judged.append(GatePoint(where=where, comparison=c, inconclusive=True))
         else:
             judged.append(GatePoint(where=where, comparison=c, failed=c.ratio.hi < floor,
                                     inconclusive=c.ratio.lo < floor <= c.ratio.hi))
@@ -100,12 +104,18 @@ def judge_gate(reference: str, candidate: str, max_slowdown: float, points: Sequ
     else:
         shown = "; ".join(f"{p.comparison.ratio.estimate:.3f}× ({p.comparison.ratio.lo:.3f}–"
                           f"{p.comparison.ratio.hi:.3f}) at {p.where}" for p in judged if p.comparison)
-        open_ = [p for p in judged if p.inconclusive and p.comparison]
-        if open_:
-            line = (f"gate inconclusive: {candidate} against {reference}: {shown}; the interval at "
-                    f"{', '.join(p.where for p in open_)} reaches both sides of {floor:.3f} (the {allowed}), so "
-                    "neither a slowdown beyond it nor its absence is shown")
-            if passes:
+        few = [(p.where, p.comparison.ratio) for p in judged
+               if p.inconclusive and p.comparison and too_few_pairs(p.comparison.ratio)]
+        open_ = [p for p in judged if p.inconclusive and p.comparison and not too_few_pairs(p.comparison.ratio)]
+        if few or open_:
+            line = f"gate inconclusive: {candidate} against {reference}: {shown}"
+            if few:
+                line += "; too few pairs for a verdict at " + ", ".join(
+                    f"{where} ({r.n} paired request(s), {MIN_PAIRS} needed)" for where, r in few)
+            if open_:
+                line += (f"; the interval at {', '.join(p.where for p in open_)} reaches both sides of {floor:.3f} "
+                         f"(the {allowed}), so neither a slowdown beyond it nor its absence is shown")
+            if passes and open_:
                 need = [n for p in open_ if p.comparison and (n := passes_to_decide(
                     p.comparison.ratio.estimate, p.comparison.ratio.lo, p.comparison.ratio.hi, floor, passes))]
                 line += (f"; at this spread about {max(need)} passes in all would decide (gate.max_passes)"

@@ -43,6 +43,9 @@ __all__ = [
     "N_BOOT",
     "METHOD",
     "Verdict",
+    "TOO_FEW",
+    "MIN_PAIRS",
+    "too_few_pairs",
     "Interval",
     "PromptStats",
     "ArmStats",
@@ -66,6 +69,7 @@ __all__ = [
     "clear_verdicts",
     "rng_for",
     "EXCLUDING_FLAGS",
+    "enters_statistics",
     "no_rate_reason",
     "first_event_caveat",
 ]
@@ -75,7 +79,21 @@ N_BOOT = 2000
 METHOD = ("two-stage percentile bootstrap: passes resampled, then requests within each pass; "
           "ratios are medians of per-request paired ratios (prompt, mode, rep, pass)")
 
-Verdict = Literal["faster", "slower", "equivalent", "not separable"]
+Verdict = Literal["faster", "slower", "equivalent", "not separable", "too few pairs"]
+TOO_FEW: Verdict = "too few pairs"
+
+
+# The fewest paired requests (unpaired across runs: samples a side) whose interval may give a verdict. With n
+# pairs the 95 % percentile bootstrap of their median is the pairs' whole range for every n up to 5 (a resample's
+# median is the smallest pair more often than the 2.5 % tail), so it excludes 1 exactly when every pair lies on
+# one side, which two identical arms do with probability 2 * 2**-n (the sign test): 25 % with 3 pairs, 6 % with 5,
+# more than the 5 % the interval claims. 6 is the first n within it.
+MIN_PAIRS = 6
+
+
+def too_few_pairs(ratio: Interval) -> bool:
+    """Too few observations behind ``ratio`` for its interval to decide anything (:data:`MIN_PAIRS`)."""
+    return ratio.n < MIN_PAIRS
 
 
 def _shown(x: float, rounding: Callable[[float], float], keep_side: bool) -> str:
@@ -339,8 +357,11 @@ def bootstrap_ci(values: Sequence[float], clusters: Sequence[object] | None = No
 
 
 def verdict(ratio: Interval, margin: float = EQUIVALENCE_MARGIN) -> Verdict:
-    """'faster' or 'slower' only when the ratio's interval excludes 1; 'equivalent' when it lies within
-    1 ± ``margin``; otherwise 'not separable'."""
+    """'too few pairs' below :data:`MIN_PAIRS` observations (the interval is only their range); else 'faster' or
+    'slower' only when the ratio's interval excludes 1; 'equivalent' when it lies within 1 ± ``margin``;
+    otherwise 'not separable'. Every table, summary and gate reads its verdicts from here."""
+    if too_few_pairs(ratio):
+        return TOO_FEW
     if ratio.lo > 1:
         return "faster"
     if ratio.hi < 1:
@@ -405,9 +426,13 @@ def _excluded_by(s: Sample) -> str | None:
     return next((f.split(":")[0] for f in s.flags if f.split(":")[0] in EXCLUDING_FLAGS), None)
 
 
+def enters_statistics(s: Sample) -> bool:
+    """A sample every statistic uses: no error, a positive decode rate, and no flag that keeps it out."""
+    return s.status == "ok" and s.decode_tps is not None and s.decode_tps > 0 and _excluded_by(s) is None
+
+
 def _ok_rates(samples: Iterable[Sample]) -> list[Sample]:
-    return [s for s in samples if s.status == "ok" and s.decode_tps is not None and s.decode_tps > 0
-            and _excluded_by(s) is None]
+    return [s for s in samples if enters_statistics(s)]
 
 
 def no_rate_reason(s: Sample) -> str | None:
@@ -734,7 +759,7 @@ def needs_more_passes(samples: Iterable[Sample], passes_done: int, target: float
         level = verdict_stop_level(passes_done, max_passes, alpha)
         clear = {name: v for name, v in clear_verdicts(samples, baseline, level, n_boot=n_boot, seed=seed,
                                                           margin=margin).items()
-                 if name in wide and v != "not separable"}
+                 if name in wide and v not in ("not separable", TOO_FEW)}
         if set(clear) == wide:
             said = ", ".join(f"{name} {v}" for name, v in sorted(clear.items()))
             return False, status + f"; clear verdict at the {level:.1%} level ({said}): stopping early"

@@ -33,7 +33,21 @@ __all__ = ["app", "main"]
 def main() -> None:
     from .lazy import lazy_command
 
-    lazy_command()()
+    try:
+        lazy_command()()
+    finally:
+        _ignore_stop_signals_once_done()
+
+
+def _ignore_stop_signals_once_done() -> None:
+    """SIGTERM or SIGHUP once the command is over has nothing left to stop: the process ends with the command's own
+    exit code. The interpreter's teardown after a run (numpy, matplotlib loaded) takes a few tenths of a second on
+    a busy machine, and a deadline's SIGTERM there killed a finished run by the signal (143; FAULTS-3 R9). Python
+    resets its own handlers before the end of teardown, but keeps an ignored signal ignored."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def __getattr__(name: str) -> Any:

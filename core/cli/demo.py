@@ -44,9 +44,9 @@ def demo_command(
             adapter.installer.install(lambda msg: console.print(f"[dim]{msg}[/dim]"))
     # passes until each ratio is decided (faster, slower or equivalent: --until-ci with --stop-on-verdict), at
     # most DEMO_MAX_PASSES: a busy machine ends undecided and says so, instead of a verdict drawn from noise
-    run = execute(config, out, tables=tables, until_ci=DEMO_UNTIL_CI, max_passes=DEMO_MAX_PASSES,
-                  stop_on_verdict=True)
-    finish(config, run, LocalExecutor())  # the exit code of `bakeoff run`: 3 nothing measured, 4 partial
+    executor = LocalExecutor()  # the exit code of `bakeoff run`: 3 nothing measured, 4 partial
+    execute(config, out, tables=tables, until_ci=DEMO_UNTIL_CI, max_passes=DEMO_MAX_PASSES, stop_on_verdict=True,
+            executor=executor, exit_step=lambda run: finish(config, run, executor))
 
 
 demo_command.__doc__ = f"""Run the built-in demo: installs what it needs, then compares the arms of the demo file.

@@ -1,8 +1,8 @@
 """Exit codes of ``bakeoff``: a script or CI job can tell a good run from a dead one without reading it.
 
-0 only when every arm produced at least one valid sample (status ok with a decode rate: what the
-statistics use) and the run measured every pass it planned (core/reports/completeness.py). The numbers are
-documented in ``bakeoff run --help`` and the README.
+0 only when every arm produced at least one valid sample (status ok with a decode rate and no flag that leaves
+it out: what the statistics use) and the run measured every pass it planned (core/reports/completeness.py). The
+numbers are documented in ``bakeoff run --help`` and the README.
 """
 
 from __future__ import annotations
@@ -53,8 +53,12 @@ def exit_code_for(exc: BaseException) -> ExitCode:
 
 
 def is_valid(sample: Sample) -> bool:
-    """A sample the statistics can use: no error, and a positive decode rate."""
-    return sample.status == "ok" and sample.decode_tps is not None and sample.decode_tps > 0
+    """A sample the statistics use (core/analysis/stats.py ``enters_statistics``): no error, a positive decode
+    rate, and no flag that leaves it out (a count-witness mismatch, a burst): a run of only such samples measured
+    nothing."""
+    from ..analysis.stats import enters_statistics  # here: --help must not load numpy
+
+    return enters_statistics(sample)
 
 
 def run_outcome(samples: Iterable[Sample], arms: list[str], failed: Iterable[str] = ()

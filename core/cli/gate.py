@@ -12,7 +12,7 @@ from ..analysis.regression import GateVerdict, judge_gate
 from ..analysis.stats import Comparison
 from ..common.errors import ConfigError
 from ..config.loader import load_bakeoff
-from ..config.schema import GateSpec, parse_share
+from ..config.schema import BakeoffFile, GateSpec, parse_share
 from ..reports import report_dir, summarize_run
 from ..reports.model import RunSummary
 from ..results.store import RunDir
@@ -30,7 +30,8 @@ GATE_EXIT_HELP = ("Exit codes: 0 a slowdown beyond --max-slowdown is excluded (t
                   "or above 1 - it); 1 such a slowdown is shown (the upper bound is below; or the candidate fails a "
                   "quality gate the reference passes); 2 configuration error, nothing ran; 3 no verdict (nothing "
                   "valid measured, or a point without paired requests); 4 an arm failed or has no valid sample; "
-                  "6 inconclusive: after gate.max_passes the interval still straddles the limit; 130 interrupted.")
+                  "6 inconclusive: after gate.max_passes the interval still straddles the limit, or a point has too "
+                  "few paired requests for a verdict; 130 interrupted.")
 
 
 def gate_points(summary: RunSummary, candidate: str) -> list[tuple[str, Comparison | None]]:
@@ -93,7 +94,13 @@ def gate_command(
     for note in notes:
         console.print(escape(note), highlight=False)
     executor = LocalExecutor()
-    run = execute(config, out, executor=executor, more_passes=until_decided(gate))
+    execute(config, out, executor=executor, more_passes=until_decided(gate),
+            exit_step=lambda run: _judge(config, run, executor, gate))
+
+
+def _judge(config: BakeoffFile, run: RunDir, executor: LocalExecutor, gate: GateSpec) -> None:
+    """The gate's exit step: the run's own exit code when an arm has no valid sample, else the verdict's (written
+    to gate.json beside the report)."""
     try:
         finish(config, run, executor)  # an arm without a valid sample: exit 3 or 4, no verdict
     except typer.Exit as stop:

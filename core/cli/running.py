@@ -7,6 +7,7 @@ call core/run/session.py ``run_bakeoff``.
 from __future__ import annotations
 
 import signal
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress
 
+from ..analysis.stats import no_rate_reason
 from ..common.errors import BakeoffError, ConfigError, RunDirError, is_write_failure
 from ..config.schema import BakeoffFile
 from ..reports import completeness, print_run
@@ -119,9 +121,11 @@ def _run_dir_made(events: ProtocolEvents) -> Callable[[], Path | None]:
 def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_passes: int = 10,
             resume: Resume | None = None, executor: Executor | None = None,
             stop_on_verdict: bool = False, tables: bool = False,
-            more_passes: Callable[[RunDir, int], tuple[bool, str]] | None = None) -> RunDir:
-    """Run one bakeoff (core/run/session.py) with a progress bar, then print its tables and write its reports;
-    a stop signal anywhere in that (the report too) is an interruption like Ctrl-C (exit 130)."""
+            more_passes: Callable[[RunDir, int], tuple[bool, str]] | None = None,
+            exit_step: Callable[[RunDir], None] | None = None) -> RunDir:
+    """Run one bakeoff (core/run/session.py) with a progress bar, print its tables and write its reports, then
+    take the command's ``exit_step`` (its exit code, which reads every sample again: about a second on a big run);
+    a stop signal anywhere in that, up to the exit, is an interruption like Ctrl-C (exit 130)."""
     with stop_signals_as_interrupt():
         progress, events = progress_events()
         made = _run_dir_made(events)
@@ -143,6 +147,11 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
                           f"({type(exc).__name__}: {escape(str(exc))}); the samples are in {run.path}; "
                           f"`bakeoff report {run.path}` retries", highlight=False)
         console.print(f"run directory: [bold]{run.path}[/bold]")
+        if exit_step is not None:
+            try:
+                exit_step(run)
+            except KeyboardInterrupt as exc:
+                raise name_run_dir(exc, run.path) from None
         return run
 
 
@@ -157,6 +166,10 @@ def _explain_empty(run: RunDir, arm: str, samples: list[Sample]) -> str:
     errors = [s.error for s in mine if s.error]
     if errors:
         return f"{len(errors)} of {len(mine)} requests failed, e.g. {errors[0]}"
+    reasons = Counter(why for s in mine if (why := no_rate_reason(s)) is not None)
+    if reasons:  # a rate the statistics leave out (a count-witness mismatch) or none at all
+        shown = ", ".join(f"{why} ×{n}" for why, n in reasons.most_common())
+        return f"none of {len(mine)} samples enters the statistics ({shown})"
     flags = sorted({f.split(":")[0] for s in mine for f in s.flags})
     return f"none of {len(mine)} samples has a decode rate (flags: {', '.join(flags) or 'none'})"
 
@@ -211,13 +224,12 @@ def run_loaded(config: BakeoffFile, out: Path, *, dry_run: bool = False, until_c
         return
     executor = executor_for(config, executor_kind, address)
     try:
-        run = execute(config, out, until_ci, max_passes, resume=resume, executor=executor,
-                      stop_on_verdict=stop_on_verdict, tables=tables)
+        execute(config, out, until_ci, max_passes, resume=resume, executor=executor, stop_on_verdict=stop_on_verdict,
+                tables=tables, exit_step=lambda run: finish(config, run, executor))
     except OSError as exc:  # a write that failed outside RunDir: the boundary reports it like one inside
         if not is_write_failure(exc):
             raise
         raise RunDirError(f"cannot write {exc.filename or 'the run directory'}: {exc.strerror or exc}") from exc
-    finish(config, run, executor)
 
 
 def finish(config: BakeoffFile, run: RunDir, executor: Executor) -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import os
+import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from typing_extensions import TypeVar
 
 from ..analysis.acceptance import acceptance_rate
-from ..common.errors import CapabilityNotSupported, ConfigError, EngineStartupError
+from ..common.errors import CapabilityNotSupported, ConfigError, EngineStartupError, PreflightError
 from ..config.schema import (
     SPEC_METHODS,
     Arm,
@@ -52,6 +54,7 @@ __all__ = [
     "LaunchSpec",
     "LaunchInputs",
     "resolve_launch",
+    "check_program",
     "build_launch",
     "compose_service",
     "install_hint",
@@ -744,6 +747,27 @@ def resolve_launch(adapter: EngineAdapter, arm: Arm, port: int, workdir: Path) -
     draft = arm.speculative.draft_model
     return LaunchInputs(port=port, workdir=workdir, model=adapter.model_ref(model),
                         draft_model=adapter.model_ref(draft) if draft else None, program=program)
+
+
+def check_program(adapter: EngineAdapter, arm: Arm) -> None:
+    """Refuse a native arm whose engine program is not on this machine (an ``options.binary`` naming no file)
+    before any arm launches: found only at its launch, the other arms would be measured first, pass after pass.
+
+    :raises EngineUnavailable: the engine is nowhere to be found (its installer says where it looked).
+    :raises PreflightError: the program's path names no file (naming the option it came from, and the path).
+    """
+    if arm.launch != "native" or adapter.installer is None:
+        return
+    program = adapter.installer.locate(adapter.options(arm))
+    command = program.argv[0]
+    path = Path(command)
+    if path.is_file() or (os.sep not in command and shutil.which(command)):
+        return
+    option = next((f"options.{k}" for k, v in arm.options.items()
+                   if isinstance(v, str) and Path(v).expanduser() == path), None)
+    where = option or f"the {adapter.name} program from {program.found_in or 'its installer'}"
+    raise PreflightError(f"arm {arm.name!r}: {where} {command!r} does not exist"
+                         + (" (correct the path, or leave it out to use an installed build)" if option else ""))
 
 
 def compose_service(adapter: EngineAdapter, arm: Arm, launch: LaunchInputs) -> dict[str, Any]:

@@ -47,7 +47,7 @@ table{border-collapse:collapse;font-size:.85rem;margin:.6rem 0}
 th,td{border:1px solid #d0d0d0;padding:.3rem .55rem;text-align:right;white-space:nowrap}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left;font-weight:600}
 td.text,th.text{text-align:left}.scroll{overflow-x:auto}
-.faster{color:#116611;font-weight:600}.slower{color:#a01010;font-weight:600}.not-separable{color:#8a6d00}.equivalent{color:#0b5f73}
+.faster{color:#116611;font-weight:600}.slower{color:#a01010;font-weight:600}.not-separable{color:#8a6d00}.too-few-pairs{color:#8a6d00}.equivalent{color:#0b5f73}
 .not-comparable,.gate-failed{color:#a01010;font-weight:600}
 #verdict{border:1px solid #d0d0d0;border-radius:6px;padding:.2rem 1rem .6rem;margin:1rem 0;background:#fafafa}
 #verdict h2{margin-top:.6rem}#verdict p{margin:.35rem 0;font-size:.9rem}
@@ -73,7 +73,7 @@ def _table(header: list[str], rows: list[list[str]], table_id: str) -> str:
             cls = []
             if i in text_cols:
                 cls.append("text")
-            for v in ("faster", "slower", "equivalent", "not separable"):
+            for v in ("faster", "slower", "equivalent", "not separable", "too few pairs"):
                 if (header[i] == "tok/J vs baseline" or header[i].startswith("vs baseline")) and c.endswith(v):
                     cls.append(v.replace(" ", "-"))
             attr = f' class="{" ".join(cls)}"' if cls else ""

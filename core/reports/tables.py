@@ -11,11 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis.decision import MIN_PAIRS
 from ..analysis.gates import gate_label
 from ..analysis.launches import BandRatio
 from ..analysis.phases import GPU_FIELDS, PhaseResult
-from ..analysis.stats import ArmStats, Comparison, Interval, margin_text, ratio_text
+from ..analysis.stats import MIN_PAIRS, ArmStats, Comparison, Interval, margin_text, ratio_text
 from ..common.textfmt import DASH, fmt
 from .completeness import passes_design
 from .model import RunSummary
@@ -137,7 +136,8 @@ def footnotes(s: RunSummary) -> list[str]:
              f"medians with {level} bootstrap intervals in parentheses; per-prompt columns are medians.",
              f"vs baseline ({baseline_said(s)}): median of per-request ratios paired on prompt, mode, rep and pass, "
              f"with its {level} interval; 'faster'/'slower' only when the interval excludes 1, 'equivalent' when it "
-             f"lies within 1 ± {margin_text(s.equivalence_margin)}, else 'not separable'.",
+             f"lies within 1 ± {margin_text(s.equivalence_margin)}, else 'not separable'; 'too few pairs' below "
+             f"{MIN_PAIRS} paired requests (fewer leave the interval their bare range).",
              f"{passes_design(s.passes, s.progress)} {count_said(s.reps, 'rep(s)')} × {len(s.prompts)} prompt(s) × "
              f"{len(s.modes)} mode(s) "
              f"({', '.join(s.modes)}), {count_said(s.max_tokens, 'output tokens')}; bootstrap {s.bootstrap.n_boot} "

@@ -29,7 +29,8 @@ from .tables import (
 
 __all__ = ["print_calibration", "print_summary", "print_table"]
 
-_VERDICT_STYLE = {"faster": "green", "slower": "red", "equivalent": "cyan", "not separable": "yellow"}
+_VERDICT_STYLE = {"faster": "green", "slower": "red", "equivalent": "cyan", "not separable": "yellow",
+                  "too few pairs": "yellow"}
 
 
 def print_calibration(s: RunSummary, out: Console) -> None:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from ..analysis.calibration import BreakEven
 from ..analysis.gates import NOT_INFORMATIVE
-from ..analysis.stats import ArmStats, Comparison, margin_text, undecided
+from ..analysis.stats import MIN_PAIRS, TOO_FEW, ArmStats, Comparison, margin_text, undecided
 from ..analysis.structured import StructuredArm
 from ..common.textfmt import DASH
 from .completeness import passes_design
@@ -28,7 +28,8 @@ from .tables import count_said, fmt_bands
 __all__ = ["Verdict", "VerdictRow", "merge_warnings", "print_verdict", "verdict_of"]
 
 # The one colour per outcome, shared by the terminal and the HTML (a CSS class of the same name).
-STYLE = {"faster": "green", "slower": "red", "equivalent": "cyan", "not separable": "yellow", "not comparable": "red",
+STYLE = {"faster": "green", "slower": "red", "equivalent": "cyan", "not separable": "yellow", "too few pairs": "yellow",
+         "not comparable": "red",
          "gate failed": "red", "baseline": "", "no data": ""}
 
 
@@ -78,7 +79,9 @@ def _vs(s: RunSummary, a: ArmStats) -> tuple[str, str]:
 
 def _what_decides(s: RunSummary, a: ArmStats, c: Comparison) -> str:
     """For a ratio the interval cannot tell: what would decide it (the machine's load, when it was busy; about how
-    many passes at the spread observed)."""
+    many passes at the spread observed); for too few pairs, how many a verdict needs."""
+    if c.verdict == TOO_FEW:
+        return f" ({c.ratio.n} of the {MIN_PAIRS} paired requests a verdict needs)"
     if c.verdict != "not separable":
         return ""
     base = next((b for b in s.arms if b.arm == c.reference), None)
@@ -95,6 +98,12 @@ def _acceptance(a: ArmStats) -> str:
     return "0 drafted" if a.has_draft_counts else DASH
 
 
+def _too_few(pairs: dict[str, int]) -> str:
+    """'keep the baseline' is a decision too: none from arms with too few pairs to tell."""
+    shown = ", ".join(f"{arm}: {n}" for arm, n in pairs.items())
+    return f"no recommendation: too few pairs ({shown} paired request(s); a verdict needs {MIN_PAIRS})"
+
+
 def _recommendation(s: RunSummary) -> list[str]:
     """The decision map's line per category over all its requests; a calibration's break-even acceptances; else
     the fastest separable arm, or none."""
@@ -102,6 +111,9 @@ def _recommendation(s: RunSummary) -> list[str]:
         return [f"{b.engine} {b.method} n_max {b.n_max}: {_break_even(b)}" for b in s.calibration.break_even]
     if s.sessions is not None and s.baseline:  # a sessions workload is judged on session time
         won = {a: c for a, c in s.sessions.comparisons.items() if c.verdict == "faster"}
+        few = {a: c.pairs for a, c in s.sessions.comparisons.items() if c.verdict == TOO_FEW}
+        if not won and few:
+            return [_too_few(few)]
         if not won:
             return [f"keep {s.baseline}: no arm finishes sessions separably faster"] if s.sessions.comparisons else []
         arm, c = max(won.items(), key=lambda kv: kv[1].session_time_ratio)
@@ -113,6 +125,9 @@ def _recommendation(s: RunSummary) -> list[str]:
     faster = [c for c in s.comparisons if c.reference == s.baseline and c.verdict == "faster"
               and not ((a := s.arm(c.arm)) and a.failed_gates)
               and not (c.comparable and not c.comparable["ok"])]
+    few = {c.arm: c.ratio.n for c in s.comparisons if c.reference == s.baseline and c.verdict == TOO_FEW}
+    if not faster and few:
+        return [_too_few(few)]
     if not faster:
         bimodal = [c.arm for c in s.comparisons if c.reference == s.baseline and c.bands]
         why = f" ({', '.join(bimodal)}: bimodal across launches, judged per band above)" if bimodal else ""

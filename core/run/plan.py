@@ -29,7 +29,14 @@ from ..config.fingerprint import flatten
 from ..config.prompts import resolve_prompts
 from ..config.schema import Arm, BakeoffFile, Prompt, SamplingMode, Workload
 from ..config.sessions import pin_conversations
-from ..engine.adapter import EngineAdapter, check_arm_capabilities, check_structured, launch_fingerprint, method_key
+from ..engine.adapter import (
+    EngineAdapter,
+    check_arm_capabilities,
+    check_program,
+    check_structured,
+    launch_fingerprint,
+    method_key,
+)
 from ..engine.fingerprint import arm_fingerprint
 from ..engine.hardware import hardware_record
 from ..engine.registry import load_engine
@@ -83,6 +90,9 @@ def plan_run(config: BakeoffFile) -> Plan:
             arm = adapter.for_sessions(arm)  # the prefix cache on, where the engine switches it at launch
         check_structured(adapter, arm, structured)
         arms.append(PlannedArm(arm, adapter, i))
+    for planned in arms:  # every arm's program first: a missing build is said before any slower check
+        if not planned.arm.attached:
+            check_program(planned.adapter, planned.arm)
     for planned in arms:
         if planned.arm.api_key_env and not os.environ.get(planned.arm.api_key_env):
             raise ConfigError(f"arm {planned.arm.name!r}: api_key_env names ${planned.arm.api_key_env}, "

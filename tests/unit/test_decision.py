@@ -163,13 +163,13 @@ def test_each_use_case_gets_its_own_verdict_and_the_map_shows_them_all(tmp_path:
     assert "decision map: code" in text and four.line in text
 
 
-def test_a_use_case_with_fewer_than_three_pairs_gets_no_verdict(tmp_path: Path) -> None:
+def test_a_use_case_with_fewer_pairs_than_a_verdict_needs_gets_none(tmp_path: Path) -> None:
     run = _write_streams(tmp_path / "run", reps=1, passes=1)  # one request per arm alone, four at 4 streams
     s = summarize_run(run, n_boot=300)
     alone = next(r for r in s.recommendations if r.use_case == "code, 1 stream")
     assert alone.arm is None and alone.losses == [] and alone.plateau == []
     assert all(c.verdict is None and c.ratio is not None and c.ratio.n == 1 for c in alone.cells)
-    assert alone.line == "code, 1 stream: no verdict (fewer than 3 paired requests per setting)"
+    assert alone.line == "code, 1 stream: no verdict (fewer than 6 paired requests per setting)"
     assert re.search(r"\| 1\.3\d× \(n=1, too few for a verdict\) \|", render_markdown(s))
 
 

@@ -1,8 +1,8 @@
 """FAULTS-2 (issue 33) R9 and R19: the report written at the end of a run.
 
-R9: SIGTERM or SIGHUP while ``bakeoff run`` writes its report is an interruption (exit 130), not death by the
-signal. R19: a report that cannot be written (a full disk) is one error line and a non-zero exit, and leaves
-the previous report files whole and the samples untouched.
+R9: SIGTERM or SIGHUP while ``bakeoff run`` writes its report, or reads its exit code after it, is an interruption
+(exit 130), not death by the signal. R19: a report that cannot be written (a full disk) is one error line and a
+non-zero exit, and leaves the previous report files whole and the samples untouched.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import pytest
 
 import bakeoff
 from bakeoff.core.cli import running
+from bakeoff.core.cli.boundary import stop_message
+from bakeoff.core.cli.exit_codes import run_outcome as real_run_outcome
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.reports import print_run as real_print_run
 from bakeoff.core.results.store import RunDir
@@ -56,6 +58,46 @@ def test_a_stop_signal_while_the_report_is_written_is_an_interruption(
         signal.signal(sig, before)
     [run_path] = tmp_path.iterdir()
     assert len(RunDir(run_path).samples()) == 4  # every sample kept (2 arms x 2 reps)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_while_the_exit_code_is_read_is_an_interruption(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals) -> None:
+    # the reports are written; the exit step reads every sample again (about a second on a big run): a signal
+    # there must still be an interruption naming the run directory, not death by the signal
+    reached_caller: list[int] = []
+
+    def callers_handler(signum: int, frame: FrameType | None) -> None:
+        reached_caller.append(signum)
+
+    def signalled_outcome(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), sig)
+        return real_run_outcome(*args, **kwargs)
+
+    monkeypatch.setattr(running, "run_outcome", signalled_outcome)
+    before = signal.signal(sig, callers_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt) as stopped:  # the CLI boundary: "interrupted", exit 130
+            running.run_loaded(parse_bakeoff(FILE), tmp_path)
+        assert reached_caller == [], "the signal reached the caller's handler: a plain bakeoff would die by it"
+        assert signal.getsignal(sig) is callers_handler
+    finally:
+        signal.signal(sig, before)
+    [run_path] = tmp_path.iterdir()
+    assert "RUN_DIR" not in stop_message(stopped.value, "`bakeoff run --resume RUN_DIR`")
+    assert (run_path / "report").is_dir()
+
+
+def test_a_stop_signal_once_the_command_is_done_leaves_its_exit_code() -> None:
+    # the interpreter's teardown after a run takes a few tenths of a second: a deadline's SIGTERM there must not
+    # kill the finished command by the signal (143); an atexit hook stands in for the teardown
+    script = ("import atexit, os, signal, sys, time\n"
+              "from bakeoff.core.cli import main\n"
+              "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.2)))\n"
+              "sys.argv = ['bakeoff', '--version']\n"
+              "main()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr)
 
 
 def _report(run: Path, *, max_file_bytes: int | None = None) -> subprocess.CompletedProcess[str]:

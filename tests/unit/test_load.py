@@ -167,3 +167,21 @@ def test_latency_definitions_and_slo() -> None:
     assert latency(s, "ttft_s") == 0.6 and latency(s, "e2e_s") == 1.6
     assert meets(s, Slo(ttft_s=0.7, tpot_s=0.2)) and not meets(s, Slo(ttft_s=0.5))
     assert load_section([s], ["a"], "a") is not None and load_section([], ["a"], "a") is None
+
+
+def test_a_load_point_of_one_paired_request_says_too_few_pairs(tmp_path: Path) -> None:
+    (tmp_path / "l.yaml").write_text("""arms:
+  - {name: base, engine: sim, model: sim, options: {itl_ms: 1}}
+  - {name: slow, engine: sim, model: sim, options: {itl_ms: 3}}
+baseline: base
+workload: {prompts: [prose], max_tokens: 8, reps: 1, warmup: 0, gates: [], arrival: {rates: [50], requests: 1}}
+""")
+    summary = bakeoff.run(tmp_path / "l.yaml", out=tmp_path / "runs")
+    assert summary.load is not None and summary.path is not None
+    [point] = [p for p in summary.load.points if p.vs_baseline is not None]
+    assert point.vs_baseline is not None and point.vs_baseline.ratio.n == 1
+    assert point.vs_baseline.verdict == "too few pairs"  # not 'slower' from one pair with lo == hi
+    assert [c.verdict for c in summary.comparisons] == ["too few pairs"]  # the head-to-head table likewise
+    [crossover] = summary.load.crossover
+    assert crossover.first_slower is None and "too few pairs at 50" in crossover.summary
+    assert ") slower" not in (summary.path / "report" / "report.md").read_text()

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from bakeoff.core.analysis.regression import judge_gate
-from bakeoff.core.analysis.stats import Comparison, Interval, passes_to_decide, verdict
+from bakeoff.core.analysis.stats import MIN_PAIRS, Comparison, Interval, passes_to_decide, verdict
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import parse_share
 from bakeoff.core.run.gate import GATE_PASSES, gate_config
 
 
-def _c(estimate: float, lo: float, hi: float, comparable: bool = True) -> Comparison:
-    ratio = Interval(estimate=estimate, lo=lo, hi=hi, n=12, clusters=3)
+def _c(estimate: float, lo: float, hi: float, comparable: bool = True, n: int = 12) -> Comparison:
+    ratio = Interval(estimate=estimate, lo=lo, hi=hi, n=n, clusters=3)
     return Comparison(arm="new", reference="old", ratio=ratio, verdict=verdict(ratio),
                       comparable={"ok": comparable, "reasons": [] if comparable else ["outputs differ in length"]})
 
@@ -29,6 +29,18 @@ def test_fails_only_when_the_interval_bound_is_beyond_the_threshold() -> None:
     assert judge_gate("old", "new", 0.03, [("overall", _c(0.9, 0.7, 1.05))]).outcome == "inconclusive"
     same = judge_gate("old", "new", 0.03, [("overall", _c(1.0, 0.98, 1.02))])
     assert same.outcome == "passed" and same.line.startswith("gate passed: new against old: 1.000× (0.980–1.020)")
+
+
+def test_a_point_with_too_few_pairs_is_inconclusive_never_passed_nor_failed() -> None:
+    # one pair reads 0.69x (0.69-0.69): its "interval" is the pair itself; two equal pairs read 1.00x (1.00-1.00)
+    for ratio in (_c(0.69, 0.69, 0.69, n=1), _c(1.0, 1.0, 1.0, n=2), _c(1.0, 0.99, 1.01, n=MIN_PAIRS - 1)):
+        assert ratio.verdict == "too few pairs"
+        gate = judge_gate("old", "new", 0.03, [("overall", ratio)], passes=3)
+        assert gate.outcome == "inconclusive" and gate.points[0].inconclusive and not gate.points[0].failed
+        assert (f"too few pairs for a verdict at overall ({ratio.ratio.n} paired request(s), {MIN_PAIRS} needed)"
+                in gate.line)
+    mixed = judge_gate("old", "new", 0.03, [("depth 0", _c(1.0, 0.98, 1.02)), ("depth 512", _c(0.5, 0.5, 0.5, n=1))])
+    assert mixed.outcome == "inconclusive"  # the decided point does not make the gate green
 
 
 def test_an_interval_that_fits_a_slowdown_beyond_the_limit_never_passes() -> None:

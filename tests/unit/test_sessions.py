@@ -17,6 +17,7 @@ from bakeoff.core.config.sessions import read_conversations, synthetic_sessions
 from bakeoff.core.engine.adapter import LaunchInputs
 from bakeoff.core.engine.install import Program
 from bakeoff.core.measure.points import cache_flags
+from bakeoff.core.reports.verdict import verdict_of
 from bakeoff.core.results.sample import Sample
 
 # the program core would have found: launch_spec is pure, so the test needs no vLLM venv
@@ -295,3 +296,19 @@ def test_a_config_built_in_python_records_its_conversations_hash_when_the_run_is
                                          "workload": {"gates": [], "sessions": {"file": str(conv)}}})
     planned = plan_run(config).config.workload.sessions
     assert planned is not None and planned.file_sha256 == conversations_sha256(conv)
+
+
+def test_a_session_time_from_a_single_pair_says_too_few_pairs_in_every_table(tmp_path: Path) -> None:
+    # one session, one rep: one paired replay, whose "interval" is the pair itself (0.64x (0.64-0.64))
+    path = _file(tmp_path, "{synthetic: {sessions: 1, turns: 3, tool_result_tokens: 20, reply_tokens: 4}}")
+    summary = bakeoff.run(path, out=tmp_path / "runs")
+    assert summary.path is not None and summary.sessions is not None
+    fast = summary.sessions.comparisons["fast"]
+    assert fast.pairs == 1 and fast.verdict == "too few pairs"
+    assert [c.verdict for c in summary.comparisons] == ["too few pairs"]  # 3 turns: 3 paired requests
+    report = json.loads((summary.path / "report" / "summary.json").read_text())
+    assert report["sessions"]["comparisons"]["fast"]["verdict"] == "too few pairs"
+    md = (summary.path / "report" / "report.md").read_text()
+    assert not any(word in md for word in (") faster", ") slower", ") equivalent"))
+    assert verdict_of(summary).recommendation == [  # not "keep base" either: one pair decides nothing
+        "no recommendation: too few pairs (fast: 1 paired request(s); a verdict needs 6)"]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bakeoff.core.analysis.stats import (
+    MIN_PAIRS,
     Comparison,
     Interval,
     bootstrap_ci,
@@ -72,7 +73,7 @@ def test_unequal_pass_sizes_are_handled() -> None:
 
 def test_verdict_needs_the_interval_to_exclude_one() -> None:
     def iv(lo: float, hi: float) -> Interval:
-        return Interval(estimate=(lo + hi) / 2, lo=lo, hi=hi, n=5)
+        return Interval(estimate=(lo + hi) / 2, lo=lo, hi=hi, n=MIN_PAIRS)
 
     assert verdict(iv(1.01, 1.2)) == "faster"
     assert verdict(iv(0.8, 0.99)) == "slower"
@@ -82,6 +83,22 @@ def test_verdict_needs_the_interval_to_exclude_one() -> None:
     assert verdict(iv(0.96, 1.02)) == "not separable"  # fits a 4 % loss
     assert verdict(iv(1.005, 1.02)) == "faster"  # shown faster, by little: still faster
     assert verdict(iv(0.98, 1.05), margin=0.05) == "equivalent"  # the margin is the caller's
+
+
+def test_fewer_pairs_than_the_bootstrap_needs_give_no_verdict_however_one_sided() -> None:
+    # up to 5 pairs the 95 % bootstrap interval of their median is their bare range: it excludes 1 whenever every
+    # pair is on one side, as 2 identical arms' 5 pairs are 6 % of the time, so no verdict until MIN_PAIRS
+    five = bootstrap_ci([0.61, 0.64, 0.66, 0.70, 0.72], key="five")
+    assert five is not None and (five.lo, five.hi) == (0.61, 0.72)
+    six = bootstrap_ci([0.61, 0.64, 0.66, 0.70, 0.72, 0.75], key="six")
+    assert six is not None and (six.lo, six.hi) != (0.61, 0.75)  # from 6 on it is narrower than the range
+    assert MIN_PAIRS == 6
+    for n in range(1, MIN_PAIRS):
+        assert verdict(Interval(estimate=0.67, lo=0.67, hi=0.67, n=n)) == "too few pairs"
+        assert verdict(Interval(estimate=1.0, lo=0.99, hi=1.01, n=n)) == "too few pairs"  # nor 'equivalent'
+    assert verdict(Interval(estimate=0.67, lo=0.6, hi=0.7, n=MIN_PAIRS)) == "slower"
+    one = paired_ratio(_samples("a", [67.0]), _samples("b", [100.0]), key="one")  # a single paired request
+    assert one is not None and one.n == 1 and verdict(one) == "too few pairs"
 
 
 def test_paired_ratio_finds_a_real_speedup_and_pairs_by_point() -> None:

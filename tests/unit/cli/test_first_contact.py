@@ -80,6 +80,7 @@ def test_the_demo_exits_like_run_when_nothing_valid_was_measured(tmp_path: Path,
     def measures_nothing(config: Any, out: Path, *args: Any, **kwargs: Any) -> RunDir:
         run = RunDir(out / "empty-run")
         run.write_record(RunRecord(config=config))
+        kwargs["exit_step"](run)  # the command's exit code, taken inside execute's stop-signal handlers
         return run
 
     monkeypatch.setattr(demo_cli, "load_engine", lambda name: _Installed())

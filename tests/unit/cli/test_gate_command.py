@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
 from bakeoff.core.cli.exit_codes import ExitCode
+from bakeoff.engines.llamacpp.synth import SynthSpec, synthesize, toy_tokenizer
 
 AA = """\
 name: aa
@@ -45,7 +46,7 @@ def test_an_interval_across_the_limit_draws_passes_up_to_its_budget_then_exits_i
 
     # every read of the run straddles the 10 % line (0.95x, 0.70-1.20): the spread a busy machine leaves
     across = Comparison(arm="new", reference="old", verdict="not separable",
-                        ratio=Interval(estimate=0.95, lo=0.70, hi=1.20, n=4))
+                        ratio=Interval(estimate=0.95, lo=0.70, hi=1.20, n=12))
     monkeypatch.setattr(gate_cli, "gate_points", lambda summary, candidate: [("overall", across)])
     cfg = tmp_path / "aa.yaml"
     cfg.write_text(AA.replace("max_slowdown: 50%}", "max_slowdown: 10%, max_passes: 4}"))
@@ -89,3 +90,27 @@ def test_the_gate_reads_each_depth() -> None:
     assert [(where, c.ratio.estimate if c else None) for where, c in points] == [("depth 512", 0.99),
                                                                                 ("depth 4096", 0.6)]
     assert gate_points(RunSummary(run_id="r", name="n", baseline="old"), "new") == [("overall", None)]
+
+
+def test_a_candidate_build_that_does_not_exist_is_refused_before_the_reference_is_measured(tmp_path: Path) -> None:
+    built = tmp_path / "a" / "llama-server"
+    built.parent.mkdir()
+    built.write_text("#!/bin/sh\nexit 1\n")  # never run: the refusal comes first
+    built.chmod(0o755)
+    missing = tmp_path / "nope" / "llama-server"
+    model = synthesize(SynthSpec("target"), toy_tokenizer(300), tmp_path)  # a model preflight accepts
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(f"""\
+name: builds
+arms:
+  - {{name: ref, engine: llamacpp, model: {model}, options: {{binary: {built}}}}}
+  - {{name: cand, engine: llamacpp, model: {model}, options: {{binary: {missing}}}}}
+gate: {{reference: ref, candidate: cand, max_slowdown: 10%}}
+workload: {{prompts: [prose], max_tokens: 8, reps: 1, passes: 3, warmup: 0, gates: []}}
+""")
+    res = CliRunner().invoke(app, ["gate", str(cfg), "--out", str(tmp_path / "runs")], env={"COLUMNS": "250"})
+    assert res.exit_code == ExitCode.CONFIG, res.output
+    said = " ".join(res.output.split())
+    assert f"arm 'cand': options.binary '{missing}' does not exist" in said
+    assert "engines install" not in said  # the path is wrong, not the machine: no advice to build
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -336,3 +336,17 @@ def test_a_run_off_a_terminal_prints_plain_progress_lines_then_the_verdict(tmp_p
         assert re.search(rf"^\[0:\d\d:\d\d\] {line}$", out, re.MULTILINE), out
     assert "outcome: each arm against a" in out and "token accounting and timing" not in out
     assert "--tables" in out
+
+
+def test_a_run_whose_every_sample_the_statistics_leave_out_exits_3_nothing_measured(
+        tmp_path: Path, hostile_server: HostileServer) -> None:
+    # the stream names each token's id and usage claims half of them: each sample is ok with a rate, yet flagged
+    # count-witness-mismatch and left out of every statistic (the table shows "–"), so nothing valid was measured
+    file = write_file(tmp_path, [f"{{name: a, engine: openai, url: '{hostile_server.url('ids_lie')}'}}"],
+                      workload="{prompts: [prose], max_tokens: 8, reps: 2, warmup: 0, fixed_length: false}")
+    code, out = run_cli(str(file), "--out", str(tmp_path / "runs"))
+    samples = RunDir(only_run(tmp_path / "runs")).samples()
+    assert samples and all(s.status == "ok" and s.decode_tps and any(f.startswith("count-witness-mismatch")
+                                                                     for f in s.flags) for s in samples)
+    assert code == ExitCode.NOTHING_MEASURED == 3, out
+    assert "arm 'a' has no valid sample: none of 2 samples enters the statistics (count-witness-mismatch ×2)" in out

@@ -198,8 +198,8 @@ def test_a_refused_probe_is_skipped_with_the_servers_own_reason() -> None:
 def test_outputs_a_few_tokens_short_are_compared_with_a_note(tmp_path: Path) -> None:
     """TabbyAPI streams 255 (or, drafting, 251) of 256 fixed-length tokens: within 2 % the decode rates cover
     the same depths, so the pair gets its verdict with a note; 12 of 16 above is still refused."""
-    samples = [_sample("off", r, 10.0, completion_tokens=256, max_tokens=256) for r in range(2)]
-    samples += [_sample("ngram", r, 12.0, completion_tokens=251, max_tokens=256) for r in range(2)]
+    samples = [_sample("off", r, 10.0, completion_tokens=256, max_tokens=256) for r in range(6)]
+    samples += [_sample("ngram", r, 12.0, completion_tokens=251, max_tokens=256) for r in range(6)]  # 6 pairs
     s = summarize_run(_write(tmp_path / "run", {k: ARMS[k] for k in ("off", "ngram")}, samples))
     c = s.comparison("ngram")
     assert c and c.comparable and c.comparable["ok"] is True and c.verdict == "faster"
@@ -209,8 +209,8 @@ def test_outputs_a_few_tokens_short_are_compared_with_a_note(tmp_path: Path) -> 
 
 def test_a_report_can_compare_every_arm_with_another_baseline(tmp_path: Path) -> None:
     """A cross-engine run records one baseline; --baseline reads the same run against another arm."""
-    samples = [_sample("off", r, 10.0) for r in range(2)] + [_sample("ngram", r, 12.0) for r in range(2)]
-    path = _write(tmp_path / "run", {k: ARMS[k] for k in ("off", "ngram")}, samples)
+    samples = [_sample("off", r, 10.0) for r in range(6)] + [_sample("ngram", r, 12.0) for r in range(6)]
+    path = _write(tmp_path / "run", {k: ARMS[k] for k in ("off", "ngram")}, samples)  # 6 pairs: a verdict
     s = summarize_run(path, baseline="ngram")
     assert s.baseline == "ngram" and [(c.arm, c.reference) for c in s.comparisons] == [("off", "ngram")]
     assert s.comparisons[0].verdict == "slower"
