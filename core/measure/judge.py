@@ -33,16 +33,9 @@ _STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.DOTALL)  # possessive: linear e
 _NOT_BRACKET = re.compile(r"[^\[\]{}]++")
 
 
-class _NotJSON(ValueError):
-    """What RFC 8259 does not allow and Python's reader would accept: NaN, Infinity."""
-
-
-class _OverBound(ValueError):
-    """A bound bakeoff judges within, passed by a value that may well be JSON."""
-
-
 def _constant(name: str) -> Any:
-    raise _NotJSON(f"{name} is not a JSON number")
+    """What RFC 8259 does not allow and Python's reader would accept: NaN, Infinity."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 class _LongInt(int):
@@ -56,10 +49,12 @@ class _LongInt(int):
     __str__ = __repr__
 
 
-def _integer(literal: str) -> int:
+def _integer(literal: str, over: list[str]) -> int:
+    """The integer, or 0 with why it was not read in ``over`` (a bound passed by a value that may well be JSON)."""
     digits = len(literal.lstrip("-"))
     if digits > MAX_DIGITS:
-        raise _OverBound(f"an integer of {digits:,} digits, over the {MAX_DIGITS:,} bakeoff reads")
+        over.append(f"an integer of {digits:,} digits, over the {MAX_DIGITS:,} bakeoff reads")
+        return 0
     if digits <= 4_000:
         return int(literal)
     value = _LongInt(Decimal(literal))  # Decimal: not held to Python's limit on int(str)
@@ -83,12 +78,12 @@ def _parsed(text: str) -> tuple[Any, str | None]:
         return None, f"answer of {len(text):,} characters, over the {MAX_CHARS:,} bakeoff judges"
     if _too_deep(text):
         return None, f"nested deeper than {MAX_DEPTH} levels, the bound bakeoff judges: {text[:80]!r}"
+    over: list[str] = []
     try:
-        return json.loads(text, parse_constant=_constant, parse_int=_integer), None
-    except _OverBound as exc:
-        return None, f"{exc}: {text[:80]!r}"
+        value = json.loads(text, parse_constant=_constant, parse_int=lambda literal: _integer(literal, over))
     except ValueError as exc:
         return None, f"not JSON ({exc}): {text[:80]!r}"
+    return (None, f"{over[0]}: {text[:80]!r}") if over else (value, None)
 
 
 def _has_pattern(schema: Any) -> bool:
