@@ -24,12 +24,14 @@ from pydantic import BaseModel, Field
 from ..results.sample import Sample
 from .stats import (
     MIN_ADAPTIVE_PASSES,
+    MIN_PAIRS,
     N_BOOT,
     Interval,
     Verdict,
     margin_text,
     paired_ratio,
     passes_to_decide,
+    too_few_pairs,
     undecided,
     verdict,
     verdict_stop_level,
@@ -59,12 +61,13 @@ class RaceCandidate(BaseModel):
     ratio: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
+    pairs: int = Field(0, description="Paired requests behind the ratio.")
     verdict: Verdict | None = Field(None, description="Its ratio to the baseline in the words of every comparison.")
 
     def interval(self) -> Interval | None:
         if self.ratio is None or self.ci_low is None or self.ci_high is None:
             return None
-        return Interval(estimate=self.ratio, lo=self.ci_low, hi=self.ci_high, n=0)
+        return Interval(estimate=self.ratio, lo=self.ci_low, hi=self.ci_high, n=self.pairs)
 
 
 class VerifyPoint(BaseModel):
@@ -142,7 +145,7 @@ def tune_decision(named: str, baseline: str, candidates: Sequence[RaceCandidate]
             return "decided", f"{named} is faster than {baseline}: {ci.ratio_text()}"
         return "inconclusive", f"{named} is not told apart from {baseline}: " + _open(ci, passes)
     open_ = [(c.arm, ci) for c in candidates if c.status != "dropped" and (ci := c.interval()) is not None
-             and undecided(ci, margin)]
+             and (undecided(ci, margin) or too_few_pairs(ci))]
     if not open_:
         return "decided", (f"no candidate is faster than {baseline} (each dropped, slower, or within "
                            f"±{margin_text(margin)})")
@@ -153,6 +156,8 @@ def tune_decision(named: str, baseline: str, candidates: Sequence[RaceCandidate]
 def _open(ci: Interval | None, passes: int) -> str:
     if ci is None:
         return "no paired ratio"
+    if too_few_pairs(ci):
+        return f"{ci.ratio_text()} from {ci.n} paired request(s), too few pairs (a verdict needs {MIN_PAIRS})"
     need = passes_to_decide(ci.estimate, ci.lo, ci.hi, 1.0, passes)
     return ci.ratio_text() + (f", about {need} passes would decide it" if need else "")
 

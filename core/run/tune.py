@@ -195,7 +195,8 @@ def _candidates(race: _Race, run: RunDir, plateau: list[str], named: str, margin
                                  dropped_at_pass=drop["pass"] if drop else None,
                                  dropped_vs=drop["vs"] if drop else None,
                                  ratio=ci.estimate if ci else None, ci_low=ci.lo if ci else None,
-                                 ci_high=ci.hi if ci else None, verdict=verdict(ci, margin) if ci else None))
+                                 ci_high=ci.hi if ci else None, pairs=ci.n if ci else 0,
+                                 verdict=verdict(ci, margin) if ci else None))
     return out
 
 

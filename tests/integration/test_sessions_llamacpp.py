@@ -43,7 +43,7 @@ arms:
   - {{name: broken, engine: llamacpp, url: "{breaking_proxy}"}}
 baseline: direct
 workload:
-  sessions: {{synthetic: {{sessions: 4, turns: 3, tool_result_tokens: 200, reply_tokens: 8, seed: 3}}}}
+  sessions: {{synthetic: {{sessions: 6, turns: 3, tool_result_tokens: 200, reply_tokens: 8, seed: 3}}}}
   max_tokens: 8
   reps: 1
   passes: 1
@@ -54,7 +54,7 @@ workload:
     summary = bakeoff.run(path, out=tmp_path / "runs")
     assert summary.path is not None and summary.sessions is not None
     samples = [Sample.model_validate_json(line) for line in (summary.path / "samples.jsonl").read_text().splitlines()]
-    assert len(samples) == 2 * 4 * 3 and all(s.status == "ok" for s in samples)
+    assert len(samples) == 2 * 6 * 3 and all(s.status == "ok" for s in samples)
 
     def missed(s: Sample) -> bool:
         return any(f.startswith("cache-miss:") for f in s.flags)

@@ -145,7 +145,8 @@ def test_a_candidate_that_changes_nothing_is_left_out_and_a_space_of_them_refuse
 
 
 def _candidate(arm: str, status: Status, lo: float, hi: float) -> RaceCandidate:
-    return RaceCandidate(arm=arm, settings={"k": 1}, status=status, ratio=(lo + hi) / 2, ci_low=lo, ci_high=hi)
+    return RaceCandidate(arm=arm, settings={"k": 1}, status=status, ratio=(lo + hi) / 2, ci_low=lo, ci_high=hi,
+                         pairs=12)
 
 
 def test_the_tuners_answer_is_decided_only_on_evidence_as_a_gates() -> None:
@@ -161,6 +162,9 @@ def test_the_tuners_answer_is_decided_only_on_evidence_as_a_gates() -> None:
     assert decision == "inconclusive" and "b may be faster than off" in why and "passes would decide it" in why
     assert tune_decision("off", "off", [equal], 3, 0.01)[0] == "inconclusive"  # the run's own margin
     assert tune_decision("a", "off", [faster], 2, 0.03)[0] == "inconclusive"  # no look yet
+    few = equal.model_copy(update={"pairs": 4})  # within the margin, but from fewer pairs than a verdict needs
+    decision, why = tune_decision("off", "off", [few], 3, 0.03)
+    assert decision == "inconclusive" and "too few pairs" in why, why
 
 
 def test_engine_config_gives_vllms_speculative_config_as_json(tmp_path: Path) -> None:
