@@ -55,10 +55,11 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def engines_rows(venv_dir: Path) -> dict[str, str]:
-    """``bakeoff engines`` of that venv, as engine name -> the row's text (wrapped lines joined)."""
+    """``bakeoff engines`` of that venv, as engine name -> the row's text (each cell's wrapped lines joined, then
+    the cells)."""
     done = run([str(venv_dir / "bin" / "bakeoff"), "engines"])
     assert done.returncode == 0, done.stderr[-3000:]
-    rows: dict[str, str] = {}
+    rows: dict[str, list[str]] = {}
     current = None
     for line in done.stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("│").split("│")]
@@ -66,10 +67,10 @@ def engines_rows(venv_dir: Path) -> dict[str, str]:
             continue
         if cells[0] and cells[0] != "engine":
             current = cells[0]
-            rows[current] = ""
+            rows[current] = [""] * (len(cells) - 1)
         if current:
-            rows[current] = (rows[current] + " " + " ".join(cells[1:])).strip()
-    return rows
+            rows[current] = [f"{a} {b}".strip() for a, b in zip(rows[current], cells[1:], strict=True)]
+    return {name: " ".join(c for c in cells if c) for name, cells in rows.items()}
 
 
 def imported_from(venv_dir: Path, module: str) -> str:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.core.analysis.stats import MIN_PAIRS
+
 pytestmark = pytest.mark.integration
 
 NMAX = """\
@@ -31,10 +33,12 @@ workload: {prompts: [code_python], max_tokens: 16, reps: 2, warmup: 1, warmup_se
 """
 
 # "1.234× (1.100–1.380) faster": a paired ratio with its interval and the verdict that interval allows
-VERDICT = re.compile(r"(\d+\.\d+)× \((\d+\.\d+)–(\d+\.\d+)\) (faster|slower|equivalent|not separable)")
+VERDICT = re.compile(r"(\d+\.\d+)× \((\d+\.\d+)–(\d+\.\d+)\) (faster|slower|equivalent|not separable|too few pairs)")
 
 
-def _verdict_of(lo: float, hi: float) -> str:
+def _verdict_of(lo: float, hi: float, pairs: int) -> str:
+    if pairs < MIN_PAIRS:  # the interval of so few pairs is their bare range: no verdict
+        return "too few pairs"
     if lo > 1 or hi < 1:
         return "faster" if lo > 1 else "slower"
     return "equivalent" if lo >= 0.97 and hi <= 1.03 else "not separable"  # within 1 ± 3 %: an equivalence test
@@ -78,7 +82,7 @@ def test_report_writes_the_nmax_table_into_markdown_html_and_json(llama_server: 
         assert acc["drafted"] > 0 and acc["drafts"] > 0 and acc["drafted"] <= n * acc["drafts"]  # <= n_max per step
         vs = row["vs_baseline"]
         assert vs["reference"] == "spec-off" and vs["ratio"]["n"] == 2  # paired request by request
-        assert vs["verdict"] == _verdict_of(vs["ratio"]["lo"], vs["ratio"]["hi"])
+        assert vs["verdict"] == _verdict_of(vs["ratio"]["lo"], vs["ratio"]["hi"], vs["ratio"]["n"])
 
     md = (run / "report" / "report.md").read_text()
     assert "**n-max sweep**" in md
@@ -88,7 +92,7 @@ def test_report_writes_the_nmax_table_into_markdown_html_and_json(llama_server: 
         assert m is not None, line
         ratio = rows[arm]["vs_baseline"]["ratio"]
         assert float(m.group(1)) == pytest.approx(ratio["estimate"], abs=6e-4) and m.group(4) == _verdict_of(
-            float(m.group(2)), float(m.group(3)))
+            float(m.group(2)), float(m.group(3)), ratio["n"])
         assert f"{rows[arm]['decode']['estimate']:.1f} (" in line  # the median with its interval
 
     html = (run / "report" / "report.html").read_text()
