@@ -433,20 +433,27 @@ def stdout_closed(t: Path) -> Outcome:
     return o.expect(len(samples_of(t / "runs")) == 4, f"{len(samples_of(t / 'runs'))} samples of 4 stored")
 
 
-def sigterm_in_report(t: Path) -> Outcome:
-    """R9: SIGTERM once the last sample is stored (the report is being written): exit 130 (or 0 if it had ended),
-    never death by the signal; ``bakeoff report`` rebuilds."""
-    arms = [sim_arm(f"a{i}", ", itl_ms: 0").replace("itl_ms: 2, ", "") for i in range(6)]
+def run_until_finished(t: Path, itl_ms: float, limit_s: float) -> subprocess.Popen[Any]:
+    """A 6-arm sim run, returned once its run.json has ``finished_at`` (its reports being written next), or after
+    ``limit_s``: the moment the R9 probes signal."""
+    arms = [sim_arm(f"a{i}", f", itl_ms: {itl_ms:g}").replace("itl_ms: 2, ", "") for i in range(6)]
     work = "workload: {prompts: [prose, code_python], max_tokens: 16, reps: 3, warmup: 0, gates: []}\n"
     proc = popen(t, ["run", str(sim_file(t, *arms, work=work)), "--out", "runs"], stdout=subprocess.PIPE,
                  stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline and proc.poll() is None:
         runs = list((t / "runs").glob("*/run.json")) if (t / "runs").exists() else []
         with contextlib.suppress(OSError, ValueError):
             if runs and json.loads(runs[0].read_text()).get("finished_at"):
                 break
         time.sleep(0.01)
+    return proc
+
+
+def sigterm_in_report(t: Path) -> Outcome:
+    """R9: SIGTERM once the last sample is stored (the report is being written): exit 130 (or 0 if it had ended),
+    never death by the signal; ``bakeoff report`` rebuilds."""
+    proc = run_until_finished(t, 0, 60)
     proc.send_signal(signal.SIGTERM)
     o = finish(proc, t, is_run=False)
     o.expect(o.rc in (0, 130), f"exit {o.rc} on SIGTERM while the report is written, expected 130")

@@ -8,16 +8,24 @@ verdict, exit 3 for nothing valid, exit 2 before anything is measured, 130 (or 0
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from fault_probes import Outcome, Probe, finish, popen, ran, samples_of, sim_arm, sim_file, wrapped_llama
+from fault_probes import (
+    Outcome,
+    Probe,
+    finish,
+    ran,
+    run_until_finished,
+    samples_of,
+    sim_arm,
+    sim_file,
+    wrapped_llama,
+)
 from hostile_server import HostileServer
 
 QUICK = "max_tokens: 8, reps: 1, warmup: 0, gates: [], request_timeout_s: 5"
@@ -126,17 +134,7 @@ def gate_missing_build(t: Path) -> Outcome:
 def sigterm_after_finished(t: Path, delay_s: float) -> Outcome:
     """R9 (SIG-01, SIG-03): SIGTERM ``delay_s`` after run.json gets ``finished_at`` (reports written, the exit
     code being read): an interruption (130) or a finished run (0), never death by the signal."""
-    arms = [sim_arm(f"a{i}", ", itl_ms: 1").replace("itl_ms: 2, ", "") for i in range(6)]
-    work = "workload: {prompts: [prose, code_python], max_tokens: 16, reps: 3, warmup: 0, gates: []}\n"
-    proc = popen(t, ["run", str(sim_file(t, *arms, work=work)), "--out", "runs"], stdout=subprocess.PIPE,
-                 stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        runs = list((t / "runs").glob("*/run.json")) if (t / "runs").exists() else []
-        with contextlib.suppress(OSError, ValueError):
-            if runs and json.loads(runs[0].read_text()).get("finished_at"):
-                break
-        time.sleep(0.01)
+    proc = run_until_finished(t, 1, 90)
     time.sleep(delay_s)
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
