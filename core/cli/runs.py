@@ -100,9 +100,8 @@ def runs_command(
         console.print(f"no runs under {base}")
         return
     # a run id names its start and its name (20261207-112959-bakeoff): those columns only where it does not
-    named = all(s.name and s.started_at and s.run_id.startswith(
-        f"{time.strftime('%Y%m%d-%H%M', time.localtime(s.started_at))}") and dir_safe(s.name) in s.run_id
-        for s in runs)
+    named = all(s.name and s.started_at and dir_safe(s.name) in s.run_id
+                and s.run_id.startswith(time.strftime("%Y%m%d-%H%M", time.localtime(s.started_at))) for s in runs)
     header = ["run", *([] if named else ["name", "started"]), "state", "arms", "samples", "errors", "flagged"]
     cells: list[list[str]] = []
     for s in runs:
