@@ -720,7 +720,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
             continue
         if why := _shape_problem(payload):
             result.flags.append(MALFORMED_PAYLOAD.line())
-            result.error = f"malformed-payload: {why}"
+            result.error = MALFORMED_PAYLOAD.line(why)
             continue
         if "error" in payload and not payload.get("choices"):
             result.error = f"engine error in stream: {json.dumps(payload['error'])[:300]}"
@@ -732,7 +732,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
             why = f"per-chunk token count unreadable ({type(exc).__name__}: {exc})"
         if why:
             result.flags.append(MALFORMED_PAYLOAD.line())
-            result.error = f"malformed-payload: {why}"
+            result.error = MALFORMED_PAYLOAD.line(why)
             continue
         choices = payload.get("choices") or []
         if any(c.get("index", 0) != 0 for c in choices):  # n=1 was asked: a fanning proxy (FAULTS-2 R15)
@@ -750,7 +750,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
         if payload.get("usage"):
             if why := _usage_conflict(result, payload["usage"], content):
                 result.flags.append(USAGE_CONFLICT.line())
-                result.error = f"usage-conflict: {why}"
+                result.error = USAGE_CONFLICT.line(why)
                 continue
             result.usage = payload["usage"]
             result.final = payload
@@ -766,7 +766,8 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
             result.error = f"timeout after {timeout_s:g} s: no event completed in the last {idle_s:.1f} s (stalled)"
             result.flags.append(TIMEOUT.line())  # a stalled engine: the protocol stops it
         else:  # still streaming: a slow request, not a stalled engine (AUDIT L12)
-            result.error = f"deadline-exceeded: still streaming when request_timeout_s ({timeout_s or 0:g} s) ran out"
+            result.error = DEADLINE_EXCEEDED.line(
+                f"still streaming when request_timeout_s ({timeout_s or 0:g} s) ran out")
             result.flags.append(DEADLINE_EXCEEDED.line())
     elif result.error is None and data_events == 0:
         result.flags.append(NO_EVENTS.line())
@@ -776,7 +777,7 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
         why = _impossible_usage(result.usage, sum(1 for e in result.events if e.content), max_tokens)
         if why:
             result.flags.append(USAGE_IMPOSSIBLE.line())
-            result.error = f"usage-impossible: {why}"
+            result.error = USAGE_IMPOSSIBLE.line(why)
     return result
 
 

@@ -41,7 +41,7 @@ from ..common.errors import ConfigError
 from ..common.redact import redact_text, redact_url
 from ..config.schema import DEFAULT_MODES, Speculative
 from ..host.roofline import ModelBytes, roofline_for
-from ..results.flags import FOREIGN_LOAD, flag_name
+from ..results.flags import FLAG_GLOSSARY, FOREIGN_LOAD, flag_name
 from ..results.record import ArmAttempt, ExtraLaunches, PlacementRecord, RunRecord
 from ..results.sample import Sample
 from ..results.store import RunDir
@@ -286,7 +286,7 @@ def _warnings(record: RunRecord, data: RunData, summary: RunSummary) -> list[str
         if a.flagged:
             kinds = Counter(flag_name(f) for s in data.samples if s.arm == a.arm for f in set(s.flags))
             named = ", ".join(f"{kind} ×{n}" for kind, n in kinds.most_common())
-            out.append(f"{a.arm}: {a.flagged} sample(s) flagged ({named}; see samples.jsonl flags)")
+            out.append(f"{a.arm}: {a.flagged} sample(s) flagged ({named}; {FLAG_GLOSSARY})")
     return out
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["FLAGS", "EXCLUDING", "MACHINE", "Flag", "UnknownFlagError", "first_flag", "flag_detail",
+__all__ = ["FLAGS", "FLAG_GLOSSARY", "EXCLUDING", "MACHINE", "Flag", "UnknownFlagError", "first_flag", "flag_detail",
            "flag_name", "glossary", "has_flag", "sample_flag"]
 
 
@@ -55,6 +55,8 @@ class Flag:
 
 
 _TABLE: list[Flag] = []
+# where a report sends a reader who meets a flag (the warning line of the verdict block, the report legend)
+FLAG_GLOSSARY = "meanings: docs/flags.md"
 
 
 def _declare(name: str, excludes: bool, meaning: str, detail: str = "", *, machine: bool = False,
