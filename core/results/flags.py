@@ -80,7 +80,7 @@ HARNESS_LAG = _declare(
     "harness-lag", False, "bakeoff's own reader was away from the socket for more than 1 % of the decode window, "
     "so the rate may be low by as much.", "the longest absence in ms and its share of the window", machine=True)
 GPU_THROTTLE = _declare(
-    "gpu-throttle", False, "The GPU slowed itself during the request (power, thermal or clock limits, by NVML).",
+    "gpu-throttle", False, "The GPU slowed itself during the request (power or thermal throttle reasons, by NVML).",
     "the throttle reasons", machine=True, writer="core (engine/hardware.py)")
 NO_RATE = _declare(
     "no-rate", False, "No decode rate could be computed; the sample enters no rate statistic for that reason "
@@ -96,9 +96,11 @@ TOKEN_EVENTS_MISMATCH = _declare(
     "token-events-mismatch", False, "The per-event token counts do not add up to usage.completion_tokens.",
     "the events' sum and usage")
 USAGE_MISSING = _declare("usage-missing", False, "The stream ended without a usage block (no true token count).")
-TIMEOUT = _declare("timeout", False, "The engine sent no data for the request timeout; the protocol stops it.",
+TIMEOUT = _declare("timeout", False, "The engine stalled: no data (or no complete event) within the timeout; the "
+                   "request is an error and the protocol stops the engine.",
                    writer="core (engine/client.py)")
-DEADLINE_EXCEEDED = _declare("deadline-exceeded", False, "The request ran past its overall deadline.",
+DEADLINE_EXCEEDED = _declare("deadline-exceeded", False, "Still streaming when request_timeout_s ran out (a slow "
+                             "request, not a stalled engine); the request is an error.",
                              writer="core (engine/client.py)")
 NO_EVENTS = _declare("no-events", False, "The stream closed without a single SSE data event.",
                      writer="core (engine/client.py)")
@@ -257,10 +259,14 @@ def glossary() -> str:
         "",
         "Each sample in `samples.jsonl` carries a list of flags, each `name` or `name: detail` (the detail quotes",
         "the numbers that disagree). A flagged sample stays stored. Only the flags marked **out** keep a sample out",
-        f"of every statistic ({kept}); every other flag is a caveat and the sample stays in. Machine flags",
-        "(foreign-load, harness-lag, gpu-throttle) stay in too: the launch-state test leaves their launches out,",
-        "and `bakeoff report --drop-foreign-load` drops foreign-load samples. A sample with no decode rate",
-        "(`no-rate`) enters no rate statistic because it has no rate.",
+        "of every statistic:",
+        "",
+        kept + ".",
+        "",
+        "Every other flag is a caveat and the sample stays in. The machine flags",
+        f"({', '.join(f'`{n}`' for n in MACHINE)}) stay in too: the launch-state test leaves their launches out,",
+        "and `bakeoff report --drop-foreign-load` drops foreign-load samples. A sample with no decode rate (`no-rate`)",
+        "enters no rate statistic because it has no rate, not because of its flag.",
         "",
         "| flag | statistics | meaning | detail | written by |",
         "|---|---|---|---|---|",
