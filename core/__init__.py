@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         position_deltas,
     )
     from .engine.sdist_build import NO_AMX_FLAGS, SdistBuild, build_from_sdist, cached_binary, cpu_key
+    from .results.flags import sample_flag
     from .results.sample import Sample
 
 # name -> the module (relative to bakeoff.core) that defines it
@@ -137,6 +138,7 @@ _EXPORTS: dict[str, str] = {
     "build_from_sdist": "engine.sdist_build",
     "cached_binary": "engine.sdist_build",
     "cpu_key": "engine.sdist_build",
+    "sample_flag": "results.flags",
     "Sample": "results.sample",
     "GgufHeader": "common.gguf_header",
     "read_gguf_header": "common.gguf_header",
@@ -190,6 +192,7 @@ __all__ = [
     "NoOptions",
     "PreflightError",
     "Sample",
+    "sample_flag",
     "SdistBuild",
     "ServerStats",
     "Settings",

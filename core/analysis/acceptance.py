@@ -23,6 +23,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..results.flags import (
+    ACCEPTANCE_HISTOGRAM_MISMATCH,
+    ACCEPTANCE_PER_POSITION_MISMATCH,
+    ACCEPTANCE_POSITIONS_NOT_PREFIX,
+)
 from ..results.sample import Sample
 
 __all__ = ["AcceptanceField", "ACCEPTANCE_FIELDS", "AcceptanceDetail", "ArmAcceptance", "acceptance_detail",
@@ -111,26 +116,26 @@ def acceptance_detail(drafted: int | None, accepted: int | None, drafts: int | N
     if per_position is not None:
         out.accepted_per_position = list(per_position)
         if accepted is not None and sum(per_position) != accepted:
-            out.flags.append(f"acceptance-per-position-mismatch: positions sum to {sum(per_position)}, "
-                             f"accepted {accepted}")
+            out.flags.append(ACCEPTANCE_PER_POSITION_MISMATCH.line(f"positions sum to {sum(per_position)}, "
+                             f"accepted {accepted}"))
         if drafts:
             out.acceptance_per_position = [c / drafts for c in per_position]
     from_positions = histogram_from_positions(per_position, drafts) if per_position is not None and drafts else None
     if per_position is not None and drafts and from_positions is None:
-        out.flags.append(f"acceptance-positions-not-prefix: per-position counts {list(per_position)[:8]} over "
-                         f"{drafts} steps cannot come from accepting a prefix of each draft; no histogram derived")
+        out.flags.append(ACCEPTANCE_POSITIONS_NOT_PREFIX.line(f"per-position counts {list(per_position)[:8]} over "
+                         f"{drafts} steps cannot come from accepting a prefix of each draft; no histogram derived"))
     if engine_histogram is not None:
         out.accepted_histogram = list(engine_histogram)
         steps = sum(engine_histogram)
         if drafts is not None and steps != drafts:
-            out.flags.append(f"acceptance-histogram-mismatch: engine histogram has {steps} steps, drafts {drafts}")
+            out.flags.append(ACCEPTANCE_HISTOGRAM_MISMATCH.line(f"engine histogram has {steps} steps, drafts {drafts}"))
         weighted = sum(k * c for k, c in enumerate(engine_histogram))
         if accepted is not None and weighted != accepted:
-            out.flags.append(f"acceptance-histogram-mismatch: engine histogram accepts {weighted} tokens, "
-                             f"accepted {accepted}")
+            out.flags.append(ACCEPTANCE_HISTOGRAM_MISMATCH.line(f"engine histogram accepts {weighted} tokens, "
+                             f"accepted {accepted}"))
         if from_positions is not None and _trimmed(from_positions) != _trimmed(engine_histogram):
-            out.flags.append(f"acceptance-histogram-mismatch: engine {list(engine_histogram)} vs per-position "
-                             f"counters {from_positions}")
+            out.flags.append(ACCEPTANCE_HISTOGRAM_MISMATCH.line(f"engine {list(engine_histogram)} vs per-position "
+                             f"counters {from_positions}"))
     elif from_positions is not None:
         out.accepted_histogram = from_positions
         out.acceptance_derived.setdefault("accepted_histogram", HISTOGRAM_FROM_POSITIONS)

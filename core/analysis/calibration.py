@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from ..config.calibration import CalPoint, plan_points
 from ..config.schema import CalibrateSection
+from ..results.flags import flag_name
 from ..results.record import ArmAttempt
 from ..results.sample import Sample
 from .acceptance import acceptance_rate
@@ -147,7 +148,7 @@ def _flagged_references(arm: Sequence[Sample], ref: Sequence[Sample]) -> str:
     point, and the point must say so (issue 33 item 5)."""
     counts: dict[str, int] = {}
     for _, r in _pairs(arm, ref):
-        for name in dict.fromkeys(f.split(":")[0] for f in r.flags):
+        for name in dict.fromkeys(flag_name(f) for f in r.flags):
             counts[name] = counts.get(name, 0) + 1
     return ", ".join(f"{name} ×{n}" for name, n in sorted(counts.items()))
 

@@ -153,27 +153,27 @@ def _decide(rec: Recommendation, candidates: Sequence[str], within: Callable[[st
             vs = paired_ratio(within(other), within(best), **boot)
             if vs is not None and vs.lo <= 1 <= vs.hi:
                 rec.plateau.append(other)
-        r = ratios[best]
-        rec.line = f"{head}: {rec.setting}, {r.ratio_text()}"
+        r = ratios[best]  # the line names arms as the verdict table does (USER-3 #10); cells keep the settings
+        rec.line = f"{head}: {best}, {r.ratio_text()}"
         if rec.plateau:
-            rec.line += f"; plateau: {plateau_text([label[best], *(label[a] for a in rec.plateau)])} not separable"
+            rec.line += f"; plateau: {', '.join([best, *rec.plateau])} not separable"
     elif not candidates:
         rec.line = f"{head}: off (no speculating setting could be compared)"
     elif not ratios:
         rec.line = f"{head}: no verdict (fewer than {MIN_PAIRS} paired requests per setting)"
     elif open_ := sorted((a for a, r in ratios.items() if undecided(r, margin)), key=lambda a: -ratios[a].hi):
         rec.setting, rec.decided = "inconclusive", False
-        shown = ", ".join(f"{label[a]} {ratios[a].ratio_text()}" for a in open_)
+        shown = ", ".join(f"{a} {ratios[a].ratio_text()}" for a in open_)
         its = "each interval fits" if len(open_) > 1 else "its interval fits"
         rec.line = (f"{head}: no recommendation: inconclusive ({shown}: {its} both a gain beyond "
                     f"{margin_text(margin)} and none); more passes or --until-ci would decide")
     elif level := [a for a, r in ratios.items() if r.lo <= 1 < r.hi]:  # within the margin: equivalent
         rec.line = (f"{head}: off (no setting is faster than {baseline} by more than {margin_text(margin)}: "
-                    f"{', '.join(label[a] for a in level)} within it)")
+                    f"{', '.join(level)} within it)")
     else:
         rec.line = f"{head}: off (no setting is faster than {baseline})"
     if rec.losses:
-        rec.line += f"; slower: {', '.join(label[a] for a in rec.losses)}"
+        rec.line += f"; slower: {', '.join(rec.losses)}"
     roles: dict[str, Role] = {**dict.fromkeys(rec.losses, "loses"), **dict.fromkeys(rec.plateau, "plateau")}
     if rec.arm:
         roles[rec.arm] = "best"
@@ -205,8 +205,8 @@ def recommend(samples: Sequence[Sample], baseline: str, arms: Sequence[ArmStats]
         return []
     by_reason: dict[str, list[str]] = {}
     for a, w in why_not.items():
-        by_reason.setdefault(w, []).append(setting_label(specs.get(a)))
-    excluded = [f"{plateau_text(labels)} ({w})" for w, labels in by_reason.items()]
+        by_reason.setdefault(w, []).append(a)
+    excluded = [f"{', '.join(names)} ({w})" for w, names in by_reason.items()]
     categories: dict[str, list[str]] = {}
     for prompt in dict.fromkeys(s.prompt for s in samples):
         categories.setdefault(kinds.get(prompt, prompt), []).append(prompt)

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..config.schema import Arm, BakeoffFile
+from ..results.flags import EMPTY_OUTPUT, FINISH_REASON, TRUNCATED_STREAM, flag_name
 from ..results.record import ArmAttempt
 from ..results.sample import Sample
 from .stats import median_or_none
@@ -64,11 +65,11 @@ def finish_flags(s: Sample, fixed_length: bool) -> list[str]:
     out = []
     expected = _expected_finish(fixed_length and s.structured is None)  # a grammar ends structured answers
     if s.finish_reason is None:
-        out.append("truncated-stream: no finish_reason")
+        out.append(TRUNCATED_STREAM.line("no finish_reason"))
     elif s.finish_reason != expected and not (s.structured == "tool_call" and s.finish_reason == "tool_calls"):
-        out.append(f"finish-reason: {s.finish_reason} (expected {expected})")
+        out.append(FINISH_REASON.line(f"{s.finish_reason} (expected {expected})"))
     if s.output_chars == 0:
-        out.append("empty-output")
+        out.append(EMPTY_OUTPUT.line())
     return out
 
 
@@ -80,9 +81,9 @@ def finish_counts(samples: Iterable[Sample], fixed_length: bool) -> FinishCounts
         if s.structured is not None:
             continue
         for flag in finish_flags(s, fixed_length):
-            if flag.startswith("truncated"):
+            if flag_name(flag) == TRUNCATED_STREAM.name:
                 counts.truncated += 1
-            elif flag == "empty-output":
+            elif flag_name(flag) == EMPTY_OUTPUT.name:
                 counts.empty += 1
             else:
                 reason = str(s.finish_reason)

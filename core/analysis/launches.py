@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ..results.flags import first_flag, flag_name
 from ..results.sample import Sample
 from .stats import EQUIVALENCE_MARGIN, EXCLUDING_FLAGS, LEVEL, MACHINE_FLAGS, N_BOOT, Interval, paired_ratio, verdict
 
@@ -47,7 +48,7 @@ class LaunchBands(BaseModel):
 
 def _usable(samples: Iterable[Sample], arm: str) -> list[Sample]:
     return [s for s in samples if s.arm == arm and s.status == "ok" and s.decode_tps and s.decode_tps > 0
-            and not any(f.split(":")[0] in EXCLUDING_FLAGS for f in s.flags)]
+            and first_flag(s.flags, EXCLUDING_FLAGS) is None]
 
 
 def disturbed_launches(samples: Iterable[Sample], arm: str) -> dict[int, str]:
@@ -59,7 +60,7 @@ def disturbed_launches(samples: Iterable[Sample], arm: str) -> dict[int, str]:
     names: dict[int, dict[str, int]] = {}
     for s in _usable(samples, arm):
         total[s.pass_index] = total.get(s.pass_index, 0) + 1
-        mine = list(dict.fromkeys(n for f in s.flags if (n := f.split(":")[0]) in MACHINE_FLAGS))
+        mine = list(dict.fromkeys(n for f in s.flags if (n := flag_name(f)) in MACHINE_FLAGS))
         if mine:
             flagged[s.pass_index] = flagged.get(s.pass_index, 0) + 1
         for name in mine:

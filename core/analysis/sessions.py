@@ -16,15 +16,12 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
+from ..results.flags import CACHE_IMPOSSIBLE, CACHE_MISS
 from ..results.sample import Sample
 from .stats import EQUIVALENCE_MARGIN, LEVEL, N_BOOT, Verdict, bootstrap_ci, paired_ratio, verdict
 
 __all__ = ["SessionArm", "SessionComparison", "SessionsSummary", "TurnRow", "session_replays",
            "summarize_sessions"]
-
-CACHE_MISS = "cache-miss"
-CACHE_IMPOSSIBLE = "cache-impossible"  # core/measure/points.py: a claimed count no engine can have
-
 
 class TurnRow(BaseModel):
     """One turn index of an arm: medians over its session replays."""
@@ -74,7 +71,7 @@ def _median(values: Iterable[float | int | None]) -> float | None:
 
 
 def _missed(s: Sample) -> bool:
-    return any(f.split(":")[0] == CACHE_MISS for f in s.flags)
+    return s.has_flag(CACHE_MISS)
 
 
 def session_replays(samples: Iterable[Sample]) -> dict[str, list[Sample]]:
@@ -115,7 +112,7 @@ def _arm(turns: list[Sample], replays: list[Sample], *, n_boot: int, level: floa
             ttft_s=_median(s.ttft_s for s in ok), decode_tps=_median(s.decode_tps for s in ok),
             e2e_s=_median(s.e2e_s for s in ok), cache_misses=sum(_missed(s) for s in ok)))
     reuse = [s for s in turns if s.status == "ok" and s.turn and s.prompt_tokens and s.cached_tokens is not None
-             and not any(f.split(":")[0] == CACHE_IMPOSSIBLE for f in s.flags)]
+             and not s.has_flag(CACHE_IMPOSSIBLE)]
     prompt = sum(s.prompt_tokens or 0 for s in reuse)
     times = bootstrap_ci([s.e2e_s or 0.0 for s in replays], [s.pass_index for s in replays], n_boot=n_boot,
                          level=level, seed=seed, key=f"session time|{name}")

@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import BaseModel, Field, computed_field
 
 from ..host.roofline import Roofline
+from ..results.flags import EXCLUDING, MACHINE, NO_RATE, first_flag, flag_detail, flag_name
 from ..results.sample import Sample
 from .acceptance import acceptance_rate
 
@@ -409,21 +410,22 @@ def undecided(ratio: Interval, margin: float = EQUIVALENCE_MARGIN) -> bool:
     return ratio.lo <= 1 < ratio.hi and ratio.hi > 1 + margin
 
 
-# flags that say the machine, not the engine, slowed a request (measure/definitions.py, measure/gpu.py): the
+# flags that say the machine, not the engine, slowed a request (core/results/flags.py, machine=True): the
 # launch-state test leaves such launches out, and an undecided gate names them as the likely cause
-MACHINE_FLAGS = ("foreign-load", "harness-lag", "gpu-throttle")
+MACHINE_FLAGS = MACHINE
 
 
 def busy_machine(s: Sample) -> bool:
-    return any(f.split(":")[0] in MACHINE_FLAGS for f in s.flags)
+    return first_flag(s.flags, MACHINE_FLAGS) is not None
 
 
 # a sample carrying one of these never enters a statistic: its delivery or its counts cannot be trusted
-EXCLUDING_FLAGS = ("burst-delivery", "count-witness-mismatch", "counter-invariant")
+# (core/results/flags.py, excludes=True)
+EXCLUDING_FLAGS = EXCLUDING
 
 
 def _excluded_by(s: Sample) -> str | None:
-    return next((f.split(":")[0] for f in s.flags if f.split(":")[0] in EXCLUDING_FLAGS), None)
+    return first_flag(s.flags, EXCLUDING_FLAGS)
 
 
 def enters_statistics(s: Sample) -> bool:
@@ -443,7 +445,7 @@ def no_rate_reason(s: Sample) -> str | None:
         return excluded
     if s.decode_tps is not None and s.decode_tps > 0:
         return None
-    flagged = next((f.split(":", 1)[1].strip() for f in s.flags if f.startswith("no-rate:")), None)
+    flagged = next((flag_detail(f) for f in s.flags if flag_name(f) == NO_RATE.name), None)
     return flagged or ("decode rate not positive" if s.decode_tps is not None else "no decode rate")
 
 

@@ -20,14 +20,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from ..results.flags import SPECULATION_DISENGAGED, STALL
 from ..results.sample import Sample
 from .stats import EQUIVALENCE_MARGIN, LEVEL, N_BOOT, Interval, paired_ratio, verdict
 
 __all__ = ["DraftingState", "KindDrafting", "StructuredArm", "StructuredSummary", "LOOKUP_METHODS", "drafting_state",
            "wilson", "summarize_structured"]
 
-STALL_PREFIX = "stall:"
-DISENGAGED_PREFIX = "speculation-disengaged:"
 DraftingState = Literal["engaged", "partly engaged", "disengaged"]
 LOOKUP_METHODS = frozenset({"ngram", "suffix"})  # speculative.method values that draft by matching seen text
 
@@ -134,7 +133,7 @@ def drafting_state(drafted: int, counted: int, free_text: int | None, *, lookup:
 
 def _collapsed(sample: Sample) -> bool:
     """Flagged although it drafted: the tally's collapsed-acceptance rule, not its drafted-nothing one."""
-    return bool(sample.drafted) and any(f.startswith(DISENGAGED_PREFIX) for f in sample.flags)
+    return bool(sample.drafted) and sample.has_flag(SPECULATION_DISENGAGED)
 
 
 def _kind_drafting(counted: list[Sample], free_text: int | None, lookup: bool) -> KindDrafting:
@@ -181,10 +180,10 @@ def _arm(samples: list[Sample], level: float, method: str | None = None) -> Stru
         out.drafts_structured = sum(s.drafted or 0 for s in drafting) if drafting else None
         out.acceptance_free_text = _rate(sum(s.accepted or 0 for s in plain), out.drafts_free_text or 0)
         out.acceptance_structured = _rate(sum(s.accepted or 0 for s in drafting), out.drafts_structured or 0)
-    out.disengaged = sum(any(f.startswith(DISENGAGED_PREFIX) for f in s.flags) for s in structured)
+    out.disengaged = sum(s.has_flag(SPECULATION_DISENGAGED) for s in structured)
     if drafting:
         _drafting(out, drafting, method)
-    out.stalls = sum(any(f.startswith(STALL_PREFIX) for f in s.flags) for s in structured)
+    out.stalls = sum(s.has_flag(STALL) for s in structured)
     gaps = [s.max_gap_s for s in structured if s.max_gap_s is not None]
     out.max_gap_s = max(gaps) if gaps else None
     rates = sorted(s.decode_tps for s in valid if s.decode_tps is not None)

@@ -39,6 +39,17 @@ import h11
 import httpcore
 import httpx
 
+from ..results.flags import (
+    DEADLINE_EXCEEDED,
+    MALFORMED_PAYLOAD,
+    MALFORMED_SSE,
+    MULTIPLE_CHOICES,
+    NO_EVENTS,
+    TIMEOUT,
+    USAGE_CONFLICT,
+    USAGE_IMPOSSIBLE,
+)
+
 __all__ = ["TokenCounts", "SETUP_TIMEOUT_S", "Event", "Recording", "StreamResult", "record_stream", "parse_stream",
            "stream_chat", "bounded_get", "bounded_request"]
 
@@ -436,7 +447,7 @@ def _record_httpx(http: httpx.Client, request: httpx.Request, timeout_s: float) 
     except httpx.TimeoutException as exc:
         if not watchdog.fired:
             rec.error = f"timeout after {timeout_s:g} s without data ({type(exc).__name__})"
-            rec.flags.append("timeout")  # the protocol stops an engine that stalls
+            rec.flags.append(TIMEOUT.line())  # the protocol stops an engine that stalls
     except httpx.HTTPError as exc:
         if not watchdog.fired:
             rec.error = f"{type(exc).__name__}: {exc}"
@@ -704,12 +715,12 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
         try:
             payload = json.loads(text)
         except ValueError:
-            result.flags.append("malformed-sse")
+            result.flags.append(MALFORMED_SSE.line())
             result.error = f"malformed SSE data: {text[:120]!r}"
             continue
         if why := _shape_problem(payload):
-            result.flags.append("malformed-payload")
-            result.error = f"malformed-payload: {why}"
+            result.flags.append(MALFORMED_PAYLOAD.line())
+            result.error = MALFORMED_PAYLOAD.line(why)
             continue
         if "error" in payload and not payload.get("choices"):
             result.error = f"engine error in stream: {json.dumps(payload['error'])[:300]}"
@@ -720,13 +731,13 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             why = f"per-chunk token count unreadable ({type(exc).__name__}: {exc})"
         if why:
-            result.flags.append("malformed-payload")
-            result.error = f"malformed-payload: {why}"
+            result.flags.append(MALFORMED_PAYLOAD.line())
+            result.error = MALFORMED_PAYLOAD.line(why)
             continue
         choices = payload.get("choices") or []
         if any(c.get("index", 0) != 0 for c in choices):  # n=1 was asked: a fanning proxy (FAULTS-2 R15)
-            if "multiple-choices" not in result.flags:
-                result.flags.append("multiple-choices")
+            if not MULTIPLE_CHOICES.on(result.flags):
+                result.flags.append(MULTIPLE_CHOICES.line())
             choices = [c for c in choices if c.get("index", 0) == 0]
         content = "".join(_delta_text(c) for c in choices)
         for c in choices:
@@ -738,8 +749,8 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
                 result.final = payload
         if payload.get("usage"):
             if why := _usage_conflict(result, payload["usage"], content):
-                result.flags.append("usage-conflict")
-                result.error = f"usage-conflict: {why}"
+                result.flags.append(USAGE_CONFLICT.line())
+                result.error = USAGE_CONFLICT.line(why)
                 continue
             result.usage = payload["usage"]
             result.final = payload
@@ -753,19 +764,20 @@ def parse_stream(rec: Recording, chunk_count: Callable[[dict[str, Any]], object]
         idle_s = (rec.t_done_ns - last) / 1e9
         if timeout_s is not None and idle_s >= timeout_s / 2:  # bytes may trickle, but no event completes
             result.error = f"timeout after {timeout_s:g} s: no event completed in the last {idle_s:.1f} s (stalled)"
-            result.flags.append("timeout")  # a stalled engine: the protocol stops it
+            result.flags.append(TIMEOUT.line())  # a stalled engine: the protocol stops it
         else:  # still streaming: a slow request, not a stalled engine (AUDIT L12)
-            result.error = f"deadline-exceeded: still streaming when request_timeout_s ({timeout_s or 0:g} s) ran out"
-            result.flags.append("deadline-exceeded")
+            result.error = DEADLINE_EXCEEDED.line(
+                f"still streaming when request_timeout_s ({timeout_s or 0:g} s) ran out")
+            result.flags.append(DEADLINE_EXCEEDED.line())
     elif result.error is None and data_events == 0:
-        result.flags.append("no-events")
+        result.flags.append(NO_EVENTS.line())
         sent = buf[:300].decode("utf-8", "replace")
         result.error = f"HTTP 200 without a single SSE data event; the server sent: {sent!r}"
     elif result.error is None and result.usage is not None:
         why = _impossible_usage(result.usage, sum(1 for e in result.events if e.content), max_tokens)
         if why:
-            result.flags.append("usage-impossible")
-            result.error = f"usage-impossible: {why}"
+            result.flags.append(USAGE_IMPOSSIBLE.line())
+            result.error = USAGE_IMPOSSIBLE.line(why)
     return result
 
 

@@ -18,6 +18,7 @@ import psutil
 from ..config.schema import Arm
 from ..host.roofline import gpu_copy_bandwidth_gbs, host_copy_bandwidth_gbs, model_bytes
 from ..host.telemetry import GpuMonitor, GpuSample, open_monitor
+from ..results.flags import GPU_THROTTLE
 from ..results.sample import Sample
 
 __all__ = [
@@ -119,7 +120,7 @@ def attach_gpu_sample(sample: Sample, gpu: GpuSample) -> None:
         gpu.tokens_per_joule = sample.completion_tokens / gpu.energy_j
     sample.gpu = gpu
     if gpu.slowdowns:
-        sample.flags.append(f"gpu-throttle: {', '.join(gpu.slowdowns)}")
+        sample.flags.append(GPU_THROTTLE.line(", ".join(gpu.slowdowns)))
 
 
 def visible_devices_env(arm: Arm) -> dict[str, str]:

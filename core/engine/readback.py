@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from ..results.flags import BAD_ENGINE_VALUE
 from .client import SETUP_TIMEOUT_S, bounded_get
 from .metrics import MetricKey, delta
 
@@ -37,7 +38,7 @@ def engine_count(value: Any, where: str, flags: list[str]) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_COUNT:
-        flags.append(f"bad-engine-value: {where} is {_shown(value)}, not a count")
+        flags.append(BAD_ENGINE_VALUE.line(f"{where} is {_shown(value)}, not a count"))
         return None
     return value
 
@@ -47,7 +48,7 @@ def engine_rate(value: Any, where: str, flags: list[str]) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        flags.append(f"bad-engine-value: {where} is {_shown(value)}, not a rate")
+        flags.append(BAD_ENGINE_VALUE.line(f"{where} is {_shown(value)}, not a rate"))
         return None
     return float(value)
 
@@ -71,7 +72,7 @@ def counter_delta(before: dict[MetricKey, float] | None, after: dict[MetricKey, 
         return None
     if value < 0 or not float(value).is_integer() or value >= MAX_COUNT:
         where = name + "".join(f"{{{k}={v!r}}}" for k, v in labels.items())
-        flags.append(f"bad-engine-value: /metrics {where} changed by {value:g} over one request")
+        flags.append(BAD_ENGINE_VALUE.line(f"/metrics {where} changed by {value:g} over one request"))
         return None
     return int(value)
 
@@ -88,13 +89,14 @@ def position_deltas(before: dict[MetricKey, float] | None, after: dict[MetricKey
     labels = {dict(lbls).get("position") for (sample, lbls) in after if sample == name}
     bad = sorted(str(p) for p in labels if p is None or not p.isdigit())
     if bad:
-        flags.append(f"bad-engine-value: /metrics {name} has position label(s) {', '.join(map(repr, bad))}")
+        flags.append(BAD_ENGINE_VALUE.line(f"/metrics {name} has position label(s) {', '.join(map(repr, bad))}"))
         return None
     positions = sorted(int(p) for p in labels if p is not None)
     if not positions:
         return None
     if positions != list(range(len(positions))):
-        flags.append(f"bad-engine-value: /metrics {name} positions {positions[:8]} are not 0..{len(positions) - 1}")
+        flags.append(BAD_ENGINE_VALUE.line(
+            f"/metrics {name} positions {positions[:8]} are not 0..{len(positions) - 1}"))
         return None
     deltas = [counter_delta(before, after, name, flags, position=str(p)) for p in positions]
     return None if None in deltas else [int(d or 0) for d in deltas]

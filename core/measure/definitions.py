@@ -26,16 +26,25 @@ from ..config.schema import Arm, Prompt, SamplingMode, Workload
 from ..engine.adapter import EngineAdapter, ServerStats
 from ..engine.client import StreamResult, TokenCounts
 from ..host.hostinfo import FOREIGN_LOAD_FLOOR
+from ..results.flags import (
+    BURST_DELIVERY,
+    CHUNK_COUNTS_MISSING,
+    FOREIGN_LOAD,
+    HARNESS_LAG,
+    N_FIRST_ESTIMATED,
+    NO_OUTPUT_TOKENS,
+    NO_RATE,
+    SERVER_COUNT_MISMATCH,
+    SETTINGS_MISMATCH,
+    TOKEN_EVENTS_MISMATCH,
+    USAGE_MISSING,
+)
 from ..results.sample import Sample
 from .invariants import counter_flags, reasoning_tokens, witness_flag
 
-__all__ = ["build_request", "request_fields", "account", "make_sample", "BURST_FLAG", "NO_RATE_FLAG",
-           "HARNESS_LAG_FLAG"]
+__all__ = ["build_request", "request_fields", "account", "make_sample"]
 
-BURST_FLAG = "burst-delivery"
-NO_RATE_FLAG = "no-rate"
 BURST_WINDOW_SHARE = 0.1  # burst-delivery: a decode window under this share of send-to-last-token
-HARNESS_LAG_FLAG = "harness-lag"
 HARNESS_LAG_SHARE = 0.01  # a reader away for 1 % of the decode window could have moved the rate by as much
 HARNESS_LAG_FLOOR_S = 50e-6  # below this a pause is lost in the network stack's own jitter
 
@@ -80,8 +89,8 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
     have_counts = per_chunk and bool(counted) and all(e.count is not None for e in text_events)
     if per_chunk and not have_counts and text_events:
         missing = sum(e.count is None for e in text_events)
-        out["flags"].append(f"chunk-counts-missing: {missing} of {len(text_events)} text events carry no "
-                            f"token count; tokens per event estimated")
+        out["flags"].append(CHUNK_COUNTS_MISSING.line(f"{missing} of {len(text_events)} text events carry no "
+                                                      "token count; tokens per event estimated"))
     per_event: list[tuple[int, int, int]] = []  # (t_ns, read, tokens in event)
     if have_counts:
         prev = 0
@@ -101,7 +110,7 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
     out["token_events"] = len(per_event)
     if not per_event:
         if result.error is None:
-            out["flags"] += ["no-output-tokens", f"{NO_RATE_FLAG}: no output tokens"]
+            out["flags"] += [NO_OUTPUT_TOKENS.line(), NO_RATE.line("no output tokens")]
         return out
 
     counts = [c for _, _, c in per_event]
@@ -122,14 +131,14 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
         first_text = sum(len(e.content) for e in text_events if e.read == text_events[0].read)
         share = first_text / max(1, len(result.text))
         n_first, source = max(1, round((n if n and n > 0 else len(per_event)) * share)), "estimated"
-        out["flags"].append("n_first-estimated")
+        out["flags"].append(N_FIRST_ESTIMATED.line())
     out["n_first"], out["n_first_source"] = n_first, source
     if n is not None:
         out["mean_tokens_per_event"] = n / len(per_event)
         if (token_counts == "one_per_event" or have_counts) and sum(counts) != n and result.error is None:
-            out["flags"].append(f"token-events-mismatch: events carry {sum(counts)} tokens, usage says {n}")
+            out["flags"].append(TOKEN_EVENTS_MISMATCH.line(f"events carry {sum(counts)} tokens, usage says {n}"))
     else:
-        out["flags"].append("usage-missing")
+        out["flags"].append(USAGE_MISSING.line())
 
     t_first, t_last = per_event[0][0], per_event[-1][0]
     out["ttft_s"] = (t_first - result.t_send_ns) / 1e9
@@ -144,16 +153,18 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
         # write most events in one burst (a long accepted draft), but its window stays as long as generation.
         together, decode_events = _burst_share(per_event)
         if together * 2 > decode_events and decode_s < BURST_WINDOW_SHARE * (t_last - result.t_send_ns) / 1e9:
-            out["flags"].append(f"{BURST_FLAG}: {together} of {decode_events} token events after the first arrived in "
-                                f"one network read (a buffering proxy or server); no speed is read from it")
+            out["flags"].append(BURST_DELIVERY.line(f"{together} of {decode_events} token events after the first "
+                                                    "arrived in one network read (a buffering proxy or server); "
+                                                    "no speed is read from it"))
     lag = result.client_lag_s
     if lag is not None and decode_s > 0 and lag > max(HARNESS_LAG_SHARE * decode_s, HARNESS_LAG_FLOOR_S):
-        out["flags"].append(f"{HARNESS_LAG_FLAG}: the client was away from the socket for {lag * 1e3:.2f} ms, "
-                            f"{lag / decode_s:.1%} of the decode window (its own work, another thread or the OS)")
+        out["flags"].append(HARNESS_LAG.line(f"the client was away from the socket for {lag * 1e3:.2f} ms, "
+                                             f"{lag / decode_s:.1%} of the decode window (its own work, another "
+                                             "thread or the OS)"))
     if out.get("decode_tps") is None and result.error is None:
         why = ("usage missing" if n is None else "one token event, no decode window" if len(per_event) == 1
                else "all token events arrived at once")
-        out["flags"].append(f"{NO_RATE_FLAG}: {why}")
+        out["flags"].append(NO_RATE.line(why))
     uncached = out["prompt_tokens"]
     if uncached is not None and out["cached_tokens"]:
         uncached -= out["cached_tokens"]
@@ -240,7 +251,7 @@ def make_sample(arm: Arm, adapter: EngineAdapter, result: StreamResult, stats: S
         sample.prefill_tps = uncached / sample.ttft_s if uncached > 0 and sample.ttft_s else None
     if stats.completion_tokens is not None and sample.completion_tokens is not None \
             and stats.completion_tokens != sample.completion_tokens:
-        flags.append(f"server-count-mismatch: server {stats.completion_tokens}, usage {sample.completion_tokens}")
+        flags.append(SERVER_COUNT_MISMATCH.line(f"server {stats.completion_tokens}, usage {sample.completion_tokens}"))
     if arm.speculative.enabled or stats.drafted:
         detail = acceptance_detail(stats.drafted, stats.accepted, stats.drafts, stats.accepted_per_position,
                                    stats.accepted_histogram, stats.unavailable, stats.derived)
@@ -252,9 +263,9 @@ def make_sample(arm: Arm, adapter: EngineAdapter, result: StreamResult, stats: S
         flags += [f for f in detail.flags if f not in flags]
     sample.foreign_cpu_cores = foreign
     if foreign is not None and foreign > foreign_limit:  # judged against the cores the engine left free
-        flags.append(f"foreign-load: {foreign:.2f} cores used by other processes (limit {foreign_limit:.2f})")
+        flags.append(FOREIGN_LOAD.line(f"{foreign:.2f} cores used by other processes (limit {foreign_limit:.2f})"))
     if settings_mismatch:
-        flags.append("settings-mismatch")
+        flags.append(SETTINGS_MISMATCH.line())
     if result.error is None:  # counts that must hold together, from two witnesses each (measure/invariants.py)
         if why := witness_flag(sample.completion_tokens, result.witness_tokens, result.witness_source,
                                result.finish_reason):

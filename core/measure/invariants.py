@@ -22,12 +22,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["COUNTER_INVARIANT", "COUNT_WITNESS_MISMATCH", "TEXT_WITNESS_MISMATCH", "TOKENIZE_SOURCE",
-           "counter_flags", "reasoning_tokens", "tokenize_slack", "witness_flag"]
+from ..results.flags import COUNT_WITNESS_MISMATCH, COUNTER_INVARIANT, TEXT_WITNESS_MISMATCH
 
-COUNT_WITNESS_MISMATCH = "count-witness-mismatch"
-TEXT_WITNESS_MISMATCH = "text-witness-mismatch"
-COUNTER_INVARIANT = "counter-invariant"
+__all__ = ["TOKENIZE_SOURCE", "counter_flags", "reasoning_tokens", "tokenize_slack", "witness_flag"]
 
 
 TOKENIZE_SOURCE = "tokenize"
@@ -57,13 +54,14 @@ def witness_flag(completion: int | None, witnessed: int | None, source: str | No
         slack = tokenize_slack(completion)
         if -slack <= completion - witnessed <= slack + end:
             return None
-        return (f"{TEXT_WITNESS_MISMATCH}: usage says {completion} completion tokens, the delivered text is "
-                f"{witnessed} tokens by the engine's tokenizer (more than {slack} apart: a stream cut short, or a "
-                "model whose output is not its tokenizer's own split)")
+        return TEXT_WITNESS_MISMATCH.line(
+            f"usage says {completion} completion tokens, the delivered text is {witnessed} tokens by the engine's "
+            f"tokenizer (more than {slack} apart: a stream cut short, or a model whose output is not its "
+            "tokenizer's own split)")
     if completion == witnessed or (end and completion == witnessed + 1):
         return None
-    return (f"{COUNT_WITNESS_MISMATCH}: usage says {completion} completion tokens, the stream delivered "
-            f"{witnessed} ({source})")
+    return COUNT_WITNESS_MISMATCH.line(f"usage says {completion} completion tokens, the stream delivered "
+                                       f"{witnessed} ({source})")
 
 
 def _int(value: Any) -> int | None:
@@ -80,9 +78,9 @@ def counter_flags(completion: int | None, reasoning: int | None, accepted: int |
     """Every counter invariant the counts break, each quoting both sides."""
     out = []
     if completion is not None and reasoning is not None and reasoning > completion:
-        out.append(f"{COUNTER_INVARIANT}: reasoning_tokens {reasoning} > completion_tokens {completion}")
+        out.append(COUNTER_INVARIANT.line(f"reasoning_tokens {reasoning} > completion_tokens {completion}"))
     if completion is not None and accepted is not None and completion >= 1 and accepted > completion - 1:
-        out.append(f"{COUNTER_INVARIANT}: accepted {accepted} > completion_tokens {completion} - 1")
+        out.append(COUNTER_INVARIANT.line(f"accepted {accepted} > completion_tokens {completion} - 1"))
     if accepted is not None and drafted is not None and accepted > drafted:
-        out.append(f"{COUNTER_INVARIANT}: accepted {accepted} > drafted {drafted}")
+        out.append(COUNTER_INVARIANT.line(f"accepted {accepted} > drafted {drafted}"))
     return out

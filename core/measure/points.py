@@ -20,12 +20,20 @@ import httpx
 from ..config.schema import Arm, Prompt, Workload
 from ..engine.adapter import Effective, EngineAdapter
 from ..engine.client import StreamResult
+from ..results.flags import (
+    CACHE_IMPOSSIBLE,
+    CACHE_MISS,
+    CACHE_UNREPORTED,
+    DEPTH_MISMATCH,
+    FIXED_LENGTH_MISSED,
+    NEEDLE_MISSED,
+)
 from ..results.sample import Sample
 from .concurrency import effective_slots, refused_levels
 from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
 from .structured import stamp_structured
 
-__all__ = ["CACHE_IMPOSSIBLE_FLAG", "CACHE_MISS_FLAG", "cache_flags", "DoneKeys", "Point", "arm_points", "is_done",
+__all__ = ["cache_flags", "DoneKeys", "Point", "arm_points", "is_done",
            "samples_expected", "request_factors", "PointRunner"]
 
 # Resume keys of the samples a run already holds (core/results/db.py done_key): points to skip.
@@ -111,10 +119,6 @@ def _salted(messages: list[dict[str, str]], salt: str) -> list[dict[str, str]]:
     return out
 
 
-CACHE_MISS_FLAG = "cache-miss"
-CACHE_IMPOSSIBLE_FLAG = "cache-impossible"
-
-
 def cache_flags(sample: Sample, floor: int | None, block: int = 1) -> list[str]:
     """A session turn that reused less of its prefix than the previous turn's whole prompt re-prefilled what the
     engine had already seen: ``cache-miss`` with the counts. An engine that reuses whole blocks of ``block``
@@ -125,16 +129,17 @@ def cache_flags(sample: Sample, floor: int | None, block: int = 1) -> list[str]:
     saw (the first turn, the replay's salt at its very start), and engines compute at least the last prompt
     token anew for its logits: ``cache-impossible``, and the count is no cache-hit ratio's."""
     if sample.cached_tokens is None:
-        return ["cache-unreported: the engine reports no cached prompt tokens for this turn"]
+        return [CACHE_UNREPORTED.line("the engine reports no cached prompt tokens for this turn")]
     if sample.prompt_tokens and sample.cached_tokens >= sample.prompt_tokens:
         new = "the replay's salted start" if floor is None else "the messages this turn added"
-        return [f"{CACHE_IMPOSSIBLE_FLAG}: all {sample.prompt_tokens} prompt tokens reported cached, yet {new} "
-                "cannot have been in any cache; no prefill rate or cache-hit ratio is read from it"]
+        return [CACHE_IMPOSSIBLE.line(f"all {sample.prompt_tokens} prompt tokens reported cached, yet {new} cannot "
+                                      "have been in any cache; no prefill rate or cache-hit ratio is read from it")]
     if floor is None or floor - sample.cached_tokens < max(block, 1):
         return []
     unit = f" (reused in blocks of {block})" if block > 1 else ""
-    return [f"{CACHE_MISS_FLAG}: {sample.cached_tokens} of {sample.prompt_tokens} prompt tokens cached{unit}, the "
-            f"previous turn's prompt was {floor}; re-prefilled {(sample.prompt_tokens or 0) - sample.cached_tokens}"]
+    return [CACHE_MISS.line(f"{sample.cached_tokens} of {sample.prompt_tokens} prompt tokens cached{unit}, the "
+                            f"previous turn's prompt was {floor}; re-prefilled "
+                            f"{(sample.prompt_tokens or 0) - sample.cached_tokens}")]
 
 
 @dataclass
@@ -202,10 +207,11 @@ class PointRunner:
         if point.session is not None:
             sample.flags += cache_flags(sample, point.prefix_floor, self.eff.prefix_block_tokens or 1)
         if point.depth is not None and sample.prompt_tokens != point.depth:
-            sample.flags.append(f"depth-mismatch: usage.prompt_tokens {sample.prompt_tokens}, target {point.depth}")
+            sample.flags.append(DEPTH_MISMATCH.line(
+                f"usage.prompt_tokens {sample.prompt_tokens}, target {point.depth}"))
         if sample.needle_found is False:
-            sample.flags.append("needle-missed")
+            sample.flags.append(NEEDLE_MISSED.line())
         if self.workload.fixed_length and not point.prompt.structured and sample.completion_tokens is not None \
                 and sample.completion_tokens != sample.max_tokens:
-            sample.flags.append(f"fixed-length-missed: {sample.completion_tokens} of {sample.max_tokens} tokens")
+            sample.flags.append(FIXED_LENGTH_MISSED.line(f"{sample.completion_tokens} of {sample.max_tokens} tokens"))
         return sample

@@ -17,14 +17,13 @@ from typing import Any
 
 from ..config.schema import Prompt, Structured
 from ..engine.client import StreamResult
+from ..results.flags import SPECULATION_DISENGAGED, STALL
 from ..results.sample import Sample
 from .judge import VALIDATION_S, judged
 
-__all__ = ["STALL_FLAG", "DISENGAGED_FLAG", "COLLAPSE_SHARE", "answer_problem", "gaps", "stamp_structured",
+__all__ = ["COLLAPSE_SHARE", "answer_problem", "gaps", "stamp_structured",
            "DraftTally"]
 
-STALL_FLAG = "stall"
-DISENGAGED_FLAG = "speculation-disengaged"
 COLLAPSE_SHARE = 0.2  # structured acceptance below a fifth of the same engine's free-text acceptance: collapsed
 
 
@@ -74,9 +73,9 @@ def stamp_structured(sample: Sample, prompt: Prompt, result: StreamResult, rules
     sample.max_gap_s = longest = max(pauses)
     typical = statistics.median(pauses)
     if longest >= rules.stall_s and longest >= rules.stall_factor * typical:
-        sample.flags.append(f"{STALL_FLAG}: {longest:.2f} s without a token mid-answer "
-                            f"({longest / typical:.0f}x the stream's median gap of {typical * 1e3:.1f} ms)"
-                            if typical > 0 else f"{STALL_FLAG}: {longest:.2f} s without a token mid-answer")
+        sample.flags.append(STALL.line(f"{longest:.2f} s without a token mid-answer "
+                                       f"({longest / typical:.0f}x the stream's median gap of {typical * 1e3:.1f} ms)"
+                                       if typical > 0 else f"{longest:.2f} s without a token mid-answer"))
 
 
 @dataclass
@@ -104,9 +103,9 @@ class DraftTally:
             return None  # nothing to compare with: this engine drafts nothing on free text either
         plain = f"free text drafted {self.plain_drafted} in {self.plain_requests} request(s) on this engine start"
         if sample.drafted == 0:
-            return f"{DISENGAGED_FLAG}: drafted 0 under {sample.structured}; {plain}"
+            return SPECULATION_DISENGAGED.line(f"drafted 0 under {sample.structured}; {plain}")
         plain_rate = self.plain_accepted / self.plain_drafted
         if sample.acceptance is not None and plain_rate > 0 and sample.acceptance < COLLAPSE_SHARE * plain_rate:
-            return (f"{DISENGAGED_FLAG}: acceptance {sample.acceptance:.0%} under {sample.structured} against "
-                    f"{plain_rate:.0%} on free text ({plain})")
+            return SPECULATION_DISENGAGED.line(f"acceptance {sample.acceptance:.0%} under {sample.structured} "
+                                              f"against {plain_rate:.0%} on free text ({plain})")
         return None

@@ -116,6 +116,8 @@ def _verdict_html(v: Verdict, s: RunSummary) -> list[str]:
     parts = ['<section id="verdict">', f"<h2>{esc(v.title)}</h2>", f'<p class="meta">{esc(v.design)}</p>',
              f'<div class="scroll"><table id="verdict-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
              "</tbody></table></div>"]
+    if v.ratio_note:
+        parts.append(f'<p id="ratio-note"><b>Ratio</b>: {esc(v.ratio_note)}</p>')
     if v.recommendation:
         more = ' (<a href="#use-cases">every use case</a> below the table)' if len(s.recommendations) > len(
             v.recommendation) else ""

@@ -41,6 +41,7 @@ from ..common.errors import ConfigError
 from ..common.redact import redact_text, redact_url
 from ..config.schema import DEFAULT_MODES, Speculative
 from ..host.roofline import ModelBytes, roofline_for
+from ..results.flags import FLAG_GLOSSARY, FOREIGN_LOAD, flag_name
 from ..results.record import ArmAttempt, ExtraLaunches, PlacementRecord, RunRecord
 from ..results.sample import Sample
 from ..results.store import RunDir
@@ -49,7 +50,6 @@ from .completeness import RunProgress, run_progress
 from .points import PointTable, concurrency_table, depth_table, sweep_table
 
 __all__ = [
-    "FOREIGN_LOAD_FLAG",
     "REPORT_SCHEMA_VERSION",
     "ArmFailure",
     "EngineSummary",
@@ -175,9 +175,6 @@ class RunSummary(BaseModel):
         return next((c for c in self.comparisons if c.arm == name), None)
 
 
-FOREIGN_LOAD_FLAG = "foreign-load"
-
-
 class Boot(TypedDict):
     """The bootstrap settings every statistic of one summary is computed with."""
 
@@ -233,7 +230,7 @@ def read_run_data(path: Path) -> RunData:
 
 
 def _without_foreign_load(samples: list[Sample]) -> list[Sample]:
-    return [s for s in samples if not any(f.startswith(FOREIGN_LOAD_FLAG) for f in s.flags)]
+    return [s for s in samples if not s.has_flag(FOREIGN_LOAD)]
 
 
 def load_run(path: Path, *, drop_foreign_load: bool = False) -> tuple[RunRecord, list[Sample]]:
@@ -287,9 +284,9 @@ def _warnings(record: RunRecord, data: RunData, summary: RunSummary) -> list[str
                        f"truncated {a.finish['truncated']}, empty {a.finish['empty']}")
     for a in summary.arms:
         if a.flagged:
-            kinds = Counter(f.split(":", 1)[0] for s in data.samples if s.arm == a.arm for f in set(s.flags))
+            kinds = Counter(flag_name(f) for s in data.samples if s.arm == a.arm for f in set(s.flags))
             named = ", ".join(f"{kind} ×{n}" for kind, n in kinds.most_common())
-            out.append(f"{a.arm}: {a.flagged} sample(s) flagged ({named}; see samples.jsonl flags)")
+            out.append(f"{a.arm}: {a.flagged} sample(s) flagged ({named}; {FLAG_GLOSSARY})")
     return out
 
 

@@ -50,6 +50,7 @@ class Verdict:
     baseline: str | None
     rows: list[VerdictRow]
     recommendation: list[str] = field(default_factory=list)
+    ratio_note: str | None = None  # the ratio is paired, where it differs from the ratio of the medians shown
     sessions: list[str] = field(default_factory=list)  # a sessions workload's headline, one line per arm
     accounting: str | None = None
     notes: list[str] = field(default_factory=list)  # neutral facts (gates that say nothing about this model)
@@ -156,6 +157,23 @@ def _break_even(b: BreakEven) -> str:
     return f"pays above acceptance {b.acceptance:.2f} ({lo}–{hi}, {b.source})"
 
 
+def _ratio_note(s: RunSummary) -> str | None:
+    """Where a paired ratio reads otherwise than the ratio of the two medians in its row (USER-3 #10: 13.9 against
+    14.6 read 1.06×), one line (it fits the block's 80 columns) saying that it is the median of per-request
+    ratios."""
+    base = s.arm(s.baseline) if s.baseline else None
+    if base is None or base.median is None or base.median.estimate <= 0:
+        return None
+    for c in s.comparisons:
+        a = s.arm(c.arm)
+        if c.reference != s.baseline or a is None or a.median is None or c.bands or c.verdict == TOO_FEW \
+                or (c.comparable and not c.comparable["ok"]):
+            continue  # a row without a ratio, or one judged per band
+        if round(a.median.estimate / base.median.estimate, 2) != round(c.ratio.estimate, 2):
+            return "median of paired per-request ratios, not of the medians above"
+    return None
+
+
 def _accounting(s: RunSummary) -> str | None:
     """True tokens against what a client counting SSE events would have read, for the arm where they differ most."""
     pairs = [(a, a.median.estimate, a.event_count_median) for a in s.arms
@@ -254,7 +272,8 @@ def verdict_of(s: RunSummary) -> Verdict:
     against = s.baseline if len({c.reference for c in s.comparisons}) <= 1 else "its own run's baseline"  # a merge
     return Verdict(title=f"{s.name}: each arm against {against}" if s.baseline else s.name, design=design,
                    incomplete=lead,
-                   baseline=s.baseline, rows=rows, recommendation=_recommendation(s), sessions=_session_lines(s),
+                   baseline=s.baseline, rows=rows, recommendation=_recommendation(s), ratio_note=_ratio_note(s),
+                   sessions=_session_lines(s),
                    accounting=_accounting(s), notes=_gate_notes(s), structured=_structured(s), warnings=warnings,
                    failures=merge_warnings(failures, names))
 
@@ -278,6 +297,8 @@ def print_verdict(v: Verdict, out: Console, *, more: str | None = None) -> None:
     lines = Table.grid(padding=(0, 1))  # a label column, so wrapped text keeps its indent
     lines.add_column(no_wrap=True)
     lines.add_column(overflow="fold")
+    if v.ratio_note:
+        lines.add_row("[bold]ratio[/bold]", escape(v.ratio_note))
     for i, line in enumerate(v.sessions):
         lines.add_row("[bold]session time[/bold]" if i == 0 else "", escape(line))
     for i, line in enumerate(v.recommendation):

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..host.telemetry import GpuSample
+from .flags import Flag, has_flag
 
 __all__ = ["SCHEMA_VERSION", "Sample"]
 
@@ -144,3 +145,7 @@ class Sample(BaseModel):
     # GPU telemetry (NVML; None on machines without one, and for concurrency batches)
     gpu: GpuSample | None = Field(None, description="Energy, power, clocks, temperature, VRAM and throttle reasons "
                                                     "of the watched GPUs during this request.")
+
+    def has_flag(self, name: str | Flag) -> bool:
+        """Whether this sample carries the flag ``name`` (core/results/flags.py; an undeclared name raises)."""
+        return has_flag(self.flags, name)

@@ -47,6 +47,7 @@ from ..measure.invariants import TOKENIZE_SOURCE, reasoning_tokens
 from ..measure.judge import stop_judging
 from ..measure.points import Point, PointRunner
 from ..measure.structured import DraftTally
+from ..results.flags import TIMEOUT
 from ..results.record import ArmAttempt, GateAnswer, WarmupRecord
 from ..results.sample import Sample
 from ..results.store import RunDir
@@ -412,7 +413,7 @@ class ArmSession:
         if engine is not None and not engine.alive:
             raise EngineStartupError(f"{self.adapter.name} died during the run (exit {engine.exit_code})",
                                      reason="died", log_tail=engine.log_tail())
-        if any("timeout" in s.flags for s in samples):  # a hung engine would stall every request
+        if any(s.has_flag(TIMEOUT) for s in samples):  # a hung engine would stall every request
             raise EngineStartupError(
                 f"{self.adapter.name} stalled: no data for {self.workload.request_timeout_s:g} s; engine stopped",
                 reason="stalled", log_tail=engine.log_tail() if engine else "")

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..common.errors import BakeoffError
 from ..config.schema import BakeoffFile, Prompt, Workload
 from ..engine.adapter import EngineAdapter, SelftestCase, SelftestRow
+from ..results.flags import SETTINGS_MISMATCH, flag_name
 from ..results.store import RunDir, new_run_dir, read_samples
 from .plan import plan_run, run_record
 from .protocol import run_plan
@@ -77,7 +78,8 @@ def run_case(case: SelftestCase, workdir: Path, workload: Workload | None = None
     for s in samples:
         if s.status != "ok":
             row.problems.append(f"request failed: {s.error}")
-        row.problems += [f"sample flag: {f}" for f in s.flags if "mismatch" in f and f != "settings-mismatch"]
+        row.problems += [f"sample flag: {f}" for f in s.flags
+                         if "mismatch" in flag_name(f) and flag_name(f) != SETTINGS_MISMATCH.name]
     if not samples:
         row.problems.append("no sample was recorded")
     drafted = [s.drafted for s in samples if s.drafted is not None]

@@ -69,6 +69,7 @@ from bakeoff.core import (
     engine_text,
     get_json,
     resolve_model,
+    sample_flag,
 )
 
 from .installer import DOCKER_IMAGE, TabbyInstaller
@@ -468,7 +469,7 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
                                 if (v := _as_float(usage.get(k))) is not None})
             own = _usage_acceptance(usage, flags)
         else:
-            flags.append("server-usage-missing")
+            flags.append(sample_flag("server-usage-missing").line())
         if own is not None:
             stats.accepted, stats.drafted = own
             stats.source = "usage: completion_tokens_details accepted/rejected_prediction_tokens"
@@ -487,9 +488,10 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
             if mine:
                 stats.extra["metrics_log"] = "late"
         if not mine:
-            stats.flags.append("metrics-log-missing")
+            stats.flags.append(sample_flag("metrics-log-missing").line())
             if own is not None and own[1]:  # usage's counts stand, unwitnessed
-                stats.flags.append("acceptance-crosscheck-missing: no Metrics log line for this request")
+                stats.flags.append(sample_flag("acceptance-crosscheck-missing").line(
+                    "no Metrics log line for this request"))
             return stats
         m = mine[-1]
         stats.extra.update({"request_id": m.request_id, "log_total_s": m.total_s, "log_queue_s": m.queue_s,
@@ -499,16 +501,18 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
             stats.cached_tokens = m.cached_tokens
             cached = _usage_cached(usage, flags)
             if cached is not None and m.cached_tokens is not None and cached != m.cached_tokens:
-                stats.flags.append(f"cache-count-mismatch: usage.prompt_tokens_details.cached_tokens {cached}, "
-                                   f"log {m.cached_tokens}")
+                stats.flags.append(sample_flag("cache-count-mismatch").line(
+                    f"usage.prompt_tokens_details.cached_tokens {cached}, "
+                    f"log {m.cached_tokens}"))
             if m.cached_tokens:
-                stats.flags.append(f"prompt-cache-hit: {m.cached_tokens} cached tokens")
+                stats.flags.append(sample_flag("prompt-cache-hit").line(f"{m.cached_tokens} cached tokens"))
         if stats.completion_tokens is not None and m.gen_tokens != stats.completion_tokens:
-            stats.flags.append(f"log-count-mismatch: log {m.gen_tokens}, usage {stats.completion_tokens}")
+            stats.flags.append(sample_flag("log-count-mismatch").line(
+                f"log {m.gen_tokens}, usage {stats.completion_tokens}"))
         if m.drafted is not None and own is not None:  # the log witnesses usage's counts
             if (m.accepted, m.drafted) != own:
-                stats.flags.append(f"acceptance-log-mismatch: log {m.accepted}/{m.drafted} vs usage "
-                                   f"{own[0]}/{own[1]} (accepted/drafted)")
+                stats.flags.append(sample_flag("acceptance-log-mismatch").line(f"log {m.accepted}/{m.drafted} vs usage "
+                                   f"{own[0]}/{own[1]} (accepted/drafted)"))
         elif m.drafted is not None:
             stats.drafted, stats.accepted = m.drafted, m.accepted
             stats.source = "log: Draft: A / D tokens accepted"
@@ -517,7 +521,8 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
             why = "TabbyAPI logs only the request's accepted / drafted totals, not its draft steps"
             stats.unavailable.update(dict.fromkeys(NO_DRAFT_STEPS, why))
         elif own is not None and own[1]:
-            stats.flags.append("acceptance-crosscheck-missing: usage has draft counts, the Metrics log line none")
+            stats.flags.append(sample_flag("acceptance-crosscheck-missing").line(
+                "usage has draft counts, the Metrics log line none"))
         else:
             stats.extra["draft_in_log"] = False  # TabbyAPI logs Draft: only when drafting is configured
         return stats

@@ -58,6 +58,7 @@ from bakeoff.core import (
     openai_model_id,
     position_deltas,
     resolve_model,
+    sample_flag,
     scrape,
 )
 from bakeoff.core import cli_flags as _flags
@@ -325,10 +326,11 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         total_slots = engine_count(props.get("total_slots"), "/props total_slots", flags)
         slot = slots[0] if slots and isinstance(slots[0], dict) else None
         if slots is not None and slot is None:
-            flags.append(f"bad-engine-value: /slots is {str(slots)[:40]}, not a list of slots")
+            flags.append(sample_flag("bad-engine-value").line(f"/slots is {str(slots)[:40]}, not a list of slots"))
         speculative = slot.get("speculative") if slot is not None else None
         if speculative is not None and not isinstance(speculative, bool):
-            flags.append(f"bad-engine-value: /slots[0].speculative is {speculative!r:.40}, not true/false")
+            flags.append(sample_flag("bad-engine-value").line(
+                f"/slots[0].speculative is {speculative!r:.40}, not true/false"))
             speculative = None
         if speculative and slot is not None and "params" not in slot:
             slot = self._slot_after_probe(http, problems) or slot
@@ -490,8 +492,8 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
             stats.drafted = engine_count(timings.get("draft_n", 0), "timings.draft_n", flags)
             stats.accepted = engine_count(timings.get("draft_n_accepted", 0), "timings.draft_n_accepted", flags)
         else:
-            flags.append("server-timings-missing" if timings is None else
-                         f"bad-engine-value: timings is {str(timings)[:40]}")
+            flags.append(sample_flag("server-timings-missing").line() if timings is None else
+                         sample_flag("bad-engine-value").line(f"timings is {str(timings)[:40]}"))
             timings = None
         drafting = bool(stats.drafted) or getattr(self, "_speculative_asked", False)
         checked = self._check_metrics(http, before, stats, drafting)
@@ -499,10 +501,12 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         if before is None:
             stats.unavailable.update(drafts=NO_OWN_METRICS, accepted_per_position=NO_OWN_METRICS)
         if drafting and before is None:
-            flags.append("acceptance-crosscheck-missing: no /metrics snapshot or log line of its own "
-                         "(concurrent streams share both)")
+            flags.append(sample_flag("acceptance-crosscheck-missing").line(
+                "no /metrics snapshot or log line of its own "
+                "(concurrent streams share both)"))
         elif drafting and timings is not None and not checked:
-            flags.append("acceptance-crosscheck-missing: neither /metrics nor the log confirmed the timings")
+            flags.append(sample_flag("acceptance-crosscheck-missing").line(
+                "neither /metrics nor the log confirmed the timings"))
         return stats
 
     def _check_metrics(self, http: httpx.Client, before: Any, stats: ServerStats, drafting: bool) -> bool:
@@ -512,7 +516,7 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         after = scrape(http)
         if before.get("metrics") is None or after is None:
             if drafting:
-                stats.flags.append("metrics-unavailable")
+                stats.flags.append(sample_flag("metrics-unavailable").line())
             stats.unavailable.update(drafts="/metrics could not be read",
                                      accepted_per_position="/metrics could not be read")
             return False
@@ -525,12 +529,14 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         stats.flags += flags
         if drafts is None or accepted is None:
             if drafting and not flags:
-                stats.flags.append("metrics-unavailable: /metrics has no llamacpp:spec_decode counters")
+                stats.flags.append(sample_flag("metrics-unavailable").line(
+                    "/metrics has no llamacpp:spec_decode counters"))
             stats.unavailable["drafts"] = "/metrics has no llamacpp:spec_decode_num_drafts_total"
             return False
         stats.drafts = drafts
         if stats.accepted is not None and accepted != stats.accepted:
-            stats.flags.append(f"acceptance-mismatch: /metrics {accepted} vs timings {stats.accepted}")
+            stats.flags.append(sample_flag("acceptance-mismatch").line(
+                f"/metrics {accepted} vs timings {stats.accepted}"))
         return stats.accepted is not None
 
     def _check_log(self, log: EngineLog, stats: ServerStats, drafting: bool) -> bool:
@@ -544,15 +550,17 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
             lines = parse_acceptance_lines(log.wait_for(lambda t: bool(ACCEPTANCE_RE.search(t))))
         if not lines:
             if drafting and log.followed:
-                stats.flags.append("log-missing: no 'draft acceptance' line for this request in the engine log")
+                stats.flags.append(sample_flag("log-missing").line(
+                    "no 'draft acceptance' line for this request in the engine log"))
             return False
         last = lines[-1]
         stats.extra["log_mean_len"] = last["mean_len"]
         if stats.accepted is None or stats.drafted is None:
             return False
         if (last["accepted"], last["generated"]) != (stats.accepted, stats.drafted):
-            stats.flags.append(f"acceptance-log-mismatch: log {last['accepted']}/{last['generated']} "
-                               f"vs timings {stats.accepted}/{stats.drafted}")
+            stats.flags.append(sample_flag("acceptance-log-mismatch").line(
+                f"log {last['accepted']}/{last['generated']} "
+                f"vs timings {stats.accepted}/{stats.drafted}"))
         return True
 
 

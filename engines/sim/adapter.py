@@ -32,6 +32,7 @@ from bakeoff.core import (
     LaunchSpec,
     MethodKnobs,
     ServerStats,
+    sample_flag,
 )
 
 __all__ = ["SimAdapter", "SimOptions", "SERVER"]
@@ -151,5 +152,5 @@ class SimAdapter(EngineAdapter[SimOptions]):
         stats = ServerStats(completion_tokens=generated, source="sim", drafted=sim.get("drafted"),
                             accepted=sim.get("accepted"), drafts=sim.get("drafts"))
         if final is not None and generated is None:
-            stats.flags.append("server-count-missing")
+            stats.flags.append(sample_flag("server-count-missing").line())
         return stats

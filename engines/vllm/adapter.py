@@ -75,6 +75,7 @@ from bakeoff.core import (
     get_json,
     openai_model_id,
     position_deltas,
+    sample_flag,
     scrape,
 )
 from bakeoff.core import cli_flags as _flags
@@ -578,14 +579,15 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         stats.completion_tokens = counter_delta(before, after, M_GENERATED, flags)
         stats.prompt_tokens = counter_delta(before, after, M_PROMPT, flags)
         if before is None or after is None:
-            flags.append("metrics-unavailable")
+            flags.append(sample_flag("metrics-unavailable").line())
         # the prefix cache's own count, a second witness of usage.prompt_tokens_details.cached_tokens
         stats.cached_tokens = counter_delta(before, after, M_CACHE_HITS, flags)
         details = engine_object(usage.get("prompt_tokens_details"))
         cached = engine_count(details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens", flags)
         if cached is not None and stats.cached_tokens is not None and cached != stats.cached_tokens:
-            flags.append(f"cache-count-mismatch: usage.prompt_tokens_details.cached_tokens {cached}, "
-                         f"/metrics {M_CACHE_HITS} +{stats.cached_tokens}")
+            flags.append(sample_flag("cache-count-mismatch").line(
+                f"usage.prompt_tokens_details.cached_tokens {cached}, "
+                f"/metrics {M_CACHE_HITS} +{stats.cached_tokens}"))
 
         per_request = engine_object(final.get("metrics"))
         gen_ms = engine_rate(per_request.get("generation_time_ms"), "metrics.generation_time_ms", flags)
@@ -608,8 +610,9 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
             stats.source = "per-request metrics"
             pairs = list(zip(own, deltas, strict=True)) if deltas is not None else []
             if deltas is not None and any(o is not None and d is not None and o != d for o, d in pairs):
-                flags.append(f"acceptance-mismatch: /metrics {deltas[0]}/{deltas[1]} in {deltas[2]} drafts vs "
-                             f"per-request {own[0]}/{own[1]} in {own[2]}")
+                flags.append(sample_flag("acceptance-mismatch").line(
+                    f"/metrics {deltas[0]}/{deltas[1]} in {deltas[2]} drafts vs "
+                    f"per-request {own[0]}/{own[1]} in {own[2]}"))
             stats.accepted, stats.drafted, stats.drafts = own if deltas is None else tuple(
                 o if o is not None else d for o, d in pairs)
         elif deltas is not None:
@@ -632,8 +635,9 @@ def _histogram(value: Any, flags: list[str]) -> list[int] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not value:
-        flags.append(f"bad-engine-value: metrics.speculative_decoding.acceptance_histogram is {str(value)[:40]}, "
-                     f"not a list of counts")
+        flags.append(sample_flag("bad-engine-value").line(
+            f"metrics.speculative_decoding.acceptance_histogram is {str(value)[:40]}, "
+            f"not a list of counts"))
         return None
     counts = [engine_count(v, "metrics.speculative_decoding.acceptance_histogram[]", flags) for v in value]
     return None if None in counts else [int(c or 0) for c in counts]

@@ -66,4 +66,5 @@ def test_each_category_has_its_table_with_a_column_per_point_and_the_verdicts(do
             assert bool(verdict_class) != text.endswith("too few for a verdict)"), text
         for rec in recs:  # the recommendation line per use case is on the page, with what was left out and why
             assert f'data-use-case="{rec.use_case}">' in dom
-            assert "left out: ngram simple n-max 2, 4, 8 (speculation asked but nothing drafted)" in rec.line
+            assert ("left out: ngram-n_max2, ngram-n_max4, ngram-n_max8 (speculation asked but nothing "
+                    "drafted)") in rec.line

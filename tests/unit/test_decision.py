@@ -53,19 +53,19 @@ def test_each_category_gets_its_best_setting_its_plateau_and_its_losses(tmp_path
     assert code.arm == "draft-n3" and code.setting == "draft n-max 3" and code.ratio is not None
     assert 1.38 < code.ratio.lo <= code.ratio.estimate <= code.ratio.hi < 1.44
     assert code.plateau == ["draft-n2"] and code.losses == []  # 140 vs 141 is not separable; 120 is
-    assert code.line.startswith("code: draft n-max 3, 1.41× (")
-    assert "plateau: draft n-max 2, 3 not separable" in code.line
+    assert code.line.startswith("code: draft-n3, 1.41× (")  # the arms' names, as the verdict table's (USER-3 #10)
+    assert "plateau: draft-n3, draft-n2 not separable" in code.line
     prose = recs["prose"]
     assert prose.arm is None and prose.setting == "off" and set(prose.losses) == {"draft-n3", "draft-n4"}
-    assert prose.line == ("prose: off (no setting is faster than off by more than 3%: draft n-max 2 within it); "
-                          "slower: draft n-max 3, draft n-max 4")
+    assert prose.line == ("prose: off (no setting is faster than off by more than 3%: draft-n2 within it); "
+                          "slower: draft-n3, draft-n4")
     md = render_markdown(s)
     assert "**Recommendation per use case**" in md and f"- {code.line}" in md
     console = Console(record=True, width=250, file=io.StringIO())
     print_summary(s, console)
     assert prose.line in console.export_text()
     page = render_html(s, {})
-    assert '<li data-category="code" data-use-case="code">code: draft n-max 3, 1.41×' in page
+    assert '<li data-category="code" data-use-case="code">code: draft-n3, 1.41×' in page
 
 
 def test_setting_labels() -> None:
@@ -92,15 +92,15 @@ def test_off_is_drawn_only_when_a_gain_beyond_the_margin_is_excluded(tmp_path: P
     assert code.arm is None and code.setting == "inconclusive" and not code.decided
     assert code.line.startswith("code: no recommendation: inconclusive (") and "off (" not in code.line
     assert code.line.endswith("none); more passes or --until-ci would decide")
-    assert "draft n-max 2" in code.line and all(c.ratio and c.ratio.hi > 1.03 for c in code.cells
-                                                 if c.setting in code.line)
+    assert "draft-n2" in code.line and all(c.ratio and c.ratio.hi > 1.03 for c in code.cells
+                                            if f"{c.arm} " in code.line)
     # a quiet machine (1 % spread): the same truth decides "off", with the tie named as within the margin
     quiet = {r.category: r for r in summarize_run(_write(tmp_path / "quiet", even), n_boot=500).recommendations}
     assert quiet["code"].decided and quiet["code"].setting == "off"
-    assert quiet["code"].line == ("code: off (no setting is faster than off by more than 3%: draft n-max 2, draft "
-                                  "n-max 3 within it)")
-    assert quiet["prose"].line == ("prose: off (no setting is faster than off by more than 3%: draft n-max 2 within "
-                                   "it); slower: draft n-max 3")
+    assert quiet["code"].line == ("code: off (no setting is faster than off by more than 3%: draft-n2, draft-n3 "
+                                  "within it)")
+    assert quiet["prose"].line == ("prose: off (no setting is faster than off by more than 3%: draft-n2 within "
+                                   "it); slower: draft-n3")
 
 
 STREAM_RATES = {"off": {1: 100.0, 4: 60.0}, "draft-n2": {1: 130.0, 4: 45.0}, "draft-n3": {1: 131.0, 4: 40.0}}
@@ -141,10 +141,10 @@ def test_each_use_case_gets_its_own_verdict_and_the_map_shows_them_all(tmp_path:
     pooled = recs["code, all points"]  # 4-stream requests outnumber the rest 4 to 1, and draft loses there
     assert {c.ratio.n for c in pooled.cells if c.ratio} == {2 * 4 * (1 + 4)} and pooled.arm is None
     assert alone.arm == "draft-n3" and alone.plateau == ["draft-n2"] and alone.streams == 1
-    assert alone.line.startswith("code, 1 stream: draft n-max 3, 1.31× (")
-    assert "plateau: draft n-max 2, 3 not separable" in alone.line
+    assert alone.line.startswith("code, 1 stream: draft-n3, 1.31× (")
+    assert "plateau: draft-n3, draft-n2 not separable" in alone.line
     assert four.arm is None and set(four.losses) == {"draft-n2", "draft-n3"}
-    assert four.line == "code, 4 streams: off (no setting is faster than off); slower: draft n-max 2, draft n-max 3"
+    assert four.line == "code, 4 streams: off (no setting is faster than off); slower: draft-n2, draft-n3"
     assert {c.arm: (c.role, c.verdict) for c in four.cells} == {"draft-n2": ("loses", "slower"),
                                                                  "draft-n3": ("loses", "slower")}
     # one decision-map table for the category: a row per setting, a column per number of streams
@@ -191,6 +191,6 @@ def test_an_arm_that_drafted_nothing_is_left_out_and_the_line_says_why(tmp_path:
                               usage_present=True, drafted=zero, accepted=zero, drafts=zero))
     [rec] = summarize_run(tmp_path / "run", n_boot=200).recommendations
     assert rec.cells == [] and rec.arm is None
-    assert rec.excluded == ["ngram simple n-max 2, 4 (speculation asked but nothing drafted)"], rec.excluded
-    assert rec.line == ("code: off (no speculating setting could be compared); left out: ngram simple n-max 2, 4 "
+    assert rec.excluded == ["ngram-n2, ngram-n4 (speculation asked but nothing drafted)"], rec.excluded
+    assert rec.line == ("code: off (no speculating setting could be compared); left out: ngram-n2, ngram-n4 "
                         "(speculation asked but nothing drafted)"), rec.line

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from bakeoff.core.cli import app
 from bakeoff.core.reports import print_run, print_summary, summarize_run
+from bakeoff.core.reports.html import render_html
 from bakeoff.core.reports.verdict import merge_warnings, print_verdict, verdict_of
 from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.results.store import RunDir
@@ -57,7 +58,7 @@ def test_the_block_leads_with_the_recommendation_and_the_token_accounting() -> N
     # 3 passes on a busy box: ngram mod 1.01x (0.92-1.48) and draft 0.57x (0.42-1.39) (bounds rounded outward) fit
     # a real gain, so the block says it cannot tell instead of "off" (issue 40: a recommendation only from decided
     # comparisons)
-    assert ("recommendation code: no recommendation: inconclusive (ngram mod 1.01× (0.92–1.48), draft n-max 3 "
+    assert ("recommendation code: no recommendation: inconclusive (ngram-mod 1.01× (0.92–1.48), draft "
             "0.57× (0.42–1.39): each interval fits both a gain beyond 3% and none); more passes or --until-ci "
             "would decide") in text
     assert "recommendation code: off" not in text
@@ -141,3 +142,47 @@ def test_an_undecided_arm_says_what_would_decide_it(make_run: Maker) -> None:
     quiet = rendered(make_run({"spec-off": 20.0, "twin": 20.0}, noise=0.005), width=120)
     line = next(x for x in quiet.splitlines() if x.lstrip().startswith("twin"))
     assert "equivalent" in line and "would decide" not in line, line
+
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "evidence" / "examples" / "decision-map-cpu" / "run"
+
+
+def test_the_block_says_the_ratio_is_paired_where_it_differs_from_the_ratio_of_the_medians() -> None:
+    """USER-3 #10: ngram-n_max4 at 13.9 against spec-off's 14.6 read 1.06×; the block says why, on that row."""
+    s = summarize_run(EXAMPLE)
+    base = s.arm("spec-off")
+    four, c = s.arm("ngram-n_max4"), s.comparison("ngram-n_max4")
+    assert base and base.median and four and four.median and c
+    assert round(four.median.estimate / base.median.estimate, 2) != round(c.ratio.estimate, 2)  # the case itself
+    lines = [line.rstrip() for line in rendered(EXAMPLE).splitlines()]
+    assert "ratio          median of paired per-request ratios, not of the medians above" in lines, lines
+    page = render_html(s, {})
+    assert 'id="ratio-note"' in page and "median of paired per-request ratios" in page
+
+
+def test_no_ratio_note_where_paired_and_medians_agree(make_run: Maker) -> None:
+    path = make_run({"spec-off": 20.0, "ngram": 30.0}, speculative={"ngram": {"method": "ngram"}}, noise=0.001)
+    assert verdict_of(summarize_run(path)).ratio_note is None
+    assert "per-request ratios" not in rendered(path)
+
+
+def test_the_recommendation_names_the_arms_as_the_table_does() -> None:
+    """USER-3 #10: the table said ngram-n_max2 and the recommendation 'ngram mod n-max 2'."""
+    s = summarize_run(EXAMPLE)
+    v = verdict_of(s)
+    table = {r.arm for r in v.rows}
+    recs = [r for r in s.recommendations if r.depth is None and r.streams is None]
+    assert recs and all(r.line in v.recommendation for r in recs)
+    for r in recs:
+        assert r.arm in table and r.line.startswith(f"{r.use_case}: {r.arm}, "), r.line
+        for cell in r.cells:
+            if cell.role:  # best, plateau or loses: each named in the line by its arm name
+                assert cell.arm in table and cell.arm in r.line, (cell.arm, r.line)
+            assert cell.setting == cell.arm or cell.setting not in r.line, (cell.setting, r.line)
+
+
+def test_a_flagged_arm_s_warning_points_at_the_flag_glossary() -> None:
+    v = verdict_of(summarize_run(EXAMPLE))
+    flagged = [w for w in v.warnings if "sample(s) flagged" in w]
+    assert flagged and all("docs/flags.md" in w for w in flagged), flagged
+    assert (Path(__file__).resolve().parents[3] / "docs" / "flags.md").is_file()

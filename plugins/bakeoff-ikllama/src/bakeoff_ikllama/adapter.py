@@ -52,6 +52,7 @@ from bakeoff.core import (
     openai_model_id,
     read_gguf_header,
     resolve_model,
+    sample_flag,
 )
 
 from .build import IkLlamaInstaller
@@ -319,7 +320,7 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
         stats = ServerStats(source="timings")
         timings = (final or {}).get("timings") or {}
         if not timings:
-            stats.flags.append("server-timings-missing")
+            stats.flags.append(sample_flag("server-timings-missing").line())
             return stats
         n, ms = timings.get("predicted_n"), timings.get("predicted_ms")
         stats.completion_tokens = n
@@ -335,10 +336,12 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
         if lines:
             last = lines[-1]
             if (last["accepted"], last["generated"]) != (stats.accepted, stats.drafted):
-                stats.flags.append(f"acceptance-log-mismatch: log {last['accepted']:.0f}/{last['generated']:.0f} "
-                                   f"vs timings {stats.accepted}/{stats.drafted}")
+                stats.flags.append(sample_flag("acceptance-log-mismatch").line(
+                    f"log {last['accepted']:.0f}/{last['generated']:.0f} "
+                    f"vs timings {stats.accepted}/{stats.drafted}"))
         elif stats.drafted and log.text():
-            stats.flags.append("acceptance-crosscheck-missing: no 'draft acceptance rate' log line for this request")
+            stats.flags.append(sample_flag("acceptance-crosscheck-missing").line(
+                "no 'draft acceptance rate' log line for this request"))
         return stats
 
 

@@ -52,6 +52,7 @@ from bakeoff.core import (
     engine_rate,
     engine_text,
     openai_model_id,
+    sample_flag,
 )
 
 from .installer import SglangInstaller
@@ -137,8 +138,9 @@ def parse_meta_info(meta: dict[str, Any], draft_tokens: int | None) -> ServerSta
     verify = engine_count(meta.get("spec_verify_ct"), "meta_info.spec_verify_ct", flags)
     if verify is not None and completion is not None:
         if verify > max(0, completion - 1):
-            flags.append(f"bad-engine-value: meta_info.spec_verify_ct {verify} exceeds the {completion} tokens "
-                         f"generated after the first")
+            flags.append(sample_flag("bad-engine-value").line(
+                f"meta_info.spec_verify_ct {verify} exceeds the {completion} tokens "
+                f"generated after the first"))
         else:
             stats.drafts = verify
             stats.accepted = completion - 1 - verify if verify else 0
@@ -179,7 +181,8 @@ def estimate_from_log(lines: list[dict[str, float | None]], completion_tokens: i
         if value is not None and 1.0 <= value <= ceiling:
             lengths.append(value)
         else:
-            stats.flags.append(f"bad-engine-value: decode log accept len {value} outside 1..{ceiling:g}")
+            stats.flags.append(sample_flag("bad-engine-value").line(
+                f"decode log accept len {value} outside 1..{ceiling:g}"))
     if not lengths:
         return stats
     mean_len = sum(lengths) / len(lengths)
@@ -187,7 +190,8 @@ def estimate_from_log(lines: list[dict[str, float | None]], completion_tokens: i
     rates = [line["accept_rate"] for line in lines if line["accept_rate"] is not None]
     if rates:
         stats.extra["log_accept_rate"] = round(sum(rates) / len(rates), 4)
-    stats.flags.append(f"acceptance-estimated: from {len(lengths)} SGLang decode log line(s), not exact counts")
+    stats.flags.append(sample_flag("acceptance-estimated").line(
+        f"from {len(lengths)} SGLang decode log line(s), not exact counts"))
     why = "a streamed SGLang response carries no meta_info; only the decode log's averages exist"
     stats.unavailable.update(accepted_per_position=why, accepted_histogram=why)
     stats.derived.update(drafts="estimate: (completion - 1) / mean accept length of the decode log lines",
@@ -386,7 +390,8 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
                               stats.flags)
             if avg is not None:
                 stats.extra["server_avg_accept_length"] = avg
-            stats.flags.append("acceptance-unavailable: no per-request numbers (no meta_info, no decode log "
-                               "line); /server_info average recorded in extra")
+            stats.flags.append(sample_flag("acceptance-unavailable").line(
+                "no per-request numbers (no meta_info, no decode log "
+                "line); /server_info average recorded in extra"))
         return stats
 
