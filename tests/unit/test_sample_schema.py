@@ -105,3 +105,10 @@ def test_the_schema_names_each_section_with_its_fields() -> None:
     stream = next(s for s in sections if s["title"] == "stream")
     assert "decode_tps" in stream["properties"] and stream["description"].startswith("The client's own account")
     assert "(N - n_first)" in stream["properties"]["decode_tps"]["description"]
+
+
+def test_the_sections_table_in_the_docs_is_the_codes() -> None:
+    rows = [line.split("|")[1:3] for line in (ROOT / "docs" / "schemas.md").read_text().splitlines()
+            if line.startswith("| `")]
+    table = [(name.strip().strip("`"), [f.strip().strip("`") for f in fields.split(",")]) for name, fields in rows]
+    assert table == [(name, list(section.model_fields)) for name, section in SAMPLE_SECTIONS]
