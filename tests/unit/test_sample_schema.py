@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from bakeoff.core.reports.export import EXPORT_NAMES, export_run
 from bakeoff.core.results.sample import SAMPLE_SECTIONS, SCHEMA_VERSION, Sample, sample_json_schema
 from bakeoff.core.results.sample_lines import parse_sample
 
@@ -113,3 +115,15 @@ def test_the_sections_table_in_the_docs_is_the_codes() -> None:
             if line.startswith("| `")]
     table = [(name.strip().strip("`"), [f.strip().strip("`") for f in fields.split(",")]) for name, fields in rows]
     assert table == [(name, list(section.model_fields)) for name, section in SAMPLE_SECTIONS]
+
+
+def test_the_export_keeps_one_flat_column_per_field(tmp_path: Path) -> None:
+    """bakeoff export's samples table: every field a column of its own, in a line's order, sections never nested."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "evidence" / "examples" / "structured-cpu" / "run", run)
+    (path,) = [p for p in export_run(run, "jsonl", tmp_path / "out") if p.name.startswith("samples")]
+    row = json.loads(path.read_text().splitlines()[0])
+    own = [k for k in row if not k.startswith(("arm.", "engine.", "gpu."))]
+    assert own == [EXPORT_NAMES.get(f, f) for f in Sample.model_fields if f != "gpu"]
+    line = _lines(run / "samples.jsonl")[0]
+    assert all(row[EXPORT_NAMES.get(k, k)] == v for k, v in line.items() if k != "gpu" and not isinstance(v, dict))
