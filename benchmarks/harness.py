@@ -180,8 +180,8 @@ class BakeoffPath:
 
 def stored_sample(run: RunDir, result: StreamResult, rep: int, **fields: Any) -> Sample:
     """A stream accounted, made a Sample (its flags included) and stored, the way a run does it."""
-    sample = Sample(arm="h", engine="openai", prompt="p", mode="greedy", rep=rep, started_at=time.time(),
-                    **account(result, "usage_per_chunk"), **fields)
+    sample = Sample(arm="h", engine="openai", prompt="p", mode="greedy", rep=rep, started_at=time.time(), **fields)
+    account(result, "usage_per_chunk").apply(sample)
     run.append(sample)
     return sample
 

@@ -27,7 +27,8 @@ COMMANDS: dict[str, Command] = {
                          "n_max, and the break-even acceptance."),
     "demo": Command("demo", "demo_command", "Run the built-in demo: installs what it needs, then compares the arms "
                     "of the demo file."),
-    "schema": Command("schema", "schema_command", "Print the JSON schema of the bakeoff file."),
+    "schema": Command("schema", "schema_command", "Print a JSON schema: of the bakeoff file (default), of a "
+                      "samples.jsonl line, or of summary.json."),
     "report": Command("report", "report_command", "Print a run's verdict (--tables: every table) and write its "
                       "report files."),
     "runs": Command("runs", "runs_command", "List the runs under DIR: state, arms, samples, errors, and how to "

@@ -5,9 +5,9 @@ This is DESIGN.md's "Measurement definitions" in code, in one place (see docs/ar
 - :func:`build_request`: the request every arm sends (same prompt, sampling and length everywhere; the
   engine's own fields come from its adapter);
 - :func:`account`: the client-side accounting of one recorded stream (core/engine/client.py records and parses
-  it): token-bearing events, ``n_first`` (the tokens of the read that opens the decode window), the decode
-  window, decode and prefill rates, TTFT, and the flags
-  that say a rate cannot be read (burst delivery, a client away from the socket, no decode window);
+  it), as a typed :class:`StreamAccount`: token-bearing events, ``n_first`` (the tokens of the read that opens
+  the decode window), the decode window, decode and prefill rates, TTFT, and the flags that say a rate cannot
+  be read (burst delivery, a client away from the socket, no decode window);
 - :func:`make_sample`: that accounting plus the server's own counts and acceptance (rate =
   accepted/drafted, mean accepted length = 1 + accepted/drafts, per-position rates and the histogram of
   accepted drafts per step: core/analysis/acceptance.py) and the foreign-load flag, as a Sample.
@@ -19,7 +19,8 @@ vLLM packs every accepted draft token into one event, so event counts read specu
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from ..analysis.acceptance import ACCEPTANCE_FIELDS, acceptance_detail
 from ..config.schema import Arm, Prompt, SamplingMode, Workload
@@ -42,7 +43,7 @@ from ..results.flags import (
 from ..results.sample import Sample
 from .invariants import counter_flags, reasoning_tokens, witness_flag
 
-__all__ = ["build_request", "request_fields", "account", "make_sample"]
+__all__ = ["build_request", "request_fields", "account", "make_sample", "StreamAccount"]
 
 BURST_WINDOW_SHARE = 0.1  # burst-delivery: a decode window under this share of send-to-last-token
 HARNESS_LAG_SHARE = 0.01  # a reader away for 1 % of the decode window could have moved the rate by as much
@@ -62,26 +63,75 @@ def _burst_share(per_event: list[tuple[int, int, int]]) -> tuple[int, int]:
     return max(by_read.values(), default=0), len(per_event) - 1
 
 
-def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
-    """The accounting of one stream, as Sample fields.
+@dataclass
+class StreamAccount:
+    """The client-side accounting of one stream: the Sample fields of its stream section (core/results/sample.py
+    ``SampleStream``), of what came back (``SampleOutput``) and of the reader's own cost (``SampleHarness``), and
+    the flags the accounting raised. None: the stream gave no such figure (no usage, no decode window, ...)."""
+
+    flags: list[str] = field(default_factory=list)
+    events: int = 0
+    reads: int = 0
+    client_cpu_s: float | None = None
+    client_lag_s: float | None = None
+    arrival_clock: Literal["kernel", "user"] | None = None
+    usage_present: bool = False
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    finish_reason: str | None = None
+    output_sha256: str | None = None
+    output_chars: int | None = None
+    e2e_s: float | None = None
+    token_events: int = 0
+    n_first: int | None = None
+    n_first_source: Literal["usage", "one-per-event", "estimated"] | None = None
+    max_tokens_per_event: int | None = None
+    mean_tokens_per_event: float | None = None
+    ttft_s: float | None = None
+    decode_s: float | None = None
+    decode_tps: float | None = None
+    event_count_decode_tps: float | None = None
+    prefill_tps: float | None = None
+
+    def apply(self, sample: Sample) -> None:
+        """Write this account onto ``sample``: every field above, the flags replacing the sample's."""
+        sample.flags = list(self.flags)
+        sample.events, sample.reads, sample.token_events = self.events, self.reads, self.token_events
+        sample.client_cpu_s, sample.client_lag_s = self.client_cpu_s, self.client_lag_s
+        sample.arrival_clock = self.arrival_clock
+        sample.usage_present, sample.completion_tokens = self.usage_present, self.completion_tokens
+        sample.prompt_tokens, sample.cached_tokens = self.prompt_tokens, self.cached_tokens
+        sample.finish_reason = self.finish_reason
+        sample.output_sha256, sample.output_chars = self.output_sha256, self.output_chars
+        sample.n_first, sample.n_first_source = self.n_first, self.n_first_source
+        sample.max_tokens_per_event = self.max_tokens_per_event
+        sample.mean_tokens_per_event = self.mean_tokens_per_event
+        sample.ttft_s, sample.decode_s, sample.e2e_s = self.ttft_s, self.decode_s, self.e2e_s
+        sample.decode_tps, sample.prefill_tps = self.decode_tps, self.prefill_tps
+        sample.event_count_decode_tps = self.event_count_decode_tps
+
+
+def account(result: StreamResult, token_counts: TokenCounts) -> StreamAccount:
+    """The accounting of one stream (its Sample fields: :meth:`StreamAccount.apply`).
 
     An event is token-bearing when the cumulative count it reports rose (engines declaring per-chunk
     counts, when the stream really carries them) or, otherwise, when it carried output text. N always
     comes from the final usage. A sample without a decode rate carries a ``no-rate: why`` flag.
     """
-    out: dict[str, Any] = {"flags": list(result.flags), "events": len(result.events), "reads": result.reads,
-                           "client_cpu_s": result.client_cpu_s, "client_lag_s": result.client_lag_s,
-                           "arrival_clock": result.arrival_clock}
+    out = StreamAccount(flags=list(result.flags), events=len(result.events), reads=result.reads,
+                        client_cpu_s=result.client_cpu_s, client_lag_s=result.client_lag_s,
+                        arrival_clock=result.arrival_clock)
     usage = result.usage or {}
     n = usage.get("completion_tokens")
-    out["usage_present"] = n is not None
-    out["completion_tokens"] = n
-    out["prompt_tokens"] = usage.get("prompt_tokens")
-    out["cached_tokens"] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    out["finish_reason"] = result.finish_reason
-    out["output_sha256"] = hashlib.sha256(result.text.encode()).hexdigest()
-    out["output_chars"] = len(result.text)
-    out["e2e_s"] = (result.t_done_ns - result.t_send_ns) / 1e9 if result.t_done_ns else None
+    out.usage_present = n is not None
+    out.completion_tokens = n
+    out.prompt_tokens = usage.get("prompt_tokens")
+    out.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    out.finish_reason = result.finish_reason
+    out.output_sha256 = hashlib.sha256(result.text.encode()).hexdigest()
+    out.output_chars = len(result.text)
+    out.e2e_s = (result.t_done_ns - result.t_send_ns) / 1e9 if result.t_done_ns else None
 
     text_events = [e for e in result.events if e.content]
     per_chunk = token_counts in ("usage_per_chunk", "engine_per_chunk")
@@ -89,7 +139,7 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
     have_counts = per_chunk and bool(counted) and all(e.count is not None for e in text_events)
     if per_chunk and not have_counts and text_events:
         missing = sum(e.count is None for e in text_events)
-        out["flags"].append(CHUNK_COUNTS_MISSING.line(f"{missing} of {len(text_events)} text events carry no "
+        out.flags.append(CHUNK_COUNTS_MISSING.line(f"{missing} of {len(text_events)} text events carry no "
                                                       "token count; tokens per event estimated"))
     per_event: list[tuple[int, int, int]] = []  # (t_ns, read, tokens in event)
     if have_counts:
@@ -107,10 +157,10 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
                 and result.finish_t_ns is not None):
             finish_read = next((e.read for e in result.events if e.t_ns == result.finish_t_ns), -1)
             per_event.append((result.finish_t_ns, finish_read, 1))
-    out["token_events"] = len(per_event)
+    out.token_events = len(per_event)
     if not per_event:
         if result.error is None:
-            out["flags"] += [NO_OUTPUT_TOKENS.line(), NO_RATE.line("no output tokens")]
+            out.flags += [NO_OUTPUT_TOKENS.line(), NO_RATE.line("no output tokens")]
         return out
 
     counts = [c for _, _, c in per_event]
@@ -119,57 +169,58 @@ def account(result: StreamResult, token_counts: TokenCounts) -> dict[str, Any]:
     # before the window, not in it. Counting only the first event's tokens over-read such streams by 15-38 %.
     first_read = per_event[0][1]
     in_first_read = [c for _, read, c in per_event if read == first_read]
+    source: Literal["usage", "one-per-event", "estimated"]
     if have_counts:
         n_first, source = sum(in_first_read), "usage"
-        out["max_tokens_per_event"] = max(counts)
+        out.max_tokens_per_event = max(counts)
     elif token_counts == "one_per_event":
         n_first, source = len(in_first_read), "one-per-event"
-        out["max_tokens_per_event"] = 1
+        out.max_tokens_per_event = 1
     else:
         # No per-chunk count: the first read's share of the output text is the best estimate of its tokens
         # (M5: N / events is biased when one event carries most of the text).
         first_text = sum(len(e.content) for e in text_events if e.read == text_events[0].read)
         share = first_text / max(1, len(result.text))
         n_first, source = max(1, round((n if n and n > 0 else len(per_event)) * share)), "estimated"
-        out["flags"].append(N_FIRST_ESTIMATED.line())
-    out["n_first"], out["n_first_source"] = n_first, source
+        out.flags.append(N_FIRST_ESTIMATED.line())
+    out.n_first, out.n_first_source = n_first, source
     if n is not None:
-        out["mean_tokens_per_event"] = n / len(per_event)
+        out.mean_tokens_per_event = n / len(per_event)
         if (token_counts == "one_per_event" or have_counts) and sum(counts) != n and result.error is None:
-            out["flags"].append(TOKEN_EVENTS_MISMATCH.line(f"events carry {sum(counts)} tokens, usage says {n}"))
+            out.flags.append(TOKEN_EVENTS_MISMATCH.line(f"events carry {sum(counts)} tokens, usage says {n}"))
     else:
-        out["flags"].append(USAGE_MISSING.line())
+        out.flags.append(USAGE_MISSING.line())
 
     t_first, t_last = per_event[0][0], per_event[-1][0]
-    out["ttft_s"] = (t_first - result.t_send_ns) / 1e9
+    out.ttft_s = (t_first - result.t_send_ns) / 1e9
     decode_s = (t_last - t_first) / 1e9
-    out["decode_s"] = decode_s
+    out.decode_s = decode_s
     if decode_s > 0:
         if n is not None:
-            out["decode_tps"] = (n - n_first) / decode_s
-        out["event_count_decode_tps"] = (len(per_event) - 1) / decode_s
+            out.decode_tps = (n - n_first) / decode_s
+        out.event_count_decode_tps = (len(per_event) - 1) / decode_s
     if len(per_event) >= 4:
         # Buffered delivery inflates a rate only by shrinking the decode window; a speculative engine may also
         # write most events in one burst (a long accepted draft), but its window stays as long as generation.
         together, decode_events = _burst_share(per_event)
         if together * 2 > decode_events and decode_s < BURST_WINDOW_SHARE * (t_last - result.t_send_ns) / 1e9:
-            out["flags"].append(BURST_DELIVERY.line(f"{together} of {decode_events} token events after the first "
+            out.flags.append(BURST_DELIVERY.line(f"{together} of {decode_events} token events after the first "
                                                     "arrived in one network read (a buffering proxy or server); "
                                                     "no speed is read from it"))
     lag = result.client_lag_s
     if lag is not None and decode_s > 0 and lag > max(HARNESS_LAG_SHARE * decode_s, HARNESS_LAG_FLOOR_S):
-        out["flags"].append(HARNESS_LAG.line(f"the client was away from the socket for {lag * 1e3:.2f} ms, "
+        out.flags.append(HARNESS_LAG.line(f"the client was away from the socket for {lag * 1e3:.2f} ms, "
                                              f"{lag / decode_s:.1%} of the decode window (its own work, another "
                                              "thread or the OS)"))
-    if out.get("decode_tps") is None and result.error is None:
+    if out.decode_tps is None and result.error is None:
         why = ("usage missing" if n is None else "one token event, no decode window" if len(per_event) == 1
                else "all token events arrived at once")
-        out["flags"].append(NO_RATE.line(why))
-    uncached = out["prompt_tokens"]
-    if uncached is not None and out["cached_tokens"]:
-        uncached -= out["cached_tokens"]
-    if uncached and uncached > 0 and out["ttft_s"]:
-        out["prefill_tps"] = uncached / out["ttft_s"]
+        out.flags.append(NO_RATE.line(why))
+    uncached = out.prompt_tokens
+    if uncached is not None and out.cached_tokens:
+        uncached -= out.cached_tokens
+    if uncached and uncached > 0 and out.ttft_s:
+        out.prefill_tps = uncached / out.ttft_s
     return out
 
 
@@ -235,10 +286,11 @@ def make_sample(arm: Arm, adapter: EngineAdapter, result: StreamResult, stats: S
     :param settings_mismatch: the engine runs with other settings than the arm asked for.
     """
     caps = adapter.capabilities
-    fields = account(result, caps.token_counts)
-    flags: list[str] = fields.pop("flags") + list(stats.flags)
+    stream = account(result, caps.token_counts)
+    flags: list[str] = stream.flags + list(stats.flags)
     sample = Sample(run_id=run_id, arm=arm.name, engine=adapter.name, prompt=prompt, mode=mode,
-                    rep=rep, pass_index=pass_index, started_at=started_at, **fields)
+                    rep=rep, pass_index=pass_index, started_at=started_at)
+    stream.apply(sample)
     sample.status = "error" if result.error else "ok"
     sample.error = result.error
     sample.server_completion_tokens = stats.completion_tokens

@@ -231,7 +231,7 @@ class ArmSession:
             body = build_request(self.arm, self.adapter, w, self.prompts[i % len(self.prompts)], mode,
                                  self.effective.model_id, min(w.max_tokens, 32))
             result = stream_chat(self.http, body, w.request_timeout_s, self.adapter.chunk_token_count)
-            record.decode_tps.append(account(result, self.adapter.capabilities.token_counts).get("decode_tps"))
+            record.decode_tps.append(account(result, self.adapter.capabilities.token_counts).decode_tps)
             record.requests += 1
             record.settled = _settled(record.decode_tps, w.warmup_settle)
 

@@ -21,7 +21,7 @@ from sse_fakes import SSE_HEAD, chunk, ev, normal_events, paced_client, serve
 from bakeoff.core.engine import client
 from bakeoff.core.engine.adapter import openai_model_id
 from bakeoff.core.engine.client import Event, StreamResult, bounded_get, record_stream, stream_chat
-from bakeoff.core.measure.definitions import account
+from bakeoff.core.measure.definitions import StreamAccount, account
 from bakeoff.engines.exllama import ExllamaAdapter
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.vllm import VllmAdapter
@@ -30,8 +30,8 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 VLLM_CAPTURE = FIXTURES / "vllm" / "chat_stream_spec_off_continuous_usage.sse"
 
 
-def _flags(fields: dict[str, Any], prefix: str) -> list[str]:
-    return [f for f in fields["flags"] if f.startswith(prefix)]
+def _flags(fields: StreamAccount, prefix: str) -> list[str]:
+    return [f for f in fields.flags if f.startswith(prefix)]
 
 
 def test_llamacpp_capture_without_per_chunk_counts_keeps_its_rate_and_says_why() -> None:
@@ -43,13 +43,13 @@ def test_llamacpp_capture_without_per_chunk_counts_keeps_its_rate_and_says_why()
     result = stream_chat(paced_client(body), {"messages": [], "max_tokens": 16}, 5, adapter.chunk_token_count)
     assert result.error is None
     fields = account(result, adapter.capabilities.token_counts)
-    assert fields["completion_tokens"] == 15
-    assert fields["token_events"] == 14  # text events; the stop token is not assumed one-per-event any more
-    assert fields["events"] == 17  # role chunk + 14 text chunks + finish chunk + usage chunk
-    assert fields["n_first"] == 1 and fields["n_first_source"] == "estimated"
-    assert fields["decode_tps"] is not None and fields["decode_tps"] > 0
-    assert _flags(fields, "chunk-counts-missing") and "n_first-estimated" in fields["flags"]
-    assert fields["cached_tokens"] == 37 and fields["prompt_tokens"] == 38
+    assert fields.completion_tokens == 15
+    assert fields.token_events == 14  # text events; the stop token is not assumed one-per-event any more
+    assert fields.events == 17  # role chunk + 14 text chunks + finish chunk + usage chunk
+    assert fields.n_first == 1 and fields.n_first_source == "estimated"
+    assert fields.decode_tps is not None and fields.decode_tps > 0
+    assert _flags(fields, "chunk-counts-missing") and "n_first-estimated" in fields.flags
+    assert fields.cached_tokens == 37 and fields.prompt_tokens == 38
     assert not _flags(fields, "burst-delivery") and not _flags(fields, "no-rate")
     assert result.final is not None and result.final["timings"]["predicted_n"] == 15
 
@@ -61,8 +61,8 @@ def test_vllm_behind_a_proxy_dropping_continuous_usage_falls_back_and_flags() ->
     body = (FIXTURES / "vllm" / "chat_stream_final_usage_only.sse").read_bytes()
     result = stream_chat(paced_client(body), {"max_tokens": 48}, 5, adapter.chunk_token_count)
     fields = account(result, adapter.capabilities.token_counts)
-    assert result.error is None and fields["completion_tokens"] == 48
-    assert fields["token_events"] > 40 and fields["decode_tps"] is not None
+    assert result.error is None and fields.completion_tokens == 48
+    assert fields.token_events > 40 and fields.decode_tps is not None
     assert _flags(fields, "chunk-counts-missing")
 
 
@@ -81,20 +81,21 @@ def _packed_stream() -> bytes:
 def test_packed_events_use_per_chunk_usage() -> None:
     result = stream_chat(paced_client(_packed_stream()), {}, timeout_s=5)
     fields = account(result, "usage_per_chunk")
-    assert fields["completion_tokens"] == 8
-    assert fields["token_events"] == 3
-    assert fields["max_tokens_per_event"] == 5
-    assert fields["n_first"] == 1 and fields["n_first_source"] == "usage"
-    assert fields["flags"] == []
+    assert fields.completion_tokens == 8
+    assert fields.token_events == 3
+    assert fields.max_tokens_per_event == 5
+    assert fields.n_first == 1 and fields.n_first_source == "usage"
+    assert fields.flags == []
     # decode counts tokens, an event-counting client counts events: 7 tokens vs 2 events after the first
-    assert fields["decode_tps"] / fields["event_count_decode_tps"] == pytest.approx(7 / 2)
+    assert fields.decode_tps is not None and fields.event_count_decode_tps is not None
+    assert fields.decode_tps / fields.event_count_decode_tps == pytest.approx(7 / 2)
 
 
 def test_real_vllm_capture_counts_usage_per_chunk() -> None:
     result = stream_chat(paced_client(VLLM_CAPTURE.read_bytes()), {}, timeout_s=5)
     fields = account(result, "usage_per_chunk")
-    assert fields["completion_tokens"] == result.usage["completion_tokens"]  # type: ignore[index]
-    assert fields["token_events"] <= fields["completion_tokens"]
+    assert fields.completion_tokens == result.usage["completion_tokens"]  # type: ignore[index]
+    assert fields.completion_tokens is not None and fields.token_events <= fields.completion_tokens
 
 
 def test_estimated_first_event_tokens_follow_the_first_events_share_of_the_text() -> None:
@@ -105,24 +106,24 @@ def test_estimated_first_event_tokens_follow_the_first_events_share_of_the_text(
     fields = account(result, ExllamaAdapter().capabilities.token_counts)
     first = result.events[0].content
     share = len(first) / len(result.text)
-    assert fields["n_first"] == round(59 * share) and fields["n_first"] > 20
-    assert fields["n_first_source"] == "estimated" and "n_first-estimated" in fields["flags"]
+    assert fields.n_first == round(59 * share) and fields.n_first > 20
+    assert fields.n_first_source == "estimated" and "n_first-estimated" in fields.flags
 
 
 def test_missing_usage_is_flagged_not_recounted() -> None:
     body = (b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
             b'data: {"choices":[{"delta":{"content":"y"}}]}\n\ndata: [DONE]\n\n')
     fields = account(stream_chat(paced_client(body), {}, timeout_s=5), "one_per_event")
-    assert fields["completion_tokens"] is None
-    assert "usage-missing" in fields["flags"] and "no-rate: usage missing" in fields["flags"]
-    assert "decode_tps" not in fields  # never silently re-counted from events
+    assert fields.completion_tokens is None
+    assert "usage-missing" in fields.flags and "no-rate: usage missing" in fields.flags
+    assert fields.decode_tps is None  # never silently re-counted from events
 
 
 def test_usage_disagreeing_with_events_is_flagged() -> None:
     body = (b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
             b'data: {"choices":[],"usage":{"completion_tokens":5,"prompt_tokens":1}}\n\ndata: [DONE]\n\n')
     fields = account(stream_chat(paced_client(body), {}, timeout_s=5), "one_per_event")
-    assert any(f.startswith("token-events-mismatch") for f in fields["flags"])
+    assert any(f.startswith("token-events-mismatch") for f in fields.flags)
 
 
 def test_http_error_and_malformed_sse_become_errors() -> None:
@@ -166,7 +167,7 @@ def test_malformed_payloads_become_flagged_error_samples(name: str) -> None:
     assert result.error is not None and result.error.startswith("malformed-payload: ")
     assert "malformed-payload" in result.flags
     fields = account(result, "final_usage_only")  # the accounting of an error sample must not raise either
-    assert fields["completion_tokens"] is None or abs(fields["completion_tokens"]) < 2 ** 53
+    assert fields.completion_tokens is None or abs(fields.completion_tokens) < 2 ** 53
 
 
 def test_an_unreadable_engine_count_is_a_malformed_payload() -> None:
@@ -206,8 +207,8 @@ def test_ids_comments_and_keepalives_are_valid_sse() -> None:
     body = b"retry: 10\nevent: message\n\n" + body.replace(b"\n\n", b"\r\n\r\n", 3)
     result = stream_chat(paced_client(body), {"max_tokens": 16}, 5)
     fields = account(result, "one_per_event")
-    assert result.error is None and fields["completion_tokens"] == 16 and fields["token_events"] == 16
-    assert fields["decode_tps"] is not None
+    assert result.error is None and fields.completion_tokens == 16 and fields.token_events == 16
+    assert fields.decode_tps is not None
 
 
 @pytest.mark.parametrize("body, kept", [(b"", "''"), (b'{"detail": "model not loaded"}\n\n', "model not loaded")])
@@ -315,7 +316,7 @@ def test_a_stream_delivered_at_once_is_flagged_burst(script: Any) -> None:
     with serve(script) as url, httpx.Client(base_url=url) as http:
         result = stream_chat(http, {"max_tokens": 16}, 5)
     fields = account(result, "final_usage_only")
-    assert result.error is None and fields["completion_tokens"] == 16
+    assert result.error is None and fields.completion_tokens == 16
     assert _flags(fields, "burst-delivery")
 
 
@@ -329,8 +330,9 @@ def test_a_paced_stream_is_not_a_burst() -> None:
     with serve(paced) as url, httpx.Client(base_url=url) as http:
         result = stream_chat(http, {"max_tokens": 16}, 5)
     fields = account(result, "one_per_event")
-    assert result.error is None and not _flags(fields, "burst-delivery") and fields["decode_tps"] > 0
-    assert fields["reads"] >= 16
+    assert result.error is None and not _flags(fields, "burst-delivery")
+    assert fields.decode_tps is not None and fields.decode_tps > 0
+    assert fields.reads >= 16
 
 
 def test_a_silent_server_times_out_as_a_stall() -> None:
@@ -364,11 +366,11 @@ def test_chunked_framing_is_undone_after_the_stream_and_events_keep_their_arriva
     with serve(script) as url, httpx.Client(base_url=url) as http:
         result = stream_chat(http, {"max_tokens": 4}, 5)
     fields = account(result, "one_per_event")
-    assert result.error is None and fields["completion_tokens"] == 4 and fields["token_events"] == 4
+    assert result.error is None and fields.completion_tokens == 4 and fields.token_events == 4
     first, second = result.events[0].t_ns, result.events[1].t_ns
     assert second - first >= 0.2e9  # stamped by the read that completed it
     assert result.events[2].read == result.events[1].read  # the rest arrived in that same read
-    assert fields["client_cpu_s"] is not None and fields["client_lag_s"] is not None
+    assert fields.client_cpu_s is not None and fields.client_lag_s is not None
 
 
 def test_the_garbage_collector_is_paused_while_any_stream_is_timed() -> None:
@@ -395,9 +397,9 @@ def test_a_reader_kept_away_from_the_socket_flags_the_sample() -> None:
     result = StreamResult(t_send_ns=0, t_done_ns=t0 + 20_000_000, events=events, text="x" * 11,
                           usage={"completion_tokens": 11}, client_lag_s=0.0005)
     fields = account(result, "one_per_event")
-    assert any(f.startswith("harness-lag: ") for f in fields["flags"]) and fields["decode_tps"] is not None
+    assert any(f.startswith("harness-lag: ") for f in fields.flags) and fields.decode_tps is not None
     result.client_lag_s = 0.00005
-    assert not any(f.startswith("harness-lag") for f in account(result, "one_per_event")["flags"])
+    assert not any(f.startswith("harness-lag") for f in account(result, "one_per_event").flags)
 
 
 def test_a_speculative_engine_writing_accepted_drafts_back_to_back_is_not_a_burst() -> None:
@@ -411,7 +413,7 @@ def test_a_speculative_engine_writing_accepted_drafts_back_to_back_is_not_a_burs
     result = StreamResult(t_send_ns=0, t_done_ns=t0 + 400_000_000, events=events, text="x" * 64,
                           usage={"completion_tokens": 64})
     fields = account(result, "one_per_event")
-    assert not _flags(fields, "burst-delivery") and fields["decode_tps"] == pytest.approx(63 / 0.3)
+    assert not _flags(fields, "burst-delivery") and fields.decode_tps == pytest.approx(63 / 0.3)
 
 
 def test_a_long_accepted_draft_arriving_in_one_read_is_not_a_burst() -> None:
@@ -423,7 +425,7 @@ def test_a_long_accepted_draft_arriving_in_one_read_is_not_a_burst() -> None:
     result = StreamResult(t_send_ns=900_000_000, t_done_ns=4_100_000_000, events=events, text="x" * 64,
                           usage={"completion_tokens": 64})
     fields = account(result, "one_per_event")
-    assert not _flags(fields, "burst-delivery") and fields["decode_tps"] == pytest.approx(63 / 3.0)
+    assert not _flags(fields, "burst-delivery") and fields.decode_tps == pytest.approx(63 / 3.0)
 
 
 def test_tokens_that_came_in_the_first_read_are_before_the_decode_window() -> None:
@@ -436,13 +438,13 @@ def test_tokens_that_came_in_the_first_read_are_before_the_decode_window() -> No
     result = StreamResult(t_send_ns=0, t_done_ns=t0 + 20 * gap, events=events, text="x" * 20,
                           usage={"completion_tokens": 100})
     fields = account(result, "usage_per_chunk")
-    assert fields["n_first"] == 20 and fields["decode_tps"] == pytest.approx(5000)
+    assert fields.n_first == 20 and fields.decode_tps == pytest.approx(5000)
     # the same stream, one token per event: the first read's events are counted out the same way
     for e in events:
         e.count = None
     result.usage = {"completion_tokens": 20}
     fields = account(result, "one_per_event")
-    assert fields["n_first"] == 4 and fields["decode_tps"] == pytest.approx(1000)
+    assert fields.n_first == 4 and fields.decode_tps == pytest.approx(1000)
 
 
 class _LateReader:
@@ -487,7 +489,7 @@ def test_a_reader_late_to_the_socket_keeps_the_kernels_arrival_time(monkeypatch:
     token_events = [e for e in result.events if e.content]
     window_s = (token_events[-1].t_ns - token_events[0].t_ns) / 1e9
     assert window_s >= 0.39  # the server's pause; a user-clock stamp would give about 0.2 s
-    assert account(result, "one_per_event")["arrival_clock"] == "kernel"
+    assert account(result, "one_per_event").arrival_clock == "kernel"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel receive timestamps are Linux's")

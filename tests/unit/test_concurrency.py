@@ -163,9 +163,9 @@ def test_runner_pads_to_depth_and_flags_what_did_not_happen() -> None:
     info = runner.prepare(body, point)
     assert info is not None and Fake().count_prompt_tokens(runner.http, body["messages"]) == 300
     result = StreamResult(t_send_ns=0, t_done_ns=1, usage={"completion_tokens": 40, "prompt_tokens": 299})
+    stream = account(result, "one_per_event")
     sample = Sample(arm="arm", engine="fake", prompt="a", mode="greedy", rep=0,
-                    **{k: v for k, v in account(result, "one_per_event").items()
-                       if k in ("completion_tokens", "prompt_tokens")})
+                    completion_tokens=stream.completion_tokens, prompt_tokens=stream.prompt_tokens)
     runner.finish(sample, point, body, result, info)
     assert (sample.depth, sample.max_tokens, sample.concurrency) == (300, 64, None)
     assert "depth-mismatch: usage.prompt_tokens 299, target 300" in sample.flags

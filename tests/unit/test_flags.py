@@ -152,7 +152,7 @@ def test_every_flag_the_client_and_accounting_write_on_hostile_streams_is_declar
     for mode in sorted(set(CHAT_MODES) - SLOW):
         result = _stream(hostile_server.url(mode))
         for counts in ("final_usage_only", "engine_per_chunk", "one_per_event"):
-            for line in account(result, counts)["flags"]:
+            for line in account(result, counts).flags:
                 seen.setdefault(line, mode)
     unknown = {line: mode for line, mode in seen.items() if F.flag_name(line) not in F.FLAGS}
     assert not unknown, unknown

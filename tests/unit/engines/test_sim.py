@@ -15,7 +15,7 @@ from bakeoff.core import EngineLog, build_launch
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.schema import Arm
 from bakeoff.core.engine.client import stream_chat
-from bakeoff.core.measure.definitions import account
+from bakeoff.core.measure.definitions import StreamAccount, account
 from bakeoff.engines.sim import SERVER, SimAdapter, SimOptions
 from bakeoff.engines.sim.server import DEFAULTS, stream_actions
 
@@ -44,7 +44,7 @@ def _client(body: bytes) -> httpx.Client:
     return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://sim")
 
 
-def _account(behaviour: dict[str, Any], max_tokens: int = 10) -> tuple[Any, dict[str, Any]]:
+def _account(behaviour: dict[str, Any], max_tokens: int = 10) -> tuple[Any, StreamAccount]:
     result = stream_chat(_client(_body(behaviour, max_tokens=max_tokens)), {}, timeout_s=5)
     caps = SimAdapter.capabilities
     return result, account(result, caps.token_counts)
@@ -166,7 +166,7 @@ def test_stall_pauses_then_the_stream_carries_on() -> None:
 def test_good_stream_accounts_cleanly() -> None:
     result, fields = _account({})
     assert result.error is None
-    assert fields["completion_tokens"] == 10 and fields["token_events"] == 10 and fields["flags"] == []
+    assert fields.completion_tokens == 10 and fields.token_events == 10 and fields.flags == []
     assert result.final is not None
     assert SimAdapter().server_stats(_client(b""), result.final, None, EngineLog("")).completion_tokens == 10
 
@@ -174,25 +174,25 @@ def test_good_stream_accounts_cleanly() -> None:
 def test_malformed_sse_is_an_error_sample_flagged() -> None:
     result, fields = _account({"fault": "malformed", "fault_after_tokens": 2})
     assert result.error is not None and "malformed SSE" in result.error
-    assert "malformed-sse" in fields["flags"]
+    assert "malformed-sse" in fields.flags
 
 
 def test_missing_usage_is_flagged_and_never_recounted_from_events() -> None:
     result, fields = _account({"usage": "missing"})
     assert result.error is None
-    assert fields["completion_tokens"] is None and fields["usage_present"] is False
-    assert "usage-missing" in fields["flags"]
-    assert "decode_tps" not in fields  # no rate without the true count
+    assert fields.completion_tokens is None and fields.usage_present is False
+    assert "usage-missing" in fields.flags
+    assert fields.decode_tps is None  # no rate without the true count
     assert SimAdapter().server_stats(_client(b""), result.final, None, EngineLog("")).completion_tokens == 10
 
 
 def test_wrong_usage_disagrees_with_the_events_and_is_flagged() -> None:
     _, fields = _account({"usage": "wrong", "usage_offset": 3})
-    assert fields["completion_tokens"] == 13
-    assert any(f.startswith("token-events-mismatch") for f in fields["flags"])
+    assert fields.completion_tokens == 13
+    assert any(f.startswith("token-events-mismatch") for f in fields.flags)
 
 
 def test_packed_events_from_an_engine_claiming_one_per_event_are_flagged() -> None:
     _, fields = _account({"tokens_per_event": 4})
-    assert fields["completion_tokens"] == 10  # N still from usage
-    assert any(f.startswith("token-events-mismatch: events carry 3 tokens, usage says 10") for f in fields["flags"])
+    assert fields.completion_tokens == 10  # N still from usage
+    assert any(f.startswith("token-events-mismatch: events carry 3 tokens, usage says 10") for f in fields.flags)

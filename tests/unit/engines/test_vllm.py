@@ -29,7 +29,7 @@ from bakeoff.core.engine.adapter import check_arm_capabilities, read_effective
 from bakeoff.core.engine.client import stream_chat
 from bakeoff.core.engine.metrics import parse_metrics
 from bakeoff.core.engine.models import cache_root
-from bakeoff.core.measure.definitions import account, make_sample, request_fields
+from bakeoff.core.measure.definitions import StreamAccount, account, make_sample, request_fields
 from bakeoff.core.results.sample import Sample
 from bakeoff.engines.vllm import install as vllm_install
 from bakeoff.engines.vllm.adapter import M_DRAFTS, M_PER_POS, VllmAdapter, acceptance_from_metrics, speculative_config
@@ -374,7 +374,7 @@ def test_garbage_model_listings_are_named_not_a_traceback(models: str, problem: 
     assert eff.mismatches == [problem] and eff.raw == {}
 
 
-def stream(sse_file: str) -> dict[str, Any]:
+def stream(sse_file: str) -> StreamAccount:
     http = server({"/v1/chat/completions": (FIX / sse_file).read_bytes()})
     result = stream_chat(http, {"stream": True}, 10)
     return account(result, adapter.capabilities.token_counts)
@@ -382,15 +382,16 @@ def stream(sse_file: str) -> dict[str, Any]:
 
 def test_packed_events_are_counted_as_tokens_not_events() -> None:
     acc = stream("chat_stream_ngram_per_request_metrics.sse")
-    assert acc["completion_tokens"] == 256 and acc["flags"] == []
-    assert acc["max_tokens_per_event"] == 5 and acc["token_events"] == 126 and acc["n_first"] == 1
+    assert acc.completion_tokens == 256 and acc.flags == []
+    assert acc.max_tokens_per_event == 5 and acc.token_events == 126 and acc.n_first == 1
     # an event-counting client sees 125 steps where 255 tokens arrived: its rate is low by 255/125
-    assert acc["decode_tps"] / acc["event_count_decode_tps"] == pytest.approx(255 / 125)
+    assert acc.decode_tps is not None and acc.event_count_decode_tps is not None
+    assert acc.decode_tps / acc.event_count_decode_tps == pytest.approx(255 / 125)
 
 
 def test_spec_off_stream_is_one_token_per_event_even_with_empty_chunks() -> None:
     acc = stream("chat_stream_spec_off_continuous_usage.sse")
-    assert acc["completion_tokens"] == 48 == acc["token_events"] and acc["max_tokens_per_event"] == 1
+    assert acc.completion_tokens == 48 == acc.token_events and acc.max_tokens_per_event == 1
 
 
 def test_request_fields_and_stream_options() -> None:
