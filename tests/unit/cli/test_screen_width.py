@@ -102,8 +102,9 @@ def test_a_table_that_cannot_fit_prints_as_records_and_one_that_can_keeps_its_wo
 
 def _sim_demo() -> str:
     """The demo's own file (bakeoff.engines/demo.yaml: its prompts, reps, passes and warm-up) on the sim engine."""
-    import yaml
     from importlib.resources import files
+
+    import yaml
 
     demo = yaml.safe_load(files("bakeoff.engines").joinpath("demo.yaml").read_text())
     for arm, itl in zip(demo["arms"], (2, 1), strict=True):

@@ -121,7 +121,7 @@ def test_titles_and_legends_do_not_overlap() -> None:
     fig = decision_map_figure(_narrow_map())
     assert fig is not None
     fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    renderer = fig.canvas.get_renderer()
     titles = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_images()]
     assert not any(_overlap(a, b) for k, a in enumerate(titles) for b in titles[k + 1:]), titles
     texts = [fig._suptitle, fig._supxlabel, *(ax.title for ax in fig.axes if ax.get_images())]
