@@ -35,6 +35,8 @@ def print_check(result: CheckResult, out: Console) -> None:
             size += f" (open loop at {', '.join(f'{r:g}' for r in w.arrival.rates)} req/s)"
     out.print(f"[bold]{escape(result.source)}[/bold]: {escape(size)}; "
               f"{result.engine_starts} engine start(s) per pass")
+    for line in result.command:
+        out.print(escape(line))
     width = max((len(a.name) for a in result.arms), default=3)
     engine_width = max((len(a.engine) for a in result.arms), default=6)
     for a in result.arms:

@@ -17,7 +17,7 @@ console = make_console()
 
 def export_command(
     run_dir: Path = typer.Argument(help="A run directory made by `bakeoff run`"),
-    fmt: str = typer.Option("csv", "--format", "-f", help="csv, parquet (pip install -e '.\\[parquet]'), jsonl, "
+    fmt: str = typer.Option("csv", "--format", "-f", help="csv, parquet (pip install -e '.\\[analysis]'), jsonl, "
                             "or community (the community table as markdown, with machine, build and fingerprint)"),
     out: Path | None = typer.Option(None, "--out", help="Directory for the files (default: RUN_DIR/export)"),
 ) -> None:

@@ -1,7 +1,15 @@
-"""``bakeoff report RUN_DIR``: tables with intervals and verdicts, and the report files of a run directory."""
+"""``bakeoff report RUN_DIR``: tables with intervals and verdicts, and the report files of a run directory.
+
+The files go into RUN_DIR/report, unless ``--out`` names another directory or the run is not the user's to write
+into: a run committed to a git checkout (``evidence/``, which the README points at) or a read-only one gets a new
+temporary directory, named, so reading a committed run never leaves files in the checkout.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 import typer
@@ -14,6 +22,7 @@ from .running import TABLES_HELP
 __all__ = ["report_command"]
 
 console = make_console()
+notes = make_console(stderr=True)  # beside --json's or --markdown's stdout, which must stay whole
 
 
 def report_command(
@@ -37,6 +46,8 @@ def report_command(
     Works on a finished or interrupted run: 95 % intervals and verdicts in the terminal; markdown, JSON, PNG/SVG
     plots and one HTML file in RUN_DIR/report or --out. Nothing else in RUN_DIR is written."""
     require_run_dir(run_dir)
+    if not no_files and files_dir is None:
+        files_dir = _elsewhere(run_dir)
     if markdown or json_out:
         summary = summarize_run(run_dir, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load,
                                 baseline=baseline)
@@ -46,3 +57,27 @@ def report_command(
         return
     print_run(run_dir, console, write=not no_files, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load,
               files_dir=files_dir, baseline=baseline, tables=tables)
+
+
+def committed(run_dir: Path) -> bool:
+    """Whether the run's record is tracked by git: a run of the checkout (evidence), not one the user made."""
+    try:
+        done = subprocess.run(["git", "-C", str(run_dir), "ls-files", "--error-unmatch", "run.json"],
+                              capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):  # no git here: nothing can be committed
+        return False
+    return done.returncode == 0
+
+
+def _elsewhere(run_dir: Path) -> Path | None:
+    """A new temporary directory for the report files of a run that is not the user's to write into, or None."""
+    if committed(run_dir):
+        why = "the run is committed to git"
+    elif not os.access(run_dir, os.W_OK):
+        why = "the run directory is read-only"
+    else:
+        return None
+    out = Path(tempfile.mkdtemp(prefix=f"bakeoff-report-{run_dir.resolve().name}-"))
+    notes.print(f"{why}, so its report files go to a new temporary directory (--out names another)",
+                highlight=False)
+    return out

@@ -32,7 +32,7 @@ from ..run.session import StopSignal, check_stopping_rule, run_bakeoff
 from .boundary import name_run_dir
 from .console import make_console
 from .exit_codes import ExitCode, run_outcome
-from .progress import run_progress
+from .progress import Pace, run_progress, sample_done
 
 __all__ = ["TABLES_HELP", "execute", "finish", "percent", "progress_events", "run_loaded",
            "stop_signals_as_interrupt"]
@@ -78,11 +78,13 @@ def progress_events() -> tuple[Progress, ProtocolEvents]:
     """The progress bar (started once the run directory exists) and the run's events drawn on it."""
     # The bar appears once the run directory exists: a file refused before that is one error line, nothing more.
     progress = run_progress(console)  # a bar on a terminal, plain lines in a log
-    task = progress.add_task("starting", total=0)
+    task = progress.add_task("starting", total=0, rate="", eta="")
+    pace = Pace()  # the arm's live decode rate and the ETA
 
     def started(run: RunDir, total: int, done: int) -> None:
         progress.console.print(f"run directory: [bold]{run.path}[/bold]")
         progress.update(task, total=total, completed=done)
+        pace.start()
         progress.start()
 
     def warn(msg: str) -> None:
@@ -95,7 +97,7 @@ def progress_events() -> tuple[Progress, ProtocolEvents]:
         on_arm_start=lambda arm, p: progress.update(task, description=f"{arm} (pass {p + 1}): starting"),
         on_arm_ready=lambda arm, eff, boot: progress.update(
             task, description=f"{arm}: measuring" + (f" (boot {boot:.1f} s)" if boot else "")),
-        on_sample=lambda sample: progress.advance(task),
+        on_sample=lambda sample: sample_done(progress, task, pace, sample.arm, sample.decode_tps),
         on_arm_failed=lambda arm, why: progress.console.print(
             f"[red]{'failed' if why.startswith(f'arm {arm!r}') else f'arm {arm} failed'}:[/red] {why}",
             highlight=False),

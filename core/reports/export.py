@@ -18,7 +18,8 @@ And **community**: the community table the reports print (arm, overall median, m
 acceptance, vs baseline) with the machine, the engine build and the fingerprint added to each row, as
 markdown to paste.
 
-CSV and JSON lines need nothing beyond bakeoff; Parquet needs pyarrow (``pip install -e '.[parquet]'`` in a checkout).
+CSV and JSON lines need nothing beyond bakeoff; Parquet needs pyarrow (``pip install -e '.[analysis]'`` in a
+checkout: pyarrow and pandas).
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def _parquet_table(rows: Sequence[Row], columns: list[str]) -> Any:
     try:
         import pyarrow as pa
     except ImportError:
-        raise ConfigError("--format parquet needs pyarrow: pip install -e '.[parquet]' in the bakeoff checkout "
+        raise ConfigError("--format parquet needs pyarrow: pip install -e '.[analysis]' in the bakeoff checkout "
                           "(or use --format csv or jsonl, which need nothing more)") from None
     data: dict[str, list[Any]] = {c: [r.get(c) for r in rows] for c in columns}
     for name, values in data.items():  # a column mixing kinds (a swept value: 2, 'mod') is kept as text

@@ -36,7 +36,7 @@ from ..analysis.stats import LEVEL, N_BOOT, Comparison, unpaired_ratio, verdict
 from ..common.errors import BundleError
 from ..config.fingerprint import fingerprint_differences
 from ..host.rig import hardware_differences, hardware_key
-from ..results.bundle import BundleManifest, Verified, extract_bundle, verify_bundle
+from ..results.bundle import BundleManifest, Verified, extract_bundle, home_relative, verify_bundle
 from ..results.sample import Sample
 from ..results.store import read_samples
 from .markdown import markdown_table, render_markdown
@@ -202,8 +202,9 @@ def _hardware_comparisons(opened: Sequence[_Opened], *, n_boot: int, level: floa
                     continue
                 diff = fingerprint_differences(oa.manifest.fingerprints[a].canonical,
                                                ob.manifest.fingerprints[b].canonical)
-                notes.append(f"{a}@{oa.label} and {b}@{ob.label}: different configurations, not compared across "
-                             f"bundles ({'; '.join(diff[:4])}{'; …' if len(diff) > 4 else ''})")
+                notes.append(home_relative(f"{a}@{oa.label} and {b}@{ob.label}: different configurations, not "
+                                           f"compared across bundles ({'; '.join(diff[:4])}"
+                                           f"{'; …' if len(diff) > 4 else ''})"))
     for o in opened:
         if not o.manifest.fingerprints:
             notes.append(f"{o.label}: its run recorded no configuration fingerprints (made before them): its arms "
@@ -236,7 +237,9 @@ def _build_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
     if va != vb:
         return f"engine build {va} → {vb}"
     pa, pb = (a.get("binary") or {}).get("path"), (b.get("binary") or {}).get("path")
-    return f"engine binary {pa} → {pb} (same version {va})" if pa and pb and pa != pb else ""
+    if not (pa and pb and pa != pb):
+        return ""
+    return f"engine binary {home_relative(pa)} → {home_relative(pb)} (same version {va})"  # no one's home named
 
 
 def merge_bundles(bundles: Sequence[Path], workdir: Path, *, labels: Sequence[str] = (), n_boot: int = N_BOOT,

@@ -41,6 +41,14 @@ def _legend(ax: Any, **kwargs: Any) -> None:
         ax.legend(**kwargs)
 
 
+def _legend_below(fig: Any, ax: Any, ncols: int) -> None:
+    """The legend under the axes, outside them, where constrained layout makes room for it: above, it covered
+    the title (USER-3 #7)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, fontsize=8, ncols=max(1, ncols), loc="outside lower center", frameon=False)
+
+
 def fit_title(ax: Any, text: str) -> None:
     """Set ``ax``'s title, wrapped onto more lines until the rendered text fits the figure's width (a long run
     name used to run off the image)."""
@@ -80,8 +88,7 @@ def decode_figure(s: RunSummary) -> Figure:
     ax.set_xticks(range(len(groups)), groups)
     ax.set_ylabel("decode tok/s (median)")
     fit_title(ax, f"{s.name}: decode rate per arm and prompt, {s.bootstrap.level:.0%} bootstrap intervals")
-    _legend(ax, fontsize=8, ncols=min(4, len(s.arms) + 1), loc="lower center", bbox_to_anchor=(0.5, 1.08),
-            frameon=False)
+    _legend_below(fig, ax, min(4, len(s.arms) + 1))
     ax.grid(axis="y", lw=0.3)
     return fig
 
@@ -201,8 +208,7 @@ def gpu_figure(s: RunSummary, samples: Sequence[Sample]) -> Figure | None:
         ax.grid(lw=0.3)
     axes[-1].set_xlabel("seconds since the first timed request (one point per request)")
     axes[0].set_title("GPU power, clock and temperature per request")
-    _legend(axes[0], fontsize=7, ncols=min(4, len(s.arms)), loc="lower center", bbox_to_anchor=(0.5, 1.15),
-            frameon=False)
+    _legend_below(fig, axes[0], min(4, len(s.arms)))
     return fig
 
 
@@ -256,8 +262,7 @@ def load_figure(s: RunSummary) -> Figure | None:
         ax.set_title("closed loop: streams at each point" if kind == "streams" else "open loop: req/s at each point",
                      fontsize=9)
         ax.grid(lw=0.3)
-    _legend(axes[0], fontsize=8, ncols=min(4, len(arms)), loc="lower center", bbox_to_anchor=(0.5, 1.08),
-            frameon=False)
+    _legend_below(fig, axes[0], min(4, len(arms)))
     fig.suptitle(f"{s.name}: per-user vs aggregate throughput (ringed: the Pareto frontier)", fontsize=9)
     return fig
 

@@ -9,7 +9,9 @@ it (core/host/rig.py; recorded in run.json when the run started).
 Left out: the SQLite index (a copy of samples.jsonl, rebuilt by any reader) and anything that is not a
 regular file. Secrets stay out as everywhere: every text file is passed through the masking bakeoff applies
 when it writes (core/common/redact.py), with the keys named by ``api_key_env`` read from this environment, and
-a file that changed on the way is named in ``manifest.masked``.
+a file that changed on the way is named in ``manifest.masked``. Home directories are written as ``~``
+(:func:`home_relative`: this user's, and any ``/home/NAME``, ``/Users/NAME`` or ``/root``), so a bundle does not
+say whose account ran it, or where on that machine its engines and models live beyond the home.
 
 :func:`verify_bundle` checks that the archive holds only ``manifest.json`` and ``run/`` files, every listed
 file with its hash and size and no other, that run.json reads and names the manifest's run, that every sample
@@ -26,6 +28,7 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import tarfile
 import time
 import zlib
@@ -47,7 +50,7 @@ from .sample_lines import parse_sample
 from .store import RunDir
 
 __all__ = ["BUNDLE_SCHEMA", "MANIFEST", "BundleManifest", "FileEntry", "Verified", "arm_builds", "bundle_run",
-           "extract_bundle", "verify_bundle"]
+           "extract_bundle", "home_relative", "verify_bundle"]
 
 BUNDLE_SCHEMA = 1
 MANIFEST = "manifest.json"
@@ -182,10 +185,23 @@ def _is_text(data: bytes) -> bool:
     return True
 
 
+# a home directory as a path segment: not inside a longer name, not a later segment of another path
+_HOMES = re.compile(r"(?<![\w.~/-])(?:/home/[^/\s\"':]+|/Users/[^/\s\"':]+|/root)(?![\w.-])")
+
+
+def home_relative(text: str) -> str:
+    """``text`` with home-directory paths written from ``~``: this user's home, whatever it is, and the usual
+    homes of any machine (``/home/NAME``, ``/Users/NAME``, ``/root``), as a bundle from elsewhere holds them."""
+    home = str(Path.home())
+    if home.strip("/"):
+        text = re.sub(r"(?<![\w.~/-])" + re.escape(home) + r"(?![\w.-])", "~", text)
+    return _HOMES.sub("~", text)
+
+
 def _masked(data: bytes, redactor: Redactor) -> bytes:
     if not _is_text(data):
         return data
-    return redactor.text(data.decode("utf-8")).encode("utf-8")
+    return home_relative(redactor.text(data.decode("utf-8"))).encode("utf-8")
 
 
 def bundle_run(run_path: Path, target: Path) -> tuple[Path, str, BundleManifest]:

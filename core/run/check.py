@@ -6,7 +6,11 @@ named, not made. Every arm is validated against its adapter (its ``options:``, t
 the workload against the arms (prompts, depths, concurrency, phases, live service). What the machine lacks is
 collected per arm with the command that provides it — the engine (the adapter's
 :meth:`~bakeoff.core.engine.adapter.EngineAdapter.missing`), a plugin, model files, Docker, an API key — and is
-a warning, not an error: the file is fine, the machine is not ready yet.
+a warning, not an error: the file is fine, the machine is not ready yet. What the run itself would refuse is an
+error here, said in the run's words by the run's own checks: a model path naming no file, a structured kind or
+a sessions workload the engine cannot take, a fixed port another process holds, and for ``gate:`` and ``tune:``
+files what those commands refuse; for those files the plan is the command's (the gate's two arms and passes, the
+tune race's arms, budget and verification).
 """
 
 from __future__ import annotations
@@ -23,16 +27,19 @@ from ..config.builtin_models import BUILTIN_MODELS
 from ..config.calibration import expand_calibration, plan_points
 from ..config.checks import check_live_config, check_phases_config
 from ..config.loader import load_bakeoff
+from ..config.prompts import resolve_prompts
 from ..config.schema import Arm, BakeoffFile
-from ..config.tune import race_config, tune_arms
-from ..engine.adapter import EngineAdapter, check_arm_capabilities
-from ..engine.models import builtin_cached
+from ..config.tune import race_config, tune_arms, verify_config
+from ..engine.adapter import EngineAdapter, check_arm_capabilities, check_structured
+from ..engine.models import builtin_cached, resolve_model
 from ..engine.registry import KNOWN_PLUGINS, load_engine
 from ..measure.points import request_factors, samples_expected
+from .gate import gate_config
 from .plan import (
     check_depths_before_launch,
     check_levels_before_launch,
     effective_workload,
+    fixed_port_taken,
     refuse_ineffective_arms,
     server_key,
     stateful_warning,
@@ -85,6 +92,7 @@ class CheckResult:
     shape: RequestShape | None  # the factors of ``requests`` (None: phase runs)
     engine_starts: int  # per pass
     calibration: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)  # what `bakeoff tune` / `bakeoff gate` would do with the file
     errors: list[str] = field(default_factory=list)
     lacks: list[Lack] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -117,9 +125,19 @@ def check_config(config: BakeoffFile, source: str) -> CheckResult:
         config = expand_calibration(config, source, synth=_on_paper)
     except BakeoffError as exc:
         errors.append(str(exc))
+    command: list[str] = []
     if config.tune is not None:  # the race's arms: the baseline, the fixed and the generated candidates
         try:
-            config = race_config(config, tune_arms(config, source))
+            arms = tune_arms(config, source)
+            command = _tune_plan(config, arms)
+            config = race_config(config, arms)
+        except BakeoffError as exc:
+            errors.append(str(exc))
+    elif config.gate is not None:  # the gate's two arms and passes, refused as `bakeoff gate` refuses them
+        try:
+            gated, gate, gate_notes = gate_config(config)
+            command = [*gate_notes, _gate_plan(gated, gate)]
+            config = gated
         except BakeoffError as exc:
             errors.append(str(exc))
     adapters: dict[str, EngineAdapter] = {}
@@ -133,8 +151,22 @@ def check_config(config: BakeoffFile, source: str) -> CheckResult:
                 check_arm_capabilities(adapter, arm)
             except BakeoffError as exc:
                 errors.append(str(exc))
+        errors.extend(_missing_models(arm))
         for what, fix in _machine(arm, adapter):
             lacks.setdefault((what, fix), []).append(arm.name)
+    structured = [p.structured for p in resolve_prompts(config.workload) if p.structured]
+    for arm in config.arms:  # the run's own refusals (plan_run's), each said as the run says it
+        adapter = adapters.get(arm.name)
+        if adapter is None:
+            continue
+        try:
+            if config.workload.sessions is not None and (problem := adapter.sessions_problem(arm)):
+                errors.append(f"arm {arm.name!r}: {problem}")
+            check_structured(adapter, arm, structured)
+        except BakeoffError as exc:
+            errors.append(str(exc))
+        if (taken := fixed_port_taken(adapter, arm)) is not None:
+            errors.append(taken)
     known = config.model_copy(update={"arms": [a for a in config.arms if a.name in adapters]})
     checks: list[Callable[[], None]] = [lambda: check_depths_before_launch(known, adapters),
                                          lambda: check_levels_before_launch(config),
@@ -160,7 +192,7 @@ def check_config(config: BakeoffFile, source: str) -> CheckResult:
                        requests=config.workload.passes * len(config.arms) * (shape.per_pass if shape else 0),
                        prompts=_prompt_count(config), shape=shape,
                        engine_starts=starts,
-                       calibration=calibration, errors=errors,
+                       calibration=calibration, command=command, errors=errors,
                        lacks=_merged(lacks), notes=notes)
 
 
@@ -203,14 +235,8 @@ def _machine(arm: Arm, adapter: EngineAdapter | None) -> list[tuple[str, str]]:
     if arm.launch in ("docker", "compose") and not (shutil.which("docker") or os.environ.get("BAKEOFF_COMPOSE")):
         out.append(("Docker is not installed (launch: " + arm.launch + ")",
                     "install Docker Engine and its compose plugin"))
-    for key, value in (("model", arm.model), ("speculative.draft_model", arm.speculative.draft_model)):
-        if value is None or value.endswith(SYNTHESIZED):
-            continue
-        if value in BUILTIN_MODELS:
-            continue  # downloaded on first use (a note, not a lack)
-        if _is_path(value) and not Path(value).expanduser().exists():
-            out.append((f"{key} {value} does not exist",
-                        f"put the model there, or correct {key} (a relative path is read from the file's folder)"))
+    # a built-in model is downloaded on first use (a note, not a lack); a model path naming no file is an error
+    # (_missing_models), as the run refuses it
     if adapter is None:
         return out
     try:
@@ -220,6 +246,50 @@ def _machine(arm: Arm, adapter: EngineAdapter | None) -> list[tuple[str, str]]:
             return out
         out.append((str(exc), "see `bakeoff engines`"))
     return out
+
+
+def _missing_models(arm: Arm) -> list[str]:
+    """A launched arm's model path that names no file: the run refuses it (the adapter's preflight resolves it
+    with :func:`~bakeoff.core.engine.models.resolve_model`), so it is an error here, in the run's words."""
+    if arm.attached:
+        return []
+    out = []
+    for value in (arm.model, arm.speculative.draft_model):
+        if value is None or value.endswith(SYNTHESIZED) or value in BUILTIN_MODELS or not _is_path(value):
+            continue
+        try:
+            resolve_model(value)
+        except BakeoffError as exc:
+            out.append(f"arm {arm.name!r}: {exc} (a relative path is read from the file's folder)")
+    return out
+
+
+def _tune_plan(config: BakeoffFile, arms: Any) -> list[str]:
+    """What ``bakeoff tune`` does with the file: the race (its arms, budget and passes), then the verification."""
+    tune = config.tune
+    assert tune is not None
+    candidates = [a.name for a in arms.candidates]
+    lines = [f"tune: races {len(candidates)} candidate(s) ({', '.join(candidates)}) against {arms.baseline.name} "
+             f"within tune.budget_s {tune.budget_s:g} s: pass after pass, at most tune.max_passes "
+             f"{tune.max_passes}; a candidate shown slower or equivalent drops out, and the race stops once one is "
+             "named or the budget is spent (the count below is the race's first pass)"]
+    verify = verify_config(config, [arms.baseline, *arms.candidates[:2]])
+    shape = _shape(verify)
+    if shape is not None:
+        requests = len(verify.arms) * tune.verify_passes * shape.per_pass
+        lines.append(f"tune: then verifies the named setting, the runner-up and {arms.baseline.name} at "
+                     f"{'+'.join(map(str, tune.verify_streams))} streams (tune.verify_streams) over "
+                     f"tune.verify_passes {tune.verify_passes} passes: {requests} timed requests (--no-verify "
+                     "skips it)")
+    return lines
+
+
+def _gate_plan(config: BakeoffFile, gate: Any) -> str:
+    """What ``bakeoff gate`` does with the file: its two builds, passes and verdict rule."""
+    w = config.workload
+    return (f"gate: {gate.candidate} against {gate.reference}, {w.passes} interleaved passes, one more while "
+            f"the verdict is inconclusive up to gate.max_passes {gate.max_passes}; exit 0 passed (a slowdown beyond "
+            f"{gate.max_slowdown:.1%} excluded), 1 failed, 6 inconclusive")
 
 
 def _on_this_machine(config: BakeoffFile) -> bool:

@@ -39,6 +39,7 @@ from ..engine.adapter import (
 )
 from ..engine.fingerprint import arm_fingerprint
 from ..engine.hardware import hardware_record
+from ..engine.launcher import port_is_free
 from ..engine.registry import load_engine
 from ..host.hostinfo import host_info
 from ..measure.depth import refused_depths
@@ -47,7 +48,7 @@ from ..results.record import EngineRecord, RunRecord, ToolInfo
 
 __all__ = ["PlannedArm", "Plan", "plan_run", "add_pass", "plan_warnings", "run_record", "effective_workload",
            "server_key", "order_for_sharing", "refuse_ineffective_arms", "check_depths_before_launch",
-           "check_levels_before_launch", "stateful_warning"]
+           "check_levels_before_launch", "stateful_warning", "fixed_port_taken"]
 
 
 @dataclass
@@ -221,6 +222,20 @@ def check_levels_before_launch(config: BakeoffFile) -> None:
         if arm.settings.parallel is not None and max(levels) > arm.settings.parallel:
             raise ConfigError(f"workload.concurrency: arm {arm.name!r} asks for {max(levels)} streams but "
                               f"settings.parallel is {arm.settings.parallel}")
+
+
+def fixed_port_taken(adapter: EngineAdapter, arm: Arm) -> str | None:
+    """Why a launched arm's fixed ``settings.port`` cannot be had (another process holds it), or None.
+
+    The run asks the same question at each launch (core/run/arm.py) and lets the engine fail on it, so the
+    engine's own line is recorded; ``bakeoff check`` refuses the file with this line instead.
+    """
+    port = arm.settings.port
+    if arm.attached or port is None or port_is_free(arm.settings.host, port):
+        return None
+    return (f"arm {arm.name!r}: {adapter.name} would fail to start (port-in-use): the port is taken by another "
+            f"process (settings.port {port} on {arm.settings.host}); stop that process, or leave settings.port out "
+            "for a free one")
 
 
 def stateful_warning(arm: str, method: str, variant: str | None, stateful: Sequence[str], reps: int) -> str | None:

@@ -98,3 +98,37 @@ def test_a_table_that_cannot_fit_prints_as_records_and_one_that_can_keeps_its_wo
     assert "┃" in table or "│" in table  # still a table
     cells = {w for line in table.splitlines() for w in line.replace("│", " ").replace("┃", " ").split()}
     assert words <= cells, words - cells  # every word whole on one line (rich's own squeeze breaks them)
+
+
+def _sim_demo() -> str:
+    """The demo's own file (bakeoff.engines/demo.yaml: its prompts, reps, passes and warm-up) on the sim engine."""
+    from importlib.resources import files
+
+    import yaml
+
+    demo = yaml.safe_load(files("bakeoff.engines").joinpath("demo.yaml").read_text())
+    for arm, itl in zip(demo["arms"], (2, 1), strict=True):
+        arm.update(engine="sim", model="sim", options={"itl_ms": itl})
+        arm.pop("settings", None)
+        if "speculative" in arm:
+            arm["speculative"] = {"method": "ngram"}
+    demo["workload"]["max_tokens"] = 16
+    return yaml.safe_dump(demo, sort_keys=False)
+
+
+def test_the_demos_output_fits_80_columns(tmp_path: Path) -> None:
+    """`bakeoff demo` through the real command line, its file on the sim engine (the llama.cpp build and the
+    model are what it cannot have here): every line fits 80 columns, and the suggested command is on its own."""
+    (tmp_path / "demo.yaml").write_text(_sim_demo())
+    probe = ("import sys\nfrom pathlib import Path\nimport bakeoff.core.cli.demo as demo\n"
+             "class Files:\n    def joinpath(self, name):\n        return Path('demo.yaml')\n"
+             "demo.files = lambda package: Files()\n"
+             "from bakeoff.core.cli import main\nsys.argv[0] = 'bakeoff'\nmain()\n")
+    base = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "BAKEOFF_WIDTH")}
+    done = subprocess.run([sys.executable, "-c", probe, "demo", "--out", "runs"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**base, "NO_COLOR": "1", "COLUMNS": "80"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "demo-llamacpp-cpu: each arm against spec-off" in done.stdout, done.stdout[-2000:]
+    assert done.stdout.strip() and not _too_wide(done.stdout), _too_wide(done.stdout)
+    [run] = (tmp_path / "runs").iterdir()
+    assert f"bakeoff report runs/{run.name} --tables" in done.stdout.splitlines()

@@ -74,7 +74,7 @@ def test_samples_and_points_load_in_pandas(run: Path, tmp_path: Path, fmt: str) 
 
 def test_parquet_without_pyarrow_names_the_extra(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    with pytest.raises(ConfigError, match=r"pip install -e '\.\[parquet\]' in the bakeoff checkout"):
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[analysis\]' in the bakeoff checkout"):
         export_run(run, "parquet", tmp_path / "p")
 
 
