@@ -347,7 +347,7 @@ def test_server_stats_tie_the_log_line_to_its_stream(label: str, drafted: int, a
     with sse_client(f"fp16-{label}/chat_stream_min_tokens.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
         log = (FIX / f"fp16-{label}" / "engine.log").read_text()
-        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(log))
+        stats = ExllamaAdapter().reader.server_stats(http, final, None, EngineLog(log))
     assert stats.drafted == drafted and stats.accepted == accepted
     assert stats.source == "log: Draft: A / D tokens accepted"
     assert stats.completion_tokens == 59 and stats.prompt_tokens == 44 and stats.cached_tokens == 0
@@ -360,7 +360,7 @@ def test_server_stats_spec_off_and_prefix_cache_hit() -> None:
     with sse_client("fp16-spec-off/chat_stream_min_tokens_repeat.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
         log = EngineLog((FIX / "fp16-spec-off" / "engine.log").read_text())
-        stats = ExllamaAdapter().server_stats(http, final, None, log)
+        stats = ExllamaAdapter().reader.server_stats(http, final, None, log)
     assert stats.drafted is None and stats.accepted is None and stats.extra["draft_in_log"] is False
     assert stats.cached_tokens == 43 and stats.prompt_tokens == 1  # the repeat was served from the prefix cache
     assert "prompt-cache-hit: 43 cached tokens" in stats.flags
@@ -372,7 +372,7 @@ def test_another_requests_line_is_never_taken() -> None:
     with sse_client("fp16-ngram/chat_stream_min_tokens.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
         other = (FIX / "fp16-draft-self" / "engine.log").read_text()  # same shapes, other request ids
-        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(other))
+        stats = ExllamaAdapter().reader.server_stats(http, final, None, EngineLog(other))
     assert stats.drafted is None and "metrics-log-missing" in stats.flags
     assert stats.completion_tokens == 59  # usage still counts
 
@@ -386,15 +386,15 @@ def test_a_metrics_line_written_after_done_is_found_in_the_engine_log(tmp_path: 
     arrivals = iter(["", run_log])  # the line arrives on the engine log a moment after the stream ended
     final = {"id": f"chatcmpl-{late_id}", "usage": {"completion_tokens": 251, "prompt_tokens": 65}}
     with mock_server({}) as http:
-        stats = adapter.server_stats(http, final, None, EngineLog("", lambda: next(arrivals, "")))
+        stats = adapter.reader.server_stats(http, final, None, EngineLog("", lambda: next(arrivals, "")))
     assert (stats.drafted, stats.accepted) == (142, 134) and stats.extra["metrics_log"] == "late"
     assert stats.cached_tokens == 64 and stats.prompt_tokens == 1 and stats.extra["log_gen_tps"] == 548.94
     fresh = ExllamaAdapter()  # attach mode: core follows no log, nothing to poll
     with mock_server({}) as http:
-        assert "metrics-log-missing" in fresh.server_stats(http, final, None, EngineLog("")).flags
+        assert "metrics-log-missing" in fresh.reader.server_stats(http, final, None, EngineLog("")).flags
     silent = ExllamaAdapter()  # a log that never gets the line: polled about a second, then flagged
     with mock_server({}) as http:
-        assert "metrics-log-missing" in silent.server_stats(http, final, None, EngineLog("", lambda: "")).flags
+        assert "metrics-log-missing" in silent.reader.server_stats(http, final, None, EngineLog("", lambda: "")).flags
 
 
 def test_garbage_from_tabbyapi_becomes_flagged_missing_figures(tmp_path: Path, tabby: Path) -> None:
@@ -411,7 +411,7 @@ def test_garbage_from_tabbyapi_becomes_flagged_missing_figures(tmp_path: Path, t
     assert eff.raw == {} and eff.mismatches[0] == "GET /v1/model: expected a JSON dict, got list"
     final = {"id": "chatcmpl-x", "usage": {"completion_tokens": "59", "completion_tokens_per_sec": float("nan")}}
     with mock_server({}) as http:
-        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(""))
+        stats = ExllamaAdapter().reader.server_stats(http, final, None, EngineLog(""))
     assert stats.completion_tokens is None and stats.decode_tps is None
     assert "bad-engine-value: usage.completion_tokens is '59', not a count" in stats.flags
 
@@ -450,7 +450,7 @@ def test_server_stats_reproduce_the_real_runs_acceptance_from_its_engine_logs() 
         for line, sample in zip(timed, recorded, strict=True):
             final = {"id": f"chatcmpl-{line.request_id}", "usage": {"completion_tokens": sample["completion_tokens"]}}
             with mock_server({}) as http:
-                stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(log))
+                stats = ExllamaAdapter().reader.server_stats(http, final, None, EngineLog(log))
             assert stats.source == "log: Draft: A / D tokens accepted" and stats.flags == [
                 f for f in stats.flags if f.startswith("prompt-cache-hit")]
             if "metrics-log-missing" in sample["flags"]:
@@ -496,7 +496,7 @@ def measured(tmp_path: Path, tabby: Path, http: httpx.Client, log: str) -> tuple
     """One request the way ArmSession makes it: the replayed stream, the adapter's stats, the one Sample."""
     result = stream_chat(http, {"stream": True}, 30)
     adapter = ExllamaAdapter()
-    stats = adapter.server_stats(http, result.final, None, EngineLog(log))
+    stats = adapter.reader.server_stats(http, result.final, None, EngineLog(log))
     a = arm(tmp_path, tabby, speculative={"method": "ngram"})
     sample = make_sample(a, adapter, result, stats, "r", "code_python", "greedy", 0, 0, None, 0.0)
     return stats, sample
