@@ -29,7 +29,9 @@ and seen on an H200; captures in tests/fixtures/exllama/):
   The line can also land a millisecond *after* ``[DONE]`` (seen once in 36 requests on the H200), so
   when the chunk read for a request lacks it, server_stats waits on the engine log core hands over
   (``EngineLog.wait_for``) for up to a second.
-- Repeated prompts hit the prefix cache (no per-request switch); the log's cached count is recorded.
+- Repeated prompts hit the prefix cache (no per-request switch); the log's cached count is recorded. No launch
+  switch either: ExLlamaV3 reuses every cached page of an earlier prompt, so an agent session's turn needs no
+  field, and its cached count is the Metrics line's (or usage.prompt_tokens_details.cached_tokens after PR #452).
 - Counting quirks of exllamav3 1.4.2 (job.py), seen on the H200: ``usage.completion_tokens`` is one
   less than the tokens streamed (max_tokens 64 streams 64 tokens, usage says 63), and with drafting
   the job stops ``draft_num_tokens`` early (64 asked, 60 streamed). Neither is corrected here: core's
@@ -60,6 +62,7 @@ from bakeoff.core import (
     LaunchSpec,
     MethodKnobs,
     Missing,
+    PrefixCache,
     PreflightError,
     Reader,
     ServerStats,
@@ -268,6 +271,21 @@ def tabby_config(arm: Arm, options: ExllamaOptions, launch: LaunchInputs, *, doc
     return config
 
 
+class ExllamaPrefixCache(PrefixCache):
+    """TabbyAPI (e632af4) has no prefix-cache switch, per request or at launch: ExLlamaV3's generator reuses every
+    cached page (256 tokens, and a partial last page) of an earlier prompt, always. A sessions workload needs no
+    field; what it needs is a cache that holds a whole session, so a cache_size smaller than the arm's context is
+    refused (turns would evict the prefix they reuse, and read as misses)."""
+
+    def problem(self, arm: Arm) -> str | None:
+        options = ExllamaOptions.model_validate(arm.options)
+        ctx = arm.settings.ctx
+        if arm.attached or options.cache_size is None or ctx is None or options.cache_size >= ctx:
+            return None
+        return (f"options.cache_size {options.cache_size} is smaller than settings.ctx {ctx}: a session's turns "
+                "would evict the prefix the next turn reuses; leave cache_size out or raise it")
+
+
 class ExllamaReader(Reader):
     """TabbyAPI's read-back: ``/v1/model`` and ``/props`` after start; usage (with PR #452's draft and cache
     counts) and the request's ``Metrics`` log line, matched by stream id, per request."""
@@ -409,6 +427,7 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
 
     installer: ClassVar[TabbyInstaller] = TabbyInstaller()
     reader = ExllamaReader()
+    prefix_cache = ExllamaPrefixCache()
 
     def missing(self, arm: Arm) -> list[Missing]:
         if arm.launch != "native":

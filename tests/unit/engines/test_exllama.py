@@ -26,6 +26,7 @@ from bakeoff.core.config.schema import Arm, Workload
 from bakeoff.core.engine.adapter import ServerStats, check_arm_capabilities, read_effective
 from bakeoff.core.engine.client import stream_chat
 from bakeoff.core.measure.definitions import account, make_sample, request_fields
+from bakeoff.core.measure.points import cache_flags
 from bakeoff.core.results.sample import Sample
 from bakeoff.engines.exllama import ExllamaAdapter, cache_mode, parse_metrics_lines
 
@@ -557,3 +558,26 @@ def test_garbage_draft_counts_in_usage_are_flagged_and_the_log_stands(tmp_path: 
     assert (stats.accepted, stats.drafted) == (19, 34) and stats.source == "log: Draft: A / D tokens accepted"
     assert any(f.startswith("bad-engine-value: usage.completion_tokens_details.accepted_prediction_tokens")
                for f in stats.flags)
+
+
+# -- agent sessions and structured outputs (issue 41 item 8) ---------------------------------------------------
+
+def test_sessions_need_no_switch_and_read_the_cached_count_from_the_captured_metrics_line(tmp_path: Path,
+                                                                                          tabby: Path) -> None:
+    """TabbyAPI reuses cached pages with no switch: a session turn sends nothing extra and launches as it is; the
+    captured repeat's Metrics line gives the turn's cached prompt tokens, the sample's cache figure."""
+    adapter, a = ExllamaAdapter(), arm(tmp_path, tabby, settings={"ctx": 4096})
+    assert adapter.prefix_cache.request_fields(a) == {} and adapter.prefix_cache.launch(a) == a
+    assert adapter.prefix_cache.problem(a) is None
+    small = arm(tmp_path, tabby, settings={"ctx": 4096},
+                options={"tabby_dir": str(tabby), "python": "/opt/py/bin/python3", "cache_size": 2048})
+    assert "cache_size 2048 is smaller than settings.ctx 4096" in (adapter.prefix_cache.problem(small) or "")
+    with sse_client("fp16-spec-off/chat_stream_min_tokens_repeat.sse") as http:
+        result = stream_chat(http, {"stream": True}, 30)
+        log = EngineLog((FIX / "fp16-spec-off" / "engine.log").read_text())
+        stats = adapter.reader.server_stats(http, result.final, None, log, arm=a)
+    sample = make_sample(a, adapter, result, stats, "r", "session/t1", "greedy", 0, 0, None, 0.0)
+    assert (sample.cached_tokens, sample.prompt_tokens) == (43, 44)  # usage's prompt, the log's cached part
+    assert cache_flags(sample, floor=40) == []  # all of a 40-token previous prompt reused: no miss
+    assert cache_flags(sample, floor=44)[0].startswith("cache-miss: 43 of 44")  # one token re-prefilled
+
