@@ -32,6 +32,10 @@ and seen on an H200; captures in tests/fixtures/exllama/):
 - Repeated prompts hit the prefix cache (no per-request switch); the log's cached count is recorded. No launch
   switch either: ExLlamaV3 reuses every cached page of an earlier prompt, so an agent session's turn needs no
   field, and its cached count is the Metrics line's (or usage.prompt_tokens_details.cached_tokens after PR #452).
+- Structured outputs (router.py, backends/exllamav3/grammar.py): ``response_format`` json_schema becomes an
+  LLGuidance grammar (OpenAI's ``{name, schema}`` is unwrapped; a schema it cannot parse is skipped with a log
+  line, not refused); ``tools``/``tool_choice`` are taken, but tool calls are parsed out of the text only when
+  config.yml sets ``model.tool_format``, so a tool_call workload without it is refused before launch.
 - Counting quirks of exllamav3 1.4.2 (job.py), seen on the H200: ``usage.completion_tokens`` is one
   less than the tokens streamed (max_tokens 64 streams 64 tokens, usage says 63), and with drafting
   the job stops ``draft_num_tokens`` early (64 asked, 60 streamed). Neither is corrected here: core's
@@ -43,6 +47,8 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -66,6 +72,7 @@ from bakeoff.core import (
     PreflightError,
     Reader,
     ServerStats,
+    StructuredOutputs,
     Workload,
     docker_run,
     engine_count,
@@ -286,6 +293,23 @@ class ExllamaPrefixCache(PrefixCache):
                 "would evict the prefix the next turn reuses; leave cache_size out or raise it")
 
 
+@dataclass(frozen=True)
+class ExllamaStructured(StructuredOutputs):
+    """``response_format`` json_schema is decoded under an LLGuidance grammar (TabbyAPI unwraps OpenAI's named
+    schema); tools and ``tool_choice`` are taken, but a tool call is parsed out of the answer only when config.yml
+    names the model's tool format (``model.tool_format``); without it every answer is text."""
+
+    def problem(self, arm: Arm, kinds: Sequence[str]) -> str | None:
+        if "tool_call" not in kinds or arm.attached:
+            return None
+        options = ExllamaOptions.model_validate(arm.options)
+        if options.config.get("model", {}).get("tool_format"):
+            return None
+        return ("TabbyAPI parses tool calls only with model.tool_format set (e.g. qwen3_coder, mistral): add "
+                "options.config: {model: {tool_format: NAME}} for the model's format, or leave tool_call out of "
+                "workload.structured.kinds")
+
+
 class ExllamaReader(Reader):
     """TabbyAPI's read-back: ``/v1/model`` and ``/props`` after start; usage (with PR #452's draft and cache
     counts) and the request's ``Metrics`` log line, matched by stream id, per request."""
@@ -428,6 +452,7 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
     installer: ClassVar[TabbyInstaller] = TabbyInstaller()
     reader = ExllamaReader()
     prefix_cache = ExllamaPrefixCache()
+    structured = ExllamaStructured(kinds=("json_schema", "tool_call"))
 
     def missing(self, arm: Arm) -> list[Missing]:
         if arm.launch != "native":

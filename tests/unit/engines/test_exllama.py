@@ -23,7 +23,7 @@ from bakeoff.core import EngineLog, build_launch
 from bakeoff.core.analysis.stats import EXCLUDING_FLAGS
 from bakeoff.core.common.errors import CapabilityNotSupported, EngineUnavailable, PreflightError
 from bakeoff.core.config.schema import Arm, Workload
-from bakeoff.core.engine.adapter import ServerStats, check_arm_capabilities, read_effective
+from bakeoff.core.engine.adapter import ServerStats, check_arm_capabilities, check_structured, read_effective
 from bakeoff.core.engine.client import stream_chat
 from bakeoff.core.measure.definitions import account, make_sample, request_fields
 from bakeoff.core.measure.points import cache_flags
@@ -581,3 +581,31 @@ def test_sessions_need_no_switch_and_read_the_cached_count_from_the_captured_met
     assert cache_flags(sample, floor=40) == []  # all of a 40-token previous prompt reused: no miss
     assert cache_flags(sample, floor=44)[0].startswith("cache-miss: 43 of 44")  # one token re-prefilled
 
+
+def test_structured_json_schema_is_taken_and_tool_calls_need_the_models_tool_format(tmp_path: Path,
+                                                                                     tabby: Path) -> None:
+    adapter, plain = ExllamaAdapter(), arm(tmp_path, tabby)
+    assert adapter.structured.kinds == ("json_schema", "tool_call")
+    check_structured(adapter, plain, ["json_schema"])
+    with pytest.raises(CapabilityNotSupported, match=r"model.tool_format"):
+        check_structured(adapter, plain, ["json_schema", "tool_call"])
+    tools = arm(tmp_path, tabby, options={"tabby_dir": str(tabby), "python": "/opt/py/bin/python3",
+                                          "config": {"model": {"tool_format": "qwen3_coder"}}})
+    check_structured(adapter, tools, ["tool_call"])
+    assert config_of(tools)["model"]["tool_format"] == "qwen3_coder"  # what config.yml tells TabbyAPI
+    check_structured(adapter, Arm(name="u", engine="exllama", url="http://127.0.0.1:1"), ["tool_call"])
+
+
+def test_a_structured_request_is_sent_in_openais_shape_that_tabbyapi_unwraps() -> None:
+    """TabbyAPI (e632af4, router.py) takes response_format json_schema as the schema and its grammar handler
+    unwraps OpenAI's {name, schema}: bakeoff sends the prompt's response_format unchanged, and no engine field
+    replaces it."""
+    from bakeoff.core.config.schema import Prompt, SamplingMode
+    from bakeoff.core.measure.definitions import build_request
+
+    schema = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}}
+    prompt = Prompt.model_validate({"name": "p", "kind": "code", "messages": [{"role": "user", "content": "x"}],
+                                    "response_format": schema})
+    a = Arm(name="a", engine="exllama", model="m")
+    body = build_request(a, ExllamaAdapter(), Workload(), prompt, SamplingMode(temperature=0.0), "m")
+    assert body["response_format"] == schema and "json_schema" not in body
