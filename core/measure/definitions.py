@@ -263,7 +263,7 @@ def build_request(arm: Arm, adapter: EngineAdapter, workload: Workload, prompt: 
         "messages": prompt.messages,
         "max_tokens": limit,
         "stream": True,
-        "stream_options": adapter.stream_options(),
+        "stream_options": adapter.reader.stream_options(adapter.capabilities.token_counts),
         "temperature": mode.temperature,
     }
     for key in ("top_p", "top_k", "seed"):

@@ -3,7 +3,7 @@
 Decode speed falls as the context fills, and the community's depth tables (4K … 128K) are only
 comparable when "depth" means the same thing everywhere. Here it is the number the engine itself will
 report as ``usage.prompt_tokens``: the chat template and any default system prompt included, counted
-with the engine's own tokenizer (:meth:`EngineAdapter.count_prompt_tokens`), never estimated.
+with the engine's own tokenizer (:meth:`Reader.count_prompt_tokens`), never estimated.
 
 Every request gets its own salt at the very start of the user message, and filler drawn from a
 generator seeded by that salt, so no prefix cache can serve one request from another. An optional

@@ -180,7 +180,7 @@ class PointRunner:
                                         or (p.concurrency and f"{p.concurrency} streams" in self.refused))]
 
     def _count(self, messages: list[dict[str, str]]) -> int:
-        return self.adapter.count_prompt_tokens(self.http, messages, self._template_kwargs)
+        return self.adapter.reader.count_prompt_tokens(self.http, messages, self._template_kwargs)
 
     def prepare(self, body: dict[str, Any], point: Point) -> DepthInfo | None:
         """Shape one request for its point: salt, depth filler. Untimed."""

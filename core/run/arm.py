@@ -20,6 +20,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import httpx
 from pydantic import SecretStr
@@ -151,6 +152,8 @@ class ArmSession:
         self.fresh = False
         self.engine: RunningEngine | None = None
         self._drafts = DraftTally()  # free-text drafts of this engine start, to judge structured answers by
+        self._requests = 0  # requests built on this engine start, for the token witness's one in so many
+        self._counts = self.adapter.reader.chunk_token_count
         self._stack = ExitStack()
 
     # -- opening ---------------------------------------------------------------------------------
@@ -192,7 +195,7 @@ class ArmSession:
         if served is not None:
             eff.model_id = served  # the arm's model, never whichever the server lists first
         if engine is not None and self.fresh:
-            eff.mismatches += self.adapter.log_mismatches(arm, engine.log_text())
+            eff.mismatches += self.adapter.reader.log_mismatches(arm, engine.log_text())
             pid = engine.pid
             if self.monitor is not None and pid is not None:
                 facts = self.run.read_record().roofline_models.get(arm.name) or {}
@@ -209,6 +212,15 @@ class ArmSession:
         self.attempt.refused = self.runner.refused
         self._log = LogCursor(engine.log_path if engine else None)
         self._meter = engine.noise_guard() if engine is not None else CpuMeter(set())
+
+    def _request(self, prompt: Prompt, mode: SamplingMode, model_id: str | None,
+                 max_tokens: int | None = None) -> dict[str, Any]:
+        """The request body (:func:`build_request`), counted: one in every ``witness.every(arm)`` also asks the
+        engine to name the tokens it sends (timed, warm-up and untimed turns alike)."""
+        body = build_request(self.arm, self.adapter, self.workload, prompt, mode, model_id, max_tokens)
+        body.update(self.adapter.witness.for_request(self.arm, self._requests))
+        self._requests += 1
+        return body
 
     # -- before the timed part -------------------------------------------------------------------
     def accept(self, points: Sequence[Point]) -> list[Point]:
@@ -228,9 +240,9 @@ class ArmSession:
         for i in range(most):
             if i >= w.warmup and record.settled in (True, None):
                 break
-            body = build_request(self.arm, self.adapter, w, self.prompts[i % len(self.prompts)], mode,
+            body = self._request(self.prompts[i % len(self.prompts)], mode,
                                  self.effective.model_id, min(w.max_tokens, 32))
-            result = stream_chat(self.http, body, w.request_timeout_s, self.adapter.chunk_token_count)
+            result = stream_chat(self.http, body, w.request_timeout_s, self._counts)
             record.decode_tps.append(account(result, self.adapter.capabilities.token_counts).decode_tps)
             record.requests += 1
             record.settled = _settled(record.decode_tps, w.warmup_settle)
@@ -263,7 +275,7 @@ class ArmSession:
                         stored: Collection[int] = ()) -> list[Sample]:
         """One session, turn by turn through :meth:`measure` (same guards, flags, store and announcement):
         each turn's request is the conversation so far plus its new messages, sent with the engine's prefix
-        cache on (``session_fields``); then the turn's *recorded* reply is appended, whatever the arm
+        cache on (``prefix_cache.request_fields``); then the turn's *recorded* reply is appended, whatever the arm
         generated, so every arm does identical work. The first message carries a salt drawn per replay (same
         digit count every time), so no replay, of this arm or another on the same server, finds its prefix
         in the cache: each session starts cold and warms only itself.
@@ -291,16 +303,17 @@ class ArmSession:
     def _untimed_turn(self, point: Point) -> int | None:
         """A turn a resumed run already stored, sent again with the prefix cache on so the engine holds what the
         next turn reuses; nothing is stored. Its prompt tokens (the next turn's floor), None if it failed."""
-        body = build_request(self.arm, self.adapter, self.workload, point.prompt, self.modes[point.mode],
+        body = self._request(point.prompt, self.modes[point.mode],
                              self.effective.model_id)
-        body.update(self.adapter.session_fields(self.arm))
-        result = stream_chat(self.http, body, self.workload.request_timeout_s, self.adapter.chunk_token_count)
+        body.update(self.adapter.prefix_cache.request_fields(self.arm))
+        result = stream_chat(self.http, body, self.workload.request_timeout_s, self._counts)
         prompt = (result.usage or {}).get("prompt_tokens")
         return prompt if result.error is None and isinstance(prompt, int) else None
 
     def _sample(self, point: Point, result: StreamResult, stats_log: EngineLog, before: object,
                 started_at: float, foreign: float | None) -> Sample:
-        stats = self.adapter.server_stats(self.http, result.final, before, stats_log)
+        stats = self.adapter.reader.server_stats(self.http, result.final, before, stats_log,
+                                                 arm=self.arm)
         self._text_witness(point, result)
         return make_sample(self.arm, self.adapter, result, stats, self.run.run_id, point.prompt.name, point.mode,
                            point.rep, self.pass_index, foreign, started_at, self._meter.foreign_limit(),
@@ -323,22 +336,22 @@ class ArmSession:
                 or not result.text or result.tool_calls \
                 or point.prompt.structured is not None or reasoning_tokens(result.usage):
             return
-        if (n := self.adapter.count_output_tokens(self.http, result.text)) is not None:
+        if (n := self.adapter.witness.count_output_tokens(self.http, result.text)) is not None:
             result.witness_tokens, result.witness_source = n, TOKENIZE_SOURCE
 
     def _single(self, point: Point, mode: SamplingMode) -> Sample:
-        body = build_request(self.arm, self.adapter, self.workload, point.prompt, mode, self.effective.model_id)
+        body = self._request(point.prompt, mode, self.effective.model_id)
         if point.session is not None:  # the prefix cache on, through the engine's own switch; recorded
-            self.attempt.prefix_cache = self.adapter.session_fields(self.arm)
+            self.attempt.prefix_cache = self.adapter.prefix_cache.request_fields(self.arm)
             body.update(self.attempt.prefix_cache)
         depth_info = self.runner.prepare(body, point)
-        before = self.adapter.before_request(self.http)
+        before = self.adapter.reader.before_request(self.http)
         self._log.read_new()
         started_at = time.time()
         self._meter.start()
         if self.monitor is not None:
             self.monitor.start()
-        result = stream_chat(self.http, body, self.workload.request_timeout_s, self.adapter.chunk_token_count)
+        result = stream_chat(self.http, body, self.workload.request_timeout_s, self._counts)
         gpu = self.monitor.stop() if self.monitor is not None else None
         foreign = self._meter.stop()
         request_log = EngineLog(self._log.read_new(), self._log.read_new if self.engine else None)
@@ -355,12 +368,12 @@ class ArmSession:
         """``point.concurrency`` streams at once, all sharing the batch's id and wall. Server stats come from
         each response only (``/metrics`` deltas and log lines would mix streams)."""
         n = point.concurrency or 1
-        bodies = [build_request(self.arm, self.adapter, self.workload, point.prompt, mode, self.effective.model_id)
+        bodies = [self._request(point.prompt, mode, self.effective.model_id)
                   for _ in range(n)]
         infos = [self.runner.prepare(body, point) for body in bodies]
         started_at = time.time()
         self._meter.start()
-        batch: Batch = run_batch(self.http, bodies, self.workload.request_timeout_s, self.adapter.chunk_token_count)
+        batch: Batch = run_batch(self.http, bodies, self.workload.request_timeout_s, self._counts)
         foreign = self._meter.stop()
         samples = []
         for body, info, result in zip(bodies, infos, batch.results, strict=True):
@@ -379,13 +392,13 @@ class ArmSession:
         count = arrival.count(point.rate)
         offsets = schedule(point.rate, count, arrival.distribution, arrival.seed)
         prompts = [self.prompts[i % len(self.prompts)] for i in range(count)]
-        bodies = [build_request(self.arm, self.adapter, self.workload, p, mode, self.effective.model_id)
+        bodies = [self._request(p, mode, self.effective.model_id)
                   for p in prompts]
         infos = [self.runner.prepare(body, point) for body in bodies]
         started_at = time.time()
         self._meter.start()
         loop = run_open_loop(self.http, bodies, offsets, self.workload.request_timeout_s,
-                             self.adapter.chunk_token_count, arrival.max_in_flight)
+                             self._counts, arrival.max_in_flight)
         foreign = self._meter.stop()
         if loop.most_waiting > 1:
             self.events.on_warning(f"{self.arm.name}: at {point.rate:g} req/s up to {loop.most_waiting} requests "
@@ -426,5 +439,6 @@ class ArmSession:
             return
         fields = request_fields(self.arm, self.adapter, w, None)  # probes answer freely
         raw = run_gates(self.http, w.gates, self.effective.model_id or self.arm.name, fields,
-                        self.adapter.stream_options(), w.seed, w.request_timeout_s)
+                        self.adapter.reader.stream_options(self.adapter.capabilities.token_counts), w.seed,
+                        w.request_timeout_s)
         self.attempt.gates = {name: GateAnswer.model_validate(g) for name, g in raw.items()}

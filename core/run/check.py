@@ -160,7 +160,7 @@ def check_config(config: BakeoffFile, source: str) -> CheckResult:
         if adapter is None:
             continue
         try:
-            if config.workload.sessions is not None and (problem := adapter.sessions_problem(arm)):
+            if config.workload.sessions is not None and (problem := adapter.prefix_cache.problem(arm)):
                 errors.append(f"arm {arm.name!r}: {problem}")
             check_structured(adapter, arm, structured)
         except BakeoffError as exc:

@@ -31,6 +31,7 @@ from ..config.schema import Arm, BakeoffFile, Prompt, SamplingMode, Workload
 from ..config.sessions import pin_conversations
 from ..engine.adapter import (
     EngineAdapter,
+    Reader,
     check_arm_capabilities,
     check_program,
     check_structured,
@@ -86,9 +87,9 @@ def plan_run(config: BakeoffFile) -> Plan:
         adapter.options(arm, i)
         check_arm_capabilities(adapter, arm)
         if config.workload.sessions is not None:
-            if problem := adapter.sessions_problem(arm):
+            if problem := adapter.prefix_cache.problem(arm):
                 raise ConfigError(f"arm {arm.name!r}: {problem}")
-            arm = adapter.for_sessions(arm)  # the prefix cache on, where the engine switches it at launch
+            arm = adapter.prefix_cache.launch(arm)  # the prefix cache on, where the engine switches it at launch
         check_structured(adapter, arm, structured)
         arms.append(PlannedArm(arm, adapter, i))
     for planned in arms:  # every arm's program first: a missing build is said before any slower check
@@ -200,7 +201,7 @@ def check_depths_before_launch(config: BakeoffFile, adapters: dict[str, EngineAd
         return
     for arm in config.arms:
         adapter = adapters[arm.name]
-        if type(adapter).count_prompt_tokens is EngineAdapter.count_prompt_tokens:
+        if type(adapter.reader).count_prompt_tokens is Reader.count_prompt_tokens:
             raise CapabilityNotSupported(f"arm {arm.name!r}: workload.depths needs the engine's own tokenizer; "
                                          f"{adapter.name} cannot count prompt tokens")
         max_tokens = arm.workload.max_tokens or w.max_tokens

@@ -55,7 +55,7 @@ from ..config.tune import (
     verify_config,
     winner_file,
 )
-from ..engine.adapter import EngineAdapter, build_launch
+from ..engine.adapter import EngineAdapter, build_launch, with_n_max_schedule
 from ..engine.launcher import stop_leftover_engines
 from ..engine.registry import load_engine
 from ..results.sample import Sample
@@ -262,7 +262,7 @@ def compile_schedule(result: TuneResult, config: BakeoffFile, arms: TuneArms, wi
         return
     adapter = load_engine(winner.engine)
     try:
-        scheduled = adapter.with_n_max_schedule(winner, entries)
+        scheduled = with_n_max_schedule(adapter, winner, entries)
     except CapabilityNotSupported as exc:
         record["reason"] = f"{exc}; compiled a single n_max ({winner.speculative.n_max})"
         say(f"tune: the results call for n_max by stream count ({_levels_text(levels)}), but {record['reason']}")

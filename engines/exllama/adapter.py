@@ -29,7 +29,13 @@ and seen on an H200; captures in tests/fixtures/exllama/):
   The line can also land a millisecond *after* ``[DONE]`` (seen once in 36 requests on the H200), so
   when the chunk read for a request lacks it, server_stats waits on the engine log core hands over
   (``EngineLog.wait_for``) for up to a second.
-- Repeated prompts hit the prefix cache (no per-request switch); the log's cached count is recorded.
+- Repeated prompts hit the prefix cache (no per-request switch); the log's cached count is recorded. No launch
+  switch either: ExLlamaV3 reuses every cached page of an earlier prompt, so an agent session's turn needs no
+  field, and its cached count is the Metrics line's (or usage.prompt_tokens_details.cached_tokens after PR #452).
+- Structured outputs (router.py, backends/exllamav3/grammar.py): ``response_format`` json_schema becomes an
+  LLGuidance grammar (OpenAI's ``{name, schema}`` is unwrapped; a schema it cannot parse is skipped with a log
+  line, not refused); ``tools``/``tool_choice`` are taken, but tool calls are parsed out of the text only when
+  config.yml sets ``model.tool_format``, so a tool_call workload without it is refused before launch.
 - Counting quirks of exllamav3 1.4.2 (job.py), seen on the H200: ``usage.completion_tokens`` is one
   less than the tokens streamed (max_tokens 64 streams 64 tokens, usage says 63), and with drafting
   the job stops ``draft_num_tokens`` early (64 asked, 60 streamed). Neither is corrected here: core's
@@ -41,12 +47,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import httpx
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from bakeoff.core import (
     Arm,
@@ -60,8 +68,11 @@ from bakeoff.core import (
     LaunchSpec,
     MethodKnobs,
     Missing,
+    PrefixCache,
     PreflightError,
+    Reader,
     ServerStats,
+    StructuredOutputs,
     Workload,
     docker_run,
     engine_count,
@@ -72,7 +83,8 @@ from bakeoff.core import (
     sample_flag,
 )
 
-from .installer import DOCKER_IMAGE, TabbyInstaller
+from .installer import TabbyInstaller
+from .options import DOCKER_IMAGE, ExllamaOptions
 
 __all__ = ["ExllamaAdapter", "ExllamaOptions", "DRAFT_MODES", "MetricsLine", "parse_metrics_lines",
            "tabby_config", "cache_mode"]
@@ -119,32 +131,6 @@ STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
                            "not a valid", "Traceback (most recent call last)"),
      "TabbyAPI could not load the model directory"),
 )
-
-
-class ExllamaOptions(BaseModel):
-    """Options only TabbyAPI/ExLlamaV3 has (``arms[i].options``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["exllama"] = "exllama"
-    tabby_dir: str | None = Field(None, description="TabbyAPI checkout holding main.py (native launch); "
-                                                    "default $BAKEOFF_TABBY_DIR.")
-    python: str | None = Field(None, description="Interpreter with torch, exllamav3 and TabbyAPI's requirements; "
-                                                 "default $BAKEOFF_TABBY_PYTHON, then bakeoff's own.")
-    docker_image: str = Field(DOCKER_IMAGE, description="Image for launch: docker.")
-    cache_size: int | None = Field(None, ge=256, description="KV cache tokens (multiple of 256); default "
-                                                             "ctx × parallel, rounded up to 256.")
-    chunk_size: int | None = Field(None, ge=256, description="Prompt-processing chunk size (model.chunk_size).")
-    draft_cache_mode: str | None = Field(None, description="Draft cache: FP16, Q8/Q6/Q4 or 'k,v' bits such as '8,8'.")
-    dynamic_draft: bool | None = Field(None, description="draft_model.dynamic_draft (ExLlamaV3 adapts the draft "
-                                                         "length); off unless set.")
-    tensor_parallel_backend: Literal["native", "nccl"] | None = Field(None,
-                                                                      description="model.tensor_parallel_backend.")
-    autosplit_reserve: list[float] | None = Field(None, description="MB kept free per GPU by the autosplit loader.")
-    loop_detect_window: int | None = Field(None, ge=0, description="Per-request loop detection window; bakeoff "
-                                                                   "sends 0 (off) for fixed-length workloads.")
-    config: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Extra config.yml keys by section "
-                                              "(merged last, recorded in the run directory's config.yml).")
 
 
 class MetricsLine(BaseModel):
@@ -293,6 +279,154 @@ def tabby_config(arm: Arm, options: ExllamaOptions, launch: LaunchInputs, *, doc
     return config
 
 
+class ExllamaPrefixCache(PrefixCache):
+    """TabbyAPI (e632af4) has no prefix-cache switch, per request or at launch: ExLlamaV3's generator reuses every
+    cached page (256 tokens, and a partial last page) of an earlier prompt, always. A sessions workload needs no
+    field; what it needs is a cache that holds a whole session, so a cache_size smaller than the arm's context is
+    refused (turns would evict the prefix they reuse, and read as misses)."""
+
+    def problem(self, arm: Arm) -> str | None:
+        options = ExllamaOptions.model_validate(arm.options)
+        ctx = arm.settings.ctx
+        if arm.attached or options.cache_size is None or ctx is None or options.cache_size >= ctx:
+            return None
+        return (f"options.cache_size {options.cache_size} is smaller than settings.ctx {ctx}: a session's turns "
+                "would evict the prefix the next turn reuses; leave cache_size out or raise it")
+
+
+@dataclass(frozen=True)
+class ExllamaStructured(StructuredOutputs):
+    """``response_format`` json_schema is decoded under an LLGuidance grammar (TabbyAPI unwraps OpenAI's named
+    schema); tools and ``tool_choice`` are taken, but a tool call is parsed out of the answer only when config.yml
+    names the model's tool format (``model.tool_format``); without it every answer is text."""
+
+    def problem(self, arm: Arm, kinds: Sequence[str]) -> str | None:
+        if "tool_call" not in kinds or arm.attached:
+            return None
+        options = ExllamaOptions.model_validate(arm.options)
+        if options.config.get("model", {}).get("tool_format"):
+            return None
+        return ("TabbyAPI parses tool calls only with model.tool_format set (e.g. qwen3_coder, mistral): add "
+                "options.config: {model: {tool_format: NAME}} for the model's format, or leave tool_call out of "
+                "workload.structured.kinds")
+
+
+class ExllamaReader(Reader):
+    """TabbyAPI's read-back: ``/v1/model`` and ``/props`` after start; usage (with PR #452's draft and cache
+    counts) and the request's ``Metrics`` log line, matched by stream id, per request."""
+
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
+        eff = Effective()
+        problems: list[str] = []
+        card = get_json(http, "/v1/model", dict, problems)
+        props = get_json(http, "/props", dict, problems) or {}
+        eff.mismatches += problems
+        if card is None:
+            return eff
+        params = engine_object(card.get("parameters"))
+        gen = engine_object(props.get("default_generation_settings"))
+        flags = eff.mismatches
+        eff.model_id = engine_text(card.get("id"))
+        eff.raw = {"max_seq_len": engine_count(params.get("max_seq_len"), "/v1/model max_seq_len", flags),
+                   "cache_size": engine_count(params.get("cache_size"), "/v1/model cache_size", flags),
+                   "cache_mode": engine_text(params.get("cache_mode")),
+                   "max_batch_size": engine_count(params.get("max_batch_size"), "/v1/model max_batch_size", flags),
+                   "chunk_size": engine_count(params.get("chunk_size"), "/v1/model chunk_size", flags),
+                   "prompt_template": engine_text(params.get("prompt_template")),
+                   "draft": params.get("draft") if isinstance(params.get("draft"), dict) else None,
+                   "total_slots": engine_count(props.get("total_slots"), "/props total_slots", flags),
+                   "n_ctx": engine_count(gen.get("n_ctx"), "/props n_ctx", flags),
+                   "owned_by": engine_text(card.get("owned_by"))}
+        raw = eff.raw
+        ctx = ("/v1/model", "max_seq_len") if raw["max_seq_len"] is not None else ("/props", "n_ctx")
+        slots = ("/props", "total_slots") if raw["total_slots"] is not None else ("/v1/model", "max_batch_size")
+        eff.context_tokens, eff.slots, eff.kv_type = raw[ctx[1]], raw[slots[1]], raw["cache_mode"]
+        eff.speculative = True if raw["draft"] else None  # a card without a draft does not prove it is off
+        eff.sources = {"context_tokens": ctx, "slots": slots, "speculative": ("/v1/model", "draft"),
+                       "kv_type": ("/v1/model", "cache_mode")}
+        eff.notes = {"context_tokens": f"limited by cache_size {raw['cache_size']}"}
+        if raw["prompt_template"] is None and not arm.attached:
+            eff.mismatches.append("/v1/model shows no prompt template: TabbyAPI refuses chat completions")
+        return eff
+
+    def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
+        """The cache_mode /v1/model reports for the arm's kv_type (its speculative method is not read back)."""
+        return cache_mode(arm.settings.kv_type) if name == "kv_type" and arm.settings.kv_type else None
+
+    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any, log: EngineLog, *,
+                     arm: Arm | None = None) -> ServerStats:
+        stats = ServerStats(source="usage + log")
+        flags = stats.flags
+        usage = (final or {}).get("usage")
+        own: tuple[int, int] | None = None  # (accepted, drafted) from usage (PR #452)
+        if isinstance(usage, dict) and usage:
+            stats.completion_tokens = engine_count(usage.get("completion_tokens"), "usage.completion_tokens", flags)
+            stats.prompt_tokens = engine_count(usage.get("prompt_tokens"), "usage.prompt_tokens", flags)
+            stats.decode_tps = _as_float(usage.get("completion_tokens_per_sec"))  # "Indeterminate" when too fast
+            stats.prefill_tps = _as_float(usage.get("prompt_tokens_per_sec"))
+            stats.extra.update({k: v for k in ("prompt_time", "completion_time", "total_time")
+                                if (v := _as_float(usage.get(k))) is not None})
+            own = _usage_acceptance(usage, flags)
+        else:
+            flags.append(sample_flag("server-usage-missing").line())
+        if own is not None:
+            stats.accepted, stats.drafted = own
+            stats.source = "usage: completion_tokens_details accepted/rejected_prediction_tokens"
+            stats.unavailable.update(dict.fromkeys(NO_DRAFT_STEPS, "TabbyAPI reports only the request's accepted "
+                                                   "and rejected draft totals, not its draft steps"))
+        request_id = _request_id(final)
+        lines = parse_metrics_lines(log.text())
+        mine = [m for m in lines if request_id is not None and m.request_id == request_id]
+        if not mine and request_id is None and len(lines) == 1:
+            mine = lines  # no stream id to match on; one line in the chunk is this request's
+        if not mine and request_id is not None and log.followed:
+            def found(text: str) -> bool:
+                return any(m.request_id == request_id for m in parse_metrics_lines(text))
+
+            mine = [m for m in parse_metrics_lines(log.wait_for(found)) if m.request_id == request_id]
+            if mine:
+                stats.extra["metrics_log"] = "late"
+        if not mine:
+            stats.flags.append(sample_flag("metrics-log-missing").line())
+            if own is not None and own[1]:  # usage's counts stand, unwitnessed
+                stats.flags.append(sample_flag("acceptance-crosscheck-missing").line(
+                    "no Metrics log line for this request"))
+            return stats
+        m = mine[-1]
+        stats.extra.update({"request_id": m.request_id, "log_total_s": m.total_s, "log_queue_s": m.queue_s,
+                            "log_gen_tps": m.gen_tps, "log_context_tokens": m.context_tokens})
+        if m.new_tokens is not None:
+            stats.prompt_tokens = m.new_tokens  # uncached tokens actually processed
+            stats.cached_tokens = m.cached_tokens
+            cached = _usage_cached(usage, flags)
+            if cached is not None and m.cached_tokens is not None and cached != m.cached_tokens:
+                stats.flags.append(sample_flag("cache-count-mismatch").line(
+                    f"usage.prompt_tokens_details.cached_tokens {cached}, "
+                    f"log {m.cached_tokens}"))
+            if m.cached_tokens:
+                stats.flags.append(sample_flag("prompt-cache-hit").line(f"{m.cached_tokens} cached tokens"))
+        if stats.completion_tokens is not None and m.gen_tokens != stats.completion_tokens:
+            stats.flags.append(sample_flag("log-count-mismatch").line(
+                f"log {m.gen_tokens}, usage {stats.completion_tokens}"))
+        if m.drafted is not None and own is not None:  # the log witnesses usage's counts
+            if (m.accepted, m.drafted) != own:
+                stats.flags.append(sample_flag("acceptance-log-mismatch").line(f"log {m.accepted}/{m.drafted} vs usage "
+                                   f"{own[0]}/{own[1]} (accepted/drafted)"))
+        elif m.drafted is not None:
+            stats.drafted, stats.accepted = m.drafted, m.accepted
+            stats.source = "log: Draft: A / D tokens accepted"
+            # the line is all TabbyAPI says about drafting: no step count, no positions (drafted tokens per
+            # step vary, e.g. 220 and 221 over 251 tokens on the H200, so steps are not drafted / n_max)
+            why = "TabbyAPI logs only the request's accepted / drafted totals, not its draft steps"
+            stats.unavailable.update(dict.fromkeys(NO_DRAFT_STEPS, why))
+        elif own is not None and own[1]:
+            stats.flags.append(sample_flag("acceptance-crosscheck-missing").line(
+                "usage has draft counts, the Metrics log line none"))
+        else:
+            stats.extra["draft_in_log"] = False  # TabbyAPI logs Draft: only when drafting is configured
+        return stats
+
+
 class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
     name = "exllama"
     description = "ExLlamaV3 through TabbyAPI (EXL3 model directories), native checkout or docker"
@@ -321,6 +455,9 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
     startup_failures = STARTUP_FAILURES
 
     installer: ClassVar[TabbyInstaller] = TabbyInstaller()
+    reader = ExllamaReader()
+    prefix_cache = ExllamaPrefixCache()
+    structured = ExllamaStructured(kinds=("json_schema", "tool_call"))
 
     def missing(self, arm: Arm) -> list[Missing]:
         if arm.launch != "native":
@@ -402,45 +539,7 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
     def is_ready(self, response: httpx.Response) -> bool:
         return response.status_code == 200  # uvicorn listens only after the model loaded
 
-
-    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
-        eff = Effective()
-        problems: list[str] = []
-        card = get_json(http, "/v1/model", dict, problems)
-        props = get_json(http, "/props", dict, problems) or {}
-        eff.mismatches += problems
-        if card is None:
-            return eff
-        params = engine_object(card.get("parameters"))
-        gen = engine_object(props.get("default_generation_settings"))
-        flags = eff.mismatches
-        eff.model_id = engine_text(card.get("id"))
-        eff.raw = {"max_seq_len": engine_count(params.get("max_seq_len"), "/v1/model max_seq_len", flags),
-                   "cache_size": engine_count(params.get("cache_size"), "/v1/model cache_size", flags),
-                   "cache_mode": engine_text(params.get("cache_mode")),
-                   "max_batch_size": engine_count(params.get("max_batch_size"), "/v1/model max_batch_size", flags),
-                   "chunk_size": engine_count(params.get("chunk_size"), "/v1/model chunk_size", flags),
-                   "prompt_template": engine_text(params.get("prompt_template")),
-                   "draft": params.get("draft") if isinstance(params.get("draft"), dict) else None,
-                   "total_slots": engine_count(props.get("total_slots"), "/props total_slots", flags),
-                   "n_ctx": engine_count(gen.get("n_ctx"), "/props n_ctx", flags),
-                   "owned_by": engine_text(card.get("owned_by"))}
-        raw = eff.raw
-        ctx = ("/v1/model", "max_seq_len") if raw["max_seq_len"] is not None else ("/props", "n_ctx")
-        slots = ("/props", "total_slots") if raw["total_slots"] is not None else ("/v1/model", "max_batch_size")
-        eff.context_tokens, eff.slots, eff.kv_type = raw[ctx[1]], raw[slots[1]], raw["cache_mode"]
-        eff.speculative = True if raw["draft"] else None  # a card without a draft does not prove it is off
-        eff.sources = {"context_tokens": ctx, "slots": slots, "speculative": ("/v1/model", "draft"),
-                       "kv_type": ("/v1/model", "cache_mode")}
-        eff.notes = {"context_tokens": f"limited by cache_size {raw['cache_size']}"}
-        if raw["prompt_template"] is None and not arm.attached:
-            eff.mismatches.append("/v1/model shows no prompt template: TabbyAPI refuses chat completions")
-        return eff
-
     # -- requests ------------------------------------------------------------------------
-    def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
-        """The cache_mode /v1/model reports for the arm's kv_type (its speculative method is not read back)."""
-        return cache_mode(arm.settings.kv_type) if name == "kv_type" and arm.settings.kv_type else None
 
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
         options = self.options(arm)
@@ -454,78 +553,6 @@ class ExllamaAdapter(EngineAdapter[ExllamaOptions]):
             fields["loop_detect_window"] = window
         return fields
 
-    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log: EngineLog) -> ServerStats:
-        stats = ServerStats(source="usage + log")
-        flags = stats.flags
-        usage = (final or {}).get("usage")
-        own: tuple[int, int] | None = None  # (accepted, drafted) from usage (PR #452)
-        if isinstance(usage, dict) and usage:
-            stats.completion_tokens = engine_count(usage.get("completion_tokens"), "usage.completion_tokens", flags)
-            stats.prompt_tokens = engine_count(usage.get("prompt_tokens"), "usage.prompt_tokens", flags)
-            stats.decode_tps = _as_float(usage.get("completion_tokens_per_sec"))  # "Indeterminate" when too fast
-            stats.prefill_tps = _as_float(usage.get("prompt_tokens_per_sec"))
-            stats.extra.update({k: v for k in ("prompt_time", "completion_time", "total_time")
-                                if (v := _as_float(usage.get(k))) is not None})
-            own = _usage_acceptance(usage, flags)
-        else:
-            flags.append(sample_flag("server-usage-missing").line())
-        if own is not None:
-            stats.accepted, stats.drafted = own
-            stats.source = "usage: completion_tokens_details accepted/rejected_prediction_tokens"
-            stats.unavailable.update(dict.fromkeys(NO_DRAFT_STEPS, "TabbyAPI reports only the request's accepted "
-                                                   "and rejected draft totals, not its draft steps"))
-        request_id = _request_id(final)
-        lines = parse_metrics_lines(log.text())
-        mine = [m for m in lines if request_id is not None and m.request_id == request_id]
-        if not mine and request_id is None and len(lines) == 1:
-            mine = lines  # no stream id to match on; one line in the chunk is this request's
-        if not mine and request_id is not None and log.followed:
-            def found(text: str) -> bool:
-                return any(m.request_id == request_id for m in parse_metrics_lines(text))
-
-            mine = [m for m in parse_metrics_lines(log.wait_for(found)) if m.request_id == request_id]
-            if mine:
-                stats.extra["metrics_log"] = "late"
-        if not mine:
-            stats.flags.append(sample_flag("metrics-log-missing").line())
-            if own is not None and own[1]:  # usage's counts stand, unwitnessed
-                stats.flags.append(sample_flag("acceptance-crosscheck-missing").line(
-                    "no Metrics log line for this request"))
-            return stats
-        m = mine[-1]
-        stats.extra.update({"request_id": m.request_id, "log_total_s": m.total_s, "log_queue_s": m.queue_s,
-                            "log_gen_tps": m.gen_tps, "log_context_tokens": m.context_tokens})
-        if m.new_tokens is not None:
-            stats.prompt_tokens = m.new_tokens  # uncached tokens actually processed
-            stats.cached_tokens = m.cached_tokens
-            cached = _usage_cached(usage, flags)
-            if cached is not None and m.cached_tokens is not None and cached != m.cached_tokens:
-                stats.flags.append(sample_flag("cache-count-mismatch").line(
-                    f"usage.prompt_tokens_details.cached_tokens {cached}, "
-                    f"log {m.cached_tokens}"))
-            if m.cached_tokens:
-                stats.flags.append(sample_flag("prompt-cache-hit").line(f"{m.cached_tokens} cached tokens"))
-        if stats.completion_tokens is not None and m.gen_tokens != stats.completion_tokens:
-            stats.flags.append(sample_flag("log-count-mismatch").line(
-                f"log {m.gen_tokens}, usage {stats.completion_tokens}"))
-        if m.drafted is not None and own is not None:  # the log witnesses usage's counts
-            if (m.accepted, m.drafted) != own:
-                stats.flags.append(sample_flag("acceptance-log-mismatch").line(f"log {m.accepted}/{m.drafted} vs usage "
-                                   f"{own[0]}/{own[1]} (accepted/drafted)"))
-        elif m.drafted is not None:
-            stats.drafted, stats.accepted = m.drafted, m.accepted
-            stats.source = "log: Draft: A / D tokens accepted"
-            # the line is all TabbyAPI says about drafting: no step count, no positions (drafted tokens per
-            # step vary, e.g. 220 and 221 over 251 tokens on the H200, so steps are not drafted / n_max)
-            why = "TabbyAPI logs only the request's accepted / drafted totals, not its draft steps"
-            stats.unavailable.update(dict.fromkeys(NO_DRAFT_STEPS, why))
-        elif own is not None and own[1]:
-            stats.flags.append(sample_flag("acceptance-crosscheck-missing").line(
-                "usage has draft counts, the Metrics log line none"))
-        else:
-            stats.extra["draft_in_log"] = False  # TabbyAPI logs Draft: only when drafting is configured
-        return stats
 
 
 NO_DRAFT_STEPS = ("drafts", "mean_accepted_len", "accepted_per_position", "acceptance_per_position",

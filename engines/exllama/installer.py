@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING
 
 from bakeoff.core import EngineUnavailable, Installer, Program
 
+from .options import DOCKER_IMAGE
+
 if TYPE_CHECKING:
-    from .adapter import ExllamaOptions
+    from .options import ExllamaOptions
 
 __all__ = ["DOCKER_IMAGE", "TabbyInstaller"]
 
-DOCKER_IMAGE = "ghcr.io/theroyallab/tabbyapi:latest"
 
 
 class TabbyInstaller(Installer["ExllamaOptions"]):

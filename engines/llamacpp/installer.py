@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from bakeoff.core import EngineUnavailable, Installer, Program
 
 if TYPE_CHECKING:
-    from .adapter import LlamaCppOptions
+    from .options import LlamaCppOptions
 
 __all__ = ["LlamaCppInstaller", "library_env"]
 

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bakeoff.core import Arm, Prompt, SelftestCase, Settings, Speculative
 
+from .options import LlamaCppOptions
+from .spec import NGRAM_VARIANTS, SPECULATIVE, spec_args
 from .synth import SynthSpec, synth_pair, synthesize
-
-if TYPE_CHECKING:
-    from .adapter import LlamaCppAdapter
 
 __all__ = ["selftest_cases"]
 
@@ -40,19 +38,18 @@ REPEAT_PROMPT = Prompt(name="selftest-repeat", kind="code", messages=[
     {"role": "user", "content": "Repeat after me: the the the the the the the the the the the the"}])
 
 
-def _flags(adapter: LlamaCppAdapter, arm: Arm) -> str:
+def _flags(arm: Arm) -> str:
     """The speculative flags bakeoff emits for an arm, with model paths shortened to file names."""
     out = []
-    for arg in adapter.spec_args(arm, adapter.options(arm)):
+    for arg in spec_args(arm, LlamaCppOptions.model_validate(arm.options)):
         out.append(Path(arg).name if "/" in arg else arg)
     return " ".join(out)
 
 
-def selftest_cases(adapter: LlamaCppAdapter, log: Callable[[str], None] = lambda msg: None,
+def selftest_cases(log: Callable[[str], None] = lambda msg: None,
                    synth_root: Path | None = None) -> tuple[list[SelftestCase], list[str]]:
-    """The cases for every method in the adapter's capabilities, and the methods it has no case for."""
-    from .adapter import NGRAM_VARIANTS
-
+    """The cases for every method the adapter maps (:data:`~.spec.SPECULATIVE`), and the methods it has no case
+    for."""
     log("synthesizing tiny models (cached after the first run)")
     mtp = synthesize(SynthSpec("mtp", agree=True), root=synth_root)
     pairs = {kind: synth_pair(kind, agree=True, root=synth_root) for kind in ("dflash", "dflash2", "dspark", "eagle3")}
@@ -64,12 +61,12 @@ def selftest_cases(adapter: LlamaCppAdapter, log: Callable[[str], None] = lambda
              arm_settings: Settings = settings) -> SelftestCase:
         arm = Arm(name=f"selftest-{label}", engine="llamacpp", model=str(model), settings=arm_settings,
                   speculative=spec or Speculative())
-        return SelftestCase(label, arm, _flags(adapter, arm), expect_speculation=expect,
+        return SelftestCase(label, arm, _flags(arm), expect_speculation=expect,
                             min_acceptance=min_acceptance if expect else None, prompt=prompt)
 
     cases: list[SelftestCase] = []
     missing: list[str] = []
-    for method in adapter.capabilities.speculative_methods:
+    for method in dict.fromkeys(key.partition("/")[0] for key in SPECULATIVE):
         if method == "none":  # with the CPU settings flags bakeoff maps (-t -b -ub -ctk -ctv -fa), accepted too
             cpu_settings = Settings(ctx=1024, threads=2, batch=256, ubatch=128, kv_type="f16", flash_attn="auto")
             cases.append(case("none", target, expect=False, arm_settings=cpu_settings))

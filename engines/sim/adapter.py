@@ -31,7 +31,9 @@ from bakeoff.core import (
     LaunchInputs,
     LaunchSpec,
     MethodKnobs,
+    Reader,
     ServerStats,
+    StructuredOutputs,
     sample_flag,
 )
 
@@ -103,12 +105,25 @@ class SimOptions(BaseModel):
         return self
 
 
+class SimReader(Reader):
+    """The sim's own counts, in an extra ``sim`` object of the final chunk."""
+
+    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any, log: EngineLog, *,
+                     arm: Arm | None = None) -> ServerStats:
+        sim = (final or {}).get("sim") or {}
+        generated = sim.get("generated_tokens")
+        stats = ServerStats(completion_tokens=generated, source="sim", drafted=sim.get("drafted"),
+                            accepted=sim.get("accepted"), drafts=sim.get("drafts"))
+        if final is not None and generated is None:
+            stats.flags.append(sample_flag("server-count-missing").line())
+        return stats
+
+
 class SimAdapter(EngineAdapter[SimOptions]):
     name = "sim"
     description = "a configurable misbehaving OpenAI-compatible engine, for tests (standard library only)"
     capabilities = Capabilities(
         speculative={"none": MethodKnobs(), "ngram": MethodKnobs()},  # simulated counts only (server.py)
-        structured=("json_schema", "tool_call"),  # accepted, answered with words (never valid)
         token_counts="one_per_event",
         acceptance_source="sim",
         launch_modes=("native",),
@@ -116,6 +131,8 @@ class SimAdapter(EngineAdapter[SimOptions]):
     )
     display_name = "sim"
     startup_failures = STARTUP_FAILURES
+    reader = SimReader()
+    structured = StructuredOutputs(kinds=("json_schema", "tool_call"))  # accepted, answered with words (never valid)
 
     def preflight(self, arm: Arm) -> None:
         options = self.options(arm)
@@ -145,12 +162,3 @@ class SimAdapter(EngineAdapter[SimOptions]):
         return LaunchSpec(argv=argv, env=dict(arm.env), ready_path="/health")
 
 
-    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log: EngineLog) -> ServerStats:
-        sim = (final or {}).get("sim") or {}
-        generated = sim.get("generated_tokens")
-        stats = ServerStats(completion_tokens=generated, source="sim", drafted=sim.get("drafted"),
-                            accepted=sim.get("accepted"), drafts=sim.get("drafts"))
-        if final is not None and generated is None:
-            stats.flags.append(sample_flag("server-count-missing").line())
-        return stats

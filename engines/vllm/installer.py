@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 
 from bakeoff.core import EngineUnavailable, Installer, Program
 
+from .options import API_SERVER_MODULE
+
 if TYPE_CHECKING:
-    from .adapter import VllmOptions
+    from .options import VllmOptions
 
 __all__ = ["API_SERVER_MODULE", "VllmInstaller"]
 
-API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
 class VllmInstaller(Installer["VllmOptions"]):
@@ -46,7 +47,7 @@ class VllmInstaller(Installer["VllmOptions"]):
                                 f"cached venv, `vllm` on PATH). {self.hint()}")
 
     def installed(self) -> str | None:
-        from .adapter import VllmOptions
+        from .options import VllmOptions
 
         try:
             program = self.locate(VllmOptions())

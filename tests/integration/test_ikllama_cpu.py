@@ -132,7 +132,7 @@ def test_prompt_tokens_counted_with_the_forks_tokenizer_are_what_it_processes(ik
                 time.sleep(0.2)
             messages = [{"role": "system", "content": "You are terse."},
                         {"role": "user", "content": "Name three prime numbers and explain why each is prime."}]
-            counted = adapter.count_prompt_tokens(http, messages, {"enable_thinking": False})
+            counted = adapter.reader.count_prompt_tokens(http, messages, {"enable_thinking": False})
             answer = http.post("/v1/chat/completions", json={
                 "messages": messages, "max_tokens": 1, "cache_prompt": False,
                 "chat_template_kwargs": {"enable_thinking": False}}).json()

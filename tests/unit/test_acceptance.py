@@ -51,7 +51,7 @@ def test_llamacpp_request_positions_and_histogram_from_metrics() -> None:
     adapter = LlamaCppAdapter()
     before = {"metrics": parse_metrics((MATCHED / "metrics_before.txt").read_text())}
     with _serve({"/metrics": (MATCHED / "metrics_after.txt").read_text()}) as http:
-        stats = adapter.server_stats(http, _last_payload(MATCHED / "chat_stream.sse", "timings"), before,
+        stats = adapter.reader.server_stats(http, _last_payload(MATCHED / "chat_stream.sse", "timings"), before,
                                      EngineLog((MATCHED / "engine_request.log").read_text()))
     assert stats.flags == []
     assert stats.accepted_per_position == [13, 11, 10]  # absent before the first drafting request: delta from 0
@@ -76,7 +76,7 @@ def test_llamacpp_cumulative_capture_gives_the_same_identity() -> None:
 def test_llamacpp_concurrent_streams_say_why_steps_and_positions_are_missing() -> None:
     with _serve({}) as http:
         final = _last_payload(MATCHED / "chat_stream.sse", "timings")
-        stats = LlamaCppAdapter().server_stats(http, final, None, EngineLog(""))
+        stats = LlamaCppAdapter().reader.server_stats(http, final, None, EngineLog(""))
     d = _detail(stats)
     assert (d.drafted, d.accepted, d.drafts, d.accepted_histogram) == (38, 34, None, None)
     assert "concurrent streams share /metrics" in d.acceptance_unavailable["drafts"]
@@ -92,7 +92,7 @@ def test_vllm_counters_and_engine_histogram_agree() -> None:
     before = parse_metrics((vllm / "metrics_ngram_before_request.txt").read_text())
     final = _last_payload(vllm / "chat_stream_ngram_per_request_metrics.sse", "metrics")
     with _serve({"/metrics": (vllm / "metrics_ngram_after_request.txt").read_text()}) as http:
-        stats = VllmAdapter().server_stats(http, final, before, EngineLog(""))
+        stats = VllmAdapter().reader.server_stats(http, final, before, EngineLog(""))
     assert stats.accepted_per_position == [45, 31, 29, 26] and stats.accepted_histogram == [4, 14, 2, 3, 26]
     d = _detail(stats)
     assert d.flags == [] and d.acceptance_unavailable == {}
@@ -104,7 +104,7 @@ def test_vllm_counters_and_engine_histogram_agree() -> None:
 def test_vllm_without_metrics_positions_follow_from_the_engine_histogram() -> None:
     final = _last_payload(FIX / "vllm" / "chat_stream_ngram_per_request_metrics.sse", "metrics")
     with _serve({}) as http:
-        stats = VllmAdapter().server_stats(http, final, None, EngineLog(""))
+        stats = VllmAdapter().reader.server_stats(http, final, None, EngineLog(""))
     d = _detail(stats)
     assert d.accepted_per_position == [45, 31, 29, 26]
     assert d.acceptance_derived["accepted_per_position"].startswith("exact: from the engine's histogram")
@@ -134,7 +134,7 @@ def test_tabbyapi_gives_totals_and_says_what_it_lacks() -> None:
 
     with httpx.Client(transport=httpx.MockTransport(handle), base_url="http://tabby") as http:
         final = stream_chat(http, {"stream": True}, 30).final
-        stats = ExllamaAdapter().server_stats(http, final, None,
+        stats = ExllamaAdapter().reader.server_stats(http, final, None,
                                               EngineLog((FIX / "exllama" / "fp16-ngram" / "engine.log").read_text()))
     d = _detail(stats)
     assert (d.drafted, d.accepted) == (34, 19) and d.acceptance == pytest.approx(19 / 34)

@@ -40,7 +40,7 @@ def test_llamacpp_capture_without_per_chunk_counts_keeps_its_rate_and_says_why()
     events, keep its decode rate and be flagged, not put all 15 tokens on the last event."""
     adapter = LlamaCppAdapter()
     body = (FIXTURES / "llamacpp" / "chat_stream_sse.txt").read_bytes()
-    result = stream_chat(paced_client(body), {"messages": [], "max_tokens": 16}, 5, adapter.chunk_token_count)
+    result = stream_chat(paced_client(body), {"messages": [], "max_tokens": 16}, 5, adapter.reader.chunk_token_count)
     assert result.error is None
     fields = account(result, adapter.capabilities.token_counts)
     assert fields.completion_tokens == 15
@@ -59,7 +59,7 @@ def test_vllm_behind_a_proxy_dropping_continuous_usage_falls_back_and_flags() ->
     attribute all 48 tokens to one event."""
     adapter = VllmAdapter()
     body = (FIXTURES / "vllm" / "chat_stream_final_usage_only.sse").read_bytes()
-    result = stream_chat(paced_client(body), {"max_tokens": 48}, 5, adapter.chunk_token_count)
+    result = stream_chat(paced_client(body), {"max_tokens": 48}, 5, adapter.reader.chunk_token_count)
     fields = account(result, adapter.capabilities.token_counts)
     assert result.error is None and fields.completion_tokens == 48
     assert fields.token_events > 40 and fields.decode_tps is not None
@@ -173,7 +173,7 @@ def test_malformed_payloads_become_flagged_error_samples(name: str) -> None:
 def test_an_unreadable_engine_count_is_a_malformed_payload() -> None:
     """llama.cpp per-chunk timings with predicted_n 'n/a' (FAULTS D1 timings_str) once raised ValueError."""
     body = b"".join(ev({**chunk(f"t{i} "), "timings": {"predicted_n": "n/a"}}) for i in range(4)) + ev("[DONE]")
-    result = stream_chat(paced_client(body), {}, 5, LlamaCppAdapter().chunk_token_count)
+    result = stream_chat(paced_client(body), {}, 5, LlamaCppAdapter().reader.chunk_token_count)
     assert result.error is not None and "per-chunk token count" in result.error
     assert "malformed-payload" in result.flags
 

@@ -58,7 +58,7 @@ def _stream(url: str, timeout_s: float) -> StreamResult:
     out: list[StreamResult] = []
     with httpx.Client(base_url=url) as http:
         thread = threading.Thread(target=lambda: out.append(
-            stream_chat(http, {"max_tokens": 16, "stream": True}, timeout_s, LlamaCppAdapter().chunk_token_count)),
+            stream_chat(http, {"max_tokens": 16, "stream": True}, timeout_s, LlamaCppAdapter.reader.chunk_token_count)),
             daemon=True)
         thread.start()
         thread.join(60)

@@ -15,7 +15,7 @@ from bakeoff.core import LaunchInputs
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm, Prompt, Settings, Workload
-from bakeoff.core.engine.adapter import Capabilities, Effective, EngineAdapter, LaunchSpec
+from bakeoff.core.engine.adapter import Capabilities, Effective, EngineAdapter, LaunchSpec, Reader
 from bakeoff.core.engine.client import StreamResult
 from bakeoff.core.measure.concurrency import (
     Batch,
@@ -124,19 +124,22 @@ def test_fixed_work_and_thinking_the_engines_way() -> None:
     assert fields(Workload()) == {}  # a server that would refuse unknown fields gets none
 
 
+class WordCounter(Reader):
+    def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
+                            template_kwargs: dict[str, Any] | None = None) -> int:
+        return 10 + sum(len(m["content"].split()) for m in messages)
+
+
 class Fake(EngineAdapter):
     name = "fake"
     capabilities = Capabilities(fixed_length_field="min_tokens", token_counts="one_per_event")
+    reader = WordCounter()
 
     def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
         return LaunchSpec(argv=["true"])
 
     def model_ref(self, model: str) -> str:
         return model  # a fake engine loads no file
-
-    def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
-                            template_kwargs: dict[str, Any] | None = None) -> int:
-        return 10 + sum(len(m["content"].split()) for m in messages)
 
 
 def _runner(workload: Workload, eff: Effective | None = None, warnings: list[str] | None = None) -> PointRunner:
@@ -161,7 +164,7 @@ def test_runner_pads_to_depth_and_flags_what_did_not_happen() -> None:
     body: dict[str, Any] = {"max_tokens": 64, "messages": PROMPTS[0].messages}
     point = Point(PROMPTS[0], "greedy", 0, 300)
     info = runner.prepare(body, point)
-    assert info is not None and Fake().count_prompt_tokens(runner.http, body["messages"]) == 300
+    assert info is not None and Fake().reader.count_prompt_tokens(runner.http, body["messages"]) == 300
     result = StreamResult(t_send_ns=0, t_done_ns=1, usage={"completion_tokens": 40, "prompt_tokens": 299})
     stream = account(result, "one_per_event")
     sample = Sample(arm="arm", engine="fake", prompt="a", mode="greedy", rep=0,

@@ -143,7 +143,7 @@ def test_llamacpp_counts_with_its_chat_endpoint() -> None:
         seen.append((request.url.path, json.loads(request.content)))
         return httpx.Response(200, json={"object": "response.input_tokens", "input_tokens": 31})
 
-    n = LlamaCppAdapter().count_prompt_tokens(_llama(handler), [{"role": "user", "content": "Hi"}],
+    n = LlamaCppAdapter().reader.count_prompt_tokens(_llama(handler), [{"role": "user", "content": "Hi"}],
                                               {"enable_thinking": False})
     assert n == 31
     assert seen == [("/v1/chat/completions/input_tokens",
@@ -162,7 +162,7 @@ def test_llamacpp_falls_back_to_apply_template_then_tokenize_with_specials() -> 
             return httpx.Response(200, content=(FIXTURES / "tokenize.json").read_bytes())
         return httpx.Response(404, json={"error": {"message": "File Not Found"}})
 
-    n = LlamaCppAdapter().count_prompt_tokens(_llama(handler), [{"role": "user", "content": "Hi there"}])
+    n = LlamaCppAdapter().reader.count_prompt_tokens(_llama(handler), [{"role": "user", "content": "Hi there"}])
     assert n == 8  # the capture's token list
     assert [p for p, _ in seen] == ["/v1/chat/completions/input_tokens", "/apply-template", "/tokenize"]
     tokenize = seen[2][1]
@@ -172,4 +172,4 @@ def test_llamacpp_falls_back_to_apply_template_then_tokenize_with_specials() -> 
 
 def test_llamacpp_tokenizer_failure_is_a_measurement_error() -> None:
     with pytest.raises(MeasurementError, match="could not count prompt tokens"):
-        LlamaCppAdapter().count_prompt_tokens(_llama(lambda r: httpx.Response(500, text="boom")), [])
+        LlamaCppAdapter().reader.count_prompt_tokens(_llama(lambda r: httpx.Response(500, text="boom")), [])

@@ -117,7 +117,12 @@ def test_a_schema_that_is_not_a_json_schema_is_refused_naming_where() -> None:
                                    "tool_choice: required"))
 
 
-def test_an_engine_that_declares_no_structured_requests_is_refused_before_launch() -> None:
+def test_an_engine_that_declares_no_structured_requests_is_refused_before_launch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from bakeoff.core.engine.pieces import StructuredOutputs
+    from bakeoff.engines.exllama import ExllamaAdapter
+
+    monkeypatch.setattr(ExllamaAdapter, "structured", StructuredOutputs())  # an engine that takes none
     text = ("arms: [{name: t, engine: exllama, model: ./m}]\n"
             "workload: {prompts: [prose], structured: {kinds: [tool_call]}}\n")
     with pytest.raises(CapabilityNotSupported, match="does not declare tool_call requests"):

@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 from bakeoff.core.cli import app
 from bakeoff.core.cli import selftest as cli_selftest
 from bakeoff.core.common.errors import CapabilityNotSupported
+from bakeoff.core.engine.checks import selftest_cases
+from bakeoff.core.engine.pieces import Selftest
 from bakeoff.core.run.selftest import SelftestCase, SelftestRow, run_selftest
 from bakeoff.engines.openai import OpenAICompatAdapter
 
@@ -69,15 +71,18 @@ def test_an_engine_without_a_selftest_exits_two(monkeypatch: pytest.MonkeyPatch)
     assert code == 2 and "has no self-test" in out
 
 
-def test_the_default_hook_refuses() -> None:
-    with pytest.raises(CapabilityNotSupported):
-        OpenAICompatAdapter().selftest_cases(lambda msg: None)
+def test_an_adapter_without_a_selftest_piece_refuses() -> None:
+    with pytest.raises(CapabilityNotSupported, match="openai has no self-test"):
+        selftest_cases(OpenAICompatAdapter(), lambda msg: None)
 
 
 def test_a_mapped_method_without_a_case_is_a_failed_row(tmp_path: Path) -> None:
-    class NoCases(OpenAICompatAdapter):
-        def selftest_cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
+    class MtpUntested(Selftest):
+        def cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
             return [], ["mtp"]
+
+    class NoCases(OpenAICompatAdapter):
+        selftest = MtpUntested()
 
     (row,) = run_selftest(NoCases(), lambda msg: None, tmp_path)
     assert row.label == "mtp" and not row.ok and "no case for method 'mtp'" in row.problems[0]

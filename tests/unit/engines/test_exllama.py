@@ -23,9 +23,10 @@ from bakeoff.core import EngineLog, build_launch
 from bakeoff.core.analysis.stats import EXCLUDING_FLAGS
 from bakeoff.core.common.errors import CapabilityNotSupported, EngineUnavailable, PreflightError
 from bakeoff.core.config.schema import Arm, Workload
-from bakeoff.core.engine.adapter import ServerStats, check_arm_capabilities, read_effective
+from bakeoff.core.engine.adapter import ServerStats, check_arm_capabilities, check_structured, read_effective
 from bakeoff.core.engine.client import stream_chat
 from bakeoff.core.measure.definitions import account, make_sample, request_fields
+from bakeoff.core.measure.points import cache_flags
 from bakeoff.core.results.sample import Sample
 from bakeoff.engines.exllama import ExllamaAdapter, cache_mode, parse_metrics_lines
 
@@ -348,7 +349,7 @@ def test_server_stats_tie_the_log_line_to_its_stream(label: str, drafted: int, a
     with sse_client(f"fp16-{label}/chat_stream_min_tokens.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
         log = (FIX / f"fp16-{label}" / "engine.log").read_text()
-        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(log))
+        stats = ExllamaAdapter().reader.server_stats(http, final, None, EngineLog(log))
     assert stats.drafted == drafted and stats.accepted == accepted
     assert stats.source == "log: Draft: A / D tokens accepted"
     assert stats.completion_tokens == 59 and stats.prompt_tokens == 44 and stats.cached_tokens == 0
@@ -361,7 +362,7 @@ def test_server_stats_spec_off_and_prefix_cache_hit() -> None:
     with sse_client("fp16-spec-off/chat_stream_min_tokens_repeat.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
         log = EngineLog((FIX / "fp16-spec-off" / "engine.log").read_text())
-        stats = ExllamaAdapter().server_stats(http, final, None, log)
+        stats = ExllamaAdapter().reader.server_stats(http, final, None, log)
     assert stats.drafted is None and stats.accepted is None and stats.extra["draft_in_log"] is False
     assert stats.cached_tokens == 43 and stats.prompt_tokens == 1  # the repeat was served from the prefix cache
     assert "prompt-cache-hit: 43 cached tokens" in stats.flags
@@ -373,7 +374,7 @@ def test_another_requests_line_is_never_taken() -> None:
     with sse_client("fp16-ngram/chat_stream_min_tokens.sse") as http:
         final = stream_chat(http, {"stream": True}, 30).final
         other = (FIX / "fp16-draft-self" / "engine.log").read_text()  # same shapes, other request ids
-        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(other))
+        stats = ExllamaAdapter().reader.server_stats(http, final, None, EngineLog(other))
     assert stats.drafted is None and "metrics-log-missing" in stats.flags
     assert stats.completion_tokens == 59  # usage still counts
 
@@ -387,15 +388,15 @@ def test_a_metrics_line_written_after_done_is_found_in_the_engine_log(tmp_path: 
     arrivals = iter(["", run_log])  # the line arrives on the engine log a moment after the stream ended
     final = {"id": f"chatcmpl-{late_id}", "usage": {"completion_tokens": 251, "prompt_tokens": 65}}
     with mock_server({}) as http:
-        stats = adapter.server_stats(http, final, None, EngineLog("", lambda: next(arrivals, "")))
+        stats = adapter.reader.server_stats(http, final, None, EngineLog("", lambda: next(arrivals, "")))
     assert (stats.drafted, stats.accepted) == (142, 134) and stats.extra["metrics_log"] == "late"
     assert stats.cached_tokens == 64 and stats.prompt_tokens == 1 and stats.extra["log_gen_tps"] == 548.94
     fresh = ExllamaAdapter()  # attach mode: core follows no log, nothing to poll
     with mock_server({}) as http:
-        assert "metrics-log-missing" in fresh.server_stats(http, final, None, EngineLog("")).flags
+        assert "metrics-log-missing" in fresh.reader.server_stats(http, final, None, EngineLog("")).flags
     silent = ExllamaAdapter()  # a log that never gets the line: polled about a second, then flagged
     with mock_server({}) as http:
-        assert "metrics-log-missing" in silent.server_stats(http, final, None, EngineLog("", lambda: "")).flags
+        assert "metrics-log-missing" in silent.reader.server_stats(http, final, None, EngineLog("", lambda: "")).flags
 
 
 def test_garbage_from_tabbyapi_becomes_flagged_missing_figures(tmp_path: Path, tabby: Path) -> None:
@@ -412,7 +413,7 @@ def test_garbage_from_tabbyapi_becomes_flagged_missing_figures(tmp_path: Path, t
     assert eff.raw == {} and eff.mismatches[0] == "GET /v1/model: expected a JSON dict, got list"
     final = {"id": "chatcmpl-x", "usage": {"completion_tokens": "59", "completion_tokens_per_sec": float("nan")}}
     with mock_server({}) as http:
-        stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(""))
+        stats = ExllamaAdapter().reader.server_stats(http, final, None, EngineLog(""))
     assert stats.completion_tokens is None and stats.decode_tps is None
     assert "bad-engine-value: usage.completion_tokens is '59', not a count" in stats.flags
 
@@ -451,7 +452,7 @@ def test_server_stats_reproduce_the_real_runs_acceptance_from_its_engine_logs() 
         for line, sample in zip(timed, recorded, strict=True):
             final = {"id": f"chatcmpl-{line.request_id}", "usage": {"completion_tokens": sample["completion_tokens"]}}
             with mock_server({}) as http:
-                stats = ExllamaAdapter().server_stats(http, final, None, EngineLog(log))
+                stats = ExllamaAdapter().reader.server_stats(http, final, None, EngineLog(log))
             assert stats.source == "log: Draft: A / D tokens accepted" and stats.flags == [
                 f for f in stats.flags if f.startswith("prompt-cache-hit")]
             if "metrics-log-missing" in sample["flags"]:
@@ -497,7 +498,7 @@ def measured(tmp_path: Path, tabby: Path, http: httpx.Client, log: str) -> tuple
     """One request the way ArmSession makes it: the replayed stream, the adapter's stats, the one Sample."""
     result = stream_chat(http, {"stream": True}, 30)
     adapter = ExllamaAdapter()
-    stats = adapter.server_stats(http, result.final, None, EngineLog(log))
+    stats = adapter.reader.server_stats(http, result.final, None, EngineLog(log))
     a = arm(tmp_path, tabby, speculative={"method": "ngram"})
     sample = make_sample(a, adapter, result, stats, "r", "code_python", "greedy", 0, 0, None, 0.0)
     return stats, sample
@@ -558,3 +559,54 @@ def test_garbage_draft_counts_in_usage_are_flagged_and_the_log_stands(tmp_path: 
     assert (stats.accepted, stats.drafted) == (19, 34) and stats.source == "log: Draft: A / D tokens accepted"
     assert any(f.startswith("bad-engine-value: usage.completion_tokens_details.accepted_prediction_tokens")
                for f in stats.flags)
+
+
+# -- agent sessions and structured outputs (issue 41 item 8) ---------------------------------------------------
+
+def test_sessions_need_no_switch_and_read_the_cached_count_from_the_captured_metrics_line(tmp_path: Path,
+                                                                                          tabby: Path) -> None:
+    """TabbyAPI reuses cached pages with no switch: a session turn sends nothing extra and launches as it is; the
+    captured repeat's Metrics line gives the turn's cached prompt tokens, the sample's cache figure."""
+    adapter, a = ExllamaAdapter(), arm(tmp_path, tabby, settings={"ctx": 4096})
+    assert adapter.prefix_cache.request_fields(a) == {} and adapter.prefix_cache.launch(a) == a
+    assert adapter.prefix_cache.problem(a) is None
+    small = arm(tmp_path, tabby, settings={"ctx": 4096},
+                options={"tabby_dir": str(tabby), "python": "/opt/py/bin/python3", "cache_size": 2048})
+    assert "cache_size 2048 is smaller than settings.ctx 4096" in (adapter.prefix_cache.problem(small) or "")
+    with sse_client("fp16-spec-off/chat_stream_min_tokens_repeat.sse") as http:
+        result = stream_chat(http, {"stream": True}, 30)
+        log = EngineLog((FIX / "fp16-spec-off" / "engine.log").read_text())
+        stats = adapter.reader.server_stats(http, result.final, None, log, arm=a)
+    sample = make_sample(a, adapter, result, stats, "r", "session/t1", "greedy", 0, 0, None, 0.0)
+    assert (sample.cached_tokens, sample.prompt_tokens) == (43, 44)  # usage's prompt, the log's cached part
+    assert cache_flags(sample, floor=40) == []  # all of a 40-token previous prompt reused: no miss
+    assert cache_flags(sample, floor=44)[0].startswith("cache-miss: 43 of 44")  # one token re-prefilled
+
+
+def test_structured_json_schema_is_taken_and_tool_calls_need_the_models_tool_format(tmp_path: Path,
+                                                                                     tabby: Path) -> None:
+    adapter, plain = ExllamaAdapter(), arm(tmp_path, tabby)
+    assert adapter.structured.kinds == ("json_schema", "tool_call")
+    check_structured(adapter, plain, ["json_schema"])
+    with pytest.raises(CapabilityNotSupported, match=r"model.tool_format"):
+        check_structured(adapter, plain, ["json_schema", "tool_call"])
+    tools = arm(tmp_path, tabby, options={"tabby_dir": str(tabby), "python": "/opt/py/bin/python3",
+                                          "config": {"model": {"tool_format": "qwen3_coder"}}})
+    check_structured(adapter, tools, ["tool_call"])
+    assert config_of(tools)["model"]["tool_format"] == "qwen3_coder"  # what config.yml tells TabbyAPI
+    check_structured(adapter, Arm(name="u", engine="exllama", url="http://127.0.0.1:1"), ["tool_call"])
+
+
+def test_a_structured_request_is_sent_in_openais_shape_that_tabbyapi_unwraps() -> None:
+    """TabbyAPI (e632af4, router.py) takes response_format json_schema as the schema and its grammar handler
+    unwraps OpenAI's {name, schema}: bakeoff sends the prompt's response_format unchanged, and no engine field
+    replaces it."""
+    from bakeoff.core.config.schema import Prompt, SamplingMode
+    from bakeoff.core.measure.definitions import build_request
+
+    schema = {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}}}
+    prompt = Prompt.model_validate({"name": "p", "kind": "code", "messages": [{"role": "user", "content": "x"}],
+                                    "response_format": schema})
+    a = Arm(name="a", engine="exllama", model="m")
+    body = build_request(a, ExllamaAdapter(), Workload(), prompt, SamplingMode(temperature=0.0), "m")
+    assert body["response_format"] == schema and "json_schema" not in body

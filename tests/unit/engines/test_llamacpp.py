@@ -178,7 +178,7 @@ def _stats(after: str | None = None, log_text: str | None = None, final: dict[st
     after = (MATCHED / "metrics_after.txt").read_text() if after is None else after
     with _metrics_server(after or None) as http:
         text = (MATCHED / "engine_request.log").read_text() if log_text is None else log_text
-        stats = a.server_stats(http, final or _final(), snapshot, EngineLog(text, log))
+        stats = a.reader.server_stats(http, final or _final(), snapshot, EngineLog(text, log))
     return stats.flags, stats
 
 
@@ -256,13 +256,13 @@ def test_a_counter_that_goes_backwards_is_flagged_not_used() -> None:
 
 
 def test_chunk_count_passes_the_raw_value_to_the_client_for_validation() -> None:
-    assert adapter.chunk_token_count({"timings": {"predicted_n": "n/a"}}) == "n/a"
-    assert adapter.chunk_token_count({"timings": {"predicted_n": 7}}) == 7
+    assert adapter.reader.chunk_token_count({"timings": {"predicted_n": "n/a"}}) == "n/a"
+    assert adapter.reader.chunk_token_count({"timings": {"predicted_n": 7}}) == 7
 
 
 def test_absent_draft_keys_mean_zero_drafted() -> None:
     http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(404)), base_url="http://x")
-    stats = adapter.server_stats(http, {"timings": {"predicted_n": 5, "predicted_per_second": 9.0}}, None,
+    stats = adapter.reader.server_stats(http, {"timings": {"predicted_n": 5, "predicted_per_second": 9.0}}, None,
                                  EngineLog(""))
     assert (stats.drafted, stats.accepted) == (0, 0)
 
@@ -400,7 +400,7 @@ def test_multi_token_events_are_counted_from_per_chunk_timings() -> None:
     http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, content=iter(split_events(body)),
                                                                                headers=sse)),
                         base_url="http://x")
-    result = stream_chat(http, {}, timeout_s=5, chunk_count=adapter.chunk_token_count)
+    result = stream_chat(http, {}, timeout_s=5, chunk_count=adapter.reader.chunk_token_count)
     caps = adapter.capabilities
     exact = account(result, caps.token_counts)
     assert exact.completion_tokens == 40
@@ -415,10 +415,11 @@ def test_multi_token_events_are_counted_from_per_chunk_timings() -> None:
 def test_the_logprobs_witness_on_one_request_in_n(every: int, asked: list[bool]) -> None:
     adapter, arm = LlamaCppAdapter(), Arm(name="a", engine="llamacpp", model="m.gguf",
                                           options={"witness_every": every})
-    assert ["logprobs" in adapter.request_fields(arm, Workload()) for _ in asked] == asked
+    assert ["logprobs" in adapter.witness.for_request(arm, i) for i in range(len(asked))] == asked
+    assert "logprobs" not in adapter.request_fields(arm, Workload())  # the arm's run counts, not the adapter
     # with speculation on, b11434's logprobs leave out accepted draft tokens: never asked there
     drafting = arm.model_copy(update={"speculative": arm.speculative.model_copy(update={"method": "ngram"})})
-    assert not any("logprobs" in adapter.request_fields(drafting, Workload()) for _ in asked)
+    assert not any("logprobs" in adapter.witness.for_request(drafting, i) for i in range(len(asked)))
 
 
 def arm_without_files() -> Arm:
@@ -455,16 +456,16 @@ def test_garbage_token_counts_are_a_measurement_error_not_a_traceback() -> None:
 
     http = httpx.Client(transport=httpx.MockTransport(handle), base_url="http://x")
     with pytest.raises(MeasurementError, match="'tokens' is 5, not a list"):
-        adapter.count_prompt_tokens(http, [{"role": "user", "content": "hi"}])
+        adapter.reader.count_prompt_tokens(http, [{"role": "user", "content": "hi"}])
     routes["/tokenize"] = {"tokens": [1, 2, 3]}
-    assert adapter.count_prompt_tokens(http, [{"role": "user", "content": "hi"}]) == 3
+    assert adapter.reader.count_prompt_tokens(http, [{"role": "user", "content": "hi"}]) == 3
 
 
 def test_selftest_cases_emit_every_draft_knob_and_the_cpu_settings_flags() -> None:
     """AUDIT L10: the self-test never passed --spec-draft-p-min or the settings flags to the real binary."""
     from bakeoff.engines.llamacpp.selftest import selftest_cases
 
-    cases = {c.label: c for c in selftest_cases(adapter)[0]}
+    cases = {c.label: c for c in selftest_cases()[0]}
     assert "--spec-draft-n-min 1 --spec-draft-p-min 0.05" in cases["draft"].flags
     none = cases["none"].arm.model_copy(update={"options": {"binary": "/opt/llama-server"}})
     joined = " ".join(build_launch(adapter, none, 8080, Path("/tmp")).argv)

@@ -134,22 +134,22 @@ def _arm(**settings: object) -> Arm:
 
 def test_gpu_layers_on_a_cpu_engine_is_a_mismatch() -> None:
     adapter = LlamaCppAdapter()
-    problems = adapter.log_mismatches(_arm(gpu_layers=99), CPU_LOG)
+    problems = adapter.reader.log_mismatches(_arm(gpu_layers=99), CPU_LOG)
     assert len(problems) == 1
     assert "settings.gpu_layers 99 asked, but llama-server runs on the CPU" in problems[0]
     assert "no usable GPU found" in problems[0]
-    assert adapter.log_mismatches(_arm(), CPU_LOG) == []  # nothing asked of the GPU
-    assert adapter.log_mismatches(_arm(gpu_layers=0), CPU_LOG) == []
+    assert adapter.reader.log_mismatches(_arm(), CPU_LOG) == []  # nothing asked of the GPU
+    assert adapter.reader.log_mismatches(_arm(gpu_layers=0), CPU_LOG) == []
 
 
 def test_partial_offload_and_p2p_trap_are_mismatches() -> None:
     adapter = LlamaCppAdapter()
     log = "load_tensors: offloaded 20/29 layers to GPU\n"
-    assert "only 20 of 29 layers" in adapter.log_mismatches(_arm(gpu_layers="all"), log)[0]
-    assert adapter.log_mismatches(_arm(gpu_layers=20), log) == []  # asked for 20, got 20
-    assert adapter.log_mismatches(_arm(gpu_layers=99), "offloaded 29/29 layers to GPU\n") == []
+    assert "only 20 of 29 layers" in adapter.reader.log_mismatches(_arm(gpu_layers="all"), log)[0]
+    assert adapter.reader.log_mismatches(_arm(gpu_layers=20), log) == []  # asked for 20, got 20
+    assert adapter.reader.log_mismatches(_arm(gpu_layers=99), "offloaded 29/29 layers to GPU\n") == []
     trap = "WARNING: Custom allreduce is disabled because your platform lacks GPU P2P capability or P2P test failed."
-    problems = adapter.log_mismatches(_arm(), trap)
+    problems = adapter.reader.log_mismatches(_arm(), trap)
     assert len(problems) == 1 and problems[0].startswith("no GPU peer-to-peer access")
 
 
@@ -158,7 +158,7 @@ def test_cpu_only_build_is_a_mismatch_even_without_the_warning(tmp_path: Path) -
     (tmp_path / "bin" / "libggml-cpu.so").write_text("")
     arm = Arm(name="a", engine="llamacpp", model="m.gguf", settings=Settings(gpu_layers=99),
               options={"binary": str(binary)})
-    assert LlamaCppAdapter().log_mismatches(arm, "") == [
+    assert LlamaCppAdapter().reader.log_mismatches(arm, "") == [
         "settings.gpu_layers 99 asked, but this llama-server is a CPU-only build"]
 
 

@@ -168,7 +168,7 @@ def test_good_stream_accounts_cleanly() -> None:
     assert result.error is None
     assert fields.completion_tokens == 10 and fields.token_events == 10 and fields.flags == []
     assert result.final is not None
-    assert SimAdapter().server_stats(_client(b""), result.final, None, EngineLog("")).completion_tokens == 10
+    assert SimAdapter().reader.server_stats(_client(b""), result.final, None, EngineLog("")).completion_tokens == 10
 
 
 def test_malformed_sse_is_an_error_sample_flagged() -> None:
@@ -183,7 +183,7 @@ def test_missing_usage_is_flagged_and_never_recounted_from_events() -> None:
     assert fields.completion_tokens is None and fields.usage_present is False
     assert "usage-missing" in fields.flags
     assert fields.decode_tps is None  # no rate without the true count
-    assert SimAdapter().server_stats(_client(b""), result.final, None, EngineLog("")).completion_tokens == 10
+    assert SimAdapter().reader.server_stats(_client(b""), result.final, None, EngineLog("")).completion_tokens == 10
 
 
 def test_wrong_usage_disagrees_with_the_events_and_is_flagged() -> None:

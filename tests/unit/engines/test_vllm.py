@@ -312,7 +312,7 @@ def test_server_stats_agree_with_per_request_metrics(monkeypatch: pytest.MonkeyP
     before_text = (FIX / "metrics_ngram_before_request.txt").read_text()
     # the first scrape after the request is stale (stats not recorded yet): the adapter scrapes again
     http = server({"/metrics": [before_text, (FIX / "metrics_ngram_after_request.txt").read_text()]})
-    stats = adapter.server_stats(http, final_chunk(), parse_metrics(before_text), EngineLog(""))
+    stats = adapter.reader.server_stats(http, final_chunk(), parse_metrics(before_text), EngineLog(""))
     assert (stats.drafted, stats.accepted, stats.drafts) == (196, 131, 49)
     assert stats.accepted_per_position == [45, 31, 29, 26]
     assert stats.completion_tokens == 256 and stats.prompt_tokens == 73
@@ -325,12 +325,12 @@ def test_disagreeing_per_request_metrics_are_flagged() -> None:
     final["metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] = 130
     http = server({"/metrics": (FIX / "metrics_ngram_after_request.txt").read_text()})
     before = parse_metrics((FIX / "metrics_ngram_before_request.txt").read_text())
-    stats = adapter.server_stats(http, final, before, EngineLog(""))
+    stats = adapter.reader.server_stats(http, final, before, EngineLog(""))
     assert any(f.startswith("acceptance-mismatch") and "131/196" in f for f in stats.flags)
 
 
 def test_without_metrics_the_per_request_counts_are_used_and_flagged() -> None:
-    stats = adapter.server_stats(server({}), final_chunk(), None, EngineLog(""))
+    stats = adapter.reader.server_stats(server({}), final_chunk(), None, EngineLog(""))
     assert (stats.drafted, stats.accepted, stats.drafts) == (196, 131, 49)
     assert stats.source == "per-request metrics" and "metrics-unavailable" in stats.flags
 
@@ -345,7 +345,7 @@ def test_a_position_label_that_is_not_a_number_is_flagged_not_a_traceback() -> N
     assert got is not None and (got["drafts"], got["drafted"], got["accepted"]) == (49, 196, 131)
     assert got["accepted_per_position"] is None
     assert flags == [f"bad-engine-value: /metrics {M_PER_POS} has position label(s) 'x'"]
-    stats = adapter.server_stats(server({"/metrics": after_text}), final_chunk(), before, EngineLog(""))
+    stats = adapter.reader.server_stats(server({"/metrics": after_text}), final_chunk(), before, EngineLog(""))
     assert stats.accepted == 131 and stats.accepted_per_position is None
     assert any("position label(s) 'x'" in f for f in stats.flags)
 
@@ -356,7 +356,7 @@ def test_counters_going_backwards_and_garbage_per_request_numbers_are_flagged() 
     final = final_chunk()
     final["usage"]["completion_tokens"] = "256"
     final["metrics"]["speculative_decoding"]["num_spec_steps"] = "many"
-    stats = adapter.server_stats(server({"/metrics": after}), final, before, EngineLog(""))
+    stats = adapter.reader.server_stats(server({"/metrics": after}), final, before, EngineLog(""))
     assert stats.completion_tokens is None and stats.decode_tps is None  # no usable count, no rate
     assert "bad-engine-value: usage.completion_tokens is '256', not a count" in stats.flags
     assert any(f.startswith(f"bad-engine-value: /metrics {M_DRAFTS} changed by -49") for f in stats.flags)
@@ -396,12 +396,14 @@ def test_spec_off_stream_is_one_token_per_event_even_with_empty_chunks() -> None
 
 def test_request_fields_and_stream_options() -> None:
     fresh = VllmAdapter()
-    # vLLM-only: each chunk's token ids, the second witness of the tokens delivered
-    assert fresh.request_fields(arm(), Workload(fixed_length=True)) == {"return_token_ids": True}
+    # vLLM-only: each chunk's token ids, the second witness of the tokens delivered (on every request by default)
+    assert fresh.request_fields(arm(), Workload(fixed_length=True)) == {}
+    assert fresh.witness.for_request(arm(), 0) == fresh.witness.for_request(arm(), 1) == {"return_token_ids": True}
     fields = request_fields(arm(), fresh, Workload(fixed_length=True), 64)  # core's, as declared
-    assert fields == {"ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}, "return_token_ids": True}
+    assert fields == {"ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}}
     assert "ignore_eos" not in request_fields(arm(), adapter, Workload(fixed_length=False), 64)
-    assert adapter.stream_options() == {"include_usage": True, "continuous_usage_stats": True}
+    assert adapter.reader.stream_options(adapter.capabilities.token_counts) == {"include_usage": True,
+                                                                                "continuous_usage_stats": True}
 
 
 def test_head_to_head_example_arms_pass_capability_checks() -> None:
@@ -517,12 +519,12 @@ def test_count_prompt_tokens_posts_messages_to_tokenize_with_the_generation_prom
 
     http = httpx.Client(transport=httpx.MockTransport(handler), base_url="http://vllm")
     messages = [{"role": "user", "content": "hi"}]
-    assert VllmAdapter().count_prompt_tokens(http, messages, {"enable_thinking": False}) == capture["count"]
+    assert VllmAdapter().reader.count_prompt_tokens(http, messages, {"enable_thinking": False}) == capture["count"]
     assert seen == [{"messages": messages, "add_generation_prompt": True,
                      "chat_template_kwargs": {"enable_thinking": False}}]
     failing = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(500)), base_url="http://vllm")
     with pytest.raises(MeasurementError, match="/tokenize failed"):
-        VllmAdapter().count_prompt_tokens(failing, messages)
+        VllmAdapter().reader.count_prompt_tokens(failing, messages)
 
 
 @pytest.mark.parametrize("answer", [{"count": 16.5}, {"count": "16"}, [16], {"count": -1}])
@@ -530,7 +532,7 @@ def test_a_token_count_that_is_not_a_count_is_refused(answer: Any) -> None:
     http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, json=answer)),
                         base_url="http://vllm")
     with pytest.raises(MeasurementError, match="/tokenize failed"):
-        VllmAdapter().count_prompt_tokens(http, [{"role": "user", "content": "hi"}])
+        VllmAdapter().reader.count_prompt_tokens(http, [{"role": "user", "content": "hi"}])
 
 
 # -- sessions: the prefix cache's read-back and its own count -------------------------------------------
@@ -561,7 +563,7 @@ def test_a_turns_cached_tokens_are_checked_against_the_prefix_cache_hit_counter(
     final["usage"]["prompt_tokens_details"] = {"cached_tokens": usage_cached}
     before_text = (FIX / "metrics_ngram_before_request.txt").read_text()
     http = server({"/metrics": _with_hits((FIX / "metrics_ngram_after_request.txt").read_text(), 384)})
-    stats = adapter.server_stats(http, final, parse_metrics(before_text), EngineLog(""))
+    stats = adapter.reader.server_stats(http, final, parse_metrics(before_text), EngineLog(""))
     assert stats.cached_tokens == 384
     mismatch = [f for f in stats.flags if f.startswith("cache-count-mismatch")]
     assert bool(mismatch) is flagged
@@ -573,7 +575,7 @@ def test_a_turns_cached_tokens_are_checked_against_the_prefix_cache_hit_counter(
 @pytest.mark.parametrize(("every", "asked"), [(3, [True, False, False, True, False, False, True]), (0, [False] * 4)])
 def test_the_token_id_witness_on_one_request_in_n(every: int, asked: list[bool]) -> None:
     fresh, sampled = VllmAdapter(), arm(options={"witness_every": every})
-    assert ["return_token_ids" in fresh.request_fields(sampled, Workload()) for _ in asked] == asked
+    assert ["return_token_ids" in fresh.witness.for_request(sampled, i) for i in range(len(asked))] == asked
 
 
 def with_token_ids(sse_file: str, drop_from: int | None = None) -> bytes:
@@ -598,7 +600,7 @@ def sample_of(raw: bytes) -> Sample:
     http = server({"/v1/chat/completions": raw})
     result = stream_chat(http, {"stream": True}, 10)
     a = arm(speculative={"method": "ngram", "n_max": 4})
-    stats = adapter.server_stats(server({}), result.final, None, EngineLog(""))
+    stats = adapter.reader.server_stats(server({}), result.final, None, EngineLog(""))
     return make_sample(a, adapter, result, stats, "r", "code_python", "greedy", 0, 0, None, 0.0)
 
 

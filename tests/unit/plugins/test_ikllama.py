@@ -304,7 +304,7 @@ def test_the_startup_log_says_whether_speculation_runs() -> None:
 def test_acceptance_from_the_final_chunk_timings_agrees_with_the_log_line() -> None:
     final = fixture_json("draft-final-chunk.json")
     log = (FIX / "draft-request.log").read_text()
-    stats = IkLlamaAdapter().server_stats(replay({}), final, None, EngineLog(log))
+    stats = IkLlamaAdapter().reader.server_stats(replay({}), final, None, EngineLog(log))
     timings = final["timings"]
     assert stats.drafted == timings["draft_n"] > 0 and stats.accepted == timings["draft_n_accepted"]
     assert stats.completion_tokens == timings["predicted_n"]
@@ -317,20 +317,20 @@ def test_acceptance_from_the_final_chunk_timings_agrees_with_the_log_line() -> N
 def test_a_log_line_that_disagrees_with_timings_is_flagged() -> None:
     final = fixture_json("draft-final-chunk.json")
     log = (FIX / "draft-request.log").read_text().replace(" accepted /", "1 accepted /", 1)
-    stats = IkLlamaAdapter().server_stats(replay({}), final, None, EngineLog(log))
+    stats = IkLlamaAdapter().reader.server_stats(replay({}), final, None, EngineLog(log))
     assert any(f.startswith("acceptance-log-mismatch") for f in stats.flags)
 
 
 def test_a_request_without_drafts_has_zero_drafted_not_unknown() -> None:
     final = fixture_json("off-final-chunk.json")
     assert "draft_n" not in final["timings"]
-    stats = IkLlamaAdapter().server_stats(replay({}), final, None, EngineLog(""))
+    stats = IkLlamaAdapter().reader.server_stats(replay({}), final, None, EngineLog(""))
     assert (stats.drafted, stats.accepted) == (0, 0) and stats.completion_tokens == final["timings"]["predicted_n"]
 
 
 def test_every_chunk_carries_the_cumulative_token_count() -> None:
     chunks = [json.loads(line) for line in (FIX / "draft-stream.jsonl").read_text().splitlines()]
-    counts = [IkLlamaAdapter().chunk_token_count(c) for c in chunks]
+    counts = [IkLlamaAdapter().reader.chunk_token_count(c) for c in chunks]
     counted = [c for c in counts if isinstance(c, int)]
     assert counted == sorted(counted) and len(counted) >= len(chunks) - 2
 

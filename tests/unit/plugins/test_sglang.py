@@ -321,7 +321,7 @@ def test_garbage_server_info_does_not_crash_read_back_or_stats(tmp_path: Path) -
     adapter = SglangAdapter()
     with httpx.Client(base_url="http://sglang", transport=transport(info)) as http:
         eff = read_effective(adapter, http, make_arm(tmp_path, speculative={"method": "mtp"}))
-        stats = adapter.server_stats(http, {"usage": {"completion_tokens": 10}}, None, EngineLog(""))
+        stats = adapter.reader.server_stats(http, {"usage": {"completion_tokens": 10}}, None, EngineLog(""))
     assert eff.version is None
     assert "bad-engine-value: /server_info speculative_num_draft_tokens is 'four', not a count" in eff.mismatches
     assert stats.flags[-1].startswith("acceptance-unavailable")
@@ -341,10 +341,11 @@ def test_server_stats_prefers_meta_info_then_the_log_then_the_server_average(tmp
     with httpx.Client(base_url="http://sglang", transport=transport(server_info())) as http:
         read_effective(adapter, http, make_arm(tmp_path, speculative={"method": "mtp", "n_max": 3}))
         meta = json.loads((FIX / "generate_meta_info_nextn.json").read_text())["meta_info"]
-        assert adapter.server_stats(http, {**final, "meta_info": meta}, None, EngineLog(log)).source == "meta_info"
-        from_log = adapter.server_stats(http, final, None, EngineLog(log))
+        with_meta = adapter.reader.server_stats(http, {**final, "meta_info": meta}, None, EngineLog(log))
+        assert with_meta.source == "meta_info"
+        from_log = adapter.reader.server_stats(http, final, None, EngineLog(log))
         assert from_log.drafted == 255 and from_log.source and "estimate" in from_log.source
-        attached = adapter.server_stats(http, final, None, EngineLog(""))
+        attached = adapter.reader.server_stats(http, final, None, EngineLog(""))
     assert attached.drafted is None and attached.extra["server_avg_accept_length"] == 2.91
     assert attached.flags[0].startswith("acceptance-unavailable")
 
@@ -354,7 +355,7 @@ def test_no_speculation_no_acceptance_flags(tmp_path: Path) -> None:
     final = json.loads((FIX / "chat_stream_final_chunk.json").read_text())
     with httpx.Client(base_url="http://sglang", transport=transport(server_info(speculative_algorithm=None))) as http:
         read_effective(adapter, http, make_arm(tmp_path))
-        stats = adapter.server_stats(http, final, None, EngineLog((FIX / "decode_log_nospec.txt").read_text()))
+        stats = adapter.reader.server_stats(http, final, None, EngineLog((FIX / "decode_log_nospec.txt").read_text()))
     assert stats.drafted is None and stats.flags == []
 
 
@@ -365,7 +366,8 @@ def test_request_fields() -> None:
     fields = request_fields(a, SglangAdapter(), Workload(thinking=False), 64)
     assert fields == {"chat_template_kwargs": {"enable_thinking": False}, "ignore_eos": True}
     assert "ignore_eos" not in request_fields(a, SglangAdapter(), Workload(fixed_length=False), 64)
-    assert SglangAdapter().stream_options() == {"include_usage": True, "continuous_usage_stats": True}
+    options = SglangAdapter().reader.stream_options(SglangAdapter.capabilities.token_counts)
+    assert options == {"include_usage": True, "continuous_usage_stats": True}
 
 
 @pytest.mark.parametrize(("fixture", "reason"), [("startup_oom.log", "out-of-memory"),

@@ -16,6 +16,7 @@ from bakeoff.core.common.errors import CapabilityNotSupported
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm
 from bakeoff.core.config.tune import tune_arms
+from bakeoff.core.engine.checks import with_n_max_schedule
 from bakeoff.core.engine.install import Program
 from bakeoff.core.reports.markdown import tune_markdown
 from bakeoff.core.results.sample import Sample
@@ -123,20 +124,20 @@ def test_vllm_schedule_compiles_into_speculative_config_when_the_engine_has_it(
     adapter = VllmAdapter()
     python = _fake_vllm(tmp_path / "new", has_key=True)
     monkeypatch.setattr(adapter.installer, "locate", lambda options: Program((str(python), "-m", "vllm.x")))
-    scheduled = adapter.with_n_max_schedule(k4, [[1, 3, 4], [4, 4, 2]])
+    scheduled = with_n_max_schedule(adapter, k4, [[1, 3, 4], [4, 4, 2]])
     out = engine_config(adapter, scheduled, off, tmp_path)
     assert out["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4,
                                          SCHEDULE_KEY: [[1, 3, 4], [4, 4, 2]]}
     # a schedule with a larger n_max at some level raises the startup maximum to it
-    assert adapter.with_n_max_schedule(k2, [[1, 1, 2], [2, 2, 4]]).speculative.n_max == 4
+    assert with_n_max_schedule(adapter, k2, [[1, 1, 2], [2, 2, 4]]).speculative.n_max == 4
 
     old = _fake_vllm(tmp_path / "old", has_key=False)
     monkeypatch.setattr(adapter.installer, "locate", lambda options: Program((str(old), "-m", "vllm.x")))
     with pytest.raises(CapabilityNotSupported, match=f"has no {SCHEDULE_KEY}"):
-        adapter.with_n_max_schedule(k4, [[1, 3, 4], [4, 4, 2]])
+        with_n_max_schedule(adapter, k4, [[1, 3, 4], [4, 4, 2]])
     docker = k4.model_copy(update={"launch": "docker"})
     with pytest.raises(CapabilityNotSupported, match="not assumed"):
-        adapter.with_n_max_schedule(docker, [[1, 3, 4], [4, 4, 2]])
+        with_n_max_schedule(adapter, docker, [[1, 3, 4], [4, 4, 2]])
 
 
 def test_an_engine_without_schedules_refuses_one(tmp_path: Path) -> None:
@@ -144,7 +145,7 @@ def test_an_engine_without_schedules_refuses_one(tmp_path: Path) -> None:
 
     arm = Arm.model_validate({"name": "a", "engine": "llamacpp", "model": "m.gguf"})
     with pytest.raises(CapabilityNotSupported, match="no per-batch-size n_max schedule"):
-        LlamaCppAdapter().with_n_max_schedule(arm, [[1, 1, 4], [2, 2, 2]])
+        with_n_max_schedule(LlamaCppAdapter(), arm, [[1, 1, 4], [2, 2, 2]])
 
 
 # -- nothing drafted ---------------------------------------------------------------------------------------------

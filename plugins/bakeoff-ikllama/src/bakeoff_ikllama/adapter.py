@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff.core import (
     Arm,
@@ -45,6 +44,7 @@ from bakeoff.core import (
     MethodKnobs,
     Missing,
     PreflightError,
+    Reader,
     ServerStats,
     Workload,
     bounded_get,
@@ -56,6 +56,7 @@ from bakeoff.core import (
 )
 
 from .build import IkLlamaInstaller
+from .options import IkLlamaOptions
 
 __all__ = ["IkLlamaAdapter", "IkLlamaOptions", "parse_acceptance_lines", "speculation_from_log"]
 
@@ -101,36 +102,6 @@ STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 
 
-class IkLlamaOptions(BaseModel):
-    """Options only ik_llama.cpp has (``arms[i].options``); each changes the command line when set."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["ikllama"] = "ikllama"
-    binary: str | None = Field(None, description="Path of ik_llama.cpp's llama-server; default: "
-                                                 "$BAKEOFF_IK_LLAMA_SERVER, then bakeoff's cached build.")
-    build_version: str | None = Field(None, description="ik-llama-cpp-python version of the cached build to use.")
-    split_mode: Literal["none", "layer", "attn", "graph"] | None = Field(
-        None, description="-sm, with the fork's own modes ('graph' splits each layer's graph across GPUs).")
-    max_gpu: int | None = Field(None, ge=1, description="--max-gpu: most GPUs used at a time (split_mode 'graph').")
-    graph_scheduling: bool = Field(False, description="-smgs: force split-mode-graph scheduling (split_mode 'graph').")
-    threads_batch: int | None = Field(None, ge=1, description="-tb: threads for prompt processing.")
-    run_time_repack: bool = Field(False, description="-rtr: repack weights for the CPU's fastest kernels at load.")
-    mla: int | None = Field(None, ge=0, le=3, description="-mla: MLA attention mode for DeepSeek-style models.")
-    attention_max_batch: int | None = Field(None, ge=1, description="-amb: most attention batch (MiB) without FA.")
-    no_fused_moe: bool = Field(False, description="-no-fmoe: switch off the fused MoE up/gate kernel (on by default).")
-    grouped_expert_routing: bool = Field(False, description="-ger: grouped expert routing.")
-    merge_qkv: bool = Field(False, description="-mqkv: merge Q, K, V into one tensor.")
-    k_cache_hadamard: bool = Field(False, description="-khad: Hadamard transform of the K cache.")
-    smart_expert_reduction: str | None = Field(None, pattern=r"^\d+,[\d.]+$",
-                                               description="-ser 'K,t': use fewer experts when their weights allow.")
-    ngram_size_m: int | None = Field(None, ge=1, le=1024, description="--spec-ngram-size-m: n-gram proposal length "
-                                                                      "(ngram simple/map-k/map-k4v).")
-    ngram_min_hits: int | None = Field(None, ge=1, description="--spec-ngram-min-hits (ngram map-k/map-k4v).")
-    draft_gpu_layers: int | None = Field(None, ge=0, description="-ngld: draft-model layers on the GPU.")
-    verbosity: int | None = Field(None, ge=0, description="--verbosity.")
-
-
 # options -> flags: value options, then switches (emitted only when True)
 VALUE_OPTIONS = (("split_mode", "-sm"), ("max_gpu", "--max-gpu"), ("threads_batch", "-tb"), ("mla", "-mla"),
                  ("attention_max_batch", "-amb"), ("smart_expert_reduction", "-ser"),
@@ -151,6 +122,95 @@ def speculation_from_log(log_text: str) -> bool | None:
     if any(needle in log_text for needle in SPEC_OFF):
         return False
     return True if SPEC_ON in log_text else None
+
+
+INSTALLER = IkLlamaInstaller()
+
+
+class IkLlamaReader(Reader):
+    """The fork's read-back: ``/props`` and the startup log after start, ``timings`` per chunk and per
+    response, the ``draft acceptance rate`` log line as the cross-check."""
+
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
+        eff = Effective(model_id=openai_model_id(http))
+        try:
+            props = bounded_get(http, "/props").json()
+        except (httpx.HTTPError, ValueError) as exc:
+            eff.mismatches.append(f"could not read /props: {exc}")
+            return eff
+        n_ctx = props.get("default_generation_settings", {}).get("n_ctx")
+        total_slots = props.get("total_slots")
+        speculative = speculation_from_log(log.text()) if not arm.attached else None
+        eff.version = self._version(arm)
+        eff.raw = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
+                   "model_path": props.get("model_path"), "version": eff.version}
+        eff.context_tokens = n_ctx if isinstance(n_ctx, int) else None
+        eff.slots = total_slots if isinstance(total_slots, int) else None
+        eff.speculative = speculative
+        eff.sources = {"context_tokens": ("/props", "n_ctx"), "slots": ("/props", "total_slots"),
+                       "speculative": ("the startup log", "speculative context")}
+        return eff
+
+    def _version(self, arm: Arm) -> str | None:
+        """``ik-llama-cpp-python==0.1.5 cpu`` from the cached build's VERSION file (the sdist has no git data)."""
+        if arm.attached:
+            return None
+        try:
+            options = IkLlamaOptions.model_validate(arm.options)
+            binary = INSTALLER.binary(options.binary, options.build_version)
+            return (binary.parent.parent / "VERSION").read_text().strip()
+        except (OSError, EngineUnavailable):
+            return None
+
+    def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
+                            template_kwargs: dict[str, Any] | None = None) -> int:
+        """Chat template, then tokenize with special tokens, as /v1/chat/completions does."""
+        body: dict[str, Any] = {"messages": messages}
+        if template_kwargs is not None:
+            body["chat_template_kwargs"] = template_kwargs
+        try:
+            r = http.post("/apply-template", json=body, timeout=60)
+            r.raise_for_status()
+            r = http.post("/tokenize", json={"content": r.json()["prompt"], "add_special": True}, timeout=60)
+            r.raise_for_status()
+            return len(r.json()["tokens"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise MeasurementError(f"ik_llama.cpp could not count prompt tokens: {exc}") from exc
+
+    def chunk_token_count(self, payload: dict[str, Any]) -> object:
+        timings = payload.get("timings")
+        if isinstance(timings, dict) and "predicted_n" in timings:
+            return int(timings["predicted_n"])
+        return super().chunk_token_count(payload)
+
+    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any, log: EngineLog, *,
+                     arm: Arm | None = None) -> ServerStats:
+        stats = ServerStats(source="timings")
+        timings = (final or {}).get("timings") or {}
+        if not timings:
+            stats.flags.append(sample_flag("server-timings-missing").line())
+            return stats
+        n, ms = timings.get("predicted_n"), timings.get("predicted_ms")
+        stats.completion_tokens = n
+        stats.prompt_tokens = timings.get("prompt_n")
+        stats.prefill_tps = timings.get("prompt_per_second")
+        if isinstance(n, int) and n > 1 and isinstance(ms, (int, float)) and ms > 0:
+            stats.decode_tps = (n - 1) / ms * 1000  # the window after the first token, as bakeoff's own rate
+        stats.extra["engine_predicted_per_second"] = timings.get("predicted_per_second")
+        # Absent keys mean the request drafted nothing, not "unknown".
+        stats.drafted = int(timings.get("draft_n", 0))
+        stats.accepted = int(timings.get("draft_n_accepted", 0))
+        lines = parse_acceptance_lines(log.text())
+        if lines:
+            last = lines[-1]
+            if (last["accepted"], last["generated"]) != (stats.accepted, stats.drafted):
+                stats.flags.append(sample_flag("acceptance-log-mismatch").line(
+                    f"log {last['accepted']:.0f}/{last['generated']:.0f} "
+                    f"vs timings {stats.accepted}/{stats.drafted}"))
+        elif stats.drafted and log.text():
+            stats.flags.append(sample_flag("acceptance-crosscheck-missing").line(
+                "no 'draft acceptance rate' log line for this request"))
+        return stats
 
 
 class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
@@ -175,7 +235,8 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
     display_name = "ik_llama.cpp llama-server"
     startup_failures = STARTUP_FAILURES
 
-    installer: ClassVar[IkLlamaInstaller] = IkLlamaInstaller()
+    installer: ClassVar[IkLlamaInstaller] = INSTALLER
+    reader = IkLlamaReader()
 
     def missing(self, arm: Arm) -> list[Missing]:
         if arm.launch != "native":
@@ -259,90 +320,13 @@ class IkLlamaAdapter(EngineAdapter[IkLlamaOptions]):
         return args + cli_flags([(KNOB_FLAGS[k], getattr(spec, k)) for k in knobs])
 
     # -- read-back -----------------------------------------------------------------------
-    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
-        eff = Effective(model_id=openai_model_id(http))
-        try:
-            props = bounded_get(http, "/props").json()
-        except (httpx.HTTPError, ValueError) as exc:
-            eff.mismatches.append(f"could not read /props: {exc}")
-            return eff
-        n_ctx = props.get("default_generation_settings", {}).get("n_ctx")
-        total_slots = props.get("total_slots")
-        speculative = speculation_from_log(log.text()) if not arm.attached else None
-        eff.version = self._version(arm)
-        eff.raw = {"n_ctx_per_slot": n_ctx, "total_slots": total_slots, "speculative": speculative,
-                   "model_path": props.get("model_path"), "version": eff.version}
-        eff.context_tokens = n_ctx if isinstance(n_ctx, int) else None
-        eff.slots = total_slots if isinstance(total_slots, int) else None
-        eff.speculative = speculative
-        eff.sources = {"context_tokens": ("/props", "n_ctx"), "slots": ("/props", "total_slots"),
-                       "speculative": ("the startup log", "speculative context")}
-        return eff
-
-    def _version(self, arm: Arm) -> str | None:
-        """``ik-llama-cpp-python==0.1.5 cpu`` from the cached build's VERSION file (the sdist has no git data)."""
-        if arm.attached:
-            return None
-        try:
-            options = self.options(arm)
-            binary = self.installer.binary(options.binary, options.build_version)
-            return (binary.parent.parent / "VERSION").read_text().strip()
-        except (OSError, EngineUnavailable):
-            return None
 
     # -- requests ------------------------------------------------------------------------
     def request_fields(self, arm: Arm, workload: Workload) -> dict[str, Any]:
         return {"cache_prompt": False, "timings_per_token": True}
 
-    def count_prompt_tokens(self, http: httpx.Client, messages: list[dict[str, str]],
-                            template_kwargs: dict[str, Any] | None = None) -> int:
-        """Chat template, then tokenize with special tokens, as /v1/chat/completions does."""
-        body: dict[str, Any] = {"messages": messages}
-        if template_kwargs is not None:
-            body["chat_template_kwargs"] = template_kwargs
-        try:
-            r = http.post("/apply-template", json=body, timeout=60)
-            r.raise_for_status()
-            r = http.post("/tokenize", json={"content": r.json()["prompt"], "add_special": True}, timeout=60)
-            r.raise_for_status()
-            return len(r.json()["tokens"])
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise MeasurementError(f"ik_llama.cpp could not count prompt tokens: {exc}") from exc
 
-    def chunk_token_count(self, payload: dict[str, Any]) -> object:
-        timings = payload.get("timings")
-        if isinstance(timings, dict) and "predicted_n" in timings:
-            return int(timings["predicted_n"])
-        return super().chunk_token_count(payload)
 
-    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log: EngineLog) -> ServerStats:
-        stats = ServerStats(source="timings")
-        timings = (final or {}).get("timings") or {}
-        if not timings:
-            stats.flags.append(sample_flag("server-timings-missing").line())
-            return stats
-        n, ms = timings.get("predicted_n"), timings.get("predicted_ms")
-        stats.completion_tokens = n
-        stats.prompt_tokens = timings.get("prompt_n")
-        stats.prefill_tps = timings.get("prompt_per_second")
-        if isinstance(n, int) and n > 1 and isinstance(ms, (int, float)) and ms > 0:
-            stats.decode_tps = (n - 1) / ms * 1000  # the window after the first token, as bakeoff's own rate
-        stats.extra["engine_predicted_per_second"] = timings.get("predicted_per_second")
-        # Absent keys mean the request drafted nothing, not "unknown".
-        stats.drafted = int(timings.get("draft_n", 0))
-        stats.accepted = int(timings.get("draft_n_accepted", 0))
-        lines = parse_acceptance_lines(log.text())
-        if lines:
-            last = lines[-1]
-            if (last["accepted"], last["generated"]) != (stats.accepted, stats.drafted):
-                stats.flags.append(sample_flag("acceptance-log-mismatch").line(
-                    f"log {last['accepted']:.0f}/{last['generated']:.0f} "
-                    f"vs timings {stats.accepted}/{stats.drafted}"))
-        elif stats.drafted and log.text():
-            stats.flags.append(sample_flag("acceptance-crosscheck-missing").line(
-                "no 'draft acceptance rate' log line for this request"))
-        return stats
 
 
 def nextn_layers(model: Path) -> int:

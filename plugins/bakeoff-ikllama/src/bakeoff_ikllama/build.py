@@ -25,7 +25,7 @@ from bakeoff.core import (
 )
 
 if TYPE_CHECKING:
-    from .adapter import IkLlamaOptions
+    from .options import IkLlamaOptions
 
 __all__ = ["DEFAULT_VERSION", "BACKENDS", "IkLlamaInstaller", "ik_llama_server_build"]
 

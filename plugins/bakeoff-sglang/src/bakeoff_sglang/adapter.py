@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff.core import (
     Arm,
@@ -46,6 +45,7 @@ from bakeoff.core import (
     LaunchSpec,
     MethodKnobs,
     PreflightError,
+    Reader,
     ServerStats,
     engine_count,
     engine_object,
@@ -56,6 +56,7 @@ from bakeoff.core import (
 )
 
 from .installer import SglangInstaller
+from .options import IMAGE, SglangOptions
 
 __all__ = [
     "ALGORITHMS",
@@ -70,7 +71,6 @@ __all__ = [
 # shared vocabulary -> --speculative-algorithm
 ALGORITHMS = {"mtp": "NEXTN", "eagle3": "EAGLE3", "draft": "STANDALONE", "ngram": "NGRAM", "dflash": "DFLASH"}
 CHAIN_METHODS = ("mtp", "eagle3", "draft")  # drafted step by step: steps / topk / draft tokens
-IMAGE = "lmsysorg/sglang:v0.5.23-cu129-amd64"
 CONTAINER_PORT = 30000
 SETTING_FLAGS = {"ctx": "--context-length", "parallel": "--max-running-requests", "tensor_parallel": "--tp-size",
                  "kv_type": "--kv-cache-dtype", "dtype": "--dtype", "gpu_memory_utilization": "--mem-fraction-static"}
@@ -93,27 +93,6 @@ STARTUP_FAILURES: tuple[tuple[str, tuple[str, ...], str], ...] = (
                            "safetensors_rust.SafetensorError"),
      "SGLang could not load the model"),
 )
-
-
-class SglangOptions(BaseModel):
-    """Options only SGLang has (``arms[i].options``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["sglang"] = "sglang"
-    python: str | None = Field(None, description="Interpreter that has sglang installed; default "
-                                                 "$BAKEOFF_SGLANG_PYTHON, then the one running bakeoff.")
-    eagle_topk: int | None = Field(None, ge=1, description="--speculative-eagle-topk; above 1 drafts a tree and "
-                                                           "then needs num_draft_tokens.")
-    num_draft_tokens: int | None = Field(None, ge=2, description="--speculative-num-draft-tokens, the verified "
-                                                                 "root included; default speculative.n_max + 1.")
-    radix_cache: bool = Field(False, description="Keep SGLang's prefix cache on (repeated prompts then skip "
-                                                 "prefill, which flatters TTFT).")
-    decode_log_interval: int = Field(10, ge=1, description="--decode-log-interval: decode steps between the log "
-                                                           "lines per-request acceptance is read from.")
-    image: str = Field(IMAGE, description="launch: compose — the SGLang image (keep it pinned).")
-    hf_cache: str | None = Field(None, description="launch: compose — Hugging Face cache mounted read-only for a "
-                                                   "hub model id (default $HF_HOME, then ~/.cache/huggingface).")
 
 
 def parse_decode_lines(log_text: str) -> list[dict[str, float | None]]:
@@ -217,6 +196,86 @@ class SglangCompose(ComposeImage):
         return cache or os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
 
 
+def _speculation(info: dict[str, Any], flags: list[str]) -> tuple[str | None, int | None]:
+    """The speculative algorithm /server_info names (None: none) and its draft tokens per verify step."""
+    algorithm = engine_text(info.get("speculative_algorithm")) or None
+    tokens = engine_count(info.get("speculative_num_draft_tokens"), "/server_info speculative_num_draft_tokens",
+                          flags)
+    return algorithm, tokens
+
+
+class SglangReader(Reader):
+    """SGLang's read-back: ``/server_info`` after start and after each request (the draft tokens per verify step,
+    read again each time: the reader keeps nothing between calls), then ``meta_info``, the decode log lines or
+    the server's running average per request."""
+
+    def server_info(self, http: httpx.Client) -> dict[str, Any] | None:
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                response = http.get(path, timeout=10)
+                if response.status_code == 200:
+                    data = response.json()
+                    return data if isinstance(data, dict) else None
+            except (httpx.HTTPError, ValueError):
+                return None
+        return None
+
+    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
+        eff = Effective(model_id=openai_model_id(http))
+        info = self.server_info(http)
+        if info is None:
+            eff.mismatches.append("could not read /server_info")
+            return eff
+        keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                "speculative_num_draft_tokens", "speculative_draft_model_path", "context_length",
+                "max_running_requests", "tp_size", "disable_radix_cache", "model_path")
+        eff.raw = {k: info.get(k) for k in keys}
+        eff.version = engine_text(info.get("version"))
+        algorithm, _ = _speculation(info, eff.mismatches)
+        eff.speculative, eff.spec_method = algorithm is not None, algorithm
+        eff.context_tokens = engine_count(info.get("context_length"), "/server_info context_length", eff.mismatches)
+        if arm.speculative.method in CHAIN_METHODS:  # n_max is the chain's draft steps
+            eff.n_max = engine_count(info.get("speculative_num_steps"), "/server_info speculative_num_steps",
+                                     eff.mismatches)
+        eff.sources = {"speculative": ("/server_info", "speculative_algorithm"),
+                       "spec_method": ("/server_info", "speculative_algorithm"),
+                       "context_tokens": ("/server_info", "context_length"),
+                       "n_max": ("/server_info", "speculative_num_steps")}
+        return eff
+
+    def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
+        """The --speculative-algorithm /server_info reports for the arm's method."""
+        return ALGORITHMS.get(arm.speculative.method) if name == "spec_method" else None
+
+    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any, log: EngineLog, *,
+                     arm: Arm | None = None) -> ServerStats:
+        final = final or {}
+        info = self.server_info(http) or {}
+        algorithm, draft_tokens = _speculation(info, [])  # a garbage value was flagged by the read-back
+        meta = final.get("meta_info") or final.get("metadata")
+        if isinstance(meta, dict) and "completion_tokens" in meta:
+            return parse_meta_info(meta, draft_tokens)
+        lines = parse_decode_lines(log.text())
+        if lines:
+            usage = engine_object(final.get("usage"))
+            flags: list[str] = []
+            stats = estimate_from_log(lines, engine_count(usage.get("completion_tokens"), "usage.completion_tokens",
+                                                          flags), draft_tokens)
+            stats.flags = flags + stats.flags
+            return stats
+        stats = ServerStats()
+        if algorithm:  # attached, or no decode line fell inside this request
+            states = info.get("internal_states")
+            state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
+            avg = engine_rate(state.get("avg_spec_accept_length"), "/server_info avg_spec_accept_length",
+                              stats.flags)
+            if avg is not None:
+                stats.extra["server_avg_accept_length"] = avg
+            stats.flags.append(sample_flag("acceptance-unavailable").line(
+                "no per-request numbers (no meta_info, no decode log line); /server_info average recorded in extra"))
+        return stats
+
+
 class SglangAdapter(EngineAdapter[SglangOptions]):
     name = "sglang"
     description = "SGLang launch_server (Hugging Face models), native process or compose; plugin package"
@@ -246,12 +305,9 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
     display_name = "SGLang"
     startup_failures = STARTUP_FAILURES
 
-    def __init__(self) -> None:
-        self._draft_tokens: int | None = None  # per verify step, read back from /server_info
-        self._algorithm: str | None = None
-
     # -- before launch -----------------------------------------------------------------
     installer: ClassVar[SglangInstaller] = SglangInstaller()
+    reader = SglangReader()
     compose: ClassVar[SglangCompose] = SglangCompose(
         IMAGE, CONTAINER_PORT, ("CMD", "python3", "-c", "import urllib.request; urllib.request.urlopen("
                                 f"'http://127.0.0.1:{CONTAINER_PORT}/health', timeout=4)"),
@@ -326,72 +382,6 @@ class SglangAdapter(EngineAdapter[SglangOptions]):
 
     # -- startup -----------------------------------------------------------------------
 
-    def server_info(self, http: httpx.Client) -> dict[str, Any] | None:
-        for path in ("/server_info", "/get_server_info"):
-            try:
-                response = http.get(path, timeout=10)
-                if response.status_code == 200:
-                    data = response.json()
-                    return data if isinstance(data, dict) else None
-            except (httpx.HTTPError, ValueError):
-                return None
-        return None
-
-    def effective_settings(self, http: httpx.Client, arm: Arm, log: EngineLog) -> Effective:
-        eff = Effective(model_id=openai_model_id(http))
-        info = self.server_info(http)
-        if info is None:
-            eff.mismatches.append("could not read /server_info")
-            return eff
-        keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-                "speculative_num_draft_tokens", "speculative_draft_model_path", "context_length",
-                "max_running_requests", "tp_size", "disable_radix_cache", "model_path")
-        eff.raw = {k: info.get(k) for k in keys}
-        eff.version = engine_text(info.get("version"))
-        self._algorithm = engine_text(info.get("speculative_algorithm")) or None
-        self._draft_tokens = engine_count(info.get("speculative_num_draft_tokens"),
-                                          "/server_info speculative_num_draft_tokens", eff.mismatches)
-        eff.speculative, eff.spec_method = self._algorithm is not None, self._algorithm
-        eff.context_tokens = engine_count(info.get("context_length"), "/server_info context_length", eff.mismatches)
-        if arm.speculative.method in CHAIN_METHODS:  # n_max is the chain's draft steps
-            eff.n_max = engine_count(info.get("speculative_num_steps"), "/server_info speculative_num_steps",
-                                     eff.mismatches)
-        eff.sources = {"speculative": ("/server_info", "speculative_algorithm"),
-                       "spec_method": ("/server_info", "speculative_algorithm"),
-                       "context_tokens": ("/server_info", "context_length"),
-                       "n_max": ("/server_info", "speculative_num_steps")}
-        return eff
-
     # -- requests ----------------------------------------------------------------------
-    def engine_term(self, name: Literal["spec_method", "kv_type"], arm: Arm) -> str | None:
-        """The --speculative-algorithm /server_info reports for the arm's method."""
-        return ALGORITHMS.get(arm.speculative.method) if name == "spec_method" else None
 
-    def server_stats(self, http: httpx.Client, final: dict[str, Any] | None, before: Any,
-                     log: EngineLog) -> ServerStats:
-        final = final or {}
-        meta = final.get("meta_info") or final.get("metadata")
-        if isinstance(meta, dict) and "completion_tokens" in meta:
-            return parse_meta_info(meta, self._draft_tokens)
-        lines = parse_decode_lines(log.text())
-        if lines:
-            usage = engine_object(final.get("usage"))
-            flags: list[str] = []
-            stats = estimate_from_log(lines, engine_count(usage.get("completion_tokens"), "usage.completion_tokens",
-                                                          flags), self._draft_tokens)
-            stats.flags = flags + stats.flags
-            return stats
-        stats = ServerStats()
-        if self._algorithm:  # attached, or no decode line fell inside this request
-            info = self.server_info(http) or {}
-            states = info.get("internal_states")
-            state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) else {}
-            avg = engine_rate(state.get("avg_spec_accept_length"), "/server_info avg_spec_accept_length",
-                              stats.flags)
-            if avg is not None:
-                stats.extra["server_avg_accept_length"] = avg
-            stats.flags.append(sample_flag("acceptance-unavailable").line(
-                "no per-request numbers (no meta_info, no decode log "
-                "line); /server_info average recorded in extra"))
-        return stats
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from bakeoff.core import Installer, Program
 
 if TYPE_CHECKING:
-    from .adapter import SglangOptions
+    from .options import SglangOptions
 
 __all__ = ["SglangInstaller"]
 
