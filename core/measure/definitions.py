@@ -30,9 +30,10 @@ from ..results.sample import Sample
 from .invariants import counter_flags, reasoning_tokens, witness_flag
 
 __all__ = ["build_request", "request_fields", "account", "make_sample", "BURST_FLAG", "NO_RATE_FLAG",
-           "HARNESS_LAG_FLAG"]
+           "HARNESS_LAG_FLAG", "CACHE_COUNT_MISMATCH"]
 
 BURST_FLAG = "burst-delivery"
+CACHE_COUNT_MISMATCH = "cache-count-mismatch"  # usage's cached_tokens against the engine's own cache counter
 NO_RATE_FLAG = "no-rate"
 BURST_WINDOW_SHARE = 0.1  # burst-delivery: a decode window under this share of send-to-last-token
 HARNESS_LAG_FLAG = "harness-lag"
@@ -234,6 +235,12 @@ def make_sample(arm: Arm, adapter: EngineAdapter, result: StreamResult, stats: S
     sample.witness_tokens, sample.witness_source = result.witness_tokens, result.witness_source
     sample.server_decode_tps = stats.decode_tps
     sample.server_prefill_tps = stats.prefill_tps
+    sample.server_cached_tokens = stats.cached_tokens
+    sample.reasoning_tokens = reasoning_tokens(result.usage)
+    if sample.cached_tokens is not None and stats.cached_tokens is not None \
+            and sample.cached_tokens != stats.cached_tokens:
+        flags.append(f"{CACHE_COUNT_MISMATCH}: usage says {sample.cached_tokens} cached prompt tokens, the server's "
+                     f"own counter {stats.cached_tokens}")
     if sample.cached_tokens is None and stats.cached_tokens is not None:  # llama.cpp: timings.cache_n
         sample.cached_tokens = stats.cached_tokens
         uncached = (sample.prompt_tokens or 0) - stats.cached_tokens

@@ -40,6 +40,8 @@ class Sample(BaseModel):
                                       "usage.prompt_tokens_details.cached_tokens, else the engine's own count "
                                       "(llama.cpp timings.cache_n).")
     usage_present: bool = False
+    reasoning_tokens: int | None = Field(None, description="usage.completion_tokens_details.reasoning_tokens (None: "
+                                         "not reported).")
     n_first: int | None = Field(None, description=(
         "Tokens before the decode window: those of the network read that carried the first token-bearing event "
         "(usually that event alone)."))
@@ -62,6 +64,8 @@ class Sample(BaseModel):
 
     # the server's own figures
     server_completion_tokens: int | None = None
+    server_cached_tokens: int | None = Field(None, description="The engine's own count of prompt tokens served from "
+                                             "its cache (llama.cpp timings.cache_n), beside usage's cached_tokens.")
     witness_tokens: int | None = Field(
         None, description="Output tokens the stream named one by one (token ids or logprobs entries), else the "
                           "delivered text's tokens by the engine's tokenizer, counted apart from usage; None: no "
