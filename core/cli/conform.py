@@ -15,6 +15,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..common.errors import ConfigError
 from ..config.loader import load_bakeoff
@@ -99,18 +100,24 @@ def conform_command(
     config, source = _target(target, engine, name)
     directory = new_run_dir(out, "conform")
     directory.mkdir(parents=True, exist_ok=True)
-    summary, _ = conform_arms(config, source, directory, lambda msg: console.print(f"[dim]{msg}[/dim]"),
-                              max_tokens)
+    def log(msg: str) -> None:
+        console.print(f"[dim]{escape(msg)}[/dim]")
+
+    summary, batteries = conform_arms(config, source, directory, log, max_tokens)
     if llama_bench:
         from ..run.conform import bench_references
 
-        summary.references = bench_references(config, summary, lambda msg: console.print(f"[dim]{msg}[/dim]"))
+        summary.references = bench_references(config, batteries, log)
     summary.exit_code = int(exit_code_of(summary))
     print_summary(summary, console)
     for arm, ref in summary.references.items():
-        console.print(f"{arm}: {ref.get('line', ref)}", markup=False)
+        for line in textwrap.wrap(f"{arm}: {ref.get('line', ref)}", 80, subsequent_indent="  "):
+            console.print(line, markup=False)
     (directory / "summary.json").write_text(json.dumps(summary.model_dump(mode="json"), indent=2) + "\n")
     table = "\n\n".join("\n".join(conform_lines(a)) for a in summary.arms) + "\n"
+    for arm_name, ref in summary.references.items():
+        table += "\n" + "\n".join(textwrap.wrap(f"{arm_name}: {ref.get('line', ref)}", 80,
+                                                subsequent_indent="  ")) + "\n"
     (directory / "conform.txt").write_text(table)
     console.print(f"summary: {directory / 'summary.json'}", markup=False)
     if summary.exit_code:

@@ -203,6 +203,13 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
         """What run.json says about the binary: path, where it was found, backend and build flags."""
         return self.installer.binary_record(options.binary, options.build_version)
 
+    def bench_reference(self, arm: Arm, depth: int, n_gen: int, server_tps: list[float | None],
+                        log: Callable[[str], None]) -> dict[str, Any]:
+        """The same build's llama-bench beside the arm's decode rate (engines/llamacpp/bench.py)."""
+        from .bench import reference
+
+        return reference(self, arm, depth, n_gen, server_tps, log)
+
     def selftest_cases(self, log: Callable[[str], None]) -> tuple[list[SelftestCase], list[str]]:
         """Every mapped method on tiny synthesized models, through the installed llama-server."""
         from .selftest import selftest_cases
