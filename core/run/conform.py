@@ -47,13 +47,14 @@ CONFORM_PROMPT = Prompt(name="conform", kind="code", messages=[
 
 def battery_workloads(base: Workload, max_tokens: int = 32) -> tuple[Workload, Workload]:
     """The two workloads of the battery (prompts, then the repeated-prefix session); timeouts from ``base``."""
-    common = {"passes": 1, "warmup": 1, "warmup_settle": None, "request_timeout_s": min(base.request_timeout_s, 120),
-              "boot_timeout_s": base.boot_timeout_s, "text_witness": True, "gates": [], "extra_launches": 0}
+    common: dict[str, Any] = {"passes": 1, "warmup": 1, "warmup_settle": None, "text_witness": True, "gates": [],
+                              "request_timeout_s": min(base.request_timeout_s, 120), "extra_launches": 0,
+                              "boot_timeout_s": base.boot_timeout_s}
     prompts = Workload(suite=[CONFORM_PROMPT], max_tokens=max_tokens, reps=2,
-                       structured=Structured(max_tokens=48), **common)  # type: ignore[arg-type]
+                       structured=Structured(max_tokens=48), **common)
     cache = Workload(max_tokens=16, reps=1, fixed_length=False, sessions=SessionsSpec(
         synthetic=SyntheticSessions(sessions=1, turns=2, tool_result_tokens=60, reply_tokens=8)),
-        **common)  # type: ignore[arg-type]
+        **common)
     return prompts, cache
 
 

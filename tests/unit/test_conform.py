@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures.counter_bugs.server import BUGS, CLEAN, serve_bug
+from counter_bugs.server import BUGS, CLEAN, serve_bug
 
 from bakeoff.core.cli.conform import conform_lines, exit_code_of
 from bakeoff.core.cli.exit_codes import ExitCode
