@@ -238,7 +238,8 @@ def make_sample(arm: Arm, adapter: EngineAdapter, result: StreamResult, stats: S
     sample.server_cached_tokens = stats.cached_tokens
     sample.reasoning_tokens = reasoning_tokens(result.usage)
     if sample.cached_tokens is not None and stats.cached_tokens is not None \
-            and sample.cached_tokens != stats.cached_tokens:
+            and sample.cached_tokens != stats.cached_tokens \
+            and not any(f.startswith(CACHE_COUNT_MISMATCH) for f in flags):  # the adapter's own says more (vLLM)
         flags.append(f"{CACHE_COUNT_MISMATCH}: usage says {sample.cached_tokens} cached prompt tokens, the server's "
                      f"own counter {stats.cached_tokens}")
     if sample.cached_tokens is None and stats.cached_tokens is not None:  # llama.cpp: timings.cache_n

@@ -40,9 +40,14 @@ from .protocol import run_plan
 
 __all__ = ["CONFORM_PROMPT", "ArmBattery", "battery_workloads", "bench_references", "conform_arm", "conform_arms"]
 
+# A copy task: every drafter has something to draft (n-gram lookup finds the prompt's own text), so a
+# speculative arm that drafts nothing on it says something about the engine, not the prompt.
 CONFORM_PROMPT = Prompt(name="conform", kind="code", messages=[
-    {"role": "user", "content": "Write a Python function that returns the first twenty square numbers, then "
-                                "list them one per line."}])
+    {"role": "user", "content": "Copy this Python function exactly, then stop:\n\n"
+                                "def squares(n):\n    out = []\n    for i in range(1, n + 1):\n"
+                                "        out.append(i * i)\n    return out\n\n"
+                                "def cubes(n):\n    out = []\n    for i in range(1, n + 1):\n"
+                                "        out.append(i * i * i)\n    return out\n"}])
 
 
 def battery_workloads(base: Workload, max_tokens: int = 32) -> tuple[Workload, Workload]:
@@ -100,11 +105,15 @@ def conform_arm(arm: Arm, base: Workload, out: Path, log: Callable[[str], None] 
     arm = _witnessed(arm)
     prompts, cache = battery_workloads(base, max_tokens)
     battery = ArmBattery()
-    try:
-        plan_run(BakeoffFile(name="conform", arms=[arm], workload=prompts))
-    except BakeoffError as exc:  # the engine or arm takes no structured requests as launched: plain prompts only
-        battery.notes.append(f"structured requests refused: {exc}")
-        prompts = prompts.model_copy(update={"structured": None})
+    for kinds in (["json_schema", "tool_call"], ["json_schema"], None):  # what the arm takes as launched
+        tried = prompts.model_copy(update={"structured": Structured(kinds=kinds, max_tokens=48) if kinds else None})
+        try:
+            plan_run(BakeoffFile(name="conform", arms=[arm], workload=tried))
+        except BakeoffError as exc:  # e.g. vLLM refuses tools without a tool-call parser: JSON schema alone
+            battery.notes.append(f"structured {'+'.join(kinds or [])} refused: {exc}")
+            continue
+        prompts = tried
+        break
     log(f"{arm.name}: prompts (plain x2, structured)")
     battery.samples = _run_one(arm, prompts, out, f"conform-{arm.name}", battery)
     log(f"{arm.name}: repeated prefix (2-turn session, prefix cache on)")
@@ -116,8 +125,9 @@ def conform_arm(arm: Arm, base: Workload, out: Path, log: Callable[[str], None] 
                         speculative_asked=arm.speculative.enabled)
     for note in battery.notes:
         for check in verdict.checks:
-            if check.result == "n/a" and check.id == "drafting-structured" and "structured" in note:
-                check.figures = note
+            if check.id == "drafting-structured" and "structured" in note:
+                check.figures = f"{check.figures}; tool calls not sent (refused as launched)" \
+                    if check.result != "n/a" else note
             if check.result == "n/a" and check.id.startswith("cache") and "session" in note:
                 check.figures = note
     return verdict, battery
