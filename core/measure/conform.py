@@ -206,14 +206,17 @@ def _acceptance_sources(drafting: Sequence[Sample]) -> Check:
     s = crossed[0]
     seen = s.acceptance_source or "the response"
     also = " and /metrics" if s.drafts is not None else ""
-    return _check("acceptance-sources", "pass", f"{len(crossed)} answers: {seen}{also} agree, accepted "
-                  f"{s.accepted}/{s.drafted} (first)", len(drafting))
+    return _check("acceptance-sources", "pass", f"{len(crossed)} answers: no disagreement among the sources "
+                  f"read ({seen}{also}), accepted {s.accepted}/{s.drafted} (first)", len(drafting))
 
 
 def _cache_hit(turns: Sequence[Sample]) -> Check:
     later = [s for s in turns if s.status == "ok" and s.turn]
     if not later:
         return _check("cache-hit", "n/a", "no repeated-prefix turn was answered", 0)
+    if all(s.cached_tokens is None for s in later):  # nothing claimed, so nothing to contradict
+        return _check("cache-hit", "n/a", "the engine reports no cached_tokens (usage or its own counter) on a "
+                      "repeated prefix", len(later))
     bad = _first_flag(later, (CACHE_MISS_FLAG, CACHE_IMPOSSIBLE_FLAG, "cache-unreported"))
     if bad is not None:
         s, flag = bad
