@@ -27,6 +27,7 @@ from ..config.schema import (
     Prompt,
     SessionsSpec,
     Structured,
+    StructuredKind,
     SyntheticSessions,
     Workload,
 )
@@ -105,7 +106,8 @@ def conform_arm(arm: Arm, base: Workload, out: Path, log: Callable[[str], None] 
     arm = _witnessed(arm)
     prompts, cache = battery_workloads(base, max_tokens)
     battery = ArmBattery()
-    for kinds in (["json_schema", "tool_call"], ["json_schema"], None):  # what the arm takes as launched
+    choices: tuple[list[StructuredKind] | None, ...] = (["json_schema", "tool_call"], ["json_schema"], None)
+    for kinds in choices:  # what the arm takes as launched
         tried = prompts.model_copy(update={"structured": Structured(kinds=kinds, max_tokens=48) if kinds else None})
         try:
             plan_run(BakeoffFile(name="conform", arms=[arm], workload=tried))
