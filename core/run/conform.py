@@ -107,6 +107,10 @@ def conform_arm(arm: Arm, base: Workload, out: Path, log: Callable[[str], None] 
     prompts, cache = battery_workloads(base, max_tokens)
     battery = ArmBattery()
     choices: tuple[list[StructuredKind] | None, ...] = (["json_schema", "tool_call"], ["json_schema"], None)
+    if not arm.speculative.enabled:
+        # the structured check is about drafting: without speculation the JSON answer alone still feeds the other
+        # checks, and a tool call would fail on the witness (llama.cpp: "logprobs is not supported with tools")
+        choices = choices[1:]
     for kinds in choices:  # what the arm takes as launched
         tried = prompts.model_copy(update={"structured": Structured(kinds=kinds, max_tokens=48) if kinds else None})
         try:

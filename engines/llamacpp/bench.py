@@ -91,7 +91,8 @@ def server_build_number(server: Path, env: dict[str, str]) -> int | None:
                               env={**os.environ, **env}, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    m = re.search(r"version:\s*(\d+)", done.stdout + done.stderr)
+    text = done.stdout + done.stderr  # b11434: "version: 0.6.0-dev (build 11434, commit unknown)"
+    m = re.search(r"\(build (\d+)", text) or re.search(r"version:\s*(\d+)\b(?!\.)", text)
     return int(m[1]) if m else None
 
 

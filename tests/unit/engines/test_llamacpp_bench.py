@@ -47,7 +47,7 @@ def _fakes(tmp_path: Path, bench_build: int) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     server = bin_dir / "llama-server"
-    server.write_text("#!/bin/sh\necho 'version: 11434 (abc1234)' >&2\n")
+    server.write_text("#!/bin/sh\necho 'version: 0.6.0-dev (build 11434, commit abc1234)' >&2\n")
     bench = bin_dir / "llama-bench"
     bench.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(tmp_path / 'argv.json')!r}, 'w')"
                      f".write(json.dumps(sys.argv))\nprint(json.dumps([{{**{RECORD!r}, 'build_number': "
