@@ -58,6 +58,8 @@ COMMANDS: dict[str, Command] = {
                       "paired ratio and verdict), or the community table row."),
     "tune": Command("tune", "tune_command", "Race speculative settings against spec-off within a time budget, verify "
                     "the winner under changing load, and compile it for the engine."),
+    "conform": Command("conform", "conform_command", "Check a server's token, cache and acceptance counters with a "
+                       "fixed battery: each check pass, fail or n/a."),
     "engines": Command("engines", "app", "List engines, or install one."),
 }
 

@@ -27,6 +27,7 @@ class ExitCode(IntEnum):
     PARTIAL = 4  # some arm produced no valid sample, or failed (or the run ended) before all its points were measured
     WRITE_FAILED = 5  # the run directory could not be written (disk full, read-only): stored samples are kept
     INCONCLUSIVE = 6  # gate: after its passes the interval still straddles the limit; neither green nor red
+    NONCONFORMING = 7  # conform: an applicable check failed, or an arm could not be tested (docs/conform.md)
     INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP: engines stopped, samples kept, --resume finishes it
     BROKEN_PIPE = 141  # the reader of the output went away (`| head`): 128 + SIGPIPE, as a shell reports it
 
@@ -36,7 +37,8 @@ EXIT_CODES_HELP = (
     "3 nothing valid measured; 4 partial: some arm has no valid sample or failed midway, or the run ended short "
     "of its plan; "
     "5 the run directory could not be written (stopped; --resume after fixing); "
-    "6 (bakeoff gate) inconclusive; 130 interrupted (--resume finishes it); 141 the output's reader went away "
+    "6 (bakeoff gate) inconclusive; 7 (bakeoff conform) a check failed or an arm could not be tested; "
+    "130 interrupted (--resume finishes it); 141 the output's reader went away "
     "(e.g. `| head`); 1 a bakeoff bug."
 )
 

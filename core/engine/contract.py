@@ -36,6 +36,7 @@ from .pieces import (
     NMaxSchedule,
     PrefixCache,
     Reader,
+    ReferenceBench,
     Selftest,
     StructuredOutputs,
     Witness,
@@ -250,6 +251,7 @@ class EngineAdapter(ABC, Generic[OptionsT]):
     witness: ClassVar[Witness] = Witness()  # the second witness of the token count
     n_max_schedule: ClassVar[NMaxSchedule | None] = None  # a per-batch-size n_max (bakeoff tune); None: none
     selftest: ClassVar[Selftest | None] = None  # bakeoff selftest's cases; None: no self-test
+    reference_bench: ClassVar[ReferenceBench | None] = None  # the engine's own benchmark (conform --llama-bench)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

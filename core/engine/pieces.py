@@ -42,6 +42,7 @@ __all__ = [
     "Reader",
     "SelftestCase",
     "SelftestRow",
+    "ReferenceBench",
     "Selftest",
     "ServerStats",
     "StructuredOutputs",
@@ -302,6 +303,17 @@ class SelftestRow:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+class ReferenceBench:
+    """The engine's own benchmark of the same build on the same model (llama.cpp: llama-bench), printed beside an
+    arm's decode rate by ``bakeoff conform --llama-bench``."""
+
+    def reference(self, adapter: Any, arm: Arm, depth: int, n_gen: int, server_tps: list[float | None],
+                  log: Callable[[str], None]) -> dict[str, Any]:
+        """The benchmark's decode rate at ``depth`` prompt tokens and ``n_gen`` generated, with the settings of
+        ``arm``, and the server's share of it (``server_tps``: the arm's measured decode rates)."""
+        raise NotImplementedError
 
 
 class Selftest:

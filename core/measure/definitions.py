@@ -29,6 +29,7 @@ from ..engine.client import StreamResult, TokenCounts
 from ..host.hostinfo import FOREIGN_LOAD_FLOOR
 from ..results.flags import (
     BURST_DELIVERY,
+    CACHE_COUNT_MISMATCH,
     CHUNK_COUNTS_MISSING,
     FOREIGN_LOAD,
     HARNESS_LAG,
@@ -39,6 +40,7 @@ from ..results.flags import (
     SETTINGS_MISMATCH,
     TOKEN_EVENTS_MISMATCH,
     USAGE_MISSING,
+    has_flag,
 )
 from ..results.sample import Sample
 from .invariants import counter_flags, reasoning_tokens, witness_flag
@@ -297,6 +299,13 @@ def make_sample(arm: Arm, adapter: EngineAdapter, result: StreamResult, stats: S
     sample.witness_tokens, sample.witness_source = result.witness_tokens, result.witness_source
     sample.server_decode_tps = stats.decode_tps
     sample.server_prefill_tps = stats.prefill_tps
+    sample.server_cached_tokens = stats.cached_tokens
+    sample.reasoning_tokens = reasoning_tokens(result.usage)
+    if sample.cached_tokens is not None and stats.cached_tokens is not None \
+            and sample.cached_tokens != stats.cached_tokens \
+            and not has_flag(flags, CACHE_COUNT_MISMATCH):  # the adapter's own says more (vLLM)
+        flags.append(CACHE_COUNT_MISMATCH.line(f"usage says {sample.cached_tokens} cached prompt tokens, the "
+                                               f"server's own counter {stats.cached_tokens}"))
     if sample.cached_tokens is None and stats.cached_tokens is not None:  # llama.cpp: timings.cache_n
         sample.cached_tokens = stats.cached_tokens
         uncached = (sample.prompt_tokens or 0) - stats.cached_tokens

