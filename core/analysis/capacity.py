@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -36,9 +37,11 @@ from ..config.capacity import CapacitySection
 from .stats import LEVEL, Interval, ratio_text, rng_for, verdict
 
 __all__ = ["Probe", "LevelRow", "ArmBoundary", "CapacityComparison", "CapacityResult", "level_margins",
-           "probe_hopeless", "analyze_capacity", "capacity_words", "SCHEMA_VERSION", "N_BOOT_CAPACITY"]
+           "probe_hopeless", "analyze_capacity", "capacity_words", "SCHEMA_VERSION", "N_BOOT_CAPACITY",
+           "CAPACITY_FILE", "read_capacity", "write_capacity"]
 
 SCHEMA_VERSION = 1
+CAPACITY_FILE = "capacity.json"  # in the run directory, beside run.json
 N_BOOT_CAPACITY = 1000
 CLIFF_JUMP = 2.0  # the first failing load's binding value over what the held loads' trend predicts: a cliff
 TREND_SPAN = 4.0  # the trend is fitted over the held loads within this factor below the first failing one
@@ -374,3 +377,18 @@ def _compare(a: ArmBoundary, base: ArmBoundary, brackets: Mapping[str, np.ndarra
     words = capacity_words(verdict(ratio))
     text = f"{a.arm} carries {ratio_text(ratio.estimate, ratio.lo, ratio.hi)} {what} at {at}: {words}"
     return CapacityComparison(arm=a.arm, baseline=base.arm, ratio=ratio, difference=diff, verdict=words, text=text)
+
+
+def write_capacity(run_dir: Path, result: CapacityResult) -> Path:
+    """``capacity.json`` in the run directory."""
+    path = Path(run_dir) / CAPACITY_FILE
+    path.write_text(result.model_dump_json(indent=2) + "\n")
+    return path
+
+
+def read_capacity(run_dir: Path) -> CapacityResult | None:
+    """The run's capacity result, None when it has none (not a capacity run)."""
+    path = Path(run_dir) / CAPACITY_FILE
+    if not path.is_file():
+        return None
+    return CapacityResult.model_validate_json(path.read_text())

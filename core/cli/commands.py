@@ -57,6 +57,8 @@ COMMANDS: dict[str, Command] = {
                       "paired ratio and verdict), or the community table row."),
     "tune": Command("tune", "tune_command", "Race speculative settings against spec-off within a time budget, verify "
                     "the winner under changing load, and compile it for the engine."),
+    "capacity": Command("capacity", "capacity_command", "Find each arm's highest load at which the capacity: "
+                        "section's SLOs hold, paired across arms."),
     "engines": Command("engines", "app", "List engines, or install one."),
 }
 

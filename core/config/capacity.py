@@ -46,9 +46,14 @@ class GoodputConstraint(_Strict):
     @field_validator("min_share", mode="before")
     @classmethod
     def _share(cls, v: Any) -> float:
-        from .schema import parse_share  # schema imports this module
-
-        return parse_share(v, "min_share")
+        text = str(v).strip()
+        try:
+            share = float(text.rstrip("%").strip()) / (100 if text.endswith("%") else 1)
+        except ValueError:
+            raise ValueError(f"min_share {v!r}: give a percentage such as 90% (or a share such as 0.9)") from None
+        if not 0 < share <= 1:
+            raise ValueError(f"min_share {v!r}: a share above 0 and at most 100%")
+        return share
 
     @property
     def label(self) -> str:

@@ -14,11 +14,11 @@ replicate). While bracketing, the arms probe the same loads. A replicate that is
 :func:`~bakeoff.core.analysis.capacity.probe_hopeless`: a limit overshot ``hopeless`` times, or an open-loop
 backlog cut) ends its load at once, recorded failing.
 
-:func:`run_capacity` runs it on engines: one :class:`~bakeoff.core.run.arm.ArmSession` per arm, all up for the
-whole search (started one after another, warmed up, then probed in turn; an idle engine beside the one probed
-costs little on a GPU and a few hundred MB on a CPU), every request stored as a normal sample
-(``concurrency`` or ``rate`` set, ``rep`` the replicate, ``pass_index`` the round), and the result in the run's
-``capacity.json``.
+:class:`CapacityExecutor` runs it on engines (``bakeoff capacity``, through the run loop's executor
+seam): one :class:`~bakeoff.core.run.arm.ArmSession` per arm, all up for the whole search (started one after
+another, warmed up, then probed in turn; an idle engine beside the one probed costs little), every request
+stored as a normal sample (``concurrency`` or ``rate`` set, ``rep`` the replicate, ``pass_index`` the round),
+and the result in the run's ``capacity.json``.
 """
 
 from __future__ import annotations
@@ -27,24 +27,23 @@ import math
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from ..analysis.capacity import CapacityResult, Probe, analyze_capacity, level_margins, probe_hopeless
+from ..analysis.capacity import CapacityResult, Probe, analyze_capacity, level_margins, probe_hopeless, write_capacity
 from ..analysis.load import latency, meets
 from ..common.errors import ConfigError
 from ..config.capacity import CapacitySection
 from ..config.schema import BakeoffFile, Slo
 from ..measure.concurrency import effective_slots
-from ..measure.points import Point
+from ..measure.points import DoneKeys, Point
 from ..results.sample import Sample
 from ..results.store import RunDir
 from .arm import ArmSession, SampleLabel
 from .events import ProtocolEvents
-from .plan import plan_run
+from .plan import Plan
 
-__all__ = ["ArmSearch", "ProbeFn", "search", "probe_from_samples", "run_capacity", "CAPACITY_FILE"]
+__all__ = ["ArmSearch", "ProbeFn", "search", "probe_from_samples", "CapacityExecutor",
+           "check_capacity_config"]
 
-CAPACITY_FILE = "capacity.json"
 ProbeFn = Callable[[str, float, int, int], Probe]  # (arm, load, replicate, round) -> the probe
 
 
@@ -208,27 +207,32 @@ class _Prober:
                                   cut[0] if cut else None, gpu.energy_j if gpu is not None else None)
 
 
-def run_capacity(config: BakeoffFile, run: RunDir, events: ProtocolEvents | None = None,
-                 on_probe: Callable[[Probe], None] = lambda p: None) -> CapacityResult:
-    """Start every arm, search, analyse, and write ``capacity.json`` into ``run``.
+class CapacityExecutor:
+    """Runs a planned bakeoff as a capacity search instead of passes (``bakeoff capacity``): every arm started
+    and warmed up once, then probed round by round; the result lands in the run's ``capacity.json``."""
 
-    :raises ConfigError: see :func:`check_capacity_config`.
-    """
-    section = check_capacity_config(config)
-    events = events or ProtocolEvents()
-    plan = plan_run(config)
-    with ExitStack() as stack:
-        sessions: dict[str, ArmSession] = {}
-        for planned in plan.arms:
-            events.on_arm_start(planned.arm.name, 0)
-            session = stack.enter_context(ArmSession(planned, run, 0, config.workload, prompts=plan.prompts,
-                                                     modes=plan.modes, events=events))
-            session.warm_up()
-            sessions[planned.arm.name] = session
-        probes = search(list(sessions), section, _Prober(sessions, config, section), on_probe)
-        for name, session in sessions.items():
-            run.append_attempt(name, session.attempt)
-    result = analyze_capacity(probes, section, [a.arm.name for a in plan.arms], config.baseline_arm,
-                              seed=config.workload.seed)
-    (Path(run.path) / CAPACITY_FILE).write_text(result.model_dump_json(indent=2) + "\n")
-    return result
+    name = "local"  # on this machine, like the local executor (run_bakeoff's checks read this)
+
+    def __init__(self, on_probe: Callable[[Probe], None] = lambda p: None) -> None:
+        self.on_probe = on_probe
+        self.result: CapacityResult | None = None
+
+    def run(self, plan: Plan, run: RunDir, events: ProtocolEvents, done: DoneKeys) -> None:
+        config = plan.config
+        section = check_capacity_config(config)
+        with ExitStack() as stack:
+            sessions: dict[str, ArmSession] = {}
+            for planned in plan.arms:
+                events.on_arm_start(planned.arm.name, 0)
+                session = stack.enter_context(ArmSession(planned, run, 0, config.workload, prompts=plan.prompts,
+                                                         modes=plan.modes, events=events))
+                session.warm_up()
+                sessions[planned.arm.name] = session
+            try:
+                probes = search(list(sessions), section, _Prober(sessions, config, section), self.on_probe)
+            finally:
+                for name, session in sessions.items():
+                    run.append_attempt(name, session.attempt)
+        self.result = analyze_capacity(probes, section, [a.arm.name for a in plan.arms], config.baseline_arm,
+                                       seed=config.workload.seed)
+        write_capacity(run.path, self.result)
