@@ -17,7 +17,7 @@ backlog cut) ends its load at once, recorded failing.
 :class:`CapacityExecutor` runs it on engines (``bakeoff capacity``, through the run loop's executor
 seam): one :class:`~bakeoff.core.run.arm.ArmSession` per arm, all up for the whole search (started one after
 another, warmed up, then probed in turn; an idle engine beside the one probed costs little), every request
-stored as a normal sample (``concurrency`` or ``rate`` set, ``rep`` the replicate, ``pass_index`` the round),
+stored as a normal sample (``concurrency`` or ``rate`` set, ``rep`` the replicate, ``pass_index`` 0: one start),
 and the result in the run's ``capacity.json``.
 """
 
@@ -37,7 +37,7 @@ from ..measure.concurrency import effective_slots
 from ..measure.points import DoneKeys, Point
 from ..results.sample import Sample
 from ..results.store import RunDir
-from .arm import ArmSession, SampleLabel
+from .arm import ArmSession
 from .events import ProtocolEvents
 from .plan import Plan
 
@@ -198,8 +198,8 @@ class _Prober:
         monitor = session.monitor
         if monitor is not None:
             monitor.start()
-        try:  # the round is the samples' pass: (round, replicate) pairs the arms in the analysis
-            samples = session.measure(point, SampleLabel(arm, None, rnd))
+        try:  # one engine start: every sample is of pass 0; the probe keeps its round for the pairing
+            samples = session.measure(point)
         finally:
             session.open_loop_stop = None
             gpu = monitor.stop() if monitor is not None else None
