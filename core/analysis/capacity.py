@@ -85,7 +85,7 @@ def level_margins(probes: Sequence[Probe], section: CapacitySection) -> tuple[di
         pooled = [v for p in probes for v in p.values.get(c.label, [])]
         value = _percentile(pooled, c.percentile)
         values[c.label] = value
-        margins[c.label] = c.max_s / value - 1 if value > 0 else math.inf
+        margins[c.label] = c.max_s / value - 1 if value > 0 else 1e9  # finite: it is written as JSON
     if section.goodput is not None:
         met = [m for p in probes for m in p.met]
         share = sum(met) / len(met) if met else 0.0
@@ -117,7 +117,8 @@ class LevelRow(BaseModel):
     requests: int
     held: bool
     margins: dict[str, float] = Field(description="Constraint label -> margin (>= 0: holds).")
-    values: dict[str, float] = Field(description="Constraint label -> percentile in seconds (goodput: share).")
+    values: dict[str, float | None] = Field(description="Constraint label -> percentile in seconds (goodput: "
+                                            "share); None: not one request gave a value (all failed or unsent).")
     cut: str | None = Field(None, description="Why a replicate was stopped early (over-saturation).")
 
 
@@ -209,6 +210,8 @@ def _binding(rows: Sequence[LevelRow], failed: float | None) -> str | None:
 
 def _badness(row: LevelRow, label: str) -> float:
     v = row.values[label]
+    if v is None:
+        return math.inf
     return (1 - v + 1e-3) if label.startswith("goodput") else v
 
 
@@ -266,7 +269,8 @@ def _rows(probes: Sequence[Probe], section: CapacitySection) -> list[LevelRow]:
         margins, values = level_margins(group, section)
         rows.append(LevelRow(level=lv, round=group[0].round, replicates=len(group),
                              requests=sum(p.requests for p in group), held=all(m >= 0 for m in margins.values()),
-                             margins=margins, values=values, cut=next((p.cut for p in group if p.cut), None)))
+                             margins=margins, values={k: v if math.isfinite(v) else None for k, v in values.items()},
+                             cut=next((p.cut for p in group if p.cut), None)))
     return rows
 
 

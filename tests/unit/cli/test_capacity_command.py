@@ -53,3 +53,47 @@ def test_capacity_finds_both_boundaries_on_the_sim(tmp_path: Path) -> None:
     capacity = [r for r in rows if r.get("table") == "capacity"]
     assert {r["arm"] for r in capacity} == {"small", "large"} and any(r.get("verdict") == "carries more"
                                                                       for r in capacity)
+
+
+RATE = """name: cap-rate
+arms:
+  - {name: slow, engine: sim, model: sim,
+     options: {itl_ms: 2, ttft_ms: 20, ttft_ms_per_stream: 15}}
+workload:
+  prompts: [prose]
+  max_tokens: 8
+  reps: 1
+  warmup: 0
+  gates: []
+  text_witness: false
+  arrival: {rates: [1], distribution: constant, requests: 30, seed: 0}
+capacity:
+  load: rate
+  constraints: [{metric: ttft_s, percentile: 90, max_s: 0.1}]
+  start: 8
+  max: 512
+  growth: 4
+  resolution: 0.3
+  replicates: 1
+  backlog: 3
+"""
+
+
+def test_open_loop_search_cuts_an_over_saturated_rate(tmp_path: Path) -> None:
+    """TTFT grows 15 ms per request in flight, so past some rate the queue feeds itself: that rate's schedule is
+    cut once more than 3 x its 1 slot (the sim reports
+    none) are in flight, its unsent requests stored as errors, the rate failing."""
+    path = tmp_path / "rate.yaml"
+    path.write_text(RATE)
+    result = CliRunner().invoke(app, ["capacity", str(path), "--out", str(tmp_path / "runs")],
+                                env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    (run,) = (tmp_path / "runs").iterdir()
+    (arm,) = json.loads((run / "capacity.json").read_text())["arms"]
+    assert arm["held"] is not None and arm["failed"] is not None and arm["held"] < arm["failed"]
+    cut = [row for row in arm["levels"] if row["cut"]]
+    assert cut and all(not row["held"] for row in cut) and "backlog" in cut[0]["cut"]
+    assert "over-saturated, cut early at" in result.output
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    unsent = [s for s in samples if s["status"] != "ok"]
+    assert unsent and all("not sent" in (s["error"] or "") for s in unsent)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 
-from bakeoff.core.analysis.capacity import Probe, analyze_capacity
+from bakeoff.core.analysis.capacity import Probe, analyze_capacity, read_capacity, write_capacity
 from bakeoff.core.config.capacity import CapacitySection
 from bakeoff.core.run.capacity import search
 from bakeoff.engines.sim.capacity import ttft_s
@@ -112,3 +113,17 @@ def test_not_monotone_is_reported() -> None:
     probes.append(Probe(arm="a", level=24, replicate=0, round=99, values={LABEL: [0.1] * 24}))
     result = analyze_capacity(probes, s, ["a"], "a", n_boot=50)
     assert not result.arms[0].monotone and "24" in (result.arms[0].monotone_note or "")
+
+
+def test_result_survives_json_with_failed_loads(tmp_path: Path) -> None:
+    """A load whose every request failed has no percentile: capacity.json must still read back."""
+    s = section()
+
+    def probe(arm: str, level: float, replicate: int, rnd: int) -> Probe:
+        values = [0.1] * int(level) if level <= 4 else [math.inf] * int(level)
+        return Probe(arm=arm, level=level, replicate=replicate, round=rnd, values={LABEL: values})
+    result = analyze_capacity(search(["a", "b"], s, probe), s, ["a", "b"], "a", n_boot=50)
+    write_capacity(tmp_path, result)
+    back = read_capacity(tmp_path)
+    assert back is not None and back.arm("a").held == 4 and back.arm("a").failed == 5  # type: ignore[union-attr]
+    assert back.arm("a").levels[-1].values[LABEL] is None  # type: ignore[union-attr]
