@@ -97,7 +97,7 @@ class ArmSearch:
         a, b = m_lo[key], max(m_hi[key], -1.0)
         t = a / (a - b) if a - b > 0 else 0.5
         t = min(max(t, 0.1), 0.9)
-        return lo * (hi / lo) ** t
+        return float(lo * (hi / lo) ** t)
 
     def add(self, probe: Probe) -> None:
         self.probes.setdefault(probe.level, []).append(probe)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bakeoff.core.analysis.capacity import Probe, analyze_capacity, read_capacity, write_capacity
+from bakeoff.core.analysis.capacity import CapacityResult, Probe, analyze_capacity, read_capacity, write_capacity
 from bakeoff.core.config.capacity import CapacitySection
-from bakeoff.core.run.capacity import search
+from bakeoff.core.run.capacity import ProbeFn, search
 from bakeoff.engines.sim.capacity import ttft_s
 
 LABEL = "TTFT p90 ≤ 200 ms"
@@ -30,7 +32,7 @@ def section(**kw: object) -> CapacitySection:
     return CapacitySection.model_validate(base)
 
 
-def prober(arms: dict[str, dict[str, object]], seed: int, noise: float = 0.08):
+def prober(arms: Mapping[str, Mapping[str, Any]], seed: int, noise: float = 0.08) -> ProbeFn:
     rng = random.Random(seed)
     clock = [0]
 
@@ -44,7 +46,8 @@ def prober(arms: dict[str, dict[str, object]], seed: int, noise: float = 0.08):
     return probe
 
 
-def run(seed: int, arms: dict[str, dict[str, object]] = ARMS, **kw: object):
+def run(seed: int, arms: Mapping[str, Mapping[str, Any]] = ARMS, **kw: object
+        ) -> tuple[list[Probe], CapacityResult]:
     s = section(**kw)
     probes = search(list(arms), s, prober(arms, seed))
     return probes, analyze_capacity(probes, s, list(arms), "spec-off", n_boot=300, seed=seed)
