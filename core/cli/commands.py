@@ -60,6 +60,8 @@ COMMANDS: dict[str, Command] = {
                     "the winner under changing load, and compile it for the engine."),
     "conform": Command("conform", "conform_command", "Check a server's token, cache and acceptance counters with a "
                        "fixed battery: each check pass, fail or n/a."),
+    "capacity": Command("capacity", "capacity_command", "Find each arm's highest load at which the capacity: "
+                        "section's SLOs hold, paired across arms."),
     "engines": Command("engines", "app", "List engines, or install one."),
 }
 

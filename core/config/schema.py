@@ -35,6 +35,7 @@ from .bounds import (
     MAX_TOKENS,
     MAX_WEEK_S,
 )
+from .capacity import CapacitySection
 from .live import LiveService, Phases
 from .placement import ExecutorSpec, Host, check_placement
 
@@ -726,6 +727,9 @@ class BakeoffFile(Strict):
                                                     "docs/sharing.md); `bakeoff run` runs the arms without judging.")
     tune: TuneSection | None = Field(None, description="A tuning race (`bakeoff tune FILE`, docs/tune.md); "
                                                        "`bakeoff run` runs the file's arms without racing.")
+    capacity: CapacitySection | None = Field(None, description="A capacity search (`bakeoff capacity FILE`, "
+                                             "docs/capacity.md): each arm's highest load at which the SLOs hold, "
+                                             "paired; `bakeoff run` ignores it.")
 
     @model_validator(mode="after")
     def _unique_names_and_baseline(self) -> BakeoffFile:

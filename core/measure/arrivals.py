@@ -48,11 +48,14 @@ class OpenLoop:
 
 def run_open_loop(http: httpx.Client, bodies: Sequence[dict[str, Any]], offsets: Sequence[float], timeout_s: float,
                   chunk_count: Callable[[dict[str, Any]], object] | None = None,
-                  max_in_flight: int | None = None) -> OpenLoop:
+                  max_in_flight: int | None = None,
+                  stop: Callable[[int, float], bool] | None = None) -> OpenLoop:
     """Send ``bodies[i]`` at ``offsets[i]`` seconds after the start, each on its own thread.
 
     The dispatcher sleeps until a request is due and starts its thread; with ``max_in_flight`` it first waits
     for a free place, so a saturated client sends late, and the lateness is the request's own (``due_ns``).
+    ``stop`` is asked before each send with the requests in flight and the seconds since the first was due;
+    once it says True the rest are not sent and each becomes an error result (``not sent: ...``).
     """
     n = len(bodies)
     results: list[StreamResult | None] = [None] * n
@@ -70,23 +73,37 @@ def run_open_loop(http: httpx.Client, bodies: Sequence[dict[str, Any]], offsets:
             results[i] = StreamResult(t_send_ns=now, t_done_ns=now,
                                       error=f"stream failed: {type(exc).__name__}: {str(exc)[:300]}")
         finally:
+            with lock:
+                in_flight[0] -= 1
             if places is not None:
                 places.release()
 
     threads = []
+    in_flight = [0]
+    lock = threading.Lock()
+    cut_at: int | None = None
     for i in range(n):
         wait = due[i] - time.perf_counter_ns()
         if wait > 0:
             time.sleep(wait / 1e9)
+        if stop is not None and i and stop(in_flight[0], (time.perf_counter_ns() - due[0]) / 1e9):
+            cut_at = i
+            break
         if places is not None:
             places.acquire()
         now = time.perf_counter_ns()
         waiting_most = max(waiting_most, bisect.bisect_right(due, now) - i)
+        with lock:
+            in_flight[0] += 1
         t = threading.Thread(target=one, args=(i,), daemon=True)
         t.start()
         threads.append(t)
     for t in threads:
         t.join()
+    cut_ns = time.perf_counter_ns()
+    for i in range(cut_at if cut_at is not None else n, n):
+        results[i] = StreamResult(t_send_ns=cut_ns, t_done_ns=cut_ns, error="not sent: the schedule was cut "
+                                  "(over-saturated: requests in flight growing without bound)")
     done = [r if r is not None else StreamResult(t_send_ns=due[i], t_done_ns=due[i], error="stream thread failed")
             for i, r in enumerate(results)]
     end = max(r.t_done_ns or r.t_send_ns for r in done)

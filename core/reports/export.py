@@ -34,6 +34,7 @@ from ..analysis.load import LoadPoint
 from ..common.errors import ConfigError, MeasurementError
 from ..config.schema import Arm
 from ..results.sample import Sample
+from .capacity import capacity_rows
 from .markdown import markdown_table
 from .model import RunSummary, load_run, summarize_run
 from .points import PointRow
@@ -128,6 +129,8 @@ def point_rows(summary: RunSummary) -> list[Row]:
             rows += [_point_row(summary, table.kind, r) for r in table.rows]
     if summary.load is not None:
         rows += [{"run_id": summary.run_id, **_load_row(p)} for p in summary.load.points]
+    if summary.capacity is not None:
+        rows += capacity_rows(summary.capacity, summary.run_id)
     return rows
 
 

@@ -13,6 +13,7 @@ from .calibration import (
     timing_agreement_line,
     timing_agreement_rows,
 )
+from .capacity import capacity_markdown
 from .model import RunSummary
 from .tables import (
     audit_table,
@@ -138,6 +139,8 @@ def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
         parts += ["", *calibration_markdown(s)]
     if s.tune is not None:
         parts += ["", *tune_markdown(s.tune)]
+    if s.capacity is not None:
+        parts += ["", *capacity_markdown(s.capacity)]
     if (roof := roofline_table(s)) is not None:
         parts += ["", "**Roofline** (how close each arm decodes to the memory-bandwidth limit)", "",
                   markdown_table(*roof), "", f"- {roofline_note(s)}"]

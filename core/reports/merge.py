@@ -39,6 +39,7 @@ from ..host.rig import hardware_differences, hardware_key
 from ..results.bundle import BundleManifest, Verified, extract_bundle, home_relative, verify_bundle
 from ..results.sample import Sample
 from ..results.store import read_samples
+from .capacity import merge_capacity
 from .markdown import markdown_table, render_markdown
 from .model import Bootstrap, RunSummary, summarize_run
 from .points import PointTable
@@ -287,6 +288,7 @@ def merge_bundles(bundles: Sequence[Path], workdir: Path, *, labels: Sequence[st
         sweep=_merged_points([(o.label, o.summary.sweep) for o in opened]),
         depth=_merged_points([(o.label, o.summary.depth) for o in opened]),
         concurrency=_merged_points([(o.label, o.summary.concurrency) for o in opened]),
+        capacity=merge_capacity([(o.label, o.summary.capacity) for o in opened]),
         hardware=hardware)
     if summary.max_tokens is None or summary.reps is None:
         summary.warnings.append("the bundles differ in output tokens or reps per prompt: see each bundle's own "

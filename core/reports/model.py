@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from ..analysis.acceptance import ArmAcceptance, mean_accepted_length, run_acceptance
 from ..analysis.calibration import Calibration, analyze_calibration
+from ..analysis.capacity import CapacityResult, read_capacity
 from ..analysis.decision import Recommendation, recommend
 from ..analysis.fairness import equal_work, finish_counts
 from ..analysis.gates import different_task, score_gates, spec_identity
@@ -167,6 +168,9 @@ class RunSummary(BaseModel):
                                           "extra_launches); None when neither.")
     load: LoadSection | None = Field(None, description="Load points (concurrency levels and open-loop rates): "
                                      "latency percentiles, goodput per SLO tier, the frontier and the crossover.")
+    capacity: CapacityResult | None = Field(None, description="bakeoff capacity: each arm's highest load at which "
+                                            "the SLOs hold, its interval, binding constraint and shape, and the "
+                                            "paired ratio to the baseline (capacity.json, docs/capacity.md).")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -500,6 +504,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
                                         **boot, run_path=path))
     summary.hardware = _hardware(placement, samples, margin, **boot)
     summary.tune = read_tune(path)
+    summary.capacity = read_capacity(path)
     if drop_foreign_load:
         summary.dropped_foreign_load = len(data.samples) - len(samples)
     _rooflines(record, samples, summary)

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..analysis.capacity import CapacityResult
 from .calibration import (
     break_even_rows,
     calibration_rows,
@@ -13,6 +14,7 @@ from .calibration import (
     timing_agreement_line,
     timing_agreement_rows,
 )
+from .capacity import capacity_lines
 from .layout import print_rows
 from .model import RunSummary
 from .tables import (
@@ -27,7 +29,7 @@ from .tables import (
     sections,
 )
 
-__all__ = ["print_calibration", "print_summary", "print_table"]
+__all__ = ["print_calibration", "print_capacity", "print_summary", "print_table"]
 
 _VERDICT_STYLE = {"faster": "green", "slower": "red", "equivalent": "cyan", "not separable": "yellow",
                   "too few pairs": "yellow"}
@@ -105,9 +107,19 @@ def print_summary(s: RunSummary, out: Console) -> None:
         for r in s.recommendations:
             out.print(f"  {r.line}", highlight=False)
     print_calibration(s, out)
+    if s.capacity is not None:
+        print_capacity(s.capacity, out)
     if (roofline := roofline_note(s)) is not None:
         out.print(f"[dim]{roofline}[/dim]", highlight=False)
     for msg in (w for w in s.warnings if w != lead):
         out.print(f"[bold yellow]WARNING[/bold yellow] {msg}", highlight=False)
     for f in s.failures:
         out.print(f"[red]arm {f.arm} failed (pass {f.pass_index + 1}):[/red] {f.error}", highlight=False)
+
+
+def print_capacity(r: CapacityResult, out: Console) -> None:
+    """The capacity section (``bakeoff capacity``, ``bakeoff report --tables``), 80 columns at most."""
+    first, *rest = capacity_lines(r)
+    out.print(f"[bold]{escape(first)}[/bold]", highlight=False)
+    for line in rest:
+        out.print(escape(line), highlight=False, soft_wrap=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from types import TracebackType
@@ -154,6 +154,9 @@ class ArmSession:
         self._drafts = DraftTally()  # free-text drafts of this engine start, to judge structured answers by
         self._requests = 0  # requests built on this engine start, for the token witness's one in so many
         self._counts = self.adapter.reader.chunk_token_count
+        # open loop: asked (requests in flight, seconds since the first was due) before each send; True cuts the
+        # rest of the schedule (the capacity search's over-saturation stop, core/run/capacity.py)
+        self.open_loop_stop: Callable[[int, float], bool] | None = None
         self._stack = ExitStack()
 
     # -- opening ---------------------------------------------------------------------------------
@@ -398,7 +401,7 @@ class ArmSession:
         started_at = time.time()
         self._meter.start()
         loop = run_open_loop(self.http, bodies, offsets, self.workload.request_timeout_s,
-                             self._counts, arrival.max_in_flight)
+                             self._counts, arrival.max_in_flight, self.open_loop_stop)
         foreign = self._meter.stop()
         if loop.most_waiting > 1:
             self.events.on_warning(f"{self.arm.name}: at {point.rate:g} req/s up to {loop.most_waiting} requests "

@@ -81,6 +81,13 @@ class SimOptions(BaseModel):
     prompt_tokens: int = Field(20, ge=0, description="usage.prompt_tokens reported.")
     itl_ms_per_stream: float = Field(0.0, ge=0, description="Added to itl_ms for every other request in flight "
                                      "(an engine fast at one stream that slows as streams are added).")
+    ttft_ms_per_stream: float = Field(0.0, ge=0, description="Planted capacity model: added to ttft_ms for every "
+                                      "other request in flight (engines/sim/capacity.py).")
+    capacity_streams: int | None = Field(None, ge=1, description="Planted cliff: above this many requests in "
+                                         "flight every first token takes capacity_cliff times longer.")
+    capacity_cliff: float = Field(1.0, ge=1, description="The planted cliff's factor.")
+    admission_ms: float = Field(0.0, ge=0, description="Wait before counting the requests in flight for TTFT "
+                                "(so a batch released together sees itself).")
     slow_requests: int = Field(0, ge=0, description="The first chat requests (warm-up included) stream at half "
                                                     "speed, as an engine still warming up does.")
     draft_per_event: int = Field(2, ge=0, description="Speculative arm: draft tokens reported per token event "

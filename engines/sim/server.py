@@ -12,6 +12,9 @@ from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` i
   (answer ``http_status`` instead of a stream);
 - ``boot_delay_s`` (answer 503 "Loading model" until then), ``crash_on_start`` (log this line and exit);
 - ``itl_ms_per_stream``: added to ``itl_ms`` per other chat request in flight (slower under concurrency);
+- the planted capacity model (``capacity.py``): ``ttft_ms_per_stream`` added to ``ttft_ms`` per other request in
+  flight, times ``capacity_cliff`` above ``capacity_streams``, read after ``admission_ms`` (so a batch released
+  together counts itself);
 - ``launch_speed``: this launch's speed for its whole life (0.5: token gaps doubled); with ``--launch-speeds``
   the server draws it per launch, counting its launches in the ``--launch-counter`` file (an engine with a
   fast and a slow launch state).
@@ -43,6 +46,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+try:  # imported as part of the package, or run as a script by the launcher (its directory on sys.path)
+    from .capacity import ttft_s
+except ImportError:
+    from capacity import ttft_s  # type: ignore[import-not-found,no-redef,unused-ignore]
+
 __all__ = ["DEFAULTS", "Action", "launch_speed", "stream_actions", "main"]
 
 DEFAULTS: dict[str, Any] = {
@@ -67,6 +75,10 @@ DEFAULTS: dict[str, Any] = {
     "launch_speed": 1.0,
     "draft_per_event": 2,
     "drafts_under_grammar": True,
+    "ttft_ms_per_stream": 0.0,
+    "capacity_streams": None,
+    "capacity_cliff": 1.0,
+    "admission_ms": 0.0,
 }
 
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
@@ -128,8 +140,10 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
         return _event(payload)
 
     yield ("send", chunk({"role": "assistant", "content": None}, None, 0))
-    if b["ttft_ms"]:
-        yield ("sleep", b["ttft_ms"] / 1000)
+    if b["admission_ms"]:
+        yield ("sleep", b["admission_ms"] / 1000)
+    if b["ttft_ms"] or b["ttft_ms_per_stream"]:
+        yield ("sleep", ttft_s(b, in_flight()))
     sent = 0
     while sent < max_tokens:
         if fault != "none" and sent >= b["fault_after_tokens"]:
