@@ -20,8 +20,8 @@ __all__ = ["FLAGS", "FLAG_GLOSSARY", "EXCLUDING", "MACHINE", "Flag", "UnknownFla
            "flag_name", "glossary", "has_flag", "sample_flag"]
 
 
-class UnknownFlagError(ValueError):
-    """A flag written or asked for that the table does not declare (a programming error, never a user's)."""
+# A flag written or asked for that the table does not declare: a programming error, never a user's.
+UnknownFlagError = ValueError
 
 
 @dataclass(frozen=True)

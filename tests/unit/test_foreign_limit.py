@@ -30,7 +30,7 @@ def test_one_foreign_core_on_a_16_core_host_is_not_flagged_but_is_on_a_full_2_co
 
     arm = SimpleNamespace(name="a", speculative=SimpleNamespace(enabled=False))
     adapter = SimpleNamespace(name="sim", capabilities=SimpleNamespace(token_counts=None))
-    monkeypatch.setattr(measure, "account", lambda result, counts: {"flags": []})
+    monkeypatch.setattr(measure, "account", lambda result, counts: measure.StreamAccount())
     stats = SimpleNamespace(flags=[], completion_tokens=None, decode_tps=None, prefill_tps=None, drafted=None,
                             cached_tokens=None)
     meter = CpuMeter(set())

@@ -196,7 +196,9 @@ def test_check_refuses_a_structured_kind_the_engine_does_not_take(tmp_path: Path
     from bakeoff.core.run.plan import plan_run
 
     sim = type(load_engine("sim"))
-    monkeypatch.setattr(sim, "capabilities", sim.capabilities.model_copy(update={"structured": ("json_schema",)}))
+    from bakeoff.core import StructuredOutputs
+
+    monkeypatch.setattr(sim, "structured", StructuredOutputs(kinds=("json_schema",)))
     f = tmp_path / "s.yaml"
     f.write_text("arms:\n  - {name: a, engine: sim, model: sim}\n"
                  "workload: {prompts: [prose], structured: {kinds: [tool_call]}}\n")
