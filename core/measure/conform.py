@@ -34,6 +34,7 @@ from ..results.flags import (
     Flag,
     flag_detail,
     flag_name,
+    sample_flag,
 )
 from ..results.record import ArmAttempt
 from ..results.sample import Sample
@@ -100,14 +101,19 @@ class ConformSummary(BaseModel):
                                        "when asked for (engines/llamacpp/bench.py).")
 
 
+def _name(flag: str | Flag) -> str:
+    """The declared name (an undeclared one raises, so a misspelt check cannot silently never match)."""
+    return (sample_flag(flag) if isinstance(flag, str) else flag).name
+
+
 def _has(sample: Sample, flag: str | Flag) -> str | None:
-    name = flag if isinstance(flag, str) else flag.name
+    name = _name(flag)
     return next((f for f in sample.flags if flag_name(f) == name), None)
 
 
 def _first_flag(samples: Sequence[Sample], flags: Sequence[str | Flag],
                 keep: Callable[[str], bool] = lambda f: True) -> tuple[Sample, str] | None:
-    names = {f if isinstance(f, str) else f.name for f in flags}
+    names = {_name(f) for f in flags}
     for s in samples:
         for f in s.flags:
             if flag_name(f) in names and keep(f):
