@@ -24,17 +24,25 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..results.flags import (
+    ACCEPTANCE_CROSSCHECK_MISSING,
+    ACCEPTANCE_HISTOGRAM_MISMATCH,
+    ACCEPTANCE_LOG_MISMATCH,
+    ACCEPTANCE_MISMATCH,
+    ACCEPTANCE_PER_POSITION_MISMATCH,
+    ACCEPTANCE_POSITIONS_NOT_PREFIX,
     CACHE_COUNT_MISMATCH,
     CACHE_IMPOSSIBLE,
     CACHE_MISS,
+    CACHE_UNREPORTED,
     COUNT_WITNESS_MISMATCH,
     COUNTER_INVARIANT,
+    SERVER_COUNT_MISMATCH,
     SPECULATION_DISENGAGED,
     TEXT_WITNESS_MISMATCH,
+    TOKEN_EVENTS_MISMATCH,
     Flag,
     flag_detail,
     flag_name,
-    sample_flag,
 )
 from ..results.record import ArmAttempt
 from ..results.sample import Sample
@@ -60,8 +68,8 @@ CHECKS: tuple[tuple[str, str], ...] = (
 )
 TITLES = dict(CHECKS)
 
-_ACCEPTANCE_DISAGREE = ("acceptance-mismatch", "acceptance-log-mismatch", "acceptance-histogram-mismatch",
-                        "acceptance-per-position-mismatch", "acceptance-positions-not-prefix")
+_ACCEPTANCE_DISAGREE = (ACCEPTANCE_MISMATCH, ACCEPTANCE_LOG_MISMATCH, ACCEPTANCE_HISTOGRAM_MISMATCH,
+                        ACCEPTANCE_PER_POSITION_MISMATCH, ACCEPTANCE_POSITIONS_NOT_PREFIX)
 
 
 class Check(BaseModel):
@@ -101,19 +109,14 @@ class ConformSummary(BaseModel):
                                        "when asked for (engines/llamacpp/bench.py).")
 
 
-def _name(flag: str | Flag) -> str:
-    """The declared name (an undeclared one raises, so a misspelt check cannot silently never match)."""
-    return (sample_flag(flag) if isinstance(flag, str) else flag).name
+# The checks name flags by their declared objects, never by text, so a misspelt check cannot silently never match.
+def _has(sample: Sample, flag: Flag) -> str | None:
+    return next((f for f in sample.flags if flag_name(f) == flag.name), None)
 
 
-def _has(sample: Sample, flag: str | Flag) -> str | None:
-    name = _name(flag)
-    return next((f for f in sample.flags if flag_name(f) == name), None)
-
-
-def _first_flag(samples: Sequence[Sample], flags: Sequence[str | Flag],
+def _first_flag(samples: Sequence[Sample], flags: Sequence[Flag],
                 keep: Callable[[str], bool] = lambda f: True) -> tuple[Sample, str] | None:
-    names = {_name(f) for f in flags}
+    names = {f.name for f in flags}
     for s in samples:
         for f in s.flags:
             if flag_name(f) in names and keep(f):
@@ -139,7 +142,7 @@ def _include_usage(ok: Sequence[Sample]) -> Check:
 
 
 def _usage_witness(ok: Sequence[Sample]) -> Check:
-    bad = _first_flag(ok, (COUNT_WITNESS_MISMATCH, TEXT_WITNESS_MISMATCH, "server-count-mismatch"))
+    bad = _first_flag(ok, (COUNT_WITNESS_MISMATCH, TEXT_WITNESS_MISMATCH, SERVER_COUNT_MISMATCH))
     witnessed = [s for s in ok if s.witness_tokens is not None]
     if bad is not None:
         s, flag = bad
@@ -154,7 +157,7 @@ def _usage_witness(ok: Sequence[Sample]) -> Check:
 
 
 def _events_tokens(ok: Sequence[Sample]) -> Check:
-    bad = _first_flag(ok, ("token-events-mismatch",))
+    bad = _first_flag(ok, (TOKEN_EVENTS_MISMATCH,))
     if bad is not None:
         s, flag = bad
         return _check("events-tokens", "fail", f"{_where(s)}: {flag}", len(ok))
@@ -215,9 +218,9 @@ def _acceptance_sources(drafting: Sequence[Sample]) -> Check:
     if bad is not None:
         s, flag = bad
         return _check("acceptance-sources", "fail", f"{_where(s)}: {flag}", len(drafting))
-    crossed = [s for s in drafting if not _has(s, "acceptance-crosscheck-missing")]
+    crossed = [s for s in drafting if not _has(s, ACCEPTANCE_CROSSCHECK_MISSING)]
     if not crossed:
-        why = _has(drafting[0], "acceptance-crosscheck-missing") or "acceptance-crosscheck-missing"
+        why = _has(drafting[0], ACCEPTANCE_CROSSCHECK_MISSING) or ACCEPTANCE_CROSSCHECK_MISSING.name
         return _check("acceptance-sources", "n/a", flag_detail(why) or why, len(drafting))
     s = crossed[0]
     seen = s.acceptance_source or "the response"
@@ -233,7 +236,7 @@ def _cache_hit(turns: Sequence[Sample]) -> Check:
     if all(s.cached_tokens is None for s in later):  # nothing claimed, so nothing to contradict
         return _check("cache-hit", "n/a", "the engine reports no cached_tokens (usage or its own counter) on a "
                       "repeated prefix", len(later))
-    bad = _first_flag(later, (CACHE_MISS, CACHE_IMPOSSIBLE, "cache-unreported"))
+    bad = _first_flag(later, (CACHE_MISS, CACHE_IMPOSSIBLE, CACHE_UNREPORTED))
     if bad is not None:
         s, flag = bad
         return _check("cache-hit", "fail", f"{_where(s)}: {flag}", len(later))
