@@ -105,18 +105,18 @@ def conform_command(
 
     summary, batteries = conform_arms(config, source, directory, log, max_tokens)
     if llama_bench:
-        from ..run.conform import bench_references
+        from ..run.reference import bench_references
 
-        summary.references = bench_references(config, batteries, log)
+        summary.references = bench_references(config, [s for b in batteries.values() for s in b.samples], log)
     summary.exit_code = int(exit_code_of(summary))
     print_summary(summary, console)
     for arm, ref in summary.references.items():
-        for line in textwrap.wrap(f"{arm}: {ref.get('line', ref)}", 80, subsequent_indent="  "):
+        for line in textwrap.wrap(f"{arm}: {ref.line}", 80, subsequent_indent="  "):
             console.print(line, markup=False)
     (directory / "summary.json").write_text(json.dumps(summary.model_dump(mode="json"), indent=2) + "\n")
     table = "\n\n".join("\n".join(conform_lines(a)) for a in summary.arms) + "\n"
     for arm_name, ref in summary.references.items():
-        table += "\n" + "\n".join(textwrap.wrap(f"{arm_name}: {ref.get('line', ref)}", 80,
+        table += "\n" + "\n".join(textwrap.wrap(f"{arm_name}: {ref.line}", 80,
                                                 subsequent_indent="  ")) + "\n"
     (directory / "conform.txt").write_text(table)
     console.print(f"summary: {directory / 'summary.json'}", markup=False)

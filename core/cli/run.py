@@ -33,6 +33,9 @@ def run_command(
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (with --executor ray; "
                                        "default: $RAY_ADDRESS, else a Ray instance on this machine)"),
     tables: bool = typer.Option(False, "--tables", "-v", help=TABLES_HELP),
+    llama_bench: bool = typer.Option(False, "--llama-bench", help="llama.cpp arms: after the run, also run the "
+                                     "same build's llama-bench on the same GGUF and settings, and print its tg "
+                                     "beside each arm's decode rate (docs/guide.md)"),
 ) -> None:
     resumed = None
     if resume is not None:
@@ -47,7 +50,7 @@ def run_command(
         config = load_bakeoff(file)
     run_loaded(config, out, dry_run=dry_run, until_ci=percent(until_ci), max_passes=max_passes,
                executor_kind=executor_kind, address=address, stop_on_verdict=stop_on_verdict, resume=resumed,
-               tables=tables)
+               tables=tables, llama_bench=llama_bench)
 
 
 run_command.__doc__ = f"""Run every arm of a bakeoff file and print the comparison table.

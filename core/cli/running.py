@@ -124,7 +124,7 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
             resume: Resume | None = None, executor: Executor | None = None,
             stop_on_verdict: bool = False, tables: bool = False,
             more_passes: Callable[[RunDir, int], tuple[bool, str]] | None = None,
-            exit_step: Callable[[RunDir], None] | None = None) -> RunDir:
+            exit_step: Callable[[RunDir], None] | None = None, llama_bench: bool = False) -> RunDir:
     """Run one bakeoff (core/run/session.py) with a progress bar, print its tables and write its reports, then
     take the command's ``exit_step`` (its exit code, which reads every sample again: about a second on a big run);
     a stop signal anywhere in that, up to the exit, is an interruption like Ctrl-C (exit 130)."""
@@ -141,6 +141,8 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
         finally:
             if progress.live.is_started:
                 progress.stop()
+        if llama_bench:
+            _references(config, run)
         try:
             print_run(run.path, console, tables=tables)
         except (BakeoffError, OSError, ValueError) as exc:  # the samples are stored; `bakeoff report` can retry
@@ -155,6 +157,17 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
             except KeyboardInterrupt as exc:
                 raise name_run_dir(exc, run.path) from None
         return run
+
+
+def _references(config: BakeoffFile, run: RunDir) -> None:
+    """The engine's own benchmark beside each arm, once its engines are stopped (core/run/reference.py)."""
+    from ..run.reference import write_run_references
+
+    refs = write_run_references(config, run, lambda msg: console.print(f"[dim]{escape(msg)}[/dim]",
+                                                                       highlight=False, soft_wrap=True))
+    if not refs:
+        console.print("[bold yellow]WARNING[/bold yellow] --llama-bench: no arm's engine has its own benchmark "
+                      "(llama.cpp arms only)", highlight=False)
 
 
 def _explain_empty(run: RunDir, arm: str, samples: list[Sample]) -> str:
@@ -216,7 +229,8 @@ def _exit_code(run: RunDir, arms: list[str]) -> ExitCode:
 
 def run_loaded(config: BakeoffFile, out: Path, *, dry_run: bool = False, until_ci: float | None = None,
                max_passes: int = 10, executor_kind: str | None = None, address: str | None = None,
-               stop_on_verdict: bool = False, resume: Resume | None = None, tables: bool = False) -> None:
+               stop_on_verdict: bool = False, resume: Resume | None = None, tables: bool = False,
+               llama_bench: bool = False) -> None:
     """Run a loaded bakeoff (or finish ``resume``'s): its dry run (nothing launched, also with a resume), or
     the run, its reports and its exit code."""
     check_stopping_rule(until_ci, max_passes, stop_on_verdict)  # a dry run too: the same file and flags run later
@@ -227,7 +241,7 @@ def run_loaded(config: BakeoffFile, out: Path, *, dry_run: bool = False, until_c
     executor = executor_for(config, executor_kind, address)
     try:
         execute(config, out, until_ci, max_passes, resume=resume, executor=executor, stop_on_verdict=stop_on_verdict,
-                tables=tables, exit_step=lambda run: finish(config, run, executor))
+                tables=tables, exit_step=lambda run: finish(config, run, executor), llama_bench=llama_bench)
     except OSError as exc:  # a write that failed outside RunDir: the boundary reports it like one inside
         if not is_write_failure(exc):
             raise

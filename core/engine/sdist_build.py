@@ -56,6 +56,9 @@ class SdistBuild:
     :param minutes_hint: how long it takes on 2 cores, for the progress message.
     :param extra_files: (path relative to ``source``, text) written into the tree before configuring: files
         an sdist left out that its build still needs.
+    :param also: further targets of the same tree built in the same build and cached beside ``target`` in
+        ``bin/`` (llama.cpp's ``llama-bench``: a few seconds more, as it links the libraries ``target`` built).
+        Not part of the cache key: a cache made without them just lacks them.
     """
 
     project: str
@@ -68,6 +71,7 @@ class SdistBuild:
     native: bool = True
     minutes_hint: int | None = None
     extra_files: tuple[tuple[str, str], ...] = ()
+    also: tuple[str, ...] = ()
 
     @property
     def sdist_name(self) -> str:
@@ -152,13 +156,14 @@ def _build(build: SdistBuild, log: Callable[[str], None], jobs: int) -> Path:
         _run(["cmake", "-S", str(sources[0]), "-B", str(out), *generator, *build.cmake_flags],
              sink, build_log, log)
         hint = f", about {build.minutes_hint} minutes on 2 cores" if build.minutes_hint else ""
-        log(f"building {build.target} with {jobs} jobs{hint}")
-        _run(["cmake", "--build", str(out), "--config", "Release", "-j", str(jobs), "--target", build.target],
-             sink, build_log, log)
+        log(f"building {' and '.join((build.target, *build.also))} with {jobs} jobs{hint}")
+        _run(["cmake", "--build", str(out), "--config", "Release", "-j", str(jobs), "--target", build.target,
+              *build.also], sink, build_log, log)
     staged = work / "install"
     shutil.rmtree(staged, ignore_errors=True)
     shutil.copytree(out / "bin", staged / "bin", symlinks=True)
-    _check_loads(staged / "bin" / build.target)
+    for name in (build.target, *build.also):
+        _check_loads(staged / "bin" / name)
     (staged / "VERSION").write_text(f"{build.project}=={build.version} {build.backend}\n")
     staged.rename(target)
     shutil.rmtree(work, ignore_errors=True)

@@ -19,10 +19,11 @@ each catalogued bug: a fixture that is not flagged, or a clean engine that is, i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ..analysis.reference import BenchReference
 from ..results.flags import (
     ACCEPTANCE_CROSSCHECK_MISSING,
     ACCEPTANCE_HISTOGRAM_MISMATCH,
@@ -105,8 +106,8 @@ class ConformSummary(BaseModel):
     run_dirs: list[str] = Field(default_factory=list, description="Run directories holding the battery's samples.")
     arms: list[ArmConformance] = Field(default_factory=list)
     exit_code: int = 0
-    references: dict[str, Any] = Field(default_factory=dict, description="Per arm: the llama-bench reference, "
-                                       "when asked for (engines/llamacpp/bench.py).")
+    references: dict[str, BenchReference] = Field(default_factory=dict, description="Per arm: the llama-bench "
+                                                  "reference, when asked for (core/analysis/reference.py).")
 
 
 # The checks name flags by their declared objects, never by text, so a misspelt check cannot silently never match.

@@ -99,7 +99,7 @@ def print_run(run_path: Path, out: Console, *, write: bool = True, n_boot: int =
     :param files_dir: where the report files go (default ``run_path/report``).
     """
     from .tables import phase_rows
-    from .terminal import print_table
+    from .terminal import print_references, print_table
     from .verdict import print_verdict, verdict_of
 
     summary = summarize_run(run_path, n_boot=n_boot, seed=seed, drop_foreign_load=drop_foreign_load, baseline=baseline)
@@ -110,6 +110,7 @@ def print_run(run_path: Path, out: Console, *, write: bool = True, n_boot: int =
         if summary.phases:  # a phase run's answer is its phase table
             print_table(out, "phases: each knob against its neighbouring baselines (paired, 95 % CI)",
                         *phase_rows(summary.phases))
+        print_references(summary, out)  # asked for with --llama-bench: beside the verdict's decode rates
     lead, command = ("every table:", f"bakeoff report {run_path} --tables") if not tables else ("", "")
     if write:
         files = write_reports(run_path, summary, out=files_dir)

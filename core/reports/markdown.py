@@ -15,6 +15,7 @@ from .calibration import (
 )
 from .capacity import capacity_markdown
 from .model import RunSummary
+from .reference import reference_markdown
 from .tables import (
     audit_table,
     community_table,
@@ -141,6 +142,8 @@ def render_markdown(s: RunSummary, *, audit: bool = True) -> str:
         parts += ["", *tune_markdown(s.tune)]
     if s.capacity is not None:
         parts += ["", *capacity_markdown(s.capacity)]
+    if s.references:
+        parts += ["", *reference_markdown(s.references)]
     if (roof := roofline_table(s)) is not None:
         parts += ["", "**Roofline** (how close each arm decodes to the memory-bandwidth limit)", "",
                   markdown_table(*roof), "", f"- {roofline_note(s)}"]

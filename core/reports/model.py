@@ -23,6 +23,7 @@ from ..analysis.launches import LaunchBands, band_ratios, disturbed_launches, la
 from ..analysis.load import LoadSection, load_section
 from ..analysis.phases import PhaseResult, compare_phases
 from ..analysis.racing import TuneResult, read_tune
+from ..analysis.reference import BenchReference, read_references
 from ..analysis.sessions import SessionsSummary, summarize_sessions
 from ..analysis.stats import (
     EQUIVALENCE_MARGIN,
@@ -171,6 +172,9 @@ class RunSummary(BaseModel):
     capacity: CapacityResult | None = Field(None, description="bakeoff capacity: each arm's highest load at which "
                                             "the SLOs hold, its interval, binding constraint and shape, and the "
                                             "paired ratio to the baseline (capacity.json, docs/capacity.md).")
+    references: dict[str, BenchReference] = Field(default_factory=dict, description="Per llama.cpp arm of a run "
+                                                  "with --llama-bench: the same build's llama-bench tg beside the "
+                                                  "arm's decode rate and the server's share (references.json).")
 
     def arm(self, name: str) -> ArmStats | None:
         return next((a for a in self.arms if a.arm == name), None)
@@ -505,6 +509,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
     summary.hardware = _hardware(placement, samples, margin, **boot)
     summary.tune = read_tune(path)
     summary.capacity = read_capacity(path)
+    summary.references = read_references(path)
     if drop_foreign_load:
         summary.dropped_foreign_load = len(data.samples) - len(samples)
     _rooflines(record, samples, summary)

@@ -17,6 +17,7 @@ from .calibration import (
 from .capacity import capacity_lines
 from .layout import print_rows
 from .model import RunSummary
+from .reference import reference_lines
 from .tables import (
     audit_table,
     community_table,
@@ -29,7 +30,7 @@ from .tables import (
     sections,
 )
 
-__all__ = ["print_calibration", "print_capacity", "print_summary", "print_table"]
+__all__ = ["print_calibration", "print_capacity", "print_references", "print_summary", "print_table"]
 
 _VERDICT_STYLE = {"faster": "green", "slower": "red", "equivalent": "cyan", "not separable": "yellow",
                   "too few pairs": "yellow"}
@@ -109,12 +110,19 @@ def print_summary(s: RunSummary, out: Console) -> None:
     print_calibration(s, out)
     if s.capacity is not None:
         print_capacity(s.capacity, out)
+    print_references(s, out)
     if (roofline := roofline_note(s)) is not None:
         out.print(f"[dim]{roofline}[/dim]", highlight=False)
     for msg in (w for w in s.warnings if w != lead):
         out.print(f"[bold yellow]WARNING[/bold yellow] {msg}", highlight=False)
     for f in s.failures:
         out.print(f"[red]arm {f.arm} failed (pass {f.pass_index + 1}):[/red] {f.error}", highlight=False)
+
+
+def print_references(s: RunSummary, out: Console) -> None:
+    """The engine's own benchmark beside each arm's decode rate (a run with ``--llama-bench``), 80 columns."""
+    for i, line in enumerate(reference_lines(s.references)):
+        out.print(f"[bold]{escape(line)}[/bold]" if i == 0 else escape(line), highlight=False, soft_wrap=True)
 
 
 def print_capacity(r: CapacityResult, out: Console) -> None:

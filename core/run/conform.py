@@ -39,7 +39,7 @@ from ..results.store import RunDir, new_run_dir, read_samples
 from .plan import plan_run, run_record
 from .protocol import run_plan
 
-__all__ = ["CONFORM_PROMPT", "ArmBattery", "battery_workloads", "bench_references", "conform_arm", "conform_arms"]
+__all__ = ["CONFORM_PROMPT", "ArmBattery", "battery_workloads", "conform_arm", "conform_arms"]
 
 # A copy task: every drafter has something to draft (n-gram lookup finds the prompt's own text), so a
 # speculative arm that drafts nothing on it says something about the engine, not the prompt.
@@ -150,23 +150,3 @@ def conform_arms(config: BakeoffFile, source: str, out: Path, log: Callable[[str
         summary.run_dirs += [str(p) for p in battery.run_dirs]
         batteries[arm.name] = battery
     return summary, batteries
-
-
-def bench_references(config: BakeoffFile, batteries: dict[str, ArmBattery],
-                     log: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
-    """Per arm whose adapter has an engine's own benchmark beside it (``reference_bench``: llama.cpp's
-    llama-bench), that reference at the depth and length of the arm's plain answers, with the arm's decode
-    rates from the battery; other arms are left out."""
-    out: dict[str, Any] = {}
-    for arm in config.arms:
-        adapter = load_engine(arm.engine)
-        hook = adapter.reference_bench
-        battery = batteries.get(arm.name)
-        if hook is None or battery is None:
-            continue
-        plain = [s for s in battery.samples if s.status == "ok" and s.structured is None]
-        depths = sorted(s.prompt_tokens for s in plain if s.prompt_tokens)
-        depth = depths[len(depths) // 2] if depths else 0
-        n_gen = max((s.completion_tokens or 0 for s in plain), default=0) or 32
-        out[arm.name] = hook.reference(adapter, arm, depth, n_gen, [s.decode_tps for s in plain], log)
-    return out

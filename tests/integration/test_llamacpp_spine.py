@@ -4,6 +4,7 @@ refusals before launch, and attach mode."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 from pathlib import Path
@@ -49,10 +50,14 @@ def test_three_arms_true_tokens_server_agreement_and_acceptance(llama_server: Pa
                                                                  tmp_path: Path, bakeoff_cli: str) -> None:
     cfg = tmp_path / "spine.yaml"
     cfg.write_text(THREE_ARMS)
-    proc = subprocess.run([bakeoff_cli, "run", str(cfg), "--out", str(tmp_path / "runs")],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([bakeoff_cli, "run", str(cfg), "--out", str(tmp_path / "runs"), "--llama-bench"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "80"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "each arm against spec-off" in proc.stdout and "draft-simple" in proc.stdout  # the verdict block
+    # beside it, the same build's llama-bench (built with llama-server) at the answers' depth and length
+    lines = proc.stdout.splitlines()
+    at = lines.index("Engine's own benchmark (same build, same GGUF and settings, after the run)")
+    assert [line.split()[0] for line in lines[at + 2: at + 5]] == ["spec-off", "ngram-mod", "draft-simple"]
     run = _run_dir(tmp_path / "runs")
     samples = read_samples(run)
     assert len(samples) == 3 * 2 * 2
@@ -76,6 +81,11 @@ def test_three_arms_true_tokens_server_agreement_and_acceptance(llama_server: Pa
     assert records["spec-off"][0]["effective"]["total_slots"] == 1
     assert "b11434" in records["spec-off"][0]["version"]
     assert (run / "arms" / "draft-simple" / "engine-pass0.log").exists()
+    refs = json.loads((run / "references.json").read_text())
+    plain = refs["spec-off"]
+    assert plain["error"] is None and plain["build_number"] == plain["server_build_number"] == 11434, plain
+    assert plain["n_gen"] == 128 and plain["depth"] > 0 and plain["tg_tps"] > 0
+    assert 0.2 < plain["share"] < 1.5, plain  # the server's decode against the bare loop of the same build
 
 
 def test_mtp_on_smollm2_is_refused_before_launch(llama_server: Path, smollm2: Path, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ another build's, and says the server's share. Fake programs in a temporary direc
 
 from __future__ import annotations
 
+import io
 import json
 import stat
 import sys
@@ -50,8 +51,9 @@ def _fakes(tmp_path: Path, bench_build: int) -> Path:
     server.write_text("#!/bin/sh\necho 'version: 0.6.0-dev (build 11434, commit abc1234)' >&2\n")
     bench = bin_dir / "llama-bench"
     bench.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(tmp_path / 'argv.json')!r}, 'w')"
-                     f".write(json.dumps(sys.argv))\nprint(json.dumps([{{**{RECORD!r}, 'build_number': "
-                     f"{bench_build}}}]))\n")
+                     f".write(json.dumps(sys.argv))\nasked = lambda flag: int(sys.argv[sys.argv.index(flag) + 1])\n"
+                     f"print(json.dumps([{{**{RECORD!r}, 'build_number': {bench_build}, "
+                     f"'n_gen': asked('-n'), 'n_depth': asked('-d')}}]))\n")  # it reports the test it ran
     for p in (server, bench):
         p.chmod(p.stat().st_mode | stat.S_IEXEC)
     (tmp_path / "m.gguf").write_bytes(b"GGUF")
@@ -79,3 +81,45 @@ def test_another_builds_llama_bench_is_refused_and_an_attached_arm_has_none(tmp_
     assert "share" not in ref and "build 9999" in ref["error"]
     attached = reference(LlamaCppAdapter(), Arm(name="u", engine="llamacpp", url="http://127.0.0.1:1"), 1, 1, [])
     assert "launched" in attached["error"]
+
+
+def test_a_run_with_the_reference_shows_it_beside_each_arms_decode_rate_in_80_columns(tmp_path: Path) -> None:
+    """`bakeoff run --llama-bench`'s step after the run, on a real llama.cpp run's samples: each arm's reference
+    at the arm's median depth and longest answer is kept in references.json, and every report of the run shows it
+    (the default verdict block in 80 columns, markdown, summary.json) without running anything again."""
+    from bakeoff.core.analysis.reference import REFERENCES_FILE, bench_inputs
+    from bakeoff.core.cli.console import make_console
+    from bakeoff.core.reports import print_run, render_markdown, summarize_run
+    from bakeoff.core.results.store import RunDir
+    from bakeoff.core.run.reference import write_run_references
+
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "reports" / "llamacpp-run"
+    run_path = tmp_path / "run"
+    run_path.mkdir()
+    for f in ("run.json", "samples.jsonl"):
+        (run_path / f).write_text((fixture / f).read_text())
+    server = _fakes(tmp_path, 11434)
+    run = RunDir(run_path, create=False)
+    config = run.read_record().config
+    assert config is not None
+    config = config.model_copy(update={"arms": [a.model_copy(update={
+        "model": str(tmp_path / "m.gguf"), "options": {"binary": str(server)}}) for a in config.arms[:2]]})
+    refs = write_run_references(config, run)
+    depth, n_gen, rates = bench_inputs(run.samples(), "spec-off")
+    assert depth > 0 and n_gen > 0 and rates
+    assert list(refs) == ["spec-off", "spec-off-twin"] and (run_path / REFERENCES_FILE).is_file()
+    assert refs["spec-off"].depth == depth and refs["spec-off"].n_gen == n_gen and refs["spec-off"].tg_tps == 120.0
+
+    summary = summarize_run(run_path, n_boot=200, seed=0)
+    assert summary.references["spec-off"].share == pytest.approx(refs["spec-off"].server_tps / 120.0)
+    assert "llama-bench tg" in render_markdown(summary)
+    sink = io.StringIO()  # as piped, through the command line's console
+    print_run(run_path, make_console(file=sink, width=80, force_terminal=False), write=False, n_boot=200, seed=0)
+    text = sink.getvalue()
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Engine's own benchmark"))
+    table = lines[at + 1: at + 4]
+    assert table[0].split() == ["arm", "bakeoff", "decode", "llama-bench", "tg", "server", "share", "at"]
+    assert table[1].startswith("spec-off ") and "120.0 ± 3.5" in table[1] and f"tg{n_gen} @ d{depth}" in table[1]
+    command = lines.index(f"bakeoff report {run_path} --tables")  # on a line of its own, never wrapped
+    assert all(len(line) <= 80 and line == line.rstrip() for line in lines[:command]), text

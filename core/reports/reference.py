@@ -1,0 +1,61 @@
+"""The engine's own benchmark beside each arm's decode rate, in the run's reports (core/analysis/reference.py):
+plain lines within 80 columns for the terminal, markdown for report.md (and report.html through it)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ..analysis.reference import BenchReference
+
+__all__ = ["reference_lines", "reference_markdown"]
+
+WIDTH = 80
+TITLE = "Engine's own benchmark (same build, same GGUF and settings, after the run)"
+HEADER = ("arm", "bakeoff decode", "llama-bench tg", "server share", "at")
+
+
+def _rate(value: float | None) -> str:
+    return f"{value:.1f}" if value is not None else "–"
+
+
+def _row(r: BenchReference) -> tuple[str, ...]:
+    if r.tg_tps is None or r.error:
+        return (r.arm, _rate(r.server_tps), "n/a", "–", "")
+    tg = f"{r.tg_tps:.1f} ± {r.stddev_tps or 0:.1f}"
+    share = f"{r.share:.0%}" if r.share is not None else "–"
+    return (r.arm, _rate(r.server_tps), tg, share, f"tg{r.n_gen} @ d{r.depth}")
+
+
+def _notes(refs: dict[str, BenchReference]) -> list[str]:
+    out = [f"{name}: {r.error}" for name, r in refs.items() if r.error]
+    builds = sorted({r.build_number for r in refs.values() if r.build_number is not None})
+    if builds:
+        out.append(f"tok/s; llama-bench build {', '.join(map(str, builds))}; share = bakeoff's median decode rate "
+                   "over llama-bench's tg at the arm's median depth and longest answer")
+    return out
+
+
+def reference_lines(refs: dict[str, BenchReference], width: int = WIDTH) -> list[str]:
+    """The section as plain lines of at most ``width`` characters ([] without references)."""
+    if not refs:
+        return []
+    rows = [HEADER, *(_row(r) for r in refs.values())]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    name_w = max(4, min(widths[0], width - sum(widths[1:]) - 2 * (len(widths) - 1)))
+    lines = textwrap.wrap(TITLE, width)
+    for row in rows:
+        cells = [row[0][:name_w].ljust(name_w)] + [c.ljust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells).rstrip()[:width])
+    for note in _notes(refs):
+        lines += textwrap.wrap(note, width, subsequent_indent="  ", break_on_hyphens=False)
+    return lines
+
+
+def reference_markdown(refs: dict[str, BenchReference]) -> list[str]:
+    """The section as markdown lines ([] without references)."""
+    if not refs:
+        return []
+    out = [f"**{TITLE}**", "", "| " + " | ".join(HEADER) + " |", "|---|---:|---:|---:|---|"]
+    out += ["| " + " | ".join(_row(r)) + " |" for r in refs.values()]
+    notes = _notes(refs)
+    return out + ([""] + [f"- {n}" for n in notes] if notes else [])
