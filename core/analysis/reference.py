@@ -44,8 +44,19 @@ class BenchReference(BaseModel):
     share: float | None = Field(None, description="server_tps / tg_tps.")
     argv: list[str] = Field(default_factory=list, description="The benchmark's command line.")
     llama_bench: str | None = Field(None, description="The benchmark binary.")
+    foreign_cores: float | None = Field(None, description="Cores other processes used while the benchmark ran "
+                                        "(None: not measurable here), as the foreign-load flag reads a sample.")
+    foreign_limit: float | None = Field(None, description="The foreign-load limit at that time; above it the "
+                                        "reference is marked disturbed.")
     error: str | None = Field(None, description="Why there is no reference (no tg_tps), or why it is refused.")
     line: str = Field("", description="The sentence the terminal prints.")
+
+
+    @property
+    def disturbed(self) -> bool:
+        """The machine was busy while the benchmark ran: its figure is not a clean reference."""
+        return self.foreign_cores is not None and self.foreign_limit is not None and \
+            self.foreign_cores > self.foreign_limit
 
 
 def bench_inputs(samples: Sequence[Sample], arm: str) -> tuple[int, int, list[float | None]]:

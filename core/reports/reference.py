@@ -23,11 +23,15 @@ def _row(r: BenchReference) -> tuple[str, ...]:
         return (r.arm, _rate(r.server_tps), "n/a", "–", "")
     tg = f"{r.tg_tps:.1f} ± {r.stddev_tps or 0:.1f}"
     share = f"{r.share:.0%}" if r.share is not None else "–"
+    share += " busy" if r.disturbed else ""
     return (r.arm, _rate(r.server_tps), tg, share, f"tg{r.n_gen} @ d{r.depth}")
 
 
 def _notes(refs: dict[str, BenchReference]) -> list[str]:
     out = [f"{name}: {r.error}" for name, r in refs.items() if r.error]
+    out += [f"{name}: the machine was busy while llama-bench ran ({r.foreign_cores:.2f} cores used by other "
+            f"processes, limit {r.foreign_limit:.2f}): not a clean reference" for name, r in refs.items()
+            if r.disturbed and r.foreign_cores is not None and r.foreign_limit is not None]
     builds = sorted({r.build_number for r in refs.values() if r.build_number is not None})
     if builds:
         out.append(f"tok/s; llama-bench build {', '.join(map(str, builds))}; share = bakeoff's median decode rate "

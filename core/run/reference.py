@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from ..analysis.reference import BenchReference, bench_inputs, write_references
 from ..config.schema import BakeoffFile
 from ..engine.registry import load_engine
+from ..host.hostinfo import CpuMeter
 from ..results.sample import Sample
 from ..results.store import RunDir
 
@@ -27,8 +28,12 @@ def bench_references(config: BakeoffFile, samples: Sequence[Sample],
         if adapter.reference_bench is None:
             continue
         depth, n_gen, rates = bench_inputs(samples, arm.name)
+        meter = CpuMeter(set())  # the benchmark runs in bakeoff's own process group: its CPU is ours
+        meter.start()
         made = adapter.reference_bench.reference(adapter, arm, depth, n_gen, rates, log)
-        out[arm.name] = BenchReference.model_validate(made)
+        foreign = meter.stop()
+        out[arm.name] = BenchReference.model_validate({**made, "foreign_cores": foreign, "foreign_limit":
+                                                       meter.foreign_limit() if foreign is not None else None})
     return out
 
 

@@ -123,3 +123,21 @@ def test_a_run_with_the_reference_shows_it_beside_each_arms_decode_rate_in_80_co
     assert table[1].startswith("spec-off ") and "120.0 ± 3.5" in table[1] and f"tg{n_gen} @ d{depth}" in table[1]
     command = lines.index(f"bakeoff report {run_path} --tables")  # on a line of its own, never wrapped
     assert all(len(line) <= 80 and line == line.rstrip() for line in lines[:command]), text
+
+
+def test_a_reference_taken_on_a_busy_machine_says_so_and_a_failed_one_says_why() -> None:
+    from bakeoff.core.analysis.reference import BenchReference
+    from bakeoff.core.reports.reference import reference_lines, reference_markdown
+
+    busy = BenchReference(arm="spec-off", depth=59, n_gen=128, tg_tps=48.2, stddev_tps=0.8, build_number=11434,
+                          server_tps=58.7, share=58.7 / 48.2, foreign_cores=0.9, foreign_limit=0.25)
+    quiet = busy.model_copy(update={"arm": "twin", "foreign_cores": 0.1})
+    failed = BenchReference(arm="attached", error="only a launched (native) llama.cpp arm has a build")
+    lines = reference_lines({r.arm: r for r in (busy, quiet, failed)})
+    rows = {line.split()[0]: line for line in lines[2:5]}
+    assert "122% busy" in rows["spec-off"] and "busy" not in rows["twin"] and " n/a " in rows["attached"]
+    notes = " ".join(lines[5:])
+    assert "spec-off: the machine was busy while llama-bench ran (0.90 cores" in notes
+    assert "attached: only a launched (native) llama.cpp arm" in notes and "twin:" not in notes
+    assert all(len(line) <= 80 for line in lines)
+    assert "| spec-off | 58.7 | 48.2 ± 0.8 | 122% busy | tg128 @ d59 |" in reference_markdown({"spec-off": busy})
