@@ -54,7 +54,7 @@ def test_an_interval_across_the_limit_draws_passes_up_to_its_budget_then_exits_i
     assert res.exit_code == ExitCode.INCONCLUSIVE and int(ExitCode.INCONCLUSIVE) == 6, res.output
     assert "gate: inconclusive after 3 pass(es); adding one (at most 4)" in res.output
     assert "gate: still inconclusive after 4 passes (gate.max_passes)" in res.output
-    assert "gate inconclusive: new against old: 0.950× (0.700–1.200) at overall" in res.output
+    assert "gate inconclusive: new against old: 0.950× (0.700–1.200) over the whole run" in res.output
     assert "about 100 passes in all would decide" in res.output  # (0.25 below the estimate / 0.05 of room)^2 x 4
     [run] = (tmp_path / "runs").iterdir()
     assert len(json.loads((run / "run.json").read_text())["orders"]) == 4
