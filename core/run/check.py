@@ -186,7 +186,13 @@ def check_config(config: BakeoffFile, source: str) -> CheckResult:
             errors.append(str(exc))
     else:
         notes.append("arms that would launch the same command are compared once nothing is missing")
-    starts = len({server_key(a) for a in config.arms if not a.attached})
+    servers: dict[str, list[str]] = {}
+    for arm in config.arms:
+        if not arm.attached:
+            servers.setdefault(server_key(arm), []).append(arm.name)
+    starts = len(servers)
+    notes += [f"{', '.join(names)} launch the same command: one engine start per pass serves them, back to back"
+              for names in servers.values() if len(names) > 1]
     shape = _shape(config)
     return CheckResult(source=source, config=config, arms=[_describe(a) for a in config.arms],
                        requests=config.workload.passes * len(config.arms) * (shape.per_pass if shape else 0),
