@@ -33,7 +33,7 @@ from ..config.tune import race_config, tune_arms, verify_config
 from ..engine.adapter import EngineAdapter, check_arm_capabilities, check_structured
 from ..engine.models import builtin_cached, resolve_model
 from ..engine.registry import KNOWN_PLUGINS, load_engine
-from ..measure.points import request_factors, samples_expected
+from ..measure.points import factors_text, request_factors, samples_expected
 from .gate import gate_config
 from .plan import (
     check_depths_before_launch,
@@ -75,11 +75,7 @@ class RequestShape:
     per_pass: int
 
     def text(self) -> str:
-        product = " × ".join(f"{n} {what}" for n, what in self.factors)
-        if not self.open_loop:
-            return product
-        opened = f"{self.open_loop} open-loop request(s)"
-        return f"({product} + {opened})" if product else opened
+        return factors_text(self.factors, self.open_loop)
 
 
 @dataclass
