@@ -37,7 +37,7 @@ def _adapter(installer: Installer | None) -> Any:
     class Adapter(SimAdapter):
         pass
 
-    Adapter.installer = installer  # type: ignore[assignment]
+    Adapter.installer = installer
     return Adapter
 
 
