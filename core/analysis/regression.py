@@ -28,13 +28,16 @@ from pydantic import BaseModel, Field
 
 from .stats import MIN_PAIRS, Comparison, passes_to_decide, too_few_pairs
 
-__all__ = ["GatePoint", "GateVerdict", "judge_gate"]
+__all__ = ["OVERALL", "GatePoint", "GateVerdict", "judge_gate"]
+
+OVERALL = "overall"  # the point of a run that sweeps no depth or stream count
 
 Outcome = Literal["passed", "failed", "inconclusive", "no verdict"]
 
 
 class GatePoint(BaseModel):
-    where: str = Field(description="'overall', 'depth 4096', '8 streams'.")
+    where: str = Field(description="'overall' (the whole run: no depth or stream count swept), 'depth 4096', "
+                       "'8 streams'.")
     comparison: Comparison | None = Field(None, description="Candidate against the reference, paired.")
     failed: bool = False
     inconclusive: bool = Field(False, description="The interval straddles 1 - max_slowdown: neither shown.")
@@ -57,6 +60,16 @@ class GateVerdict(BaseModel):
 
 def _slower(ratio: float) -> str:
     return f"{(1 - ratio):.1%} slower" if ratio < 1 else f"{(ratio - 1):.1%} faster"
+
+
+def _place(where: str) -> str:
+    """A point as a line names it: 'overall' (a run without depths or stream counts) is the whole run."""
+    return "the whole run" if where == OVERALL else where
+
+
+def _at(where: str) -> str:
+    """'at depth 4096', 'at 8 streams', or 'over the whole run' (USER-3 #10: the line said 'at overall')."""
+    return "over the whole run" if where == OVERALL else f"at {where}"
 
 
 def judge_gate(reference: str, candidate: str, max_slowdown: float, points: Sequence[tuple[str, Comparison | None]],
@@ -87,33 +100,33 @@ def judge_gate(reference: str, candidate: str, max_slowdown: float, points: Sequ
         worst = min(failed, key=lambda p: p.comparison.ratio.hi if p.comparison else 1.0)
         r = worst.comparison.ratio if worst.comparison else None
         assert r is not None
-        line = (f"gate FAILED: {candidate} is {_slower(r.estimate)} than {reference} at {worst.where} "
+        line = (f"gate FAILED: {candidate} is {_slower(r.estimate)} than {reference} {_at(worst.where)} "
                 f"({r.estimate:.3f}×, {r.level:.0%} CI {r.lo:.3f}–{r.hi:.3f}: at least {_slower(r.hi)}, more than "
                 f"the {allowed})")
         if len(failed) > 1:
-            line += f"; also slower beyond it at {', '.join(p.where for p in failed if p is not worst)}"
+            line += f"; also slower beyond it {', '.join(_at(p.where) for p in failed if p is not worst)}"
         outcome: Outcome = "failed"
     elif broken_gates:
         line = (f"gate FAILED: {candidate} fails quality gate(s) {', '.join(broken_gates)} that {reference} passes "
                 "(a build that answers wrong is a regression, however fast)")
         outcome = "failed"
     elif missing or not judged:
-        where = ", ".join(f"{p.where} ({p.why})" for p in missing) or "no point measured"
+        where = ", ".join(f"{_place(p.where)} ({p.why})" for p in missing) or "no point measured"
         line = f"gate: no verdict: {where}"
         outcome = "no verdict"
     else:
         shown = "; ".join(f"{p.comparison.ratio.estimate:.3f}× ({p.comparison.ratio.lo:.3f}–"
-                          f"{p.comparison.ratio.hi:.3f}) at {p.where}" for p in judged if p.comparison)
+                          f"{p.comparison.ratio.hi:.3f}) {_at(p.where)}" for p in judged if p.comparison)
         few = [(p.where, p.comparison.ratio) for p in judged
                if p.inconclusive and p.comparison and too_few_pairs(p.comparison.ratio)]
         open_ = [p for p in judged if p.inconclusive and p.comparison and not too_few_pairs(p.comparison.ratio)]
         if few or open_:
             line = f"gate inconclusive: {candidate} against {reference}: {shown}"
             if few:
-                line += "; too few pairs for a verdict at " + ", ".join(
-                    f"{where} ({r.n} paired request(s), {MIN_PAIRS} needed)" for where, r in few)
+                line += "; too few pairs for a verdict " + ", ".join(
+                    f"{_at(where)} ({r.n} paired request(s), {MIN_PAIRS} needed)" for where, r in few)
             if open_:
-                line += (f"; the interval at {', '.join(p.where for p in open_)} reaches both sides of {floor:.3f} "
+                line += (f"; the interval {', '.join(_at(p.where) for p in open_)} reaches both sides of {floor:.3f} "
                          f"(the {allowed}), so neither a slowdown beyond it nor its absence is shown")
             if passes and open_:
                 need = [n for p in open_ if p.comparison and (n := passes_to_decide(

@@ -1,4 +1,9 @@
-"""``bakeoff engines``: list registered engines with capabilities; install one."""
+"""``bakeoff engines``: list registered engines with capabilities; install one.
+
+Two questions, two columns: whether bakeoff's adapter for the engine loads ("adapter"), and whether the engine's
+own program is on this machine ("installed": where, or "no" with how to install it). One column for both read
+vLLM as "available" while ``bakeoff check`` said it was not installed (USER-3 #5).
+"""
 
 from __future__ import annotations
 
@@ -30,17 +35,21 @@ def engines_command(ctx: typer.Context) -> None:
         rows.append([info.name, "[green]available[/green]", ", ".join(caps.speculative_methods),
                      caps.token_counts, escape(caps.acceptance_source), escape(_installed(info.adapter)),
                      info.distribution or ""])
-    print_rows(console, "bakeoff engines", ("engine", "status", "speculative methods", "token counts",
+    print_rows(console, "bakeoff engines", ("engine", "adapter", "speculative methods", "token counts",
                                             "acceptance from", "installed", "from"), rows)
 
 
 def _installed(adapter_class: type[EngineAdapter]) -> str:
-    """Which program the engine would run (llama.cpp: its backend and where it was found), or ''."""
+    """Which program the engine would run (llama.cpp: its backend and where it was found), "no" and how to install
+    it, or '' for an engine with no program of its own to install (sim runs in-process, openai attaches)."""
     installer = adapter_class.installer
+    if installer is None:
+        return ""
     try:
-        return (installer.installed() if installer is not None else None) or ""
+        found = installer.installed()
     except Exception as exc:
         return f"could not tell: {exc}"
+    return found or f"no: {installer.hint()}"
 
 
 @app.command("install")

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from ..analysis.regression import GateVerdict, judge_gate
+from ..analysis.regression import OVERALL, GateVerdict, judge_gate
 from ..analysis.stats import Comparison
 from ..common.errors import ConfigError
 from ..config.loader import load_bakeoff
@@ -42,7 +42,7 @@ def gate_points(summary: RunSummary, candidate: str) -> list[tuple[str, Comparis
             if row.arm == candidate:
                 value = next(iter(row.point.values()), None)
                 points.append((f"depth {value}" if unit == "depth" else f"{value} streams", row.vs_baseline))
-    return points or [("overall", summary.comparison(candidate))]
+    return points or [(OVERALL, summary.comparison(candidate))]
 
 
 def _broken_gates(summary: RunSummary, reference: str, candidate: str) -> list[str]:

@@ -35,7 +35,7 @@ def gpu_command(
         typer.echo(json.dumps(out, indent=2))
         return
     if monitor is None:
-        console.print("no GPU: nvidia-ml-py (pip install 'bakeoff[gpu]'), an NVIDIA driver or a GPU is missing",
+        console.print("no GPU: nvidia-ml-py (pip install -e '.[gpu]'), an NVIDIA driver or a GPU is missing",
                       markup=False)
     for g in out["gpus"]:  # type: ignore[attr-defined]
         console.print(f"GPU {g['index']}: {g['name']} ({g['uuid']}), driver {g['driver']}, CUDA {g['cuda']}, "

@@ -27,7 +27,7 @@ class ExecutorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["local", "ray"] = Field("local", description="local: this machine; ray: the blocks of "
-                                                               "hosts: on a Ray cluster (pip install 'bakeoff[ray]').")
+                                                               "hosts: on a Ray cluster (pip install -e '.[ray]').")
     address: str | None = Field(None, description="Ray cluster address (e.g. ray://head:10001 or 10.0.0.1:6379); "
                                                   "default: $RAY_ADDRESS, else a Ray instance on this machine.")
 

@@ -82,7 +82,7 @@ def _nvml(absent: dict[str, str]) -> ModuleType | None:
     try:
         import pynvml  # nvidia-ml-py, the optional extra bakeoff[gpu]
     except ImportError:
-        absent["gpus"] = "nvidia-ml-py is not installed (pip install 'bakeoff[gpu]'), so NVML was not asked"
+        absent["gpus"] = "nvidia-ml-py is not installed (pip install -e '.[gpu]'), so NVML was not asked"
         return None
     try:
         pynvml.nvmlInit()

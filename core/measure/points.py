@@ -34,7 +34,7 @@ from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, ref
 from .structured import stamp_structured
 
 __all__ = ["cache_flags", "DoneKeys", "Point", "arm_points", "is_done",
-           "samples_expected", "request_factors", "PointRunner"]
+           "samples_expected", "request_factors", "factors_text", "PointRunner"]
 
 # Resume keys of the samples a run already holds (core/results/db.py done_key): points to skip.
 DoneKeys = Collection[tuple[object, ...]]
@@ -108,6 +108,16 @@ def request_factors(workload: Workload, prompts: int, modes: int) -> tuple[list[
         named = f"stream(s) ({'+'.join(map(str, levels))})" if len(levels) > 1 else "stream(s)"
         factors.append((sum(levels), named))
     return [*factors, (prompts, "prompt(s)"), (modes, "mode(s)"), (workload.reps, "rep(s)")], opened
+
+
+def factors_text(factors: list[tuple[int, str]], open_loop: int) -> str:
+    """:func:`request_factors` in words: ``3 stream(s) (1+2) × 2 prompt(s) × 1 mode(s) × 2 rep(s)``, with the
+    open-loop requests added (what ``check`` and the verdict block's design line say)."""
+    product = " × ".join(f"{n} {what}" for n, what in factors)
+    if not open_loop:
+        return product
+    opened = f"{open_loop} open-loop request(s)"
+    return f"({product} + {opened})" if product else opened
 
 
 def _salted(messages: list[dict[str, str]], salt: str) -> list[dict[str, str]]:

@@ -4,7 +4,8 @@ Two tables, written as CSV, JSON lines or Parquet:
 
 - **samples**: one row per timed request, every Sample field (mappings as JSON text; lists as lists in Parquet and
   JSON lines, JSON text in CSV; GPU telemetry as ``gpu.*`` columns; ``flags`` and ``mode`` as ``sample_flags`` and
-  ``decoding_mode``, since ``df.flags`` and ``df.mode`` are DataFrame attributes), and beside them the arm's
+  ``decoding_mode``, since ``df.flags`` and ``df.mode`` are DataFrame attributes; ``sample_flag_names`` the flags'
+  names alone, docs/flags.md's, to filter on), and beside them the arm's
   settings as columns (``arm.engine``, ``arm.speculative.n_max``, ``arm.settings.threads``, ``arm.options.*``: the
   configuration run.json recorded, secrets masked), its configuration fingerprint and the engine version it
   reported;
@@ -33,6 +34,7 @@ from typing import Any, Literal
 from ..analysis.load import LoadPoint
 from ..common.errors import ConfigError, MeasurementError
 from ..config.schema import Arm
+from ..results.flags import flag_name
 from ..results.sample import Sample
 from .capacity import capacity_rows
 from .markdown import markdown_table
@@ -79,6 +81,8 @@ def sample_rows(summary: RunSummary, samples: Iterable[Sample], arms: Sequence[A
         row: Row = {}
         for key, value in s.model_dump(mode="json", exclude={"gpu"}).items():
             row[EXPORT_NAMES.get(key, key)] = json.dumps(value) if isinstance(value, dict) else value
+        # each flag's name apart from its free-text detail: filter on "foreign-load", not on a line's prefix
+        row["sample_flag_names"] = [flag_name(f) for f in s.flags]
         for key, value in (s.gpu.model_dump(mode="json") if s.gpu else {}).items():
             row[f"gpu.{key}"] = json.dumps(value) if isinstance(value, dict) else value
         engine = summary.engines.get(s.arm)

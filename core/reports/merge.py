@@ -275,6 +275,7 @@ def merge_bundles(bundles: Sequence[Path], workdir: Path, *, labels: Sequence[st
         baseline=f"{summaries[0].baseline}@{opened[0].label}" if summaries[0].baseline else None,
         prompts=prompts, modes=list(dict.fromkeys(m for s in summaries for m in s.modes)),
         max_tokens=_common([s.max_tokens for s in summaries]), reps=_common([s.reps for s in summaries]),
+        requests_per_pass=_common([s.requests_per_pass for s in summaries]),
         passes=max(s.passes for s in summaries), bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed),
         engines={f"{arm}@{o.label}": e for o in opened for arm, e in o.summary.engines.items()},
         arms=[a.model_copy(update={"arm": f"{a.arm}@{o.label}"}) for o in opened for a in o.summary.arms],

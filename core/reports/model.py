@@ -41,8 +41,9 @@ from ..analysis.stats import (
 from ..analysis.structured import StructuredSummary, summarize_structured
 from ..common.errors import ConfigError
 from ..common.redact import redact_text, redact_url
-from ..config.schema import DEFAULT_MODES, Speculative
+from ..config.schema import DEFAULT_MODES, Speculative, Workload
 from ..host.roofline import ModelBytes, roofline_for
+from ..measure.points import factors_text, request_factors
 from ..results.flags import FLAG_GLOSSARY, FOREIGN_LOAD, flag_name
 from ..results.record import ArmAttempt, ExtraLaunches, PlacementRecord, RunRecord
 from ..results.sample import Sample
@@ -116,6 +117,10 @@ class RunSummary(BaseModel):
     max_tokens: int | None = None
     reps: int | None = None
     passes: int = Field(0, description="Passes recorded in run.json orders (including adaptive ones).")
+    requests_per_pass: str | None = Field(None, description="An arm's timed requests per pass, factor by factor as "
+                                          "bakeoff check names them ('2 depth(s) × 3 stream(s) (1+2) × 2 prompt(s) × "
+                                          "1 mode(s) × 2 rep(s)'), for a run that sweeps depths or stream counts or "
+                                          "sends open-loop requests; None when reps × prompts × modes is the count.")
     complete: bool = Field(True, description="Every planned pass of every arm measured, and the run not stopped "
                                              "short (False: see progress and the first warning).")
     progress: RunProgress | None = Field(None, description="Passes and samples planned against measured, per arm "
@@ -432,6 +437,16 @@ def _hardware(placement: PlacementRecord | None, samples: list[Sample], margin: 
     return out
 
 
+def _requests_per_pass(workload: Workload | None, prompts: int) -> str | None:
+    """Each arm's timed requests per pass in check's words, where reps × prompts × modes is not the count (USER-3
+    #4: a design line of "2 rep(s) × 2 prompt(s)" above "56 sample(s) flagged" for one arm)."""
+    if workload is None or workload.sessions is not None:
+        return None
+    if not (workload.depths or workload.concurrency or workload.arrival):
+        return None
+    return factors_text(*request_factors(workload, prompts, len(workload.modes)))
+
+
 def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, seed: int | None = None,
                   drop_foreign_load: bool = False, baseline: str | None = None) -> RunSummary:
     """Compute every statistic of a run directory once; nothing in the directory is written.
@@ -492,6 +507,7 @@ def summarize_run(path: Path, *, n_boot: int = N_BOOT, level: float = LEVEL, see
         modes=list(workload.modes) if workload and workload.modes else sorted({s.mode for s in samples}),
         max_tokens=workload.max_tokens if workload else None, reps=workload.reps if workload else None,
         passes=len(record.orders) or len({s.pass_index for s in samples}), orders=record.orders,
+        requests_per_pass=_requests_per_pass(workload, len(record.prompts)),
         bootstrap=Bootstrap(n_boot=n_boot, level=level, seed=seed), equivalence_margin=margin, engines=engines,
         host=record.host,
         arms=arms, comparisons=comparisons, failures=failures,

@@ -129,6 +129,14 @@ def baseline_said(s: RunSummary) -> str:
     return str(references[0] if references else s.baseline)
 
 
+def _per_pass(s: RunSummary) -> str:
+    """An arm's requests per pass, every factor named: check's words where the run swept depths or streams."""
+    if s.requests_per_pass:
+        return f"{s.requests_per_pass} (mode(s): {', '.join(s.modes)})"
+    return (f"{count_said(s.reps, 'rep(s)')} × {len(s.prompts)} prompt(s) × {len(s.modes)} mode(s) "
+            f"({', '.join(s.modes)})")
+
+
 def footnotes(s: RunSummary) -> list[str]:
     """What a reader needs to judge the table: units, method, design, engines."""
     level = f"{s.bootstrap.level:.0%}"
@@ -138,10 +146,8 @@ def footnotes(s: RunSummary) -> list[str]:
              f"with its {level} interval; 'faster'/'slower' only when the interval excludes 1, 'equivalent' when it "
              f"lies within 1 ± {margin_text(s.equivalence_margin)}, else 'not separable'; 'too few pairs' below "
              f"{MIN_PAIRS} paired requests (fewer leave the interval their bare range).",
-             f"{passes_design(s.passes, s.progress)} {count_said(s.reps, 'rep(s)')} × {len(s.prompts)} prompt(s) × "
-             f"{len(s.modes)} mode(s) "
-             f"({', '.join(s.modes)}), {count_said(s.max_tokens, 'output tokens')}; bootstrap {s.bootstrap.n_boot} "
-             f"resamples, seed {s.bootstrap.seed}, passes then requests."]
+             f"{passes_design(s.passes, s.progress)} {_per_pass(s)}, {count_said(s.max_tokens, 'output tokens')}; "
+             f"bootstrap {s.bootstrap.n_boot} resamples, seed {s.bootstrap.seed}, passes then requests."]
     engines = sorted({f"{e.engine} {e.version or ''}".strip() + _binary_note(e.binary) for e in s.engines.values()})
     if engines:
         notes.append("engines: " + ", ".join(engines))

@@ -253,9 +253,9 @@ def _session_lines(s: RunSummary) -> list[str]:
 def verdict_of(s: RunSummary) -> Verdict:
     modes = f" × {len(s.modes)} modes" if len(s.modes) > 1 else ""
     what = "session turn(s)" if s.sessions is not None else "prompt(s)"
-    design = (f"{passes_design(s.passes, s.progress)} {count_said(s.reps, 'rep(s)')} × {len(s.prompts)} {what}"
-              f"{modes}, {count_said(s.max_tokens, 'output tokens')}; paired per request, "
-              f"{s.bootstrap.level:.0%} bootstrap intervals")
+    per_pass = s.requests_per_pass or f"{count_said(s.reps, 'rep(s)')} × {len(s.prompts)} {what}{modes}"
+    design = (f"{passes_design(s.passes, s.progress)} {per_pass}, {count_said(s.max_tokens, 'output tokens')}; "
+              f"paired per request, {s.bootstrap.level:.0%} bootstrap intervals")
     if s.launches is not None and s.launches.extra is not None and s.launches.extra.passes:
         drawn = ", ".join(f"{arm} ×{n}" for arm, n in s.launches.extra.drawn.items())
         design += f"; {len(s.launches.extra.passes)} of the passes are extra launches ({drawn}) for launch states"

@@ -33,7 +33,7 @@ from ..config.tune import race_config, tune_arms, verify_config
 from ..engine.adapter import EngineAdapter, check_arm_capabilities, check_structured
 from ..engine.models import builtin_cached, resolve_model
 from ..engine.registry import KNOWN_PLUGINS, load_engine
-from ..measure.points import request_factors, samples_expected
+from ..measure.points import factors_text, request_factors, samples_expected
 from .gate import gate_config
 from .plan import (
     check_depths_before_launch,
@@ -75,11 +75,7 @@ class RequestShape:
     per_pass: int
 
     def text(self) -> str:
-        product = " × ".join(f"{n} {what}" for n, what in self.factors)
-        if not self.open_loop:
-            return product
-        opened = f"{self.open_loop} open-loop request(s)"
-        return f"({product} + {opened})" if product else opened
+        return factors_text(self.factors, self.open_loop)
 
 
 @dataclass
@@ -186,7 +182,13 @@ def check_config(config: BakeoffFile, source: str) -> CheckResult:
             errors.append(str(exc))
     else:
         notes.append("arms that would launch the same command are compared once nothing is missing")
-    starts = len({server_key(a) for a in config.arms if not a.attached})
+    servers: dict[str, list[str]] = {}
+    for arm in config.arms:
+        if not arm.attached:
+            servers.setdefault(server_key(arm), []).append(arm.name)
+    starts = len(servers)
+    notes += [f"{', '.join(names)} launch the same command: one engine start per pass serves them, back to back"
+              for names in servers.values() if len(names) > 1]
     shape = _shape(config)
     return CheckResult(source=source, config=config, arms=[_describe(a) for a in config.arms],
                        requests=config.workload.passes * len(config.arms) * (shape.per_pass if shape else 0),

@@ -21,7 +21,7 @@ from .protocol import run_plan
 
 __all__ = ["Executor", "LocalExecutor", "RAY_INSTALL_HINT", "executor_for"]
 
-RAY_INSTALL_HINT = "pip install 'bakeoff[ray]'"
+RAY_INSTALL_HINT = "pip install -e '.[ray]' in the bakeoff checkout"  # not 'bakeoff[ray]': no index has bakeoff
 
 
 class Executor(Protocol):

@@ -8,10 +8,13 @@ with the build options the engine allows. The reference is the baseline, so ever
 candidate/reference, paired request by request.
 
 Both builds run on this machine in the same run: passes interleave them in orders drawn from the seed (each
-pass starts both engines), so a drift of the machine during the run falls on both. A gate needs at least
-:data:`~bakeoff.core.analysis.stats.MIN_ADAPTIVE_PASSES` passes: the interval resamples passes first, and two
-give it only three distinct draws, too few to trust its bound (an A/A gate of two vLLM venvs with 2 passes on a
-busy machine read 0.595x (0.399-0.880)); a file that does not set ``workload.passes`` gets :data:`GATE_PASSES`.
+pass starts both engines), so a drift of the machine during the run falls on both. Two arms of one build (an A/A
+gate) launch the same command, so each pass starts it once and both run on that server, as any run's arms that
+share a server key do (core/run/plan.py): the A/A gate tells request-to-request spread, not restart-to-restart.
+A gate needs at least :data:`~bakeoff.core.analysis.stats.MIN_ADAPTIVE_PASSES` passes: the interval resamples
+passes first, and two give it only three distinct draws, too few to trust its bound (an A/A gate of two vLLM venvs
+with 2 passes on a busy machine read 0.595x (0.399-0.880)); a file that does not set ``workload.passes`` gets
+:data:`GATE_PASSES`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ..config.fingerprint import fingerprint_differences
 from ..config.schema import BakeoffFile, GateSpec
 from ..engine.fingerprint import arm_fingerprint
 from ..engine.registry import load_engine
-from .plan import effective_workload
+from .plan import effective_workload, server_key
 
 __all__ = ["GATE_PASSES", "gate_config"]
 
@@ -70,7 +73,8 @@ def gate_config(config: BakeoffFile, max_slowdown: float | None = None) -> tuple
                           f"{MIN_ADAPTIVE_PASSES} passes (each starts both in a drawn order; the interval resamples "
                           "passes, and fewer give it too few distinct draws to trust its bound)")
     if ref.options == cand.options and ref.env == cand.env:
-        notes.append(f"gate: {ref.name} and {cand.name} run the same build (an A/A check of the gate itself)")
+        shared = ", on one engine start per pass" if server_key(ref) == server_key(cand) else ""
+        notes.append(f"gate: {ref.name} and {cand.name} run the same build (an A/A check of the gate itself){shared}")
     gated = config.model_copy(update={"arms": [ref, cand], "baseline": ref.name, "workload": workload,
                                       "gate": gate})
     return BakeoffFile.model_validate(gated.model_dump()), gate, notes

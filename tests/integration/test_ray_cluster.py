@@ -24,7 +24,7 @@ import pytest
 from bakeoff.core.results.db import point_of
 from bakeoff.core.results.store import RunDir, read_samples
 
-ray_cluster_utils = pytest.importorskip("ray.cluster_utils", reason="Ray is not installed: pip install 'bakeoff[ray]'")
+ray_cluster_utils = pytest.importorskip("ray.cluster_utils", reason="Ray is not installed: pip install -e '.[ray]'")
 
 pytestmark = [pytest.mark.integration, pytest.mark.shared_processes("ray::")]
 

@@ -71,7 +71,7 @@ def test_executor_ray_without_ray_installed_says_how_to_install_it(tmp_path: Pat
         "sys.argv = ['bakeoff', 'run', 'h.yaml', '--executor', 'ray', '--out', 'runs']\n"
         "main()\n", tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "pip install 'bakeoff[ray]'" in proc.stderr  # the CLI boundary's one line
+    assert "pip install -e '.[ray]' in the bakeoff checkout" in proc.stderr  # the CLI boundary's one line
     assert not (tmp_path / "runs").exists()  # refused before a run directory is made
 
 

@@ -21,8 +21,8 @@ def _c(estimate: float, lo: float, hi: float, comparable: bool = True, n: int = 
 def test_fails_only_when_the_interval_bound_is_beyond_the_threshold() -> None:
     slow = judge_gate("old", "new", 0.03, [("overall", _c(0.58, 0.55, 0.62))])
     assert slow.outcome == "failed"
-    assert slow.line.startswith("gate FAILED: new is 42.0% slower than old at overall (0.580×, 95% CI 0.550–0.620: "
-                                "at least 38.0% slower, more than the 3.0% allowed)")
+    assert slow.line.startswith("gate FAILED: new is 42.0% slower than old over the whole run (0.580×, 95% CI "
+                                "0.550–0.620: at least 38.0% slower, more than the 3.0% allowed)")
     # slower, separably, but by less than allowed: passes
     assert judge_gate("old", "new", 0.03, [("overall", _c(0.985, 0.975, 0.995))]).outcome == "passed"
     # a low estimate with a wide interval is neither a failure nor a pass
@@ -37,8 +37,8 @@ def test_a_point_with_too_few_pairs_is_inconclusive_never_passed_nor_failed() ->
         assert ratio.verdict == "too few pairs"
         gate = judge_gate("old", "new", 0.03, [("overall", ratio)], passes=3)
         assert gate.outcome == "inconclusive" and gate.points[0].inconclusive and not gate.points[0].failed
-        assert (f"too few pairs for a verdict at overall ({ratio.ratio.n} paired request(s), {MIN_PAIRS} needed)"
-                in gate.line)
+        assert (f"too few pairs for a verdict over the whole run ({ratio.ratio.n} paired request(s), {MIN_PAIRS} "
+                "needed)" in gate.line)
     mixed = judge_gate("old", "new", 0.03, [("depth 0", _c(1.0, 0.98, 1.02)), ("depth 512", _c(0.5, 0.5, 0.5, n=1))])
     assert mixed.outcome == "inconclusive"  # the decided point does not make the gate green
 
@@ -47,8 +47,8 @@ def test_an_interval_that_fits_a_slowdown_beyond_the_limit_never_passes() -> Non
     # an A/A gate on a busy box: 1.144x (0.530-1.463) also fits a build 47 % slower, so it is not green
     aa = judge_gate("cached", "copy", 0.10, [("overall", _c(1.144, 0.530, 1.463))], passes=3)
     assert aa.outcome == "inconclusive" and aa.points[0].inconclusive and not aa.points[0].failed
-    assert aa.line.startswith("gate inconclusive: copy against cached: 1.144× (0.530–1.463) at overall; the interval "
-                              "at overall reaches both sides of 0.900 (the 10.0% allowed)")
+    assert aa.line.startswith("gate inconclusive: copy against cached: 1.144× (0.530–1.463) over the whole run; the "
+                              "interval over the whole run reaches both sides of 0.900 (the 10.0% allowed)")
     # the lower half-width 0.614 against 0.244 of room: (0.614/0.244)^2 x 3 passes = 18.99 -> 19
     assert "about 19 passes in all would decide" in aa.line
     # a busy machine is named as the likely cause
@@ -76,7 +76,8 @@ def test_each_depth_is_judged_and_the_worst_is_named() -> None:
 
 
 def test_no_pairs_or_unequal_work_is_no_verdict() -> None:
-    assert judge_gate("old", "new", 0.03, [("overall", None)]).outcome == "no verdict"
+    none = judge_gate("old", "new", 0.03, [("overall", None)])
+    assert none.outcome == "no verdict" and none.line.startswith("gate: no verdict: the whole run (no paired")
     v = judge_gate("old", "new", 0.03, [("overall", _c(0.5, 0.4, 0.6, comparable=False))])
     assert v.outcome == "no verdict" and "outputs differ in length" in v.line
 

@@ -4,6 +4,8 @@ with one line and gate.json; arms that differ in more than the build are refused
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,8 @@ def test_an_identical_build_passes(tmp_path: Path) -> None:
     cfg.write_text(AA)
     res = CliRunner().invoke(app, ["gate", str(cfg), "--out", str(tmp_path / "runs")])
     assert res.exit_code == 0, res.output
-    assert "run the same build (an A/A check of the gate itself)" in res.output
+    assert "run the same build (an A/A check of the gate itself), on one engine start per pass" in " ".join(
+        res.output.split())
     assert "gate passed: new against old:" in res.output
     assert "a slowdown beyond the 50.0% allowed is excluded" in res.output
     [run] = (tmp_path / "runs").iterdir()
@@ -37,6 +40,16 @@ def test_an_identical_build_passes(tmp_path: Path) -> None:
     record = json.loads((run / "run.json").read_text())
     assert record["baseline"] == "old" and 3 <= len(record["orders"]) <= 8  # more only while undecided
     assert record["fingerprints"]["old"]["id"] == record["fingerprints"]["new"]["id"]
+    # `check` on the file says as many engine starts per pass as the gate made: both arms launch the same
+    # command, so each pass starts one server and runs both on it
+    checked = CliRunner().invoke(app, ["check", str(cfg)])
+    said = re.search(r"(\d+) engine start\(s\) per pass", " ".join(checked.output.split()))
+    assert checked.exit_code == 0 and said, checked.output
+    lines = [json.loads(line)["record"] for line in (run / "arm_records.jsonl").read_text().splitlines()]
+    fresh = Counter(r["pass"] for r in lines if not r["shared_engine"])
+    assert set(fresh.values()) == {int(said.group(1))} == {1} and len(fresh) == len(record["orders"])
+    assert "old, new launch the same command: one engine start per pass serves them" in " ".join(
+        checked.output.split())
 
 
 def test_an_interval_across_the_limit_draws_passes_up_to_its_budget_then_exits_inconclusive(
@@ -54,7 +67,7 @@ def test_an_interval_across_the_limit_draws_passes_up_to_its_budget_then_exits_i
     assert res.exit_code == ExitCode.INCONCLUSIVE and int(ExitCode.INCONCLUSIVE) == 6, res.output
     assert "gate: inconclusive after 3 pass(es); adding one (at most 4)" in res.output
     assert "gate: still inconclusive after 4 passes (gate.max_passes)" in res.output
-    assert "gate inconclusive: new against old: 0.950× (0.700–1.200) at overall" in res.output
+    assert "gate inconclusive: new against old: 0.950× (0.700–1.200) over the whole run" in res.output
     assert "about 100 passes in all would decide" in res.output  # (0.25 below the estimate / 0.05 of room)^2 x 4
     [run] = (tmp_path / "runs").iterdir()
     assert len(json.loads((run / "run.json").read_text())["orders"]) == 4

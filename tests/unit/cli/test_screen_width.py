@@ -1,6 +1,7 @@
-"""Every screen fits: the default output of run, report, report --tables, check, runs, engines and merge, piped
-at 80 columns, has no line wider than 80 characters and none ending in spaces; a table too wide for that prints as
-records (one block per row), never with words broken letter by letter. Real sim runs, the real command line."""
+"""Every screen fits: the default output of demo, run, report, report --tables, check, runs, engines and merge,
+piped at 80 columns, has no line wider than 80 characters and none ending in spaces; a table too wide for that
+prints as records (one block per row), never with words broken letter by letter. Real sim runs, the real command
+line (issue 42's done-when: one test, the eight commands)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,10 @@ def test_every_commands_default_output_fits_80_columns(runs: tuple[Path, str, li
     done = _bakeoff(["merge", "b0.tar.gz", "b1.tar.gz", "--out", "merged"], cwd, COLUMNS="80")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     outputs["merge"] = done.stdout
+    done = _demo(cwd)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    outputs["demo"] = done.stdout
+    assert set(outputs) == {"demo", "run", "report", "report --tables", "check", "merge", "engines", "runs"}
     for name, text in outputs.items():
         assert text.strip() and not _too_wide(text), (name, _too_wide(text))
     # whole run ids, the suggested command on its own line, merge leading with its bundles and verdict block
@@ -67,6 +72,9 @@ def test_every_commands_default_output_fits_80_columns(runs: tuple[Path, str, li
     assert f"bakeoff report {dirs[0]} --tables" in run_output.splitlines()
     assert outputs["merge"].startswith("merged bundles (2)") and "each arm against" in outputs["merge"]
     assert "token accounting" not in outputs["merge"]  # every table is `merge --tables`, or the report's files
+    assert "demo-llamacpp-cpu: each arm against spec-off" in outputs["demo"], outputs["demo"][-2000:]
+    [demo_run] = (cwd / "demo-runs").iterdir()
+    assert f"bakeoff report demo-runs/{demo_run.name} --tables" in outputs["demo"].splitlines()
 
 
 def test_piped_output_is_80_wide_unless_columns_or_bakeoff_width_say_otherwise(
@@ -116,19 +124,14 @@ def _sim_demo() -> str:
     return yaml.safe_dump(demo, sort_keys=False)
 
 
-def test_the_demos_output_fits_80_columns(tmp_path: Path) -> None:
+def _demo(cwd: Path) -> subprocess.CompletedProcess[str]:
     """`bakeoff demo` through the real command line, its file on the sim engine (the llama.cpp build and the
-    model are what it cannot have here): every line fits 80 columns, and the suggested command is on its own."""
-    (tmp_path / "demo.yaml").write_text(_sim_demo())
+    model are what it cannot have here), into ``cwd/demo-runs``."""
+    (cwd / "demo.yaml").write_text(_sim_demo())
     probe = ("import sys\nfrom pathlib import Path\nimport bakeoff.core.cli.demo as demo\n"
              "class Files:\n    def joinpath(self, name):\n        return Path('demo.yaml')\n"
              "demo.files = lambda package: Files()\n"
              "from bakeoff.core.cli import main\nsys.argv[0] = 'bakeoff'\nmain()\n")
     base = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "BAKEOFF_WIDTH")}
-    done = subprocess.run([sys.executable, "-c", probe, "demo", "--out", "runs"], cwd=tmp_path, capture_output=True,
+    return subprocess.run([sys.executable, "-c", probe, "demo", "--out", "demo-runs"], cwd=cwd, capture_output=True,
                           text=True, timeout=300, env={**base, "NO_COLOR": "1", "COLUMNS": "80"})
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "demo-llamacpp-cpu: each arm against spec-off" in done.stdout, done.stdout[-2000:]
-    assert done.stdout.strip() and not _too_wide(done.stdout), _too_wide(done.stdout)
-    [run] = (tmp_path / "runs").iterdir()
-    assert f"bakeoff report runs/{run.name} --tables" in done.stdout.splitlines()

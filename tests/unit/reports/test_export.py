@@ -4,6 +4,7 @@ per-point table with the report's own numbers, and the community row; each forma
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.schema import Settings
 from bakeoff.core.reports.export import export_run
 from bakeoff.core.reports.model import summarize_run
+from bakeoff.core.results.flags import FLAGS, FOREIGN_LOAD, flag_name
 from bakeoff.core.results.store import RunDir
 
 
@@ -70,6 +72,21 @@ def test_samples_and_points_load_in_pandas(run: Path, tmp_path: Path, fmt: str) 
         assert all(isinstance(json.loads(v), list) for v in flags)
     else:  # Parquet and JSON lines keep a list a list
         assert all(list(v) == [] or isinstance(v[0], str) for v in flags) and not isinstance(flags.iloc[0], str)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_each_flag_s_name_is_a_list_column_of_its_own(tmp_path: Path, fmt: str) -> None:
+    """USER-3 #8: a flag is free text ('foreign-load: 1.16 cores used by other processes (limit 0.29)'), so
+    filtering meant matching a prefix; sample_flag_names holds the names alone (docs/flags.md's), a list."""
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[3] / "evidence" / "examples" / "decision-map-cpu" / "run", run)
+    samples_path, _ = export_run(run, fmt, tmp_path / fmt)  # type: ignore[arg-type]
+    samples = _load(samples_path)
+    names = samples["sample_flag_names"].map(list)
+    assert (names == samples["sample_flags"].map(lambda flags: [flag_name(f) for f in flags])).all()
+    foreign = samples[names.map(lambda n: FOREIGN_LOAD.name in n)]
+    assert len(foreign) and all(any(f.startswith("foreign-load: ") for f in flags) for flags in foreign["sample_flags"])
+    assert set(names.sum()) <= set(FLAGS)  # every name is one the glossary explains
 
 
 def test_parquet_without_pyarrow_names_the_extra(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ nothing is worse than the baseline; --tables prints every table; an empty table 
 from __future__ import annotations
 
 import io
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 from bakeoff.core.cli import app
 from bakeoff.core.reports import print_run, print_summary, summarize_run
 from bakeoff.core.reports.html import render_html
+from bakeoff.core.reports.tables import footnotes
 from bakeoff.core.reports.verdict import merge_warnings, print_verdict, verdict_of
 from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.results.store import RunDir
@@ -158,6 +160,21 @@ def test_the_block_says_the_ratio_is_paired_where_it_differs_from_the_ratio_of_t
     assert "ratio          median of paired per-request ratios, not of the medians above" in lines, lines
     page = render_html(s, {})
     assert 'id="ratio-note"' in page and "median of paired per-request ratios" in page
+
+
+def test_the_design_line_names_every_factor_of_each_arms_sample_count() -> None:
+    """USER-3 #4: the header said '1 pass(es) × 2 rep(s) × 2 prompt(s)' (4 per arm) above '56 sample(s) flagged'
+    for one arm: the run's 2 depths and 7 streams (1+2+4) went unnamed. It names them now, as check does."""
+    s = summarize_run(EXAMPLE)
+    design = verdict_of(s).design
+    said = re.match(r"(\d+) pass\(es\) × (.+), 128 output tokens", design)
+    assert said and said.group(2) == "2 depth(s) × 7 stream(s) (1+2+4) × 2 prompt(s) × 1 mode(s) × 2 rep(s)", design
+    product = int(said.group(1)) * math.prod(int(n) for n in re.findall(r"(\d+) [a-z]+\(s\)", said.group(2)))
+    assert {a.n + a.errors for a in s.arms} == {product} == {56}
+    assert said.group(2) in " ".join(footnotes(s))
+    # a run that sweeps neither keeps the short line: reps × prompts is its count
+    plain = verdict_of(summarize_run(FIXTURES / "llamacpp-run")).design
+    assert "stream(s)" not in plain and "depth(s)" not in plain and " rep(s) × " in plain
 
 
 def test_no_ratio_note_where_paired_and_medians_agree(make_run: Maker) -> None:
