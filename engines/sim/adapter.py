@@ -85,6 +85,9 @@ class SimOptions(BaseModel):
                                       "other request in flight (engines/sim/capacity.py).")
     capacity_streams: int | None = Field(None, ge=1, description="Planted cliff: above this many requests in "
                                          "flight every first token takes capacity_cliff times longer.")
+    structured_capacity_streams: int | None = Field(None, ge=1, description="Planted cliff of a request under a "
+                                                    "grammar (response_format or tools): above this many requests "
+                                                    "in flight (None: capacity_streams).")
     capacity_cliff: float = Field(1.0, ge=1, description="The planted cliff's factor.")
     admission_ms: float = Field(0.0, ge=0, description="Wait before counting the requests in flight for TTFT "
                                 "(so a batch released together sees itself).")

@@ -13,7 +13,8 @@ from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` i
 - ``boot_delay_s`` (answer 503 "Loading model" until then), ``crash_on_start`` (log this line and exit);
 - ``itl_ms_per_stream``: added to ``itl_ms`` per other chat request in flight (slower under concurrency);
 - the planted capacity model (``capacity.py``): ``ttft_ms_per_stream`` added to ``ttft_ms`` per other request in
-  flight, times ``capacity_cliff`` above ``capacity_streams``, read after ``admission_ms`` (so a batch released
+  flight, times ``capacity_cliff`` above ``capacity_streams`` (``structured_capacity_streams`` for a request under a
+  grammar, where set), read after ``admission_ms`` (so a batch released
   together counts itself);
 - ``launch_speed``: this launch's speed for its whole life (0.5: token gaps doubled); with ``--launch-speeds``
   the server draws it per launch, counting its launches in the ``--launch-counter`` file (an engine with a
@@ -77,6 +78,7 @@ DEFAULTS: dict[str, Any] = {
     "drafts_under_grammar": True,
     "ttft_ms_per_stream": 0.0,
     "capacity_streams": None,
+    "structured_capacity_streams": None,
     "capacity_cliff": 1.0,
     "admission_ms": 0.0,
 }
@@ -143,7 +145,7 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
     if b["admission_ms"]:
         yield ("sleep", b["admission_ms"] / 1000)
     if b["ttft_ms"] or b["ttft_ms_per_stream"]:
-        yield ("sleep", ttft_s(b, in_flight()))
+        yield ("sleep", ttft_s(b, in_flight(), grammar))
     sent = 0
     while sent < max_tokens:
         if fault != "none" and sent >= b["fault_after_tokens"]:
