@@ -360,7 +360,7 @@ def analyze_capacity(probes: Sequence[Probe], section: CapacitySection, arm_orde
                 a.lo = min(a.lo, a.estimate) if a.lo is not None else None
                 a.hi = max(a.hi, a.estimate) if a.hi is not None else None
         base = boundaries.get((baseline, kind))
-        comparisons += [_compare(boundaries[arm, kind], base, brackets, section, alpha, level, len(kinds) > 1)
+        comparisons += [_compare(boundaries[arm, kind], base, brackets, section, alpha, level, kinds != ["plain"])
                         for arm in arm_order if base is not None and arm != baseline]
     arms = [boundaries[arm, kind] for arm in arm_order for kind in kinds]
     return CapacityResult(load=section.load, constraints=section.labels, strategy=section.strategy,
@@ -370,7 +370,7 @@ def analyze_capacity(probes: Sequence[Probe], section: CapacitySection, arm_orde
 
 def _compare(a: ArmBoundary, base: ArmBoundary, brackets: Mapping[str, np.ndarray], section: CapacitySection,
              alpha: float, level: float, name_kind: bool = False) -> CapacityComparison:
-    """:param name_kind: the file has several kinds, so every line says which one it is about."""
+    """:param name_kind: not plain prompts alone, so every line says which kind it is about."""
     of = f"{a.kind} " if name_kind else ""
     what = f"the {of}streams" if section.load == "streams" else f"the {of}request rate"
     at = " and ".join(section.labels)

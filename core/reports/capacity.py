@@ -42,8 +42,8 @@ def _header(r: CapacityResult) -> str:
 
 
 def _kinded(r: CapacityResult) -> bool:
-    """Several kinds searched: every row and note names its kind."""
-    return len(r.kinds) > 1
+    """Not plain prompts alone: every row and note names its kind."""
+    return r.kinds != ["plain"]
 
 
 def _who(a: ArmBoundary, r: CapacityResult) -> str:
