@@ -169,6 +169,10 @@ class CapacityComparison(BaseModel):
     text: str
 
 
+def _plain_only() -> list[Kind]:
+    return ["plain"]
+
+
 class CapacityResult(BaseModel):
     """What ``bakeoff capacity`` found: the file's capacity.json."""
 
@@ -177,7 +181,7 @@ class CapacityResult(BaseModel):
     constraints: list[str]
     strategy: str
     baseline: str
-    kinds: list[Kind] = Field(default_factory=lambda: ["plain"], description="The workload kinds searched, in the "
+    kinds: list[Kind] = Field(default_factory=_plain_only, description="The workload kinds searched, in the "
                               "order they ran; every arm has a boundary per kind.")
     arms: list[ArmBoundary]
     comparisons: list[CapacityComparison] = Field(default_factory=list)
