@@ -2,9 +2,9 @@
 
 One renderer per format, all reading the run's :class:`~bakeoff.core.analysis.capacity.CapacityResult`
 (``capacity.json``, carried in the run summary): plain lines that fit 80 columns for the terminal, markdown for
-report.md (and report.html through it), flat rows for ``bakeoff export``. A search of several workload kinds
-(plain, structured) gives each arm a row per kind, with a kind column; one of plain prompts only reads as it
-always did.
+report.md (and report.html through it), flat rows for ``bakeoff export``. A search with structured requests
+gives each arm a row per workload kind (plain, structured) under a kind column, and each comparison names its
+kind; a search of plain prompts alone reads as it always did.
 """
 
 from __future__ import annotations
