@@ -201,6 +201,15 @@ def check_capacity_config(config: BakeoffFile) -> CapacitySection:
     return section
 
 
+def _unsent_note(prompts: Sequence[Prompt], kind: Kind, section: CapacitySection) -> str | None:
+    """Closed loop sends a kind's first prompt only: say so where the kind has others, so none is thought probed."""
+    names = [p.name for p in prompts if prompt_kind(p) == kind]
+    if section.load != "streams" or len(names) < 2:
+        return None
+    return (f"capacity ({kind}): closed-loop probes send {names[0]} N times at once (a batch is one prompt); "
+            f"not sent: {', '.join(names[1:])}")
+
+
 class _Prober:
     """The engine side of a probe: one arm's session measuring one load of one kind's prompts, and its
     over-saturation cut. Closed loop sends the kind's first prompt N times (a batch is one prompt); open loop
@@ -268,6 +277,8 @@ class CapacityExecutor:
             probes: list[Probe] = []
             try:  # kind after kind, each its own search over every arm (kinds are never compared)
                 for kind in kinds_of(plan.prompts):
+                    if note := _unsent_note(plan.prompts, kind, section):
+                        events.on_note(note)
                     probes += search(list(sessions), section, _Prober(sessions, config, section, kind),
                                      self.on_probe)
             finally:

@@ -28,9 +28,17 @@ from bakeoff.core.analysis.capacity import (
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.capacity import CapacitySection
 from bakeoff.core.config.loader import load_bakeoff
-from bakeoff.core.config.schema import Slo
+from bakeoff.core.config.prompts import resolve_prompts
+from bakeoff.core.config.schema import Slo, Workload
 from bakeoff.core.results.sample import Sample
-from bakeoff.core.run.capacity import ProbeFn, check_capacity_config, probe_from_samples, search
+from bakeoff.core.run.capacity import (
+    ProbeFn,
+    _unsent_note,
+    check_capacity_config,
+    kinds_of,
+    probe_from_samples,
+    search,
+)
 from bakeoff.engines.sim.capacity import ttft_s
 
 LABEL = "TTFT p90 ≤ 200 ms"
@@ -210,3 +218,14 @@ def test_sessions_are_refused_naming_the_field(tmp_path: Path) -> None:
                     "capacity: {constraints: [{metric: ttft_s, max_s: 1}]}\n")
     with pytest.raises(ConfigError, match=r"workload\.sessions is not searched yet.*one session at a time"):
         check_capacity_config(load_bakeoff(path))
+
+
+def test_closed_loop_names_the_prompts_of_a_kind_it_does_not_send() -> None:
+    prompts = resolve_prompts(Workload.model_validate({"prompts": ["prose"], "structured": {}}))
+    assert kinds_of(prompts) == ["plain", "structured"]
+    assert _unsent_note(prompts, "plain", section()) is None
+    assert _unsent_note(prompts, "structured", section()) == (
+        "capacity (structured): closed-loop probes send json_order N times at once (a batch is one prompt); "
+        "not sent: tool_weather")
+    rate = section(load="rate")
+    assert _unsent_note(prompts, "structured", rate) is None  # open loop sends the kind's prompts in turn
