@@ -20,6 +20,10 @@ loads' trend predicts there (a straight line in log value against log load, fitt
 factor 4 below it; a goodput constraint reads the share failing); *smooth* otherwise; *unknown* without a held
 load to fit. The monotonicity
 check lists any load that held above one that failed.
+
+A file with structured requests is searched once per workload *kind* (plain prompts, structured ones): every
+probe names its kind, and each kind has its own boundary per arm and its own paired ratio (a kind is only ever
+compared with the same kind of another arm; the bootstrap resamples each kind's rounds on their own).
 """
 
 from __future__ import annotations
@@ -36,11 +40,11 @@ from pydantic import BaseModel, Field
 from ..config.capacity import CapacitySection
 from .stats import LEVEL, Interval, ratio_text, rng_for, verdict
 
-__all__ = ["Probe", "LevelRow", "ArmBoundary", "CapacityComparison", "CapacityResult", "level_margins",
+__all__ = ["Kind", "Probe", "LevelRow", "ArmBoundary", "CapacityComparison", "CapacityResult", "level_margins",
            "probe_hopeless", "analyze_capacity", "capacity_words", "SCHEMA_VERSION", "N_BOOT_CAPACITY",
            "CAPACITY_FILE", "read_capacity", "write_capacity"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: boundaries and comparisons name their workload kind
 CAPACITY_FILE = "capacity.json"  # in the run directory, beside run.json
 N_BOOT_CAPACITY = 1000
 CLIFF_JUMP = 2.0  # the first failing load's binding value over what the held loads' trend predicts: a cliff
@@ -48,6 +52,7 @@ TREND_SPAN = 4.0  # the trend is fitted over the held loads within this factor b
 
 Shape = Literal["cliff", "smooth", "unknown"]
 Censored = Literal["below", "above"]
+Kind = Literal["plain", "structured", "sessions"]  # what a probe's requests are (sessions: not searched yet)
 
 
 @dataclass
@@ -64,6 +69,7 @@ class Probe:
     tokens: int = 0
     energy_j: float | None = None  # the watched GPUs' energy over the probe, where telemetry is on
     wall_s: float = 0.0
+    kind: Kind = "plain"
 
     @property
     def requests(self) -> int:
@@ -123,9 +129,10 @@ class LevelRow(BaseModel):
 
 
 class ArmBoundary(BaseModel):
-    """One arm's capacity."""
+    """One arm's capacity for one kind of request."""
 
     arm: str
+    kind: Kind = Field("plain", description="The workload kind probed: plain prompts or structured requests.")
     estimate: float | None = Field(None, description="Highest load at which every constraint holds (streams: "
                                    "the highest whole number that held when the bracket is 1 wide; else "
                                    "interpolated in log load where the binding margin crosses zero).")
@@ -150,15 +157,20 @@ class ArmBoundary(BaseModel):
 
 
 class CapacityComparison(BaseModel):
-    """One arm's boundary against the baseline's, paired by round and replicate."""
+    """One arm's boundary against the baseline's for one kind of request, paired by round and replicate."""
 
     arm: str
     baseline: str
+    kind: Kind = Field("plain", description="The workload kind both boundaries are of.")
     ratio: Interval | None = None
     difference: Interval | None = None
     verdict: str = Field(description="carries more | carries less | carries the same | not separable | "
                          "too few pairs | censored.")
     text: str
+
+
+def _plain_only() -> list[Kind]:
+    return ["plain"]
 
 
 class CapacityResult(BaseModel):
@@ -169,14 +181,16 @@ class CapacityResult(BaseModel):
     constraints: list[str]
     strategy: str
     baseline: str
+    kinds: list[Kind] = Field(default_factory=_plain_only, description="The workload kinds searched, in the "
+                              "order they ran; every arm has a boundary per kind.")
     arms: list[ArmBoundary]
     comparisons: list[CapacityComparison] = Field(default_factory=list)
     probes: int = Field(0, description="Probes for all arms (loads × replicates).")
     levels: int = Field(0, description="Loads probed, all arms together.")
     level: float = LEVEL
 
-    def arm(self, name: str) -> ArmBoundary | None:
-        return next((a for a in self.arms if a.arm == name), None)
+    def arm(self, name: str, kind: Kind = "plain") -> ArmBoundary | None:
+        return next((a for a in self.arms if a.arm == name and a.kind == kind), None)
 
 
 _WORDS = {"faster": "carries more", "slower": "carries less", "equivalent": "carries the same"}
@@ -281,14 +295,14 @@ def _tokens_per_joule(probes: Sequence[Probe], level: float | None) -> float | N
     return sum(p.tokens for p in at) / sum(p.energy_j or 0.0 for p in at)
 
 
-def _boundary(arm: str, probes: Sequence[Probe], section: CapacitySection) -> ArmBoundary:
+def _boundary(arm: str, kind: Kind, probes: Sequence[Probe], section: CapacitySection) -> ArmBoundary:
     rows = _rows(probes, section)
     held, failed = _bracket({r.level: r.held for r in rows})
     binding = _binding(rows, failed)
     shape, across, below = _shape(rows, failed, binding)
     monotone, note = _monotone(rows)
     censored: Censored | None = "below" if held is None else ("above" if failed is None else None)
-    return ArmBoundary(arm=arm, estimate=_estimate(rows, held, failed, binding, section.load == "streams"),
+    return ArmBoundary(arm=arm, kind=kind, estimate=_estimate(rows, held, failed, binding, section.load == "streams"),
                        held=held, failed=failed, censored=censored, binding=binding, shape=shape,
                        jump=across, trend=below, monotone=monotone, monotone_note=note, levels=rows,
                        probes=len(probes), requests=sum(p.requests for p in probes),
@@ -332,37 +346,44 @@ def _q(values: np.ndarray, q: float) -> float | None:
 
 def analyze_capacity(probes: Sequence[Probe], section: CapacitySection, arm_order: Sequence[str], baseline: str,
                      *, n_boot: int = N_BOOT_CAPACITY, level: float = LEVEL, seed: int = 0) -> CapacityResult:
-    """Each arm's boundary and interval, and every other arm's paired ratio to ``baseline``'s."""
-    by_arm = {arm: [p for p in probes if p.arm == arm] for arm in arm_order}
-    arms = [_boundary(arm, ps, section) for arm, ps in by_arm.items()]
+    """Each arm's boundary and interval per workload kind, and every other arm's paired ratio to ``baseline``'s
+    of the same kind (rows arm by arm, each arm's kinds in the order they ran)."""
+    kinds = list(dict.fromkeys(p.kind for p in probes)) or ["plain"]
     alpha = (1 - level) / 2
-    brackets = _draw_brackets(by_arm, section, n_boot, rng_for(seed, "capacity"))
-    for a in arms:
-        ends = brackets[a.arm]
-        a.lo, a.hi = _q(ends[:, 0], alpha), _q(ends[:, 1], 1 - alpha)
-        if a.estimate is not None:
-            a.lo = min(a.lo, a.estimate) if a.lo is not None else None
-            a.hi = max(a.hi, a.estimate) if a.hi is not None else None
-    result = CapacityResult(load=section.load, constraints=section.labels, strategy=section.strategy,
-                            baseline=baseline, arms=arms, probes=len(probes),
-                            levels=sum(len(a.levels) for a in arms), level=level)
-    base = result.arm(baseline)
-    for a in arms:
-        if base is None or a.arm == baseline:
-            continue
-        result.comparisons.append(_compare(a, base, brackets, section, alpha, level))
-    return result
+    rng = rng_for(seed, "capacity")  # one stream drawn kind after kind: a plain-only search draws as it always did
+    boundaries: dict[tuple[str, Kind], ArmBoundary] = {}
+    comparisons: list[CapacityComparison] = []
+    for kind in kinds:
+        by_arm = {arm: [p for p in probes if p.arm == arm and p.kind == kind] for arm in arm_order}
+        brackets = _draw_brackets(by_arm, section, n_boot, rng)
+        for arm, ps in by_arm.items():
+            a = boundaries[arm, kind] = _boundary(arm, kind, ps, section)
+            ends = brackets[arm]
+            a.lo, a.hi = _q(ends[:, 0], alpha), _q(ends[:, 1], 1 - alpha)
+            if a.estimate is not None:
+                a.lo = min(a.lo, a.estimate) if a.lo is not None else None
+                a.hi = max(a.hi, a.estimate) if a.hi is not None else None
+        base = boundaries.get((baseline, kind))
+        comparisons += [_compare(boundaries[arm, kind], base, brackets, section, alpha, level, kinds != ["plain"])
+                        for arm in arm_order if base is not None and arm != baseline]
+    arms = [boundaries[arm, kind] for arm in arm_order for kind in kinds]
+    return CapacityResult(load=section.load, constraints=section.labels, strategy=section.strategy,
+                          baseline=baseline, kinds=kinds, arms=arms, comparisons=comparisons, probes=len(probes),
+                          levels=sum(len(a.levels) for a in arms), level=level)
 
 
 def _compare(a: ArmBoundary, base: ArmBoundary, brackets: Mapping[str, np.ndarray], section: CapacitySection,
-             alpha: float, level: float) -> CapacityComparison:
-    what = "the streams" if section.load == "streams" else "the request rate"
+             alpha: float, level: float, name_kind: bool = False) -> CapacityComparison:
+    """:param name_kind: not plain prompts alone, so every line says which kind it is about."""
+    of = f"{a.kind} " if name_kind else ""
+    what = f"the {of}streams" if section.load == "streams" else f"the {of}request rate"
     at = " and ".join(section.labels)
     if a.estimate is None or base.estimate is None or a.censored or base.censored:
         why = {"below": "fails at the first load", "above": "holds up to capacity.max"}
         parts = [f"{x.arm} {why[x.censored]}" for x in (a, base) if x.censored]
-        text = f"{a.arm} vs {base.arm}: no ratio ({'; '.join(parts) or 'no boundary'}); widen capacity.start/max"
-        return CapacityComparison(arm=a.arm, baseline=base.arm, verdict="censored", text=text)
+        text = (f"{a.arm} vs {base.arm}{f' ({a.kind})' if name_kind else ''}: no ratio "
+                f"({'; '.join(parts) or 'no boundary'}); widen capacity.start/max")
+        return CapacityComparison(arm=a.arm, baseline=base.arm, kind=a.kind, verdict="censored", text=text)
     mine, theirs = brackets[a.arm], brackets[base.arm]
     with np.errstate(divide="ignore", invalid="ignore"):
         r_lo, r_hi = mine[:, 0] / theirs[:, 1], mine[:, 1] / theirs[:, 0]
@@ -371,8 +392,9 @@ def _compare(a: ArmBoundary, base: ArmBoundary, brackets: Mapping[str, np.ndarra
     pairs = min(a.probes, base.probes)
     lo, hi = _q(r_lo, alpha), _q(r_hi, 1 - alpha)
     if lo is None or hi is None:
-        text = f"{a.arm} vs {base.arm}: the boundary is censored in most resamples; no interval"
-        return CapacityComparison(arm=a.arm, baseline=base.arm, verdict="censored", text=text)
+        text = (f"{a.arm} vs {base.arm}{f' ({a.kind})' if name_kind else ''}: the boundary is censored in most "
+                "resamples; no interval")
+        return CapacityComparison(arm=a.arm, baseline=base.arm, kind=a.kind, verdict="censored", text=text)
     ratio = Interval(estimate=est, lo=min(lo, est), hi=max(hi, est), level=level, n=pairs, clusters=pairs)
     diff_est = a.estimate - base.estimate
     dl, dh = _q(d_lo, alpha), _q(d_hi, 1 - alpha)
@@ -380,7 +402,8 @@ def _compare(a: ArmBoundary, base: ArmBoundary, brackets: Mapping[str, np.ndarra
                     hi=max(dh if dh is not None else diff_est, diff_est), level=level, n=pairs, clusters=pairs)
     words = capacity_words(verdict(ratio))
     text = f"{a.arm} carries {ratio_text(ratio.estimate, ratio.lo, ratio.hi)} {what} at {at}: {words}"
-    return CapacityComparison(arm=a.arm, baseline=base.arm, ratio=ratio, difference=diff, verdict=words, text=text)
+    return CapacityComparison(arm=a.arm, baseline=base.arm, kind=a.kind, ratio=ratio, difference=diff,
+                              verdict=words, text=text)
 
 
 def write_capacity(run_dir: Path, result: CapacityResult) -> Path:

@@ -31,7 +31,8 @@ def _probe_line(p: Probe, section: CapacitySection) -> str:
     value = values[worst]
     shown = f"{value:.0%}" if worst.startswith("goodput") else f"{value:.3g} s"
     cut = f"; cut: {p.cut}" if p.cut else ""
-    return f"  {p.arm} at {p.level:g} {unit} (replicate {p.replicate + 1}): {held}, {worst.split(' ')[0]} " \
+    who = p.arm if p.kind == "plain" else f"{p.arm} {p.kind}"
+    return f"  {who} at {p.level:g} {unit} (replicate {p.replicate + 1}): {held}, {worst.split(' ')[0]} " \
            f"{worst.split(' ')[1]} {shown}{cut}"
 
 

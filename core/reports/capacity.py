@@ -2,7 +2,9 @@
 
 One renderer per format, all reading the run's :class:`~bakeoff.core.analysis.capacity.CapacityResult`
 (``capacity.json``, carried in the run summary): plain lines that fit 80 columns for the terminal, markdown for
-report.md (and report.html through it), flat rows for ``bakeoff export``.
+report.md (and report.html through it), flat rows for ``bakeoff export``. A search with structured requests
+gives each arm a row per workload kind (plain, structured) under a kind column, and each comparison names its
+kind; a search of plain prompts alone reads as it always did.
 """
 
 from __future__ import annotations
@@ -39,26 +41,36 @@ def _header(r: CapacityResult) -> str:
             f"{r.probes} probes, {r.level:.0%} intervals)")
 
 
+def _kinded(r: CapacityResult) -> bool:
+    """Not plain prompts alone: every row and note names its kind."""
+    return r.kinds != ["plain"]
+
+
+def _who(a: ArmBoundary, r: CapacityResult) -> str:
+    return f"{a.arm} ({a.kind})" if _kinded(r) else a.arm
+
+
 def _notes(r: CapacityResult) -> list[str]:
     out = []
     for a in r.arms:
         if not a.monotone and a.monotone_note:
-            out.append(f"{a.arm}: not monotone: {a.monotone_note}")
+            out.append(f"{_who(a, r)}: not monotone: {a.monotone_note}")
         cut = [f"{row.level:g}" for row in a.levels if row.cut]
         if cut:
-            out.append(f"{a.arm}: over-saturated, cut early at {', '.join(cut)}")
+            out.append(f"{_who(a, r)}: over-saturated, cut early at {', '.join(cut)}")
     return out
 
 
 def capacity_lines(r: CapacityResult, width: int = WIDTH) -> list[str]:
     """The section as plain lines of at most ``width`` characters."""
     lines = textwrap.wrap(_header(r), width)
-    rows = [("arm", "boundary (interval)", "bracket", "binds", "shape", "tok/J")]
+    kind: tuple[str, ...] = ("kind",) if _kinded(r) else ()
+    rows = [("arm", *kind, "boundary (interval)", "bracket", "binds", "shape", "tok/J")]
     for a in r.arms:
         bracket = f"{_load(a.held, r.load)}|{_load(a.failed, r.load)}"
         tpj = f"{a.tokens_per_joule:.3g}" if a.tokens_per_joule is not None else "–"
-        rows.append((a.arm, boundary_text(a, r.load), bracket, (a.binding or "–").split(" ≤")[0].split(" ≥")[0],
-                     a.shape, tpj))
+        rows.append((a.arm, *((a.kind,) if kind else ()), boundary_text(a, r.load), bracket,
+                     (a.binding or "–").split(" ≤")[0].split(" ≥")[0], a.shape, tpj))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     name_w = max(4, min(widths[0], width - sum(widths[1:]) - 2 * (len(widths) - 1)))
     for row in rows:
@@ -73,13 +85,16 @@ def capacity_lines(r: CapacityResult, width: int = WIDTH) -> list[str]:
 
 def capacity_markdown(r: CapacityResult) -> list[str]:
     """The section as markdown lines."""
+    kind = " kind |" if _kinded(r) else ""
     out = [f"**{_header(r)}**", "",
-           "| arm | boundary (interval) | held / failed | binding constraint | shape | probes | tok/J at boundary |",
-           "|---|---|---|---|---|---:|---:|"]
+           f"| arm |{kind} boundary (interval) | held / failed | binding constraint | shape | probes | "
+           "tok/J at boundary |",
+           f"|---|{'---|' if kind else ''}---|---|---|---|---:|---:|"]
     for a in r.arms:
         tpj = f"{a.tokens_per_joule:.3g}" if a.tokens_per_joule is not None else "–"
-        out.append(f"| {a.arm} | {boundary_text(a, r.load)} | {_load(a.held, r.load)} / {_load(a.failed, r.load)} "
-                   f"| {a.binding or '–'} | {a.shape} | {a.probes} | {tpj} |")
+        cell = f" {a.kind} |" if kind else ""
+        out.append(f"| {a.arm} |{cell} {boundary_text(a, r.load)} | {_load(a.held, r.load)} / "
+                   f"{_load(a.failed, r.load)} | {a.binding or '–'} | {a.shape} | {a.probes} | {tpj} |")
     out.append("")
     out += [f"- {c.text}" for c in r.comparisons]
     out += [f"- {n}" for n in _notes(r)]
@@ -90,13 +105,14 @@ def capacity_rows(r: CapacityResult, run_id: str) -> list[dict[str, Any]]:
     """Flat rows for ``bakeoff export``: one per arm (its boundary) and one per comparison."""
     rows: list[dict[str, Any]] = []
     for a in r.arms:
-        rows.append({"run_id": run_id, "table": "capacity", "arm": a.arm, "load": r.load,
+        rows.append({"run_id": run_id, "table": "capacity", "arm": a.arm, "kind": a.kind, "load": r.load,
                      "constraints": " and ".join(r.constraints), "boundary": a.estimate, "boundary_lo": a.lo,
                      "boundary_hi": a.hi, "held": a.held, "failed": a.failed, "censored": a.censored,
                      "binding": a.binding, "shape": a.shape, "monotone": a.monotone, "probes": a.probes,
                      "tok_per_j": a.tokens_per_joule})
     for c in r.comparisons:
-        rows.append({"run_id": run_id, "table": "capacity", "arm": c.arm, "baseline": c.baseline, "load": r.load,
+        rows.append({"run_id": run_id, "table": "capacity", "arm": c.arm, "kind": c.kind, "baseline": c.baseline,
+                     "load": r.load,
                      "ratio": c.ratio.estimate if c.ratio else None, "ratio_lo": c.ratio.lo if c.ratio else None,
                      "ratio_hi": c.ratio.hi if c.ratio else None,
                      "difference": c.difference.estimate if c.difference else None,
@@ -117,7 +133,8 @@ def merge_capacity(results: list[tuple[str, CapacityResult | None]]) -> Capacity
     arms = [a.model_copy(update={"arm": f"{a.arm}@{label}"}) for label, r in same for a in r.arms]
     comparisons = [c.model_copy(update={"arm": f"{c.arm}@{label}", "baseline": f"{c.baseline}@{label}",
                                         "text": f"{c.text} ({label})"}) for label, r in same for c in r.comparisons]
-    return first.model_copy(update={"arms": arms, "comparisons": comparisons,
+    kinds = list(dict.fromkeys(k for _, r in same for k in r.kinds))
+    return first.model_copy(update={"arms": arms, "comparisons": comparisons, "kinds": kinds,
                                     "baseline": f"{first.baseline}@{same[0][0]}",
                                     "probes": sum(r.probes for _, r in same),
                                     "levels": sum(r.levels for _, r in same)})

@@ -18,7 +18,10 @@ backlog cut) ends its load at once, recorded failing.
 seam): one :class:`~bakeoff.core.run.arm.ArmSession` per arm, all up for the whole search (started one after
 another, warmed up, then probed in turn; an idle engine beside the one probed costs little), every request
 stored as a normal sample (``concurrency`` or ``rate`` set, ``rep`` the replicate, ``pass_index`` 0: one start),
-and the result in the run's ``capacity.json``.
+and the result in the run's ``capacity.json``. A file with structured requests (``workload.structured``, or
+suite prompts with ``response_format``/``tools``) is searched once per kind, plain then structured, each kind's
+probes sending only its own prompts; a structured answer that is not valid counts as a failed request, as it
+does in the structured section (a fast invalid answer is not a fast answer).
 """
 
 from __future__ import annotations
@@ -28,11 +31,19 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from ..analysis.capacity import CapacityResult, Probe, analyze_capacity, level_margins, probe_hopeless, write_capacity
+from ..analysis.capacity import (
+    CapacityResult,
+    Kind,
+    Probe,
+    analyze_capacity,
+    level_margins,
+    probe_hopeless,
+    write_capacity,
+)
 from ..analysis.load import latency, meets
 from ..common.errors import ConfigError
 from ..config.capacity import CapacitySection
-from ..config.schema import BakeoffFile, Slo
+from ..config.schema import BakeoffFile, Prompt, Slo
 from ..measure.concurrency import effective_slots
 from ..measure.points import DoneKeys, Point
 from ..results.sample import Sample
@@ -42,7 +53,7 @@ from .events import ProtocolEvents
 from .plan import Plan
 
 __all__ = ["ArmSearch", "ProbeFn", "search", "probe_from_samples", "CapacityExecutor",
-           "check_capacity_config"]
+           "check_capacity_config", "prompt_kind", "kinds_of"]
 
 ProbeFn = Callable[[str, float, int, int], Probe]  # (arm, load, replicate, round) -> the probe
 
@@ -128,12 +139,27 @@ def search(arms: Sequence[str], section: CapacitySection, probe: ProbeFn,
     return done
 
 
+def prompt_kind(prompt: Prompt) -> Kind:
+    """The workload kind a prompt's requests are searched under."""
+    return "structured" if prompt.structured else "plain"
+
+
+def kinds_of(prompts: Sequence[Prompt]) -> list[Kind]:
+    """The kinds the prompts hold, in the order they come (plain prompts lead the suite)."""
+    return list(dict.fromkeys(prompt_kind(p) for p in prompts))
+
+
+def _served(s: Sample) -> bool:
+    """A request that counts: it finished, and a structured answer is valid (an invalid one fails its SLO)."""
+    return s.status == "ok" and s.valid is not False
+
+
 def _constraint_values(samples: Sequence[Sample], section: CapacitySection) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for c in section.constraints:
         values = []
         for s in samples:
-            v = latency(s, c.metric) if s.status == "ok" else None
+            v = latency(s, c.metric) if _served(s) else None
             values.append(v if v is not None else math.inf)
         out[c.label] = values
     return out
@@ -141,16 +167,16 @@ def _constraint_values(samples: Sequence[Sample], section: CapacitySection) -> d
 
 def probe_from_samples(arm: str, level: float, replicate: int, rnd: int, samples: Sequence[Sample],
                        section: CapacitySection, tiers: dict[str, Slo], cut: str | None = None,
-                       energy_j: float | None = None) -> Probe:
+                       energy_j: float | None = None, kind: Kind = "plain") -> Probe:
     """A probe from the samples one measurement of an arm stored."""
     met: list[bool] = []
     if section.goodput is not None:
         tier = tiers[section.goodput.slo]
-        met = [meets(s, tier) for s in samples]
+        met = [meets(s, tier) and _served(s) for s in samples]
     tokens = sum(s.completion_tokens or 0 for s in samples if s.status == "ok")
     wall = max((s.batch_wall_s or 0.0 for s in samples), default=0.0)
     return Probe(arm=arm, level=level, replicate=replicate, round=rnd, values=_constraint_values(samples, section),
-                 met=met, cut=cut, tokens=tokens, energy_j=energy_j, wall_s=wall)
+                 met=met, cut=cut, tokens=tokens, energy_j=energy_j, wall_s=wall, kind=kind)
 
 
 def check_capacity_config(config: BakeoffFile) -> CapacitySection:
@@ -165,21 +191,40 @@ def check_capacity_config(config: BakeoffFile) -> CapacitySection:
     if section.load == "rate" and w.arrival is None:
         raise ConfigError("capacity.load: rate needs workload.arrival (its distribution, seed and requests or "
                           "duration_s; its rates are not used: the search picks them)")
-    if w.concurrency or w.depths or w.sessions:
-        raise ConfigError("capacity: leave workload.concurrency, depths and sessions out; the search picks the loads")
+    if w.sessions is not None:
+        raise ConfigError("capacity: workload.sessions is not searched yet. Its load would be sessions replayed at "
+                          "once, each turn judged by the SLOs, but an arm replays one session at a time (each turn "
+                          "reads the engine's log and meters as its own, which concurrent sessions would mix); "
+                          "search the plain or structured prompts here, and replay sessions with bakeoff run")
+    if w.concurrency or w.depths:
+        raise ConfigError("capacity: leave workload.concurrency and depths out; the search picks the loads")
     return section
 
 
-class _Prober:
-    """The engine side of a probe: one arm's session measuring one load and its over-saturation cut."""
+def _unsent_note(prompts: Sequence[Prompt], kind: Kind, section: CapacitySection) -> str | None:
+    """Closed loop sends a kind's first prompt only: say so where the kind has others, so none is thought probed."""
+    names = [p.name for p in prompts if prompt_kind(p) == kind]
+    if section.load != "streams" or len(names) < 2:
+        return None
+    return (f"capacity ({kind}): closed-loop probes send {names[0]} N times at once (a batch is one prompt); "
+            f"not sent: {', '.join(names[1:])}")
 
-    def __init__(self, sessions: dict[str, ArmSession], config: BakeoffFile, section: CapacitySection) -> None:
-        self.sessions, self.config, self.section = sessions, config, section
+
+class _Prober:
+    """The engine side of a probe: one arm's session measuring one load of one kind's prompts, and its
+    over-saturation cut. Closed loop sends the kind's first prompt N times (a batch is one prompt); open loop
+    sends the kind's prompts in turn."""
+
+    def __init__(self, sessions: dict[str, ArmSession], config: BakeoffFile, section: CapacitySection,
+                 kind: Kind = "plain") -> None:
+        self.sessions, self.config, self.section, self.kind = sessions, config, section, kind
 
     def __call__(self, arm: str, level: float, replicate: int, rnd: int) -> Probe:
         session = self.sessions[arm]
         w = self.config.workload
-        prompt, mode = session.prompts[0], next(iter(w.modes))
+        every = session.prompts
+        mine = [p for p in every if prompt_kind(p) == self.kind]
+        prompt, mode = mine[0], next(iter(w.modes))
         cut: list[str] = []
         if self.section.load == "streams":
             point = Point(prompt, mode, replicate, concurrency=int(level))
@@ -198,13 +243,14 @@ class _Prober:
         monitor = session.monitor
         if monitor is not None:
             monitor.start()
+        session.prompts = mine  # the open-loop schedule draws from the session's prompts: this kind's only
         try:  # one engine start: every sample is of pass 0; the probe keeps its round for the pairing
             samples = session.measure(point)
         finally:
-            session.open_loop_stop = None
+            session.open_loop_stop, session.prompts = None, every
             gpu = monitor.stop() if monitor is not None else None
         return probe_from_samples(arm, level, replicate, rnd, samples, self.section, dict(w.slo),
-                                  cut[0] if cut else None, gpu.energy_j if gpu is not None else None)
+                                  cut[0] if cut else None, gpu.energy_j if gpu is not None else None, self.kind)
 
 
 class CapacityExecutor:
@@ -228,8 +274,13 @@ class CapacityExecutor:
                                                          modes=plan.modes, events=events))
                 session.warm_up()
                 sessions[planned.arm.name] = session
-            try:
-                probes = search(list(sessions), section, _Prober(sessions, config, section), self.on_probe)
+            probes: list[Probe] = []
+            try:  # kind after kind, each its own search over every arm (kinds are never compared)
+                for kind in kinds_of(plan.prompts):
+                    if note := _unsent_note(plan.prompts, kind, section):
+                        events.on_note(note)
+                    probes += search(list(sessions), section, _Prober(sessions, config, section, kind),
+                                     self.on_probe)
             finally:
                 for name, session in sessions.items():
                     run.append_attempt(name, session.attempt)

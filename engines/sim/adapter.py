@@ -85,7 +85,13 @@ class SimOptions(BaseModel):
                                       "other request in flight (engines/sim/capacity.py).")
     capacity_streams: int | None = Field(None, ge=1, description="Planted cliff: above this many requests in "
                                          "flight every first token takes capacity_cliff times longer.")
+    structured_capacity_streams: int | None = Field(None, ge=1, description="Planted cliff of a request under a "
+                                                    "grammar (response_format or tools): above this many requests "
+                                                    "in flight (None: capacity_streams).")
     capacity_cliff: float = Field(1.0, ge=1, description="The planted cliff's factor.")
+    grammar_answer: str | None = Field(None, min_length=1, description="Answer a request carrying response_format "
+                                       "or tools with this text, a character a token, finishing 'stop' (None: "
+                                       "words, never a valid structured answer).")
     admission_ms: float = Field(0.0, ge=0, description="Wait before counting the requests in flight for TTFT "
                                 "(so a batch released together sees itself).")
     slow_requests: int = Field(0, ge=0, description="The first chat requests (warm-up included) stream at half "
@@ -139,7 +145,8 @@ class SimAdapter(EngineAdapter[SimOptions]):
     display_name = "sim"
     startup_failures = STARTUP_FAILURES
     reader = SimReader()
-    structured = StructuredOutputs(kinds=("json_schema", "tool_call"))  # accepted, answered with words (never valid)
+    # accepted, answered with words (never valid) or with options.grammar_answer
+    structured = StructuredOutputs(kinds=("json_schema", "tool_call"))
 
     def preflight(self, arm: Arm) -> None:
         options = self.options(arm)

@@ -13,7 +13,8 @@ from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` i
 - ``boot_delay_s`` (answer 503 "Loading model" until then), ``crash_on_start`` (log this line and exit);
 - ``itl_ms_per_stream``: added to ``itl_ms`` per other chat request in flight (slower under concurrency);
 - the planted capacity model (``capacity.py``): ``ttft_ms_per_stream`` added to ``ttft_ms`` per other request in
-  flight, times ``capacity_cliff`` above ``capacity_streams``, read after ``admission_ms`` (so a batch released
+  flight, times ``capacity_cliff`` above ``capacity_streams`` (``structured_capacity_streams`` for a request under a
+  grammar, where set), read after ``admission_ms`` (so a batch released
   together counts itself);
 - ``launch_speed``: this launch's speed for its whole life (0.5: token gaps doubled); with ``--launch-speeds``
   the server draws it per launch, counting its launches in the ``--launch-counter`` file (an engine with a
@@ -21,7 +22,9 @@ from one JSON object (``--behaviour``), validated beforehand by ``SimOptions`` i
 - ``speculative`` (set by the adapter for a speculative arm): report ``draft_per_event`` drafted tokens per
   token event, half of them accepted (at most the tokens after the first), beside the generated count; with
   ``drafts_under_grammar`` false a request carrying ``response_format`` or ``tools`` drafts nothing, as an engine
-  that switches speculation off under a grammar does.
+  that switches speculation off under a grammar does;
+- ``grammar_answer``: a request carrying ``response_format`` or ``tools`` is answered with this text, a character
+  a token, finishing ``stop`` (a valid answer where the test's schema accepts it); unset, it gets words.
 
 The response body is HTTP/1.1 chunked, as real engines send it, so a process that dies mid-stream is
 seen by the client as an incomplete body rather than as a clean end of stream. The API key, when one is
@@ -77,8 +80,10 @@ DEFAULTS: dict[str, Any] = {
     "drafts_under_grammar": True,
     "ttft_ms_per_stream": 0.0,
     "capacity_streams": None,
+    "structured_capacity_streams": None,
     "capacity_cliff": 1.0,
     "admission_ms": 0.0,
+    "grammar_answer": None,
 }
 
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
@@ -143,9 +148,11 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
     if b["admission_ms"]:
         yield ("sleep", b["admission_ms"] / 1000)
     if b["ttft_ms"] or b["ttft_ms_per_stream"]:
-        yield ("sleep", ttft_s(b, in_flight()))
+        yield ("sleep", ttft_s(b, in_flight(), grammar))
     sent = 0
-    while sent < max_tokens:
+    answer = b["grammar_answer"] if grammar else None  # the grammar's text, a character a token
+    limit = max_tokens if answer is None else min(max_tokens, len(answer))
+    while sent < limit:
         if fault != "none" and sent >= b["fault_after_tokens"]:
             if fault == "stall":
                 yield ("stall", b["stall_s"])
@@ -161,12 +168,13 @@ def stream_actions(behaviour: dict[str, Any], request_no: int, max_tokens: int, 
             # launch_speed: this launch's state (0.5: an engine that came up in a slow state, all its life)
             itl_ms = b["itl_ms"] + b["itl_ms_per_stream"] * max(0, in_flight() - 1)
             yield ("sleep", itl_ms / 1000 * (2 if request_no <= b["slow_requests"] else 1) / b["launch_speed"])
-        n = min(b["tokens_per_event"], max_tokens - sent)
-        text = "".join(WORDS[(sent + i) % len(WORDS)] + " " for i in range(n))
+        n = min(b["tokens_per_event"], limit - sent)
+        text = answer[sent:sent + n] if answer is not None else \
+            "".join(WORDS[(sent + i) % len(WORDS)] + " " for i in range(n))
         sent += n
         events += 1
         yield ("send", chunk({"content": text}, None, sent))
-    yield ("send", chunk({}, "length", sent))
+    yield ("send", chunk({}, "stop" if answer is not None and sent == len(answer) else "length", sent))
     if include_usage and b["usage"] != "missing":
         reported = sent + (b["usage_offset"] if b["usage"] == "wrong" else 0)
         yield ("send", _event({**base, "choices": [],

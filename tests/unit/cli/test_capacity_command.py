@@ -97,3 +97,61 @@ def test_open_loop_search_cuts_an_over_saturated_rate(tmp_path: Path) -> None:
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     unsent = [s for s in samples if s["status"] != "ok"]
     assert unsent and all("not sent" in (s["error"] or "") for s in unsent)
+
+
+ANSWER = '{"customer":"Ada","items":[{"name":"pen","quantity":2,"unit_price":4.5}]}'  # valid for json_order
+KINDS = f"""name: cap-kinds
+arms:
+  - {{name: small, engine: sim, model: sim, options: {{itl_ms: 1, ttft_ms: 20, capacity_streams: 3,
+     structured_capacity_streams: 2, capacity_cliff: 5, admission_ms: 30, tokens_per_event: 8,
+     grammar_answer: '{ANSWER}'}}}}
+  - {{name: large, engine: sim, model: sim, options: {{itl_ms: 1, ttft_ms: 20, capacity_streams: 5,
+     structured_capacity_streams: 4, capacity_cliff: 5, admission_ms: 30, tokens_per_event: 8,
+     grammar_answer: '{ANSWER}'}}}}
+workload: {{prompts: [prose], max_tokens: 8, reps: 1, warmup: 0, gates: [], text_witness: false,
+           structured: {{kinds: [json_schema]}}}}
+baseline: small
+capacity:
+  constraints: [{{metric: ttft_s, percentile: 90, max_s: 0.09}}]
+  start: 1
+  max: 16
+  replicates: 2
+"""
+
+
+def test_capacity_per_kind_finds_plain_and_structured_boundaries(tmp_path: Path) -> None:
+    """workload.structured adds a second search: the structured requests' own planted capacities (2 and 4 under
+    the grammar, 3 and 5 plain) are bracketed per kind, each kind paired with itself, in every format."""
+    path = tmp_path / "kinds.yaml"
+    path.write_text(KINDS)
+    result = CliRunner().invoke(app, ["capacity", str(path), "--out", str(tmp_path / "runs")],
+                                env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    (run,) = (tmp_path / "runs").iterdir()
+    cap = json.loads((run / "capacity.json").read_text())
+    assert cap["kinds"] == ["plain", "structured"]
+    brackets = {(a["arm"], a["kind"]): (a["held"], a["failed"]) for a in cap["arms"]}
+    assert brackets == {("small", "plain"): (3, 4), ("small", "structured"): (2, 3),
+                        ("large", "plain"): (5, 6), ("large", "structured"): (4, 5)}
+    ratios = {c["kind"]: c for c in cap["comparisons"]}
+    assert ratios["plain"]["ratio"]["lo"] <= 5 / 3 <= ratios["plain"]["ratio"]["hi"]
+    assert ratios["structured"]["ratio"]["lo"] <= 4 / 2 <= ratios["structured"]["ratio"]["hi"]
+    assert all(c["verdict"] == "carries more" for c in ratios.values())
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    structured = [s for s in samples if s["structured"]]
+    assert structured and all(s["valid"] for s in structured) and all(s["prompt"] == "json_order"
+                                                                     for s in structured)
+    section = result.output[result.output.index("Capacity at"):result.output.index("capacity: ")]
+    assert all(len(line) <= 80 for line in section.splitlines()), section
+    assert "large carries" in section and "the structured streams at TTFT p90" in section.replace("\n", " ")
+    rows = [line.split() for line in section.splitlines()]
+    assert rows[[r[:1] for r in rows].index(["large"]) + 1][:3] == ["large", "structured", "4"]
+    assert "| large | structured | 4 (" in (run / "report" / "report.md").read_text()
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    assert [a["kind"] for a in summary["capacity"]["arms"]] == ["plain", "structured"] * 2
+    exported = CliRunner().invoke(app, ["export", str(run), "--format", "jsonl", "--out", str(tmp_path / "x")])
+    assert exported.exit_code == 0, exported.output
+    rows_out = [json.loads(line) for f in (tmp_path / "x").glob("points*") for line in f.read_text().splitlines()]
+    kinds = {(r["arm"], r["kind"], r.get("verdict") is not None) for r in rows_out if r.get("table") == "capacity"}
+    assert kinds == {("small", "plain", False), ("small", "structured", False), ("large", "plain", False),
+                     ("large", "structured", False), ("large", "plain", True), ("large", "structured", True)}

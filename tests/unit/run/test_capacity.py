@@ -3,7 +3,8 @@ draws its requests' TTFTs from the same function the sim server sleeps by, with 
 wobble and a drift of the machine shared by every arm, so seeds vary and the interleaving must carry the pairing.
 
 Done-when of issue 44: a planted 15 % gap (capacities 40 and 46) is covered by the paired interval in at least
-19 of 20 seeds, the planted cliff labelled in all 20; the probes spent are counted for both strategies.
+19 of 20 seeds, the planted cliff labelled in all 20; the probes spent are counted for both strategies. Per
+workload kind (issue 44 item 2): a structured capacity planted apart from the plain one is found per kind.
 """
 
 from __future__ import annotations
@@ -16,9 +17,28 @@ from typing import Any
 
 import pytest
 
-from bakeoff.core.analysis.capacity import CapacityResult, Probe, analyze_capacity, read_capacity, write_capacity
+from bakeoff.core.analysis.capacity import (
+    CapacityResult,
+    Kind,
+    Probe,
+    analyze_capacity,
+    read_capacity,
+    write_capacity,
+)
+from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.capacity import CapacitySection
-from bakeoff.core.run.capacity import ProbeFn, search
+from bakeoff.core.config.loader import load_bakeoff
+from bakeoff.core.config.prompts import resolve_prompts
+from bakeoff.core.config.schema import Slo, Workload
+from bakeoff.core.results.sample import Sample
+from bakeoff.core.run.capacity import (
+    ProbeFn,
+    _unsent_note,
+    check_capacity_config,
+    kinds_of,
+    probe_from_samples,
+    search,
+)
 from bakeoff.engines.sim.capacity import ttft_s
 
 LABEL = "TTFT p90 ≤ 200 ms"
@@ -130,3 +150,82 @@ def test_result_survives_json_with_failed_loads(tmp_path: Path) -> None:
     back = read_capacity(tmp_path)
     assert back is not None and back.arm("a").held == 4 and back.arm("a").failed == 5  # type: ignore[union-attr]
     assert back.arm("a").levels[-1].values[LABEL] is None  # type: ignore[union-attr]
+
+
+# -- per workload kind: plain prompts and structured requests, each with its own planted capacity -----------------
+KINDED = {"spec-off": {**CLIFF, "capacity_streams": 40, "structured_capacity_streams": 20},
+          "spec-on": {**CLIFF, "capacity_streams": 46, "structured_capacity_streams": 26}}
+
+
+def kinded_prober(arms: Mapping[str, Mapping[str, Any]], seed: int, kind: Kind) -> ProbeFn:
+    """:func:`prober` for one kind: a structured request reads the grammar's capacity (as the sim server does)."""
+    rng = random.Random(f"{seed}:{kind}")
+
+    def probe(arm: str, level: float, replicate: int, rnd: int) -> Probe:
+        n = int(level)
+        values = [ttft_s(arms[arm], n, grammar=kind == "structured") * rng.lognormvariate(0, 0.08)
+                  for _ in range(n)]
+        return Probe(arm=arm, level=level, replicate=replicate, round=rnd, values={LABEL: values}, kind=kind)
+    return probe
+
+
+def test_planted_gap_per_kind_is_found_over_seeds() -> None:
+    """Plain 40 vs 46 streams (15 %), structured 20 vs 26 (30 %): each kind's paired interval covers its own gap
+    (searched kind after kind, as CapacityExecutor does), and the rows come arm by arm, kind by kind."""
+    s, covered = section(), {"plain": 0, "structured": 0}
+    planted = {"plain": 46 / 40, "structured": 26 / 20}
+    for seed in range(20):
+        probes = [p for kind in ("plain", "structured")
+                  for p in search(list(KINDED), s, kinded_prober(KINDED, seed, kind))]
+        result = analyze_capacity(probes, s, list(KINDED), "spec-off", n_boot=300, seed=seed)
+        assert result.kinds == ["plain", "structured"]
+        assert [(a.arm, a.kind) for a in result.arms] == [("spec-off", "plain"), ("spec-off", "structured"),
+                                                          ("spec-on", "plain"), ("spec-on", "structured")]
+        for a in result.arms:
+            cap = KINDED[a.arm]["capacity_streams" if a.kind == "plain" else "structured_capacity_streams"]
+            assert a.held is not None and a.failed is not None and a.held <= cap < a.failed, a
+            assert a.shape == "cliff"
+        for cmp in result.comparisons:
+            assert cmp.ratio is not None and cmp.verdict == "carries more"
+            covered[cmp.kind] += cmp.ratio.lo <= planted[cmp.kind] <= cmp.ratio.hi
+        assert "the structured streams" in result.comparisons[1].text
+    print(f"per kind, planted gap covered in 20 seeds: {covered}")
+    assert min(covered.values()) >= 19, covered
+
+
+def sample(**kw: Any) -> Sample:
+    return Sample(arm="a", engine="sim", prompt="p", mode="greedy", rep=0, **kw)
+
+
+def test_an_invalid_structured_answer_fails_its_slo() -> None:
+    """A fast answer that breaks its schema is not a served request: it reads as infinitely slow, and misses the
+    goodput tier, as the structured section does not count it fast."""
+    s = section(goodput={"slo": "fast", "min_share": "50%"})
+    tiers = {"fast": Slo(ttft_s=0.5)}
+    samples = [sample(ttft_s=0.1, structured="json_schema", valid=True),
+               sample(ttft_s=0.1, structured="json_schema", valid=False, invalid_reason="not JSON"),
+               sample(ttft_s=0.1)]  # plain: valid stays None
+    probe = probe_from_samples("a", 3, 0, 0, samples, s, tiers, kind="structured")
+    assert probe.kind == "structured"
+    assert probe.values[LABEL] == [0.1, math.inf, 0.1]
+    assert probe.met == [True, False, True]
+
+
+def test_sessions_are_refused_naming_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "cap.yaml"
+    path.write_text("arms: [{name: a, engine: sim, model: sim}]\n"
+                    "workload: {sessions: {synthetic: {sessions: 2, turns: 2}}, gates: []}\n"
+                    "capacity: {constraints: [{metric: ttft_s, max_s: 1}]}\n")
+    with pytest.raises(ConfigError, match=r"workload\.sessions is not searched yet.*one session at a time"):
+        check_capacity_config(load_bakeoff(path))
+
+
+def test_closed_loop_names_the_prompts_of_a_kind_it_does_not_send() -> None:
+    prompts = resolve_prompts(Workload.model_validate({"prompts": ["prose"], "structured": {}}))
+    assert kinds_of(prompts) == ["plain", "structured"]
+    assert _unsent_note(prompts, "plain", section()) is None
+    assert _unsent_note(prompts, "structured", section()) == (
+        "capacity (structured): closed-loop probes send json_order N times at once (a batch is one prompt); "
+        "not sent: tool_weather")
+    rate = section(load="rate")
+    assert _unsent_note(prompts, "structured", rate) is None  # open loop sends the kind's prompts in turn
