@@ -91,7 +91,10 @@ def _own_ticks(proc: Path, pgids: set[int], containers: tuple[str, ...]) -> tupl
                 ours = any(cid in cgroup for cid in containers)
                 in_containers += ours
             if ours:
-                total += int(rest[11]) + int(rest[12])  # utime + stime
+                # utime + stime, and cutime + cstime: a child that ended and was waited for (a short tool such
+                # as llama-bench, run to its end inside the window) is gone from /proc but its time is its
+                # parent's, so it never reads as foreign load
+                total += sum(int(x) for x in rest[11:15])
         except (OSError, ValueError, IndexError):
             continue  # the process ended while we read it
     return total, in_containers

@@ -7,6 +7,7 @@ groups, so its own CPU was counted as foreign load and every sample flagged ``fo
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -34,7 +35,7 @@ class FakeProc:
         self.write()
 
     def add(self, pid: int, pgid: int, ticks: int, cgroup: str = "0::/user.slice/session-1.scope") -> None:
-        self.procs[pid] = [pgid, ticks, cgroup]
+        self.procs[pid] = [pgid, ticks, cgroup, 0]
         self.busy += ticks
         self.write()
 
@@ -43,12 +44,19 @@ class FakeProc:
         self.busy += ticks
         self.write()
 
+    def reap(self, child: int, parent: int) -> None:
+        """The child ends and its parent waits for it: gone from /proc, its ticks in the parent's cutime."""
+        self.procs[parent][3] += self.procs.pop(child)[1]
+        shutil.rmtree(self.root / str(child))
+        self.write()
+
     def write(self) -> None:
         (self.root / "stat").write_text(f"cpu  {self.busy} 0 0 100000 0 0 0 0 0 0\n")
-        for pid, (pgid, ticks, cgroup) in self.procs.items():
+        for pid, (pgid, ticks, cgroup, reaped) in self.procs.items():
             d = self.root / str(pid)
             d.mkdir(exist_ok=True)
-            fields = ["S", "1", str(pgid), *["0"] * 8, str(ticks), "0"]  # state ppid pgrp … utime stime
+            # state ppid pgrp … utime stime cutime cstime
+            fields = ["S", "1", str(pgid), *["0"] * 8, str(ticks), "0", str(reaped), "0"]
             (d / "stat").write_text(f"{pid} (some (odd) name) {' '.join(fields)}\n")
             (d / "cgroup").write_text(cgroup + "\n")
 
@@ -88,6 +96,18 @@ def test_cgroup_v1_paths_are_recognised_too(tmp_path: Path, proc: FakeProc) -> N
 def test_without_the_container_its_cpu_would_count_as_foreign(proc: FakeProc) -> None:
     foreign = _measure(proc, CpuMeter({4000}, proc=proc.root))
     assert foreign == pytest.approx(250 / hostinfo._TICK)  # what every compose/docker sample got before
+
+
+def test_a_child_that_ends_inside_the_window_stays_ours(proc: FakeProc) -> None:
+    """llama-bench run to its end by bakeoff (--llama-bench): gone from /proc at stop(), its time is in its
+    parent's cutime, so it is not foreign load (it read as one whole core before)."""
+    meter = CpuMeter({4000}, proc=proc.root)
+    meter.start()
+    proc.add(4100, 4000, 0)  # the tool, in the engine's (here: bakeoff's) process group
+    proc.run(4100, 100)
+    proc.reap(4100, 4000)
+    proc.run(6000, 5)
+    assert meter.stop() == pytest.approx(5 / hostinfo._TICK)
 
 
 def test_a_container_whose_processes_cannot_be_seen_gives_no_figure(proc: FakeProc) -> None:
