@@ -14,11 +14,11 @@ import traceback
 from collections.abc import Iterable
 
 from ..analysis.launches import launches_to_draw
-from ..common.errors import BakeoffError, EngineError, MeasurementError, is_write_failure
+from ..common.errors import BakeoffError, EngineError, EngineUnavailable, MeasurementError, is_write_failure
 from ..common.redact import Redactor
 from ..config.schema import Prompt, Workload
 from ..config.sessions import Session, load_sessions
-from ..engine.launcher import SharedEngine
+from ..engine.launcher import CANNOT_LOAD, SharedEngine
 from ..measure.points import DoneKeys, Point, arm_points, is_done
 from ..results.record import ArmAttempt, ExtraLaunches
 from ..results.store import RunDir
@@ -55,7 +55,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
     except (EngineError, MeasurementError) as exc:  # MeasurementError: e.g. a depth prompt could not be fitted
         session.attempt = session.attempt.model_copy(update={
             "status": "failed", "error": str(exc), "log_tail": getattr(exc, "log_tail", ""),
-            "reason": getattr(exc, "reason", None)})
+            "reason": CANNOT_LOAD if isinstance(exc, EngineUnavailable) else getattr(exc, "reason", None)})
         events.on_arm_failed(arm.name, str(exc))
     except BakeoffError:
         raise  # the run itself cannot go on (a config problem found mid-run, a run directory it cannot write)
@@ -110,9 +110,17 @@ def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
     try:
         for pass_index, order in list(enumerate(plan.orders))[start_pass:]:
             for name in order:
+                if name in plan.unloadable:  # a relaunch would fail the same way: said once, no attempt recorded
+                    if why := plan.unloadable[name]:
+                        events.on_warning(f"arm {name}: not relaunched in pass {pass_index + 1} or later: its "
+                                          f"engine cannot load ({why})")
+                        plan.unloadable[name] = ""
+                    continue
                 attempt = _run_arm(plan, by_name[name], run, pass_index, events, done, shared)
                 arm_records.setdefault(name, []).append(attempt)
                 run.append_attempt(name, attempt)  # one line per arm: no rewrite of run.json per arm
+                if attempt.failed and attempt.reason == CANNOT_LOAD:
+                    plan.unloadable[name] = f"it failed in pass {pass_index + 1}"
             shared.close()
     finally:
         shared.close()

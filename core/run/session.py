@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..analysis.stats import needs_more_passes
+from ..analysis.stats import enters_statistics, needs_more_passes
 from ..common.errors import BakeoffError, ConfigError, RunDirError
 from ..common.redact import redact_text
 from ..config.checks import check_phases_config
@@ -29,7 +29,7 @@ from .plan import Plan, plan_run, run_record
 from .protocol import run_extra_launches, run_extra_pass
 from .resume import Resume
 
-__all__ = ["StopSignal", "check_stopping_rule", "new_run", "run_bakeoff", "stop_record"]
+__all__ = ["StopSignal", "check_stopping_rule", "measured_nothing", "new_run", "run_bakeoff", "stop_record"]
 
 
 class StopSignal(KeyboardInterrupt):
@@ -69,6 +69,12 @@ def new_run(out: Path, plan: Plan) -> RunDir:
         raise ConfigError(f"--out {out}: cannot create the run directory: {exc.strerror or exc} "
                           f"({exc.filename or out})") from None
     return run
+
+
+def measured_nothing(run: RunDir) -> bool:
+    """No stored sample enters the statistics: a run with nothing to report (the CLI exits 3 and neither it nor
+    the Python API writes a report; its failures were said as they happened)."""
+    return not any(enters_statistics(s) for s in run.samples())
 
 
 def check_stopping_rule(until_ci: float | None, max_passes: int, stop_on_verdict: bool = False) -> None:
