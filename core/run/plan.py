@@ -19,7 +19,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from typing import Any
@@ -72,9 +72,13 @@ class Plan:
 
     @property
     def requests_total(self) -> int:
-        w = self.config.workload
-        return w.passes * sum(samples_expected(effective_workload(w, a.arm), len(self.prompts), len(w.modes))
-                              for a in self.arms)
+        return self.config.workload.passes * self.pass_requests(a.arm.name for a in self.arms)
+
+    def pass_requests(self, arms: Iterable[str]) -> int:
+        """The timed requests one pass of ``arms`` sends (a pass the loop adds may run only some arms)."""
+        w, names = self.config.workload, set(arms)
+        return sum(samples_expected(effective_workload(w, a.arm), len(self.prompts), len(w.modes))
+                   for a in self.arms if a.arm.name in names)
 
 
 def plan_run(config: BakeoffFile) -> Plan:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 
-from ..analysis.launches import launches_to_draw
 from ..common.errors import BakeoffError, EngineError, EngineUnavailable, MeasurementError, is_write_failure
 from ..common.redact import Redactor
 from ..config.schema import Prompt, Workload
@@ -128,51 +127,23 @@ def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
     return arm_records
 
 
-def run_extra_pass(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
-                   done: DoneKeys | None = None) -> int:
-    """Run one more pass (every arm, relaunched, in a fresh order) and record it in run.json ``orders``."""
+def run_extra_pass(plan: Plan, run: RunDir, events: ProtocolEvents | None = None, done: DoneKeys | None = None,
+                   arms: Collection[str] | None = None, drawn: Callable[[int], None] | None = None) -> int:
+    """Run one more pass (``arms``, default every arm, relaunched in a fresh order) and record it in run.json
+    ``orders``; ``drawn(index)`` is told of the pass before it runs. The pass loop's one step
+    (core/run/passes.py)."""
     index = add_pass(plan)
+    if arms is not None:
+        plan.orders[index] = [n for n in plan.orders[index] if n in arms]
+    if drawn is not None:
+        drawn(index)
     run.update_record(orders=plan.orders)
     run_plan(plan, run, events, done, start_pass=index)
     return index
 
 
 def run_extra_launches(plan: Plan, run: RunDir, events: ProtocolEvents | None = None) -> ExtraLaunches | None:
-    """Launch states (issue 33 item 2): while an arm's launches fall in two speed bands with a band too small for
-    its own interval, or too few launches lie a band apart to tell, draw one more pass of those arms and the
-    baseline (new engine starts, paired with the baseline; every launched arm when the baseline is the one in
-    two states), at most ``workload.extra_launches`` passes in all.
+    """The launch-state passes (core/run/passes.py ``ExtraLaunches``), for callers of this module."""
+    from .passes import run_extra_launches as launch_state_passes  # passes.py runs its passes through this module
 
-    Recorded in run.json ``extra_launches`` (a resumed run counts the passes it already drew); None when no arm
-    asked for more. Attached arms (``url:``) are never relaunched by bakeoff, so they draw nothing.
-    """
-    events = events or ProtocolEvents()
-    w = plan.config.workload
-    baseline = plan.config.baseline_arm
-    launched = [a.arm.name for a in plan.arms if not a.arm.attached]
-    record = run.read_record().extra_launches or ExtraLaunches(bound=w.extra_launches)
-    record.bound = w.extra_launches
-    while want := launches_to_draw(run.samples(), launched):
-        if len(record.passes) >= record.bound:
-            record.stopped = (f"workload.extra_launches ({record.bound}) reached with "
-                              f"{', '.join(want)} still short of launches")
-            events.on_warning(f"{', '.join(want)}: no more launches drawn: {record.stopped}")
-            break
-        index = add_pass(plan)
-        # the baseline pairs with every arm: when it is the one in two states, every launched arm runs with it
-        plan.orders[index] = [n for n in plan.orders[index] if n in (baseline, *want) or baseline in want]
-        record.passes.append(index)
-        for name in plan.orders[index]:
-            record.drawn[name] = record.drawn.get(name, 0) + 1
-        record.why.append("; ".join(f"{arm}: {why}" for arm, why in want.items()))
-        run.update_record(orders=plan.orders, extra_launches=record.model_dump(mode="json"))
-        events.on_note(f"extra launch {len(record.passes)} of at most {record.bound} "
-                       f"({', '.join(plan.orders[index])}): {record.why[-1]}")
-        events.on_pass_added(plan.requests_total // w.passes // len(plan.arms) * len(plan.orders[index]))
-        run_plan(plan, run, events, start_pass=index)
-    else:
-        if not record.passes:
-            return None  # no arm asked for more: nothing to record
-        record.stopped = "every bimodal arm's bands have enough launches, or its launches form one band"
-    run.update_record(extra_launches=record.model_dump(mode="json"))
-    return record
+    return launch_state_passes(plan, run, events)
