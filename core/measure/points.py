@@ -84,19 +84,23 @@ def is_done(done: DoneKeys, arm: str, point: Point, pass_index: int) -> bool:
     return (*key, point.depth, point.concurrency) in done
 
 
-def samples_expected(workload: Workload, prompts: int, modes: int) -> int:
-    """Samples one arm writes per pass (a batch of N streams writes N; a sessions workload, one per turn)."""
-    factors, opened = request_factors(workload, prompts, modes)
+def samples_expected(workload: Workload, prompts: int, modes: int, *, turns: int | None = None) -> int:
+    """Samples one arm writes per pass (a batch of N streams writes N; a sessions workload, one per turn).
+
+    :param turns: a sessions workload's turns, as the plan read them (None: read the conversations here)."""
+    factors, opened = request_factors(workload, prompts, modes, turns=turns)
     return (math.prod(n for n, _ in factors) if factors else 0) + opened
 
 
-def request_factors(workload: Workload, prompts: int, modes: int) -> tuple[list[tuple[int, str]], int]:
+def request_factors(workload: Workload, prompts: int, modes: int, *, turns: int | None = None
+                    ) -> tuple[list[tuple[int, str]], int]:
     """:func:`samples_expected`'s count, named factor by factor: ``(factors, open_loop)`` where the product of the
     factors plus ``open_loop`` (the requests an arrival schedule sends) is that count; what ``check`` prints."""
     if workload.sessions is not None:
-        from ..config.sessions import load_sessions
+        if turns is None:
+            from ..config.sessions import load_sessions
 
-        turns = sum(len(s.turns) for s in load_sessions(workload.sessions))
+            turns = sum(len(s.turns) for s in load_sessions(workload.sessions))
         return [(turns, "session turn(s)"), (modes, "mode(s)"), (workload.reps, "rep(s)")], 0
     arrival = workload.arrival
     opened = sum(arrival.count(r) for r in arrival.rates) * modes if arrival is not None else 0

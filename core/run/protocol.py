@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 
 from ..common.errors import BakeoffError, EngineError, EngineUnavailable, MeasurementError, is_write_failure
 from ..common.redact import Redactor
 from ..config.schema import Prompt, Workload
-from ..config.sessions import Session, load_sessions
+from ..config.sessions import Session
 from ..engine.launcher import CANNOT_LOAD, SharedEngine
 from ..measure.points import DoneKeys, Point, arm_points, is_done
 from ..results.record import ArmAttempt, ExtraLaunches
@@ -34,7 +34,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
     arm = planned.arm
     w = effective_workload(plan.config.workload, arm)
     todo = [pt for pt in arm_points(w, plan.prompts, plan.modes) if not is_done(done, arm.name, pt, pass_index)]
-    replays = _session_replays(w, plan.modes, arm.name, pass_index, done)
+    replays = _session_replays(plan, w, arm.name, pass_index, done)
     if replays is not None:
         todo = []
     if not todo and not replays:
@@ -74,17 +74,17 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
     return session.attempt
 
 
-def _session_replays(w: Workload, modes: Iterable[str], arm: str, pass_index: int, done: DoneKeys
+def _session_replays(plan: Plan, w: Workload, arm: str, pass_index: int, done: DoneKeys
                      ) -> list[tuple[Session, str, int, frozenset[int]]] | None:
     """A sessions workload's replays (session, mode, rep, turns already stored) not yet stored whole (None: not
     a sessions workload). A replay runs every turn in order (a turn's time depends on the prefix the turns before
     it left in the cache); on resume the turns already stored are sent untimed and not stored again."""
-    if w.sessions is None:
+    if plan.sessions is None:
         return None
-    sessions, out = load_sessions(w.sessions), []
-    for mode in modes:
+    out = []
+    for mode in plan.modes:
         for rep in range(w.reps):
-            for s in sessions:
+            for s in plan.sessions:
                 stored = frozenset(i for i in range(len(s.turns)) if is_done(
                     done, arm, Point(Prompt(name=f"{s.id}/t{i}", messages=[]), mode, rep), pass_index))
                 if len(stored) < len(s.turns):
