@@ -4,7 +4,9 @@ For each pass, every arm runs once, in an order shuffled per pass from the recor
 engine is launched (or attached to), warmed up untimed, asked every prompt × mode × rep one request at
 a time, and stopped — always, also on error and Ctrl-C (core/run/arm.py owns one arm's start and every
 timed request). An arm that fails to start, or whose engine dies, is recorded as failed with its log
-tail and the run moves on to the next arm.
+tail and the run moves on to the next arm; one whose engine cannot load (a missing binary or library) is not
+relaunched in the later passes, which would fail the same way. The passes after the planned ones are decided in
+core/run/passes.py.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ from ..config.schema import Prompt, Workload
 from ..config.sessions import Session
 from ..engine.launcher import CANNOT_LOAD, SharedEngine
 from ..measure.points import DoneKeys, Point, arm_points, is_done
-from ..results.record import ArmAttempt, ExtraLaunches
+from ..results.record import ArmAttempt
 from ..results.store import RunDir
 from .arm import ArmSession
 from .events import ProtocolEvents
 from .plan import Plan, PlannedArm, add_pass, effective_workload, plan_warnings
 
-__all__ = ["run_plan", "run_extra_pass", "run_extra_launches"]
+__all__ = ["run_plan", "run_extra_pass"]
 
 
 def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, events: ProtocolEvents,
@@ -141,9 +143,3 @@ def run_extra_pass(plan: Plan, run: RunDir, events: ProtocolEvents | None = None
     run_plan(plan, run, events, done, start_pass=index)
     return index
 
-
-def run_extra_launches(plan: Plan, run: RunDir, events: ProtocolEvents | None = None) -> ExtraLaunches | None:
-    """The launch-state passes (core/run/passes.py ``ExtraLaunches``), for callers of this module."""
-    from .passes import run_extra_launches as launch_state_passes  # passes.py runs its passes through this module
-
-    return launch_state_passes(plan, run, events)
