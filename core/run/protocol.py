@@ -17,10 +17,8 @@ from collections.abc import Callable, Collection
 
 from ..common.errors import BakeoffError, EngineError, EngineUnavailable, MeasurementError, is_write_failure
 from ..common.redact import Redactor
-from ..config.schema import Prompt, Workload
-from ..config.sessions import Session
 from ..engine.launcher import CANNOT_LOAD, SharedEngine
-from ..measure.points import DoneKeys, Point, arm_points, is_done
+from ..measure.points import DoneKeys, arm_points, is_done
 from ..results.record import ArmAttempt
 from ..results.store import RunDir
 from .arm import ArmSession
@@ -35,11 +33,13 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
     """One arm in one pass: its points not yet stored, measured through one ArmSession; a failure is recorded."""
     arm = planned.arm
     w = effective_workload(plan.config.workload, arm)
-    todo = [pt for pt in arm_points(w, plan.prompts, plan.modes) if not is_done(done, arm.name, pt, pass_index)]
-    replays = _session_replays(plan, w, arm.name, pass_index, done)
-    if replays is not None:
-        todo = []
-    if not todo and not replays:
+    points = arm_points(w, plan.prompts, plan.modes, plan.sessions)
+    todo = [pt for pt in points if not is_done(done, arm.name, pt, pass_index)]
+    if plan.sessions is not None:  # a replay runs every turn in order (a turn's time depends on the prefix the
+        # turns before it left in the cache): one not stored whole runs again, its stored turns resent untimed
+        unfinished = {(pt.mode, pt.rep, pt.session) for pt in todo}
+        todo = [pt for pt in points if (pt.mode, pt.rep, pt.session) in unfinished]
+    if not todo:
         return ArmAttempt(status="skipped (already complete)", pass_index=pass_index)
     events.on_arm_start(arm.name, pass_index)
     session = ArmSession(planned, run, pass_index, w, prompts=plan.prompts, modes=plan.modes, shared=shared,
@@ -49,9 +49,10 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
             todo = session.accept(todo)
             session.warm_up()
             for point in todo:
-                session.measure(point)
-            for replay, mode, rep, stored in replays or []:
-                session.measure_session(replay, mode, rep, stored=stored)
+                if point.session is not None and is_done(done, arm.name, point, pass_index):
+                    session.resend(point)
+                else:
+                    session.measure(point)
             session.gates()
     except (EngineError, MeasurementError) as exc:  # MeasurementError: e.g. a depth prompt could not be fitted
         session.attempt = session.attempt.model_copy(update={
@@ -74,24 +75,6 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
             "status": "failed", "reason": "internal-error", "log_tail": "", "error": why})
         events.on_arm_failed(arm.name, why)
     return session.attempt
-
-
-def _session_replays(plan: Plan, w: Workload, arm: str, pass_index: int, done: DoneKeys
-                     ) -> list[tuple[Session, str, int, frozenset[int]]] | None:
-    """A sessions workload's replays (session, mode, rep, turns already stored) not yet stored whole (None: not
-    a sessions workload). A replay runs every turn in order (a turn's time depends on the prefix the turns before
-    it left in the cache); on resume the turns already stored are sent untimed and not stored again."""
-    if plan.sessions is None:
-        return None
-    out = []
-    for mode in plan.modes:
-        for rep in range(w.reps):
-            for s in plan.sessions:
-                stored = frozenset(i for i in range(len(s.turns)) if is_done(
-                    done, arm, Point(Prompt(name=f"{s.id}/t{i}", messages=[]), mode, rep), pass_index))
-                if len(stored) < len(s.turns):
-                    out.append((s, mode, rep, stored))
-    return out
 
 
 def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
