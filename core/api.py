@@ -23,7 +23,7 @@ from .reports import write_reports
 from .reports.model import RunSummary, require_run_dir, summarize_run
 from .run.events import ProtocolEvents
 from .run.executor import executor_for
-from .run.session import run_bakeoff
+from .run.session import measured_nothing, run_bakeoff
 
 __all__ = ["RunSummary", "read_run", "run"]
 
@@ -40,14 +40,15 @@ def run(file: str | Path | BakeoffFile, out: str | Path = "runs", *, until_ci: f
     :param executor: ``local`` (default) or ``ray`` (the file's ``hosts:``).
     :raises BakeoffError: a file that cannot run, or a stopping rule the command line would refuse
         (ConfigError, in its words, before any engine starts), or a run directory that cannot be written.
-        Failed arms are not exceptions: they are in the summary's ``failures``.
+        Failed arms are not exceptions: they are in the summary's ``failures``; a run that measured nothing
+        valid writes no report files (the summary still says why).
     """
     config = file if isinstance(file, BakeoffFile) else load_bakeoff(file)
     directory = run_bakeoff(config, Path(out), until_ci=until_ci, max_passes=max_passes,
                             executor=executor_for(config, executor), stop_on_verdict=stop_on_verdict,
                             events=events)
     summary = read_run(directory.path)
-    if reports:
+    if reports and not measured_nothing(directory):  # nothing measured: no report; summary.failures say why
         write_reports(directory.path, summary)
     return summary
 

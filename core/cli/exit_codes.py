@@ -23,7 +23,7 @@ class ExitCode(IntEnum):
     OK = 0
     CRASH = 1  # an unexpected error in bakeoff itself (a traceback): please report it
     CONFIG = 2  # a BakeoffError: the file, an option, a preflight check, --out or an engine is wrong (run: nothing ran)
-    NOTHING_MEASURED = 3  # the run ended without one valid sample
+    NOTHING_MEASURED = 3  # the run ended without one valid sample (and writes no report)
     PARTIAL = 4  # some arm produced no valid sample, or failed (or the run ended) before all its points were measured
     WRITE_FAILED = 5  # the run directory could not be written (disk full, read-only): stored samples are kept
     INCONCLUSIVE = 6  # gate: after its passes the interval still straddles the limit; neither green nor red

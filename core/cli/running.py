@@ -28,7 +28,7 @@ from ..run.events import ProtocolEvents
 from ..run.executor import Executor, executor_for
 from ..run.live import dry_run_lines
 from ..run.resume import Resume
-from ..run.session import StopSignal, check_stopping_rule, run_bakeoff
+from ..run.session import StopSignal, check_stopping_rule, measured_nothing, run_bakeoff
 from .boundary import name_run_dir
 from .console import make_console
 from .exit_codes import ExitCode, run_outcome
@@ -144,7 +144,8 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
         if llama_bench:
             _references(config, run)
         try:
-            print_run(run.path, console, tables=tables)
+            if not measured_nothing(run):  # nothing to compare: the exit step says so, without a report
+                print_run(run.path, console, tables=tables)
         except (BakeoffError, OSError, ValueError) as exc:  # the samples are stored; `bakeoff report` can retry
             # not the boundary's business: the run itself succeeded, so this is a warning and the exit code stands
             console.print(f"[bold yellow]WARNING[/bold yellow] the report could not be written "
@@ -218,7 +219,7 @@ def _exit_code(run: RunDir, arms: list[str]) -> ExitCode:
         console.print(f"[red]arm {arm!r} has no valid sample:[/red] {_explain_empty(run, arm, samples)}",
                       highlight=False)
     if code is ExitCode.NOTHING_MEASURED:
-        console.print("[red]nothing valid was measured[/red] (exit 3)")
+        console.print("[red]nothing valid was measured[/red] (exit 3); no report written", highlight=False)
     elif code is ExitCode.PARTIAL:
         midway = [a for a in failed if a not in empty]
         console.print(f"[yellow]partial result (exit 4):[/yellow] {len(empty)} of {len(arms)} arms without a valid "

@@ -35,13 +35,18 @@ from ..host.hostinfo import CpuMeter, docker_container_ids
 from .adapter import EngineAdapter, LaunchSpec, first_matching_line, install_hint
 from .container import ExitGuard
 
-__all__ = ["free_port", "port_is_free", "Engine", "stop_all", "LogCursor", "startup_error_from_log",
+__all__ = ["CANNOT_LOAD", "free_port", "port_is_free", "Engine", "stop_all", "LogCursor", "startup_error_from_log",
            "running_dir", "stop_leftover_engines", "NOT_INHERITED", "SharedEngine"]
 
 _LIVE: dict[int, subprocess.Popen[bytes]] = {}
 # Never passed on to an engine: one started from a Ray task must not join bakeoff's cluster (vLLM would take
 # Ray as its distributed backend instead of its own multiprocessing one).
 NOT_INHERITED = ("RAY_ADDRESS",)
+
+# A start that fails this way fails again on every relaunch (the pass loop skips the arm after it): the binary
+# or a library it links cannot be found or executed, which the shell reports as exit 127 or 126.
+CANNOT_LOAD = "cannot-load"
+_CANNOT_LOAD_EXITS = (126, 127)
 _ARM_DIRS: dict[int, Path] = {}  # pid -> the directory holding its engine.pid record
 T = TypeVar("T")
 
@@ -335,7 +340,10 @@ class Engine:
     def _probe(self, http: httpx.Client) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise self._startup_error(f"exited with code {self.proc.returncode} before it was ready")
+            error = self._startup_error(f"exited with code {self.proc.returncode} before it was ready")
+            if self.proc.returncode in _CANNOT_LOAD_EXITS:  # more decisive than the log line's classification
+                error.reason = CANNOT_LOAD
+            raise error
         try:
             return self.adapter.is_ready(http.get(self.spec.ready_path, timeout=2.0))
         except httpx.HTTPError:

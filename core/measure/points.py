@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from ..config.schema import Arm, Prompt, Workload
+from ..config.sessions import Session
 from ..engine.adapter import Effective, EngineAdapter
 from ..engine.client import StreamResult
 from ..results.flags import (
@@ -33,7 +34,7 @@ from .concurrency import effective_slots, refused_levels
 from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
 from .structured import stamp_structured
 
-__all__ = ["cache_flags", "DoneKeys", "Point", "arm_points", "is_done",
+__all__ = ["cache_flags", "DoneKeys", "Point", "arm_points", "turn_points", "is_done",
            "samples_expected", "request_factors", "factors_text", "PointRunner"]
 
 # Resume keys of the samples a run already holds (core/results/db.py done_key): points to skip.
@@ -61,10 +62,13 @@ class Point:
         return ", ".join(p for p in parts if p) or "plain"
 
 
-def arm_points(workload: Workload, prompts: Sequence[Prompt], modes: Collection[str]) -> list[Point]:
+def arm_points(workload: Workload, prompts: Sequence[Prompt], modes: Collection[str],
+               sessions: Sequence[Session] | None = None) -> list[Point]:
     """Every point, depth outermost so one depth's requests run back to back; open-loop rate points last
     (one per rate and mode: its requests take the prompts in turn). With ``arrival`` and no concurrency the
-    rate points are the arm's only points."""
+    rate points are the arm's only points. A sessions workload's points are its turns (:func:`turn_points`)."""
+    if sessions is not None:
+        return turn_points(sessions, modes, workload.reps)
     depths: list[int | None] = [*workload.depths] if workload.depths else [None]
     levels: list[int | None] = [*workload.concurrency] if workload.concurrency else [None]
     closed = [] if workload.arrival is not None and not workload.concurrency else [
@@ -72,6 +76,23 @@ def arm_points(workload: Workload, prompts: Sequence[Prompt], modes: Collection[
         for r in range(workload.reps)]
     rates = workload.arrival.rates if workload.arrival is not None else []
     return closed + [Point(prompts[0], m, 0, rate=rate) for rate in rates for m in modes]
+
+
+def turn_points(sessions: Sequence[Session], modes: Collection[str], reps: int) -> list[Point]:
+    """A sessions workload's turns as points, grouped by replay (mode, rep, session) with its turns in order: a
+    turn's prompt is the conversation so far, each earlier turn's *recorded* reply included, so every arm sends
+    identical work whatever it generated. The arm session salts a replay and carries its prefix floor."""
+    out = []
+    for mode in modes:
+        for rep in range(reps):
+            for s in sessions:
+                history: list[dict[str, str]] = []
+                for index, turn in enumerate(s.turns):
+                    history += [dict(m) for m in turn.messages]
+                    prompt = Prompt(name=f"{s.id}/t{index}", kind="session", messages=[dict(m) for m in history])
+                    out.append(Point(prompt, mode, rep, session=s.id, turn=index))
+                    history.append({"role": "assistant", "content": turn.reply})
+    return out
 
 
 def is_done(done: DoneKeys, arm: str, point: Point, pass_index: int) -> bool:
@@ -84,19 +105,23 @@ def is_done(done: DoneKeys, arm: str, point: Point, pass_index: int) -> bool:
     return (*key, point.depth, point.concurrency) in done
 
 
-def samples_expected(workload: Workload, prompts: int, modes: int) -> int:
-    """Samples one arm writes per pass (a batch of N streams writes N; a sessions workload, one per turn)."""
-    factors, opened = request_factors(workload, prompts, modes)
+def samples_expected(workload: Workload, prompts: int, modes: int, *, turns: int | None = None) -> int:
+    """Samples one arm writes per pass (a batch of N streams writes N; a sessions workload, one per turn).
+
+    :param turns: a sessions workload's turns, as the plan read them (None: read the conversations here)."""
+    factors, opened = request_factors(workload, prompts, modes, turns=turns)
     return (math.prod(n for n, _ in factors) if factors else 0) + opened
 
 
-def request_factors(workload: Workload, prompts: int, modes: int) -> tuple[list[tuple[int, str]], int]:
+def request_factors(workload: Workload, prompts: int, modes: int, *, turns: int | None = None
+                    ) -> tuple[list[tuple[int, str]], int]:
     """:func:`samples_expected`'s count, named factor by factor: ``(factors, open_loop)`` where the product of the
     factors plus ``open_loop`` (the requests an arrival schedule sends) is that count; what ``check`` prints."""
     if workload.sessions is not None:
-        from ..config.sessions import load_sessions
+        if turns is None:
+            from ..config.sessions import load_sessions
 
-        turns = sum(len(s.turns) for s in load_sessions(workload.sessions))
+            turns = sum(len(s.turns) for s in load_sessions(workload.sessions))
         return [(turns, "session turn(s)"), (modes, "mode(s)"), (workload.reps, "rep(s)")], 0
     arrival = workload.arrival
     opened = sum(arrival.count(r) for r in arrival.rates) * modes if arrival is not None else 0

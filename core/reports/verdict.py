@@ -250,6 +250,15 @@ def _session_lines(s: RunSummary) -> list[str]:
     return out
 
 
+def _failure_lines(s: RunSummary) -> list[str]:
+    """One line per arm and error: the same failure in several passes is said once, with its passes."""
+    passes: dict[tuple[str, str], list[int]] = {}
+    for f in s.failures:
+        passes.setdefault((f.arm, f.error), []).append(f.pass_index + 1)
+    return [f"{arm}: failed in pass {p[0]}: {error}" if len(p) == 1 else
+            f"{arm}: failed in passes {', '.join(map(str, p))}: {error}" for (arm, error), p in passes.items()]
+
+
 def verdict_of(s: RunSummary) -> Verdict:
     modes = f" × {len(s.modes)} modes" if len(s.modes) > 1 else ""
     what = "session turn(s)" if s.sessions is not None else "prompt(s)"
@@ -263,7 +272,7 @@ def verdict_of(s: RunSummary) -> Verdict:
     for a in s.arms:
         vs, outcome = _vs(s, a)
         rows.append(VerdictRow(a.arm, _interval(a), vs, outcome, _acceptance(a)))
-    failures = [f"{f.arm}: failed in pass {f.pass_index + 1}: {f.error}" for f in s.failures]
+    failures = _failure_lines(s)
     shown = {f"{r.arm} vs {s.baseline}: {r.vs}" for r in rows}  # a row's "not comparable: ..." is said there
     lead = s.progress.warning if s.progress else None
     shown |= {lead} if lead else set()  # said first, above the table

@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
 
@@ -29,7 +29,6 @@ from ..analysis.fairness import OUTPUTS_FILE, finish_flags, output_line
 from ..common.errors import EngineStartupError
 from ..common.redact import LiveLogMasker, redact_argv
 from ..config.schema import Arm, Prompt, SamplingMode, Workload
-from ..config.sessions import Session
 from ..engine.adapter import Effective, build_launch, read_effective
 from ..engine.attach import attach_base, probe_attached
 from ..engine.client import StreamResult, stream_chat
@@ -153,6 +152,8 @@ class ArmSession:
         self.engine: RunningEngine | None = None
         self._drafts = DraftTally()  # free-text drafts of this engine start, to judge structured answers by
         self._requests = 0  # requests built on this engine start, for the token witness's one in so many
+        self._replay_salt = ""  # the session replay under way: its salt, and its next turn's prefix floor
+        self._prefix_floor: int | None = None
         self._counts = self.adapter.reader.chunk_token_count
         # open loop: asked (requests in flight, seconds since the first was due) before each send; True cuts the
         # rest of the schedule (the capacity search's over-saturation stop, core/run/capacity.py)
@@ -255,6 +256,8 @@ class ArmSession:
         """One point: a request, ``point.concurrency`` streams at once, or an open-loop rate point (a sample per
         request). Every sample is flagged, stored and announced here; a dead or stalled engine ends the arm
         after it."""
+        if point.session is not None:
+            point = self._in_replay(point)
         mode = self.modes[point.mode]
         if point.rate is not None:
             samples = self._open_loop(point, mode)
@@ -272,36 +275,28 @@ class ArmSession:
             stored.append(self.run.append(sample))
             self.events.on_sample(stored[-1])
         self._check_engine(stored)
+        if point.session is not None:  # the next turn's floor: this turn's whole prompt, when it was answered
+            self._prefix_floor = stored[-1].prompt_tokens if stored and stored[-1].status == "ok" else None
         return stored
 
-    def measure_session(self, session: Session, mode: str, rep: int, label: SampleLabel | None = None,
-                        stored: Collection[int] = ()) -> list[Sample]:
-        """One session, turn by turn through :meth:`measure` (same guards, flags, store and announcement):
-        each turn's request is the conversation so far plus its new messages, sent with the engine's prefix
-        cache on (``prefix_cache.request_fields``); then the turn's *recorded* reply is appended, whatever the arm
-        generated, so every arm does identical work. The first message carries a salt drawn per replay (same
-        digit count every time), so no replay, of this arm or another on the same server, finds its prefix
-        in the cache: each session starts cold and warms only itself.
+    def _in_replay(self, point: Point) -> Point:
+        """A turn as its replay sends it (core/measure/points.py ``turn_points``), with the engine's prefix cache on
+        (``prefix_cache.request_fields``). The first message carries a salt drawn per replay at its first turn
+        (same digit count every time), so no replay, of this arm or another on the same server, finds its prefix
+        in the cache: each session starts cold and warms only itself. The previous turn's prompt is the floor
+        the cached count is held to."""
+        if point.turn == 0:
+            self._replay_salt = f"(session {random.SystemRandom().randrange(10**7, 10**8)})\n"
+            self._prefix_floor = None
+        messages = [dict(m) for m in point.prompt.messages]
+        messages[0]["content"] = self._replay_salt + messages[0]["content"]
+        return replace(point, prompt=point.prompt.model_copy(update={"messages": messages}),
+                       prefix_floor=self._prefix_floor)
 
-        :param stored: turns a resumed run already holds: sent again untimed, to rebuild the prefix the next
-            turn reuses, and never stored twice."""
-        salt = f"(session {random.SystemRandom().randrange(10**7, 10**8)})\n"
-        history: list[dict[str, str]] = []
-        floor: int | None = None
-        out = []
-        for index, turn in enumerate(session.turns):
-            history += [dict(m) for m in turn.messages]
-            if index == 0:
-                history[0]["content"] = salt + history[0]["content"]
-            prompt = Prompt(name=f"{session.id}/t{index}", kind="session", messages=[dict(m) for m in history])
-            point = Point(prompt, mode, rep, session=session.id, turn=index, prefix_floor=floor)
-            if index in stored:
-                floor = self._untimed_turn(point)
-            else:
-                out += self.measure(point, label)
-                floor = out[-1].prompt_tokens if out[-1].status == "ok" else None
-            history.append({"role": "assistant", "content": turn.reply})
-        return out
+    def resend(self, point: Point) -> None:
+        """A turn a resumed run already stores: sent again untimed, to rebuild the prefix the next turn reuses,
+        and never stored twice."""
+        self._prefix_floor = self._untimed_turn(self._in_replay(point))
 
     def _untimed_turn(self, point: Point) -> int | None:
         """A turn a resumed run already stored, sent again with the prefix cache on so the engine holds what the

@@ -19,8 +19,8 @@ import json
 import os
 import random
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..common.errors import CapabilityNotSupported, ConfigError
 from ..config.fingerprint import flatten
 from ..config.prompts import resolve_prompts
 from ..config.schema import Arm, BakeoffFile, Prompt, SamplingMode, Workload
-from ..config.sessions import pin_conversations
+from ..config.sessions import Session, load_sessions, pin_conversations
 from ..engine.adapter import (
     EngineAdapter,
     Reader,
@@ -66,12 +66,22 @@ class Plan:
     prompts: list[Prompt]
     modes: dict[str, SamplingMode]
     orders: list[list[str]]  # arm names per pass
+    # a sessions workload's conversations, read once here for the whole run (every arm, every pass)
+    sessions: list[Session] | None = None
+    # arms whose engine cannot load (core/engine/launcher.py CANNOT_LOAD) -> why, until the later passes that skip
+    # them have said so (then ""); this process's starts only, so a resume tries them again
+    unloadable: dict[str, str] = field(default_factory=dict)
 
     @property
     def requests_total(self) -> int:
-        w = self.config.workload
-        return w.passes * sum(samples_expected(effective_workload(w, a.arm), len(self.prompts), len(w.modes))
-                              for a in self.arms)
+        return self.config.workload.passes * self.pass_requests(a.arm.name for a in self.arms)
+
+    def pass_requests(self, arms: Iterable[str]) -> int:
+        """The timed requests one pass of ``arms`` sends (a pass the loop adds may run only some arms)."""
+        w, names = self.config.workload, set(arms)
+        turns = sum(len(s.turns) for s in self.sessions) if self.sessions is not None else None
+        return sum(samples_expected(effective_workload(w, a.arm), len(self.prompts), len(w.modes), turns=turns)
+                   for a in self.arms if a.arm.name in names)
 
 
 def plan_run(config: BakeoffFile) -> Plan:
@@ -114,7 +124,8 @@ def plan_run(config: BakeoffFile) -> Plan:
     modes = {m: w.sampling_modes()[m] for m in w.modes}
     check_depths_before_launch(config, {a.arm.name: a.adapter for a in arms})
     check_levels_before_launch(config)
-    return Plan(config, arms, resolve_prompts(w), modes, order_for_sharing(orders, config.arms))
+    sessions = load_sessions(w.sessions) if w.sessions is not None else None
+    return Plan(config, arms, resolve_prompts(w), modes, order_for_sharing(orders, config.arms), sessions=sessions)
 
 
 def add_pass(plan: Plan) -> int:

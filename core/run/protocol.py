@@ -4,29 +4,28 @@ For each pass, every arm runs once, in an order shuffled per pass from the recor
 engine is launched (or attached to), warmed up untimed, asked every prompt × mode × rep one request at
 a time, and stopped — always, also on error and Ctrl-C (core/run/arm.py owns one arm's start and every
 timed request). An arm that fails to start, or whose engine dies, is recorded as failed with its log
-tail and the run moves on to the next arm.
+tail and the run moves on to the next arm; one whose engine cannot load (a missing binary or library) is not
+relaunched in the later passes, which would fail the same way. The passes after the planned ones are decided in
+core/run/passes.py.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Collection
 
-from ..analysis.launches import launches_to_draw
-from ..common.errors import BakeoffError, EngineError, MeasurementError, is_write_failure
+from ..common.errors import BakeoffError, EngineError, EngineUnavailable, MeasurementError, is_write_failure
 from ..common.redact import Redactor
-from ..config.schema import Prompt, Workload
-from ..config.sessions import Session, load_sessions
-from ..engine.launcher import SharedEngine
-from ..measure.points import DoneKeys, Point, arm_points, is_done
-from ..results.record import ArmAttempt, ExtraLaunches
+from ..engine.launcher import CANNOT_LOAD, SharedEngine
+from ..measure.points import DoneKeys, arm_points, is_done
+from ..results.record import ArmAttempt
 from ..results.store import RunDir
 from .arm import ArmSession
 from .events import ProtocolEvents
 from .plan import Plan, PlannedArm, add_pass, effective_workload, plan_warnings
 
-__all__ = ["run_plan", "run_extra_pass", "run_extra_launches"]
+__all__ = ["run_plan", "run_extra_pass"]
 
 
 def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, events: ProtocolEvents,
@@ -34,11 +33,13 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
     """One arm in one pass: its points not yet stored, measured through one ArmSession; a failure is recorded."""
     arm = planned.arm
     w = effective_workload(plan.config.workload, arm)
-    todo = [pt for pt in arm_points(w, plan.prompts, plan.modes) if not is_done(done, arm.name, pt, pass_index)]
-    replays = _session_replays(w, plan.modes, arm.name, pass_index, done)
-    if replays is not None:
-        todo = []
-    if not todo and not replays:
+    points = arm_points(w, plan.prompts, plan.modes, plan.sessions)
+    todo = [pt for pt in points if not is_done(done, arm.name, pt, pass_index)]
+    if plan.sessions is not None:  # a replay runs every turn in order (a turn's time depends on the prefix the
+        # turns before it left in the cache): one not stored whole runs again, its stored turns resent untimed
+        unfinished = {(pt.mode, pt.rep, pt.session) for pt in todo}
+        todo = [pt for pt in points if (pt.mode, pt.rep, pt.session) in unfinished]
+    if not todo:
         return ArmAttempt(status="skipped (already complete)", pass_index=pass_index)
     events.on_arm_start(arm.name, pass_index)
     session = ArmSession(planned, run, pass_index, w, prompts=plan.prompts, modes=plan.modes, shared=shared,
@@ -48,14 +49,15 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
             todo = session.accept(todo)
             session.warm_up()
             for point in todo:
-                session.measure(point)
-            for replay, mode, rep, stored in replays or []:
-                session.measure_session(replay, mode, rep, stored=stored)
+                if point.session is not None and is_done(done, arm.name, point, pass_index):
+                    session.resend(point)
+                else:
+                    session.measure(point)
             session.gates()
     except (EngineError, MeasurementError) as exc:  # MeasurementError: e.g. a depth prompt could not be fitted
         session.attempt = session.attempt.model_copy(update={
             "status": "failed", "error": str(exc), "log_tail": getattr(exc, "log_tail", ""),
-            "reason": getattr(exc, "reason", None)})
+            "reason": CANNOT_LOAD if isinstance(exc, EngineUnavailable) else getattr(exc, "reason", None)})
         events.on_arm_failed(arm.name, str(exc))
     except BakeoffError:
         raise  # the run itself cannot go on (a config problem found mid-run, a run directory it cannot write)
@@ -75,24 +77,6 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
     return session.attempt
 
 
-def _session_replays(w: Workload, modes: Iterable[str], arm: str, pass_index: int, done: DoneKeys
-                     ) -> list[tuple[Session, str, int, frozenset[int]]] | None:
-    """A sessions workload's replays (session, mode, rep, turns already stored) not yet stored whole (None: not
-    a sessions workload). A replay runs every turn in order (a turn's time depends on the prefix the turns before
-    it left in the cache); on resume the turns already stored are sent untimed and not stored again."""
-    if w.sessions is None:
-        return None
-    sessions, out = load_sessions(w.sessions), []
-    for mode in modes:
-        for rep in range(w.reps):
-            for s in sessions:
-                stored = frozenset(i for i in range(len(s.turns)) if is_done(
-                    done, arm, Point(Prompt(name=f"{s.id}/t{i}", messages=[]), mode, rep), pass_index))
-                if len(stored) < len(s.turns):
-                    out.append((s, mode, rep, stored))
-    return out
-
-
 def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
              done: DoneKeys | None = None, start_pass: int = 0) -> dict[str, list[ArmAttempt]]:
     """Run every pass of the plan into ``run``; returns the per-arm records also written to run.json.
@@ -110,9 +94,17 @@ def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
     try:
         for pass_index, order in list(enumerate(plan.orders))[start_pass:]:
             for name in order:
+                if name in plan.unloadable:  # a relaunch would fail the same way: said once, no attempt recorded
+                    if why := plan.unloadable[name]:
+                        events.on_warning(f"arm {name}: not relaunched in pass {pass_index + 1} or later: its "
+                                          f"engine cannot load ({why})")
+                        plan.unloadable[name] = ""
+                    continue
                 attempt = _run_arm(plan, by_name[name], run, pass_index, events, done, shared)
                 arm_records.setdefault(name, []).append(attempt)
                 run.append_attempt(name, attempt)  # one line per arm: no rewrite of run.json per arm
+                if attempt.failed and attempt.reason == CANNOT_LOAD:
+                    plan.unloadable[name] = f"it failed in pass {pass_index + 1}"
             shared.close()
     finally:
         shared.close()
@@ -120,51 +112,17 @@ def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
     return arm_records
 
 
-def run_extra_pass(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
-                   done: DoneKeys | None = None) -> int:
-    """Run one more pass (every arm, relaunched, in a fresh order) and record it in run.json ``orders``."""
+def run_extra_pass(plan: Plan, run: RunDir, events: ProtocolEvents | None = None, done: DoneKeys | None = None,
+                   arms: Collection[str] | None = None, drawn: Callable[[int], None] | None = None) -> int:
+    """Run one more pass (``arms``, default every arm, relaunched in a fresh order) and record it in run.json
+    ``orders``; ``drawn(index)`` is told of the pass before it runs. The pass loop's one step
+    (core/run/passes.py)."""
     index = add_pass(plan)
+    if arms is not None:
+        plan.orders[index] = [n for n in plan.orders[index] if n in arms]
+    if drawn is not None:
+        drawn(index)
     run.update_record(orders=plan.orders)
     run_plan(plan, run, events, done, start_pass=index)
     return index
 
-
-def run_extra_launches(plan: Plan, run: RunDir, events: ProtocolEvents | None = None) -> ExtraLaunches | None:
-    """Launch states (issue 33 item 2): while an arm's launches fall in two speed bands with a band too small for
-    its own interval, or too few launches lie a band apart to tell, draw one more pass of those arms and the
-    baseline (new engine starts, paired with the baseline; every launched arm when the baseline is the one in
-    two states), at most ``workload.extra_launches`` passes in all.
-
-    Recorded in run.json ``extra_launches`` (a resumed run counts the passes it already drew); None when no arm
-    asked for more. Attached arms (``url:``) are never relaunched by bakeoff, so they draw nothing.
-    """
-    events = events or ProtocolEvents()
-    w = plan.config.workload
-    baseline = plan.config.baseline_arm
-    launched = [a.arm.name for a in plan.arms if not a.arm.attached]
-    record = run.read_record().extra_launches or ExtraLaunches(bound=w.extra_launches)
-    record.bound = w.extra_launches
-    while want := launches_to_draw(run.samples(), launched):
-        if len(record.passes) >= record.bound:
-            record.stopped = (f"workload.extra_launches ({record.bound}) reached with "
-                              f"{', '.join(want)} still short of launches")
-            events.on_warning(f"{', '.join(want)}: no more launches drawn: {record.stopped}")
-            break
-        index = add_pass(plan)
-        # the baseline pairs with every arm: when it is the one in two states, every launched arm runs with it
-        plan.orders[index] = [n for n in plan.orders[index] if n in (baseline, *want) or baseline in want]
-        record.passes.append(index)
-        for name in plan.orders[index]:
-            record.drawn[name] = record.drawn.get(name, 0) + 1
-        record.why.append("; ".join(f"{arm}: {why}" for arm, why in want.items()))
-        run.update_record(orders=plan.orders, extra_launches=record.model_dump(mode="json"))
-        events.on_note(f"extra launch {len(record.passes)} of at most {record.bound} "
-                       f"({', '.join(plan.orders[index])}): {record.why[-1]}")
-        events.on_pass_added(plan.requests_total // w.passes // len(plan.arms) * len(plan.orders[index]))
-        run_plan(plan, run, events, start_pass=index)
-    else:
-        if not record.passes:
-            return None  # no arm asked for more: nothing to record
-        record.stopped = "every bimodal arm's bands have enough launches, or its launches form one band"
-    run.update_record(extra_launches=record.model_dump(mode="json"))
-    return record

@@ -45,7 +45,7 @@ class Resume:
         if orders:
             names = {a.arm.name for a in plan.arms}
             extra = set(self.record.extra_launches.passes) if self.record.extra_launches else set()
-            # a pass of extra launches (protocol.run_extra_launches) runs only some arms
+            # a pass of extra launches (core/run/passes.py ExtraLaunches) runs only some arms
             if any(set(order) != names if i not in extra else not set(order) <= names
                    for i, order in enumerate(orders)):
                 raise ConfigError(f"{self.run.path}: the pass orders in run.json do not match its arms; "

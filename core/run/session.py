@@ -11,9 +11,10 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from ..analysis.stats import needs_more_passes
+from ..analysis.stats import enters_statistics, needs_more_passes
 from ..common.errors import BakeoffError, ConfigError, RunDirError
 from ..common.redact import redact_text
 from ..config.checks import check_phases_config
@@ -24,12 +25,12 @@ from ..results.store import RunDir, new_run_dir
 from .events import ProtocolEvents
 from .executor import Executor, LocalExecutor
 from .live import LiveRun
+from .passes import ExtraLaunches, PassPolicy, UntilDecided, run_passes
 from .phases import run_phases
 from .plan import Plan, plan_run, run_record
-from .protocol import run_extra_launches, run_extra_pass
 from .resume import Resume
 
-__all__ = ["StopSignal", "check_stopping_rule", "new_run", "run_bakeoff", "stop_record"]
+__all__ = ["StopSignal", "check_stopping_rule", "measured_nothing", "new_run", "run_bakeoff", "stop_record"]
 
 
 class StopSignal(KeyboardInterrupt):
@@ -71,6 +72,12 @@ def new_run(out: Path, plan: Plan) -> RunDir:
     return run
 
 
+def measured_nothing(run: RunDir) -> bool:
+    """No stored sample enters the statistics: a run with nothing to report (the CLI exits 3 and neither it nor
+    the Python API writes a report; its failures were said as they happened)."""
+    return not any(enters_statistics(s) for s in run.samples())
+
+
 def check_stopping_rule(until_ci: float | None, max_passes: int, stop_on_verdict: bool = False) -> None:
     """The adaptive passes' settings, checked once for the command line and the Python API alike.
 
@@ -85,10 +92,34 @@ def check_stopping_rule(until_ci: float | None, max_passes: int, stop_on_verdict
         raise ConfigError("--stop-on-verdict ends the passes --until-ci adds: give --until-ci too (e.g. 20%)")
 
 
+def _until_ci(config: BakeoffFile, until_ci: float, max_passes: int, stop_on_verdict: bool, run: RunDir,
+              passes: int) -> tuple[bool, str]:
+    """The ``--until-ci`` rule on the run's samples after ``passes`` passes."""
+    return needs_more_passes(run.samples(), passes, until_ci, max_passes, baseline=config.baseline_arm,
+                             seed=config.workload.seed, stop_on_verdict=stop_on_verdict,
+                             margin=config.workload.equivalence_margin)
+
+
+def _policies(config: BakeoffFile, executor: Executor, events: ProtocolEvents, until_ci: float | None,
+              max_passes: int, stop_on_verdict: bool,
+              more_passes: Callable[[RunDir, int], tuple[bool, str]] | None) -> list[PassPolicy]:
+    """The passes after the planned ones that the arguments of :func:`run_bakeoff` ask for, in this order."""
+    policies: list[PassPolicy] = []
+    if until_ci is not None:
+        policies.append(UntilDecided(partial(_until_ci, config, until_ci, max_passes, stop_on_verdict),
+                                     events.on_note))
+    if more_passes is not None:
+        policies.append(UntilDecided(more_passes, events.on_note))
+    if executor.name == "local":  # Ray blocks are placed once; their launches are not redrawn here
+        policies.append(ExtraLaunches(events))
+    return policies
+
+
 def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None, max_passes: int = 10,
                 resume: Resume | None = None, executor: Executor | None = None, stop_on_verdict: bool = False,
                 events: ProtocolEvents | None = None,
-                more_passes: Callable[[RunDir, int], tuple[bool, str]] | None = None) -> RunDir:
+                more_passes: Callable[[RunDir, int], tuple[bool, str]] | None = None,
+                policy: PassPolicy | None = None) -> RunDir:
     """Plan and run one bakeoff (or finish ``resume``'s) into a new run directory under ``out``.
 
     :param until_ci: add passes until every ratio's 95 % interval half-width is at most this fraction.
@@ -96,6 +127,8 @@ def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None
     :param events: progress callbacks; ``on_warning`` also receives the adaptive-pass decisions.
     :param more_passes: a caller's own stopping rule, asked after the planned passes with the run and the passes
         done: (another pass?, the line saying why); the regression gate's "until decided" (core/cli/gate.py).
+    :param policy: the one policy that adds passes after the planned ones (core/run/passes.py), in place of those
+        the arguments above and the launch states add: the tuning race (core/run/tune.py).
     :raises ConfigError: a file or flag combination that cannot run, before any engine starts.
     """
     executor = executor or LocalExecutor()
@@ -121,26 +154,9 @@ def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None
             assert live.guard is not None  # open() arms the undo guard whenever phases: is set
             run_phases(plan, run, events, live.guard)
             return run
-        executor.run(plan, run, events, done)
-        while until_ci is not None:  # adaptive passes: --until-ci
-            more, why = needs_more_passes(run.samples(), len(plan.orders), until_ci, max_passes,
-                                          baseline=config.baseline_arm, seed=config.workload.seed,
-                                          stop_on_verdict=stop_on_verdict,
-                                          margin=config.workload.equivalence_margin)
-            events.on_note(why)
-            if not more:
-                break
-            events.on_pass_added(plan.requests_total // config.workload.passes)
-            run_extra_pass(plan, run, events)
-        while more_passes is not None:
-            more, why = more_passes(run, len(plan.orders))
-            events.on_note(why)
-            if not more:
-                break
-            events.on_pass_added(plan.requests_total // config.workload.passes)
-            run_extra_pass(plan, run, events)
-        if executor.name == "local":  # Ray blocks are placed once; their launches are not redrawn here
-            run_extra_launches(plan, run, events)
+        policies = [policy] if policy is not None else _policies(config, executor, events, until_ci, max_passes,
+                                                                 stop_on_verdict, more_passes)
+        run_passes(plan, run, events, executor, done, policies)
     except BaseException as exc:  # Ctrl-C, a stop signal, an error: the report says why the plan was cut short
         _record_stop(run, exc)
         raise

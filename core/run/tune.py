@@ -1,9 +1,10 @@
 """``bakeoff tune FILE``: race the candidates of ``tune.space`` against spec-off, verify the winner, compile it.
 
-The race is an ordinary run (one run directory, passes through :func:`~bakeoff.core.run.protocol.run_plan`, every
-request through ArmSession): after each pass a look (core/analysis/racing.py) drops the candidates separably
-slower than the current best, and the next pass runs only the baseline and the candidates left, in the order
-:func:`~bakeoff.core.run.plan.add_pass` draws from the seed. It ends when one candidate is left and told apart
+The race is an ordinary run (:func:`~bakeoff.core.run.session.run_bakeoff`: one run directory, every request
+through ArmSession) whose pass policy (core/run/passes.py) is the race: after each pass a look
+(core/analysis/racing.py) drops the candidates separably slower than the current best, and the next pass runs
+only the baseline and the candidates left, in the order :func:`~bakeoff.core.run.plan.add_pass` draws from the
+seed. It ends when one candidate is left and told apart
 from spec-off, at ``tune.max_passes``, or when the next pass would overrun ``tune.budget_s``.
 
 Then the named arm (the winner, or the simplest of the plateau) is compiled into the engine's own words (the
@@ -20,7 +21,7 @@ import json
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from ..analysis.racing import (
 )
 from ..analysis.stats import MIN_ADAPTIVE_PASSES, verdict
 from ..common.errors import CapabilityNotSupported, ConfigError
-from ..config.schema import Arm, BakeoffFile
+from ..config.schema import Arm, BakeoffFile, TuneSection
 from ..config.tune import (
     TuneArms,
     candidate_settings,
@@ -56,15 +57,12 @@ from ..config.tune import (
     winner_file,
 )
 from ..engine.adapter import EngineAdapter, build_launch, with_n_max_schedule
-from ..engine.launcher import stop_leftover_engines
 from ..engine.registry import load_engine
 from ..results.sample import Sample
 from ..results.store import RunDir
 from .events import ProtocolEvents
-from .live import LiveRun
-from .plan import add_pass, plan_run
-from .protocol import run_plan
-from .session import new_run, run_bakeoff
+from .plan import Plan
+from .session import run_bakeoff
 
 __all__ = ["TUNE_FILE", "TuneOutcome", "compile_schedule", "engine_config", "n_max_arms", "promote_winner", "read_tune",
            "run_tune"]
@@ -143,14 +141,50 @@ def _ok_count(samples: list[Any], arm: str) -> int:
 
 
 class _Race:
-    """The race's state: who is still in, who was dropped when and against whom."""
+    """The race as the pass loop's policy (core/run/passes.py): after each pass a look drops the candidates
+    separably slower than the current best; the next pass runs the baseline and the candidates left, until one is
+    left and told apart from spec-off, every one is dropped, ``tune.max_passes``, or the budget. Who was dropped
+    when and against whom, and why it stopped, stay here for the result."""
 
-    def __init__(self, arms: TuneArms, seed: int, max_passes: int) -> None:
-        self.arms, self.seed, self.max_passes = arms, seed, max_passes
+    def __init__(self, arms: TuneArms, seed: int, tune: TuneSection, events: ProtocolEvents,
+                 clock: Callable[[], float]) -> None:
+        self.arms, self.seed, self.max_passes, self.budget_s = arms, seed, tune.max_passes, tune.budget_s
+        self.events, self.clock, self.started = events, clock, clock()
         self.baseline = arms.baseline.name
         self.alive = [a.name for a in arms.candidates]
         self.dropped: dict[str, dict[str, Any]] = {}
         self.best = self.baseline
+        self.passes, self.arm_runs, self.stopped = 0, 0, ""
+
+    def next_pass(self, run: RunDir, plan: Plan) -> list[str] | None:
+        self.passes = len(plan.orders)
+        self.arm_runs += len(plan.orders[-1])
+        self.stopped = self._stop(run)
+        return None if self.stopped else [self.baseline, *self.alive]
+
+    def drawn(self, run: RunDir, plan: Plan, index: int) -> None:
+        pass
+
+    def _stop(self, run: RunDir) -> str:
+        """Why the race ends after this pass ("" while it goes on)."""
+        passes = self.passes
+        if _ok_count(run.samples(), self.baseline) == 0:  # exit 3 or 4 (the run's own outcome), never 2
+            why = (f"the baseline {self.baseline!r} has no valid request after pass {passes}: every ratio is read "
+                   "against it")
+            self.events.on_warning(f"tune: {why} (see {run.path})")
+            return why
+        self.look(run, passes, self.events.on_note)
+        if not self.alive:
+            return "every candidate was dropped"
+        if self.decided(run, passes):
+            return "one candidate left, told apart from spec-off"
+        if passes >= self.max_passes:
+            return f"max passes ({self.max_passes})"
+        spent = self.clock() - self.started
+        next_cost = spent / self.arm_runs * (len(self.alive) + 1)
+        if spent + next_cost > self.budget_s:
+            return f"budget: another pass would take about {next_cost:.0f} s more of {self.budget_s:g} s"
+        return ""
 
     def look(self, run: RunDir, passes: int, say: Callable[[str], None]) -> None:
         samples = run.samples()
@@ -293,57 +327,19 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
     tune = config.tune
     assert tune is not None
     race_file = race_config(config, arms)
-    plan = plan_run(race_file)  # every candidate checked on paper (capabilities, ineffective knobs) first
-    for line in stop_leftover_engines():
-        events.on_warning(line)
-    run = new_run(out, plan)
-    events.on_run_start(run, plan.requests_total, 0)
-    race = _Race(arms, race_file.workload.seed, tune.max_passes)
-    say(f"tune: {len(arms.candidates)} candidates against {race.baseline}; budget {tune.budget_s:g} s, "
-        f"at most {tune.max_passes} passes")
-    if arms.no_ops:
-        say(f"tune: left out {', '.join(arms.no_ops)}: the same as {race.baseline} (nothing to race)")
-    started = clock()
-    passes, stopped = 0, ""
-    live = LiveRun(race_file, run, say)
-    try:
-        live.open()
-        arm_runs = 0
-        while True:
-            if passes:
-                index = add_pass(plan)
-                plan.orders[index] = [n for n in plan.orders[index] if n == race.baseline or n in race.alive]
-                run.update_record(orders=plan.orders)
-                events.on_pass_added(plan.requests_total // len(plan.arms) * len(plan.orders[index]))
-                run_plan(plan, run, events, start_pass=index)
-            else:
-                run_plan(plan, run, events)
-            arm_runs += len(plan.orders[passes])
-            passes += 1
-            if _ok_count(run.samples(), race.baseline) == 0:  # exit 3 or 4 (the run's own outcome), never 2
-                stopped = (f"the baseline {race.baseline!r} has no valid request after pass {passes}: every ratio "
-                           "is read against it")
-                events.on_warning(f"tune: {stopped} (see {run.path})")
-                break
-            race.look(run, passes, say)
-            if not race.alive:
-                stopped = "every candidate was dropped"
-                break
-            if race.decided(run, passes):
-                stopped = "one candidate left, told apart from spec-off"
-                break
-            if passes >= tune.max_passes:
-                stopped = f"max passes ({tune.max_passes})"
-                break
-            spent = clock() - started
-            next_cost = spent / arm_runs * (len(race.alive) + 1)
-            if spent + next_cost > tune.budget_s:
-                stopped = f"budget: another pass would take about {next_cost:.0f} s more of {tune.budget_s:g} s"
-                break
-    finally:
-        live.close()
-        run.release()
-    spent = clock() - started
+    race = _Race(arms, race_file.workload.seed, tune, events, clock)
+
+    def started(run: RunDir, requests: int, done: int) -> None:  # every candidate checked on paper by then
+        events.on_run_start(run, requests, done)
+        say(f"tune: {len(arms.candidates)} candidates against {race.baseline}; budget {tune.budget_s:g} s, "
+            f"at most {tune.max_passes} passes")
+        if arms.no_ops:
+            say(f"tune: left out {', '.join(arms.no_ops)}: the same as {race.baseline} (nothing to race)")
+        race.started = clock()
+
+    run = run_bakeoff(race_file, out, events=replace(events, on_run_start=started), policy=race)
+    passes, stopped = race.passes, race.stopped
+    spent = clock() - race.started
     margin = race_file.workload.equivalence_margin
     if stopped.startswith("the baseline"):
         result = TuneResult(baseline=race.baseline, budget_s=tune.budget_s, spent_s=round(spent, 1), passes=passes,

@@ -16,7 +16,7 @@ from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import RunDir
-from bakeoff.core.run import protocol
+from bakeoff.core.run import passes, protocol
 from bakeoff.core.run.plan import plan_run, run_record
 
 
@@ -62,7 +62,7 @@ def test_a_bimodal_arm_never_draws_more_than_the_bound(monkeypatch: pytest.Monke
     # one fast launch, then slow ones for ever: the fast band never reaches MIN_BAND_LAUNCHES
     calls = _fake_arms(monkeypatch, lambda launch: 200.0 if launch == 0 else 100.0)
     plan, run = _run(tmp_path, _file(passes=4, extra=3))
-    extra = protocol.run_extra_launches(plan, run)
+    extra = passes.run_extra_launches(plan, run)
     assert extra is not None and len(extra.passes) == 3 and extra.passes == [4, 5, 6]
     assert extra.drawn == {"cand": 3, "base": 3}
     assert extra.stopped is not None and "workload.extra_launches (3) reached" in extra.stopped
@@ -72,7 +72,7 @@ def test_a_bimodal_arm_never_draws_more_than_the_bound(monkeypatch: pytest.Monke
     assert record.extra_launches is not None and record.extra_launches.drawn == {"cand": 3, "base": 3}
     assert "cand: bimodal across launches" in record.extra_launches.why[0]
     # a second look (a resumed run) counts what it already drew and draws nothing more
-    assert protocol.run_extra_launches(plan, run) is not None and len(run.read_record().orders) == 7
+    assert passes.run_extra_launches(plan, run) is not None and len(run.read_record().orders) == 7
 
 
 def test_a_bimodal_arm_stops_drawing_once_each_band_has_enough_launches(monkeypatch: pytest.MonkeyPatch,
@@ -80,7 +80,7 @@ def test_a_bimodal_arm_stops_drawing_once_each_band_has_enough_launches(monkeypa
     states = [200.0, 100.0, 200.0, 100.0, 200.0, 100.0, 100.0, 100.0]  # 2 + 2, then one fast and one slow more
     _fake_arms(monkeypatch, states.__getitem__)
     plan, run = _run(tmp_path, _file(passes=4))  # the default bound, 4
-    extra = protocol.run_extra_launches(plan, run)
+    extra = passes.run_extra_launches(plan, run)
     assert extra is not None and extra.bound == 4 and len(extra.passes) == 2
     assert extra.stopped is not None and "enough launches" in extra.stopped
     assert launches_to_draw(run.samples(), ["base", "cand"]) == {}
@@ -89,7 +89,7 @@ def test_a_bimodal_arm_stops_drawing_once_each_band_has_enough_launches(monkeypa
 def test_an_arm_in_one_launch_state_draws_none(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     calls = _fake_arms(monkeypatch, lambda launch: 150.0 * (1 + 0.03 * (launch % 3)))
     plan, run = _run(tmp_path, _file(passes=4))
-    assert protocol.run_extra_launches(plan, run) is None
+    assert passes.run_extra_launches(plan, run) is None
     assert len(calls) == 8 and len(run.read_record().orders) == 4
     assert run.read_record().extra_launches is None
 
@@ -97,7 +97,7 @@ def test_an_arm_in_one_launch_state_draws_none(monkeypatch: pytest.MonkeyPatch, 
 def test_zero_extra_launches_draws_none_and_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _fake_arms(monkeypatch, lambda launch: 200.0 if launch % 2 else 100.0)
     plan, run = _run(tmp_path, _file(passes=4, extra=0))
-    extra = protocol.run_extra_launches(plan, run)
+    extra = passes.run_extra_launches(plan, run)
     assert extra is not None and extra.passes == [] and extra.drawn == {}
     assert len(run.read_record().orders) == 4
 
@@ -134,7 +134,7 @@ def test_a_run_with_extra_launch_passes_can_be_resumed(monkeypatch: pytest.Monke
 
     _fake_arms(monkeypatch, lambda launch: 200.0 if launch == 0 else 100.0)
     plan, run = _run(tmp_path, _file(passes=4, extra=2, third=True))
-    protocol.run_extra_launches(plan, run)
+    passes.run_extra_launches(plan, run)
     recorded = run.read_record().orders
     assert [len(o) for o in recorded] == [3, 3, 3, 3, 2, 2]  # the unimodal third arm is not relaunched
     resume = load_resume(run.path)
@@ -147,5 +147,5 @@ def test_a_run_with_extra_launch_passes_can_be_resumed(monkeypatch: pytest.Monke
 def test_a_bimodal_baseline_relaunches_every_arm_with_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _fake_arms(monkeypatch, lambda launch: 200.0 if launch == 0 else 100.0, bimodal="base")
     plan, run = _run(tmp_path, _file(passes=4, extra=1, third=True))
-    extra = protocol.run_extra_launches(plan, run)
+    extra = passes.run_extra_launches(plan, run)
     assert extra is not None and extra.drawn == {"base": 1, "cand": 1, "other": 1}  # each arm pairs with base

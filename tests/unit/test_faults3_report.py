@@ -26,10 +26,11 @@ from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.reports import print_run as real_print_run
 from bakeoff.core.results.store import RunDir
 
+# tokens 1 ms apart: a stream delivered all at once has no rate, and a run with no rate writes no report
 FILE = """name: r
 arms:
-  - {name: base, engine: sim, model: sim, options: {itl_ms: 0}}
-  - {name: fast, engine: sim, model: sim, options: {itl_ms: 0, tokens_per_event: 2}}
+  - {name: base, engine: sim, model: sim, options: {itl_ms: 1}}
+  - {name: fast, engine: sim, model: sim, options: {itl_ms: 1, tokens_per_event: 2}}
 workload: {prompts: [prose], max_tokens: 8, reps: 2, warmup: 0, gates: []}
 baseline: base
 """
