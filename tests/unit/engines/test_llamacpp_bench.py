@@ -111,6 +111,7 @@ def test_a_run_with_the_reference_shows_it_beside_each_arms_decode_rate_in_80_co
     assert refs["spec-off"].depth == depth and refs["spec-off"].n_gen == n_gen and refs["spec-off"].tg_tps == 120.0
 
     summary = summarize_run(run_path, n_boot=200, seed=0)
+    assert refs["spec-off"].server_tps is not None
     assert summary.references["spec-off"].share == pytest.approx(refs["spec-off"].server_tps / 120.0)
     assert "llama-bench tg" in render_markdown(summary)
     sink = io.StringIO()  # as piped, through the command line's console
