@@ -24,19 +24,29 @@ if TYPE_CHECKING:  # the same names, for type checkers
     )
     from .common.gguf_header import GgufHeader, read_gguf_header
     from .config.schema import Arm, BakeoffFile, Prompt, Settings, Speculative, Workload
-    from .engine.adapter import (
+    from .engine.checks import method_key, read_effective
+    from .engine.client import bounded_get
+    from .engine.container import ComposeImage, Mounts, compose_service_spec, docker_run
+    from .engine.contract import (
         KNOBS,
         Capabilities,
         DraftRule,
-        Effective,
         EngineAdapter,
         FailureRule,
         LaunchInputs,
         LaunchSpec,
         MethodKnobs,
         Missing,
-        NMaxSchedule,
         NoOptions,
+        cli_flags,
+    )
+    from .engine.effective import Effective, compare_effective
+    from .engine.install import Installer, Program
+    from .engine.launch import build_launch, compose_service, install_hint, resolve_launch
+    from .engine.metrics import MetricKey, delta, scrape
+    from .engine.models import BUILTIN_MODELS, cache_root, resolve_model, smollm2_gguf
+    from .engine.pieces import (
+        NMaxSchedule,
         PrefixCache,
         Reader,
         ReferenceBench,
@@ -46,22 +56,9 @@ if TYPE_CHECKING:  # the same names, for type checkers
         ServerStats,
         StructuredOutputs,
         Witness,
-        build_launch,
-        cli_flags,
-        compose_service,
         first_matching_line,
-        install_hint,
-        method_key,
         openai_model_id,
-        read_effective,
-        resolve_launch,
     )
-    from .engine.client import bounded_get
-    from .engine.container import ComposeImage, Mounts, compose_service_spec, docker_run
-    from .engine.effective import compare_effective
-    from .engine.install import Installer, Program
-    from .engine.metrics import MetricKey, delta, scrape
-    from .engine.models import BUILTIN_MODELS, cache_root, resolve_model, smollm2_gguf
     from .engine.readback import (
         LATE_LOG_WAIT_S,
         EngineLog,
@@ -93,36 +90,36 @@ _EXPORTS: dict[str, str] = {
     "Settings": "config.schema",
     "Speculative": "config.schema",
     "Workload": "config.schema",
-    "KNOBS": "engine.adapter",
-    "Capabilities": "engine.adapter",
-    "DraftRule": "engine.adapter",
-    "Effective": "engine.adapter",
-    "EngineAdapter": "engine.adapter",
-    "FailureRule": "engine.adapter",
-    "LaunchInputs": "engine.adapter",
-    "LaunchSpec": "engine.adapter",
-    "MethodKnobs": "engine.adapter",
-    "Missing": "engine.adapter",
-    "NoOptions": "engine.adapter",
-    "SelftestCase": "engine.adapter",
-    "SelftestRow": "engine.adapter",
-    "ServerStats": "engine.adapter",
-    "NMaxSchedule": "engine.adapter",
-    "PrefixCache": "engine.adapter",
-    "Reader": "engine.adapter",
-    "ReferenceBench": "engine.adapter",
-    "Selftest": "engine.adapter",
-    "StructuredOutputs": "engine.adapter",
-    "Witness": "engine.adapter",
-    "build_launch": "engine.adapter",
-    "compose_service": "engine.adapter",
-    "install_hint": "engine.adapter",
-    "cli_flags": "engine.adapter",
-    "first_matching_line": "engine.adapter",
-    "method_key": "engine.adapter",
-    "openai_model_id": "engine.adapter",
-    "read_effective": "engine.adapter",
-    "resolve_launch": "engine.adapter",
+    "KNOBS": "engine.contract",
+    "Capabilities": "engine.contract",
+    "DraftRule": "engine.contract",
+    "Effective": "engine.effective",
+    "EngineAdapter": "engine.contract",
+    "FailureRule": "engine.contract",
+    "LaunchInputs": "engine.contract",
+    "LaunchSpec": "engine.contract",
+    "MethodKnobs": "engine.contract",
+    "Missing": "engine.contract",
+    "NoOptions": "engine.contract",
+    "SelftestCase": "engine.pieces",
+    "SelftestRow": "engine.pieces",
+    "ServerStats": "engine.pieces",
+    "NMaxSchedule": "engine.pieces",
+    "PrefixCache": "engine.pieces",
+    "Reader": "engine.pieces",
+    "ReferenceBench": "engine.pieces",
+    "Selftest": "engine.pieces",
+    "StructuredOutputs": "engine.pieces",
+    "Witness": "engine.pieces",
+    "build_launch": "engine.launch",
+    "compose_service": "engine.launch",
+    "install_hint": "engine.launch",
+    "cli_flags": "engine.contract",
+    "first_matching_line": "engine.pieces",
+    "method_key": "engine.checks",
+    "openai_model_id": "engine.pieces",
+    "read_effective": "engine.checks",
+    "resolve_launch": "engine.launch",
     "bounded_get": "engine.client",
     "Installer": "engine.install",
     "Program": "engine.install",

@@ -11,7 +11,8 @@ import typer
 from rich.markup import escape
 
 from ..common.errors import CapabilityNotSupported, ConfigError
-from ..engine.adapter import EngineAdapter, install_hint
+from ..engine.contract import EngineAdapter
+from ..engine.launch import install_hint
 from ..engine.registry import list_engines, load_engine
 from ..reports.layout import print_rows
 from .console import make_console

@@ -38,8 +38,9 @@ import yaml
 from ..common.errors import ConfigError, EngineStartupError, EngineUnavailable
 from ..config.schema import Arm
 from ..host.hostinfo import CpuMeter
-from .adapter import PLAN_WORKDIR, EngineAdapter, compose_service, resolve_launch
 from .container import ExitGuard
+from .contract import EngineAdapter
+from .launch import PLAN_WORKDIR, compose_service, resolve_launch
 from .launcher import startup_error_from_log
 
 __all__ = [

@@ -19,7 +19,7 @@ from typing import Any
 from ..config.fingerprint import ArmFingerprint, canonical_arm, fingerprint_of
 from ..config.prompts import resolve_prompts
 from ..config.schema import Arm, Workload
-from .adapter import EngineAdapter
+from .contract import EngineAdapter
 from .models import BUILTIN_MODELS, cached_builtin
 
 __all__ = ["arm_fingerprint", "model_identity", "HEAD_BYTES"]

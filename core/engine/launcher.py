@@ -32,8 +32,10 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 
 from ..common.errors import EngineStartupError, EngineUnavailable
 from ..host.hostinfo import CpuMeter, docker_container_ids
-from .adapter import EngineAdapter, LaunchSpec, first_matching_line, install_hint
 from .container import ExitGuard
+from .contract import EngineAdapter, LaunchSpec
+from .launch import install_hint
+from .pieces import first_matching_line
 
 __all__ = ["CANNOT_LOAD", "free_port", "port_is_free", "Engine", "stop_all", "LogCursor", "startup_error_from_log",
            "running_dir", "stop_leftover_engines", "NOT_INHERITED", "SharedEngine"]

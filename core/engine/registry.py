@@ -14,7 +14,7 @@ from stevedore import driver
 
 from ..common.errors import EngineUnavailable, UnknownEngineError
 from ..common.textfmt import did_you_mean
-from .adapter import EngineAdapter
+from .contract import EngineAdapter
 
 __all__ = ["GROUP", "KNOWN_PLUGINS", "EngineInfo", "engine_names", "list_engines", "load_engine", "unknown_engine"]
 

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 
 from ..config.schema import Arm
-from ..engine.adapter import Effective
 from ..engine.client import StreamResult, stream_chat
+from ..engine.effective import Effective
 
 __all__ = ["Batch", "run_batch", "effective_slots", "refused_levels"]
 

@@ -24,8 +24,9 @@ from typing import Any, Literal
 
 from ..analysis.acceptance import ACCEPTANCE_FIELDS, acceptance_detail
 from ..config.schema import Arm, Prompt, SamplingMode, Workload
-from ..engine.adapter import EngineAdapter, ServerStats
 from ..engine.client import StreamResult, TokenCounts
+from ..engine.contract import EngineAdapter
+from ..engine.pieces import ServerStats
 from ..host.hostinfo import FOREIGN_LOAD_FLOOR
 from ..results.flags import (
     BURST_DELIVERY,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ..common.errors import MeasurementError
 from ..config.schema import Arm, Prompt
-from ..engine.adapter import Effective
+from ..engine.effective import Effective
 
 __all__ = ["DepthInfo", "DepthBuilder", "filler_words", "effective_context", "refused_depths", "needle_found"]
 

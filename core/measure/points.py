@@ -19,8 +19,9 @@ import httpx
 
 from ..config.schema import Arm, Prompt, Workload
 from ..config.sessions import Session
-from ..engine.adapter import Effective, EngineAdapter
 from ..engine.client import StreamResult
+from ..engine.contract import EngineAdapter
+from ..engine.effective import Effective
 from ..results.flags import (
     CACHE_IMPOSSIBLE,
     CACHE_MISS,

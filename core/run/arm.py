@@ -29,11 +29,13 @@ from ..analysis.fairness import OUTPUTS_FILE, finish_flags, output_line
 from ..common.errors import EngineStartupError
 from ..common.redact import LiveLogMasker, redact_argv
 from ..config.schema import Arm, Prompt, SamplingMode, Workload
-from ..engine.adapter import Effective, build_launch, read_effective
 from ..engine.attach import attach_base, probe_attached
+from ..engine.checks import read_effective
 from ..engine.client import StreamResult, stream_chat
 from ..engine.compose import ComposeEngine, project_name
+from ..engine.effective import Effective
 from ..engine.hardware import attach_gpu_sample, offload_mismatch, visible_devices_env
+from ..engine.launch import build_launch
 from ..engine.launcher import Engine, LogCursor, RunningEngine, SharedEngine, free_port, port_is_free
 from ..engine.models import cache_root
 from ..engine.readback import EngineLog

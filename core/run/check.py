@@ -5,7 +5,7 @@ expanded, relative model paths resolved); calibration sections become their arms
 named, not made. Every arm is validated against its adapter (its ``options:``, the knobs its engine declares),
 the workload against the arms (prompts, depths, concurrency, phases, live service). What the machine lacks is
 collected per arm with the command that provides it — the engine (the adapter's
-:meth:`~bakeoff.core.engine.adapter.EngineAdapter.missing`), a plugin, model files, Docker, an API key — and is
+:meth:`~bakeoff.core.engine.contract.EngineAdapter.missing`), a plugin, model files, Docker, an API key — and is
 a warning, not an error: the file is fine, the machine is not ready yet. What the run itself would refuse is an
 error here, said in the run's words by the run's own checks: a model path naming no file, a structured kind or
 a sessions workload the engine cannot take, a fixed port another process holds, and for ``gate:`` and ``tune:``
@@ -30,7 +30,8 @@ from ..config.loader import load_bakeoff
 from ..config.prompts import resolve_prompts
 from ..config.schema import Arm, BakeoffFile
 from ..config.tune import race_config, tune_arms, verify_config
-from ..engine.adapter import EngineAdapter, check_arm_capabilities, check_structured
+from ..engine.checks import check_arm_capabilities, check_structured
+from ..engine.contract import EngineAdapter
 from ..engine.models import builtin_cached, resolve_model
 from ..engine.registry import KNOWN_PLUGINS, load_engine
 from ..measure.points import factors_text, request_factors, samples_expected

@@ -25,7 +25,7 @@ from ..common.redact import redact_argv, redact_text
 from ..config.checks import check_live_config, stops_live
 from ..config.live import LiveService
 from ..config.schema import BakeoffFile
-from ..engine.adapter import build_launch
+from ..engine.launch import build_launch
 from ..results.record import LiveRecord
 from ..results.store import RunDir
 from .plan import plan_run

@@ -1,8 +1,8 @@
 """The plan: everything decided before the first engine starts.
 
 :func:`plan_run` loads each arm's adapter, validates its engine options, and refuses, before anything
-launches, what the run could not measure honestly: a knob the engine lacks (core/engine/adapter.py
-:func:`~bakeoff.core.engine.adapter.check_arm_capabilities`, beside the declarations it enforces), a missing API
+launches, what the run could not measure honestly: a knob the engine lacks (core/engine/checks.py
+:func:`~bakeoff.core.engine.checks.check_arm_capabilities`, beside the declarations it enforces), a missing API
 key, an arm whose differences from another have no effect, a depth or concurrency level the arm's own
 settings rule out; then each adapter's preflight inspects its files. It draws the per-pass arm orders from
 the recorded seed and regroups them so arms that share a server run back to back. :func:`run_record` is
@@ -29,18 +29,13 @@ from ..config.fingerprint import flatten
 from ..config.prompts import resolve_prompts
 from ..config.schema import Arm, BakeoffFile, Prompt, SamplingMode, Workload
 from ..config.sessions import Session, load_sessions, pin_conversations
-from ..engine.adapter import (
-    EngineAdapter,
-    Reader,
-    check_arm_capabilities,
-    check_program,
-    check_structured,
-    launch_fingerprint,
-    method_key,
-)
+from ..engine.checks import check_arm_capabilities, check_structured, method_key
+from ..engine.contract import EngineAdapter
 from ..engine.fingerprint import arm_fingerprint
 from ..engine.hardware import hardware_record
+from ..engine.launch import check_program, launch_fingerprint
 from ..engine.launcher import port_is_free
+from ..engine.pieces import Reader
 from ..engine.registry import load_engine
 from ..host.hostinfo import host_info
 from ..measure.depth import refused_depths

@@ -29,8 +29,9 @@ from ..common.errors import ConfigError, EngineError, PromoteError, RunRecordErr
 from ..common.redact import REDACTED, masked_settings
 from ..config.live import LiveService
 from ..config.schema import Arm
-from ..engine.adapter import EngineAdapter, build_launch
 from ..engine.compose import ComposeEngine, build_project, compose_command
+from ..engine.contract import EngineAdapter
+from ..engine.launch import build_launch
 from ..engine.launcher import Engine, free_port
 from ..engine.registry import load_engine
 from ..results.store import RunDir

@@ -16,13 +16,15 @@ from pathlib import Path
 
 from ..common.errors import BakeoffError
 from ..config.schema import BakeoffFile, Prompt, Workload
-from ..engine.adapter import EngineAdapter, SelftestCase, SelftestRow, selftest_cases
+from ..engine.checks import selftest_cases
+from ..engine.contract import EngineAdapter
+from ..engine.pieces import SelftestCase, SelftestRow
 from ..results.flags import SETTINGS_MISMATCH, flag_name
 from ..results.store import RunDir, new_run_dir, read_samples
 from .plan import plan_run, run_record
 from .protocol import run_plan
 
-# SelftestCase and SelftestRow live beside the adapter hook that returns them (core/engine/adapter.py); re-exported.
+# SelftestCase and SelftestRow live beside the adapter hook that returns them (core/engine/pieces.py); re-exported.
 __all__ = ["SelftestCase", "SelftestRow", "run_case", "run_cases", "run_selftest", "selftest_workload"]
 
 SELFTEST_PROMPT = Prompt(name="selftest", kind="code", messages=[

@@ -56,7 +56,9 @@ from ..config.tune import (
     verify_config,
     winner_file,
 )
-from ..engine.adapter import EngineAdapter, build_launch, with_n_max_schedule
+from ..engine.checks import with_n_max_schedule
+from ..engine.contract import EngineAdapter
+from ..engine.launch import build_launch
 from ..engine.registry import load_engine
 from ..results.sample import Sample
 from ..results.store import RunDir

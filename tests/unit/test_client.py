@@ -19,8 +19,8 @@ import pytest
 from sse_fakes import SSE_HEAD, chunk, ev, normal_events, paced_client, serve
 
 from bakeoff.core.engine import client
-from bakeoff.core.engine.adapter import openai_model_id
 from bakeoff.core.engine.client import Event, StreamResult, bounded_get, record_stream, stream_chat
+from bakeoff.core.engine.pieces import openai_model_id
 from bakeoff.core.measure.definitions import StreamAccount, account
 from bakeoff.engines.exllama import ExllamaAdapter
 from bakeoff.engines.llamacpp import LlamaCppAdapter

@@ -27,7 +27,7 @@ from bakeoff.core.common.errors import (
     EngineUnavailable,
 )
 from bakeoff.core.config.schema import Arm, Settings
-from bakeoff.core.engine.adapter import EngineAdapter, LaunchSpec, check_arm_capabilities
+from bakeoff.core.engine.checks import check_arm_capabilities
 from bakeoff.core.engine.compose import (
     ARM_LABEL,
     ComposeEngine,
@@ -37,6 +37,7 @@ from bakeoff.core.engine.compose import (
     project_name,
     validate_service,
 )
+from bakeoff.core.engine.contract import EngineAdapter, LaunchSpec
 from bakeoff.engines.llamacpp.adapter import COMPOSE_IMAGE_CPU, COMPOSE_IMAGE_CUDA, LlamaCppAdapter
 
 ROOT = Path(__file__).resolve().parents[2]

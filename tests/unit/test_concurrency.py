@@ -15,8 +15,10 @@ from bakeoff.core import LaunchInputs
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm, Prompt, Settings, Workload
-from bakeoff.core.engine.adapter import Capabilities, Effective, EngineAdapter, LaunchSpec, Reader
 from bakeoff.core.engine.client import StreamResult
+from bakeoff.core.engine.contract import Capabilities, EngineAdapter, LaunchSpec
+from bakeoff.core.engine.effective import Effective
+from bakeoff.core.engine.pieces import Reader
 from bakeoff.core.measure.concurrency import (
     Batch,
     effective_slots,

@@ -15,8 +15,8 @@ from sse_fakes import SSE_HEAD, chunk, ev, serve
 
 from bakeoff.core.analysis.stats import EXCLUDING_FLAGS
 from bakeoff.core.config.schema import Arm
-from bakeoff.core.engine.adapter import ServerStats
 from bakeoff.core.engine.client import stream_chat
+from bakeoff.core.engine.pieces import ServerStats
 from bakeoff.core.measure.definitions import make_sample
 from bakeoff.core.results.sample import Sample
 from engines.openai.adapter import OpenAICompatAdapter

@@ -14,7 +14,8 @@ from bakeoff.core import LaunchInputs
 from bakeoff.core.common.errors import CapabilityNotSupported, ConfigError, MeasurementError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm, Prompt, Settings
-from bakeoff.core.engine.adapter import Effective, EngineAdapter, LaunchSpec
+from bakeoff.core.engine.contract import EngineAdapter, LaunchSpec
+from bakeoff.core.engine.effective import Effective
 from bakeoff.core.measure.depth import (
     DepthBuilder,
     effective_context,

@@ -17,7 +17,7 @@ import pytest
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.placement import blocks_of
-from bakeoff.core.engine.adapter import LaunchSpec
+from bakeoff.core.engine.contract import LaunchSpec
 from bakeoff.core.engine.launcher import Engine
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.run.block import run_block

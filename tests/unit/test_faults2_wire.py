@@ -145,7 +145,7 @@ def test_a_complete_answer_on_a_kept_open_connection_is_not_a_stall(framing: str
 
 
 def test_openai_model_id_says_why_it_found_none() -> None:
-    from bakeoff.core.engine.adapter import openai_model_id
+    from bakeoff.core.engine.pieces import openai_model_id
 
     def refuse() -> Iterator[bytes | float]:
         yield b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 7\r\n\r\nloading"

@@ -32,7 +32,7 @@ COMPOSE_BAKEOFF = textwrap.dedent('''
     import sys, time
     from pathlib import Path
     from bakeoff.core.config.schema import Arm
-    from bakeoff.core.engine.adapter import EngineAdapter, LaunchSpec
+    from bakeoff.core.engine.contract import EngineAdapter, LaunchSpec
     from bakeoff.core.engine.compose import ComposeEngine
     from bakeoff.core.engine.container import ComposeImage
 
@@ -56,7 +56,7 @@ COMPOSE_BAKEOFF = textwrap.dedent('''
 DOCKER_BAKEOFF = textwrap.dedent('''
     import sys, time
     from pathlib import Path
-    from bakeoff.core.engine.adapter import LaunchSpec
+    from bakeoff.core.engine.contract import LaunchSpec
     from bakeoff.core.engine.launcher import Engine
     from bakeoff.engines.sim.adapter import SimAdapter
 

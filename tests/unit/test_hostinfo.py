@@ -17,7 +17,7 @@ from typing import Any, cast
 import pytest
 
 from bakeoff.core.engine import launcher
-from bakeoff.core.engine.adapter import LaunchSpec
+from bakeoff.core.engine.contract import LaunchSpec
 from bakeoff.core.host import hostinfo
 from bakeoff.core.host.hostinfo import CpuMeter, docker_container_ids
 from bakeoff.engines.sim import SimAdapter

@@ -85,7 +85,7 @@ def _core_graph() -> dict[str, set[str]]:
                 deps.add("")
             elif target.startswith(f"{PACKAGE}."):
                 name = target.removeprefix(f"{PACKAGE}.")
-                while name and name not in known:  # bakeoff.core.engine.adapter.Capabilities -> adapter
+                while name and name not in known:  # bakeoff.core.engine.contract.Capabilities -> contract
                     name = name.rpartition(".")[0]
                 deps.add(name)
         deps.discard(module)

@@ -20,7 +20,8 @@ import pytest
 from bakeoff.core import KNOBS, EngineAdapter, Workload
 from bakeoff.core.common.errors import CapabilityNotSupported
 from bakeoff.core.config.schema import Arm
-from bakeoff.core.engine.adapter import check_arm_capabilities, launch_fingerprint
+from bakeoff.core.engine.checks import check_arm_capabilities
+from bakeoff.core.engine.launch import launch_fingerprint
 
 for _src in sorted((Path(__file__).resolve().parents[2] / "plugins").glob("*/src")):
     if str(_src) not in sys.path:

@@ -13,7 +13,7 @@ import pytest
 from bakeoff.core import LaunchInputs, build_launch
 from bakeoff.core.common.errors import EngineStartupError
 from bakeoff.core.config.schema import Arm
-from bakeoff.core.engine.adapter import EngineAdapter, LaunchSpec
+from bakeoff.core.engine.contract import EngineAdapter, LaunchSpec
 from bakeoff.core.engine.launcher import Engine, port_is_free
 
 # An engine that, like vLLM, binds its port only after loading for a while, then fails to bind.

@@ -10,7 +10,7 @@ import pytest
 from bakeoff.core import LaunchInputs
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm
-from bakeoff.core.engine.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
+from bakeoff.core.engine.contract import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
 from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.results.store import RunDir
 from bakeoff.core.run import plan as plan_module

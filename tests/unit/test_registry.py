@@ -8,7 +8,7 @@ import pytest
 
 from bakeoff.core.common.errors import EngineUnavailable, UnknownEngineError
 from bakeoff.core.engine import registry
-from bakeoff.core.engine.adapter import EngineAdapter
+from bakeoff.core.engine.contract import EngineAdapter
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 
 FAKE = {

@@ -14,7 +14,7 @@ from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import load_bakeoff
 from bakeoff.core.config.schema import SyntheticSessions
 from bakeoff.core.config.sessions import read_conversations, synthetic_sessions
-from bakeoff.core.engine.adapter import LaunchInputs
+from bakeoff.core.engine.contract import LaunchInputs
 from bakeoff.core.engine.install import Program
 from bakeoff.core.measure.points import cache_flags
 from bakeoff.core.reports.verdict import verdict_of

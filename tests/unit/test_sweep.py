@@ -14,7 +14,7 @@ from bakeoff.core.common.errors import CapabilityNotSupported, ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm, RequestOverrides, Workload
 from bakeoff.core.config.sweep import arm_name_for, expand_sweeps
-from bakeoff.core.engine.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
+from bakeoff.core.engine.contract import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
 from bakeoff.core.engine.launcher import SharedEngine
 from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.run import plan as plan_module

@@ -24,7 +24,7 @@ from bakeoff.core.analysis.stats import (
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm
-from bakeoff.core.engine.adapter import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
+from bakeoff.core.engine.contract import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.run import plan as plan_module
 from bakeoff.core.run.session import run_bakeoff

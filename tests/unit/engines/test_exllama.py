@@ -23,8 +23,9 @@ from bakeoff.core import EngineLog, build_launch
 from bakeoff.core.analysis.stats import EXCLUDING_FLAGS
 from bakeoff.core.common.errors import CapabilityNotSupported, EngineUnavailable, PreflightError
 from bakeoff.core.config.schema import Arm, Workload
-from bakeoff.core.engine.adapter import ServerStats, check_arm_capabilities, check_structured, read_effective
+from bakeoff.core.engine.checks import check_arm_capabilities, check_structured, read_effective
 from bakeoff.core.engine.client import stream_chat
+from bakeoff.core.engine.pieces import ServerStats
 from bakeoff.core.measure.definitions import account, make_sample, request_fields
 from bakeoff.core.measure.points import cache_flags
 from bakeoff.core.results.sample import Sample

@@ -15,7 +15,7 @@ from sse_fakes import split_events
 from bakeoff.core import EngineLog, build_launch
 from bakeoff.core.common.errors import CapabilityNotSupported, PreflightError
 from bakeoff.core.config.schema import Arm, Workload
-from bakeoff.core.engine.adapter import check_arm_capabilities, read_effective
+from bakeoff.core.engine.checks import check_arm_capabilities, read_effective
 from bakeoff.core.engine.metrics import parse_metrics
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 

@@ -163,7 +163,7 @@ def test_cpu_only_build_is_a_mismatch_even_without_the_warning(tmp_path: Path) -
 
 
 def test_settings_gpus_set_cuda_visible_devices_for_any_engine() -> None:
-    from bakeoff.core.engine.adapter import check_arm_capabilities
+    from bakeoff.core.engine.checks import check_arm_capabilities
     from bakeoff.core.engine.hardware import visible_devices_env
 
     arm = _arm(gpus=[1, 0])

@@ -10,7 +10,7 @@ import pytest
 
 from bakeoff.core.common.errors import CapabilityNotSupported, PreflightError
 from bakeoff.core.config.schema import Arm
-from bakeoff.core.engine.adapter import check_arm_capabilities
+from bakeoff.core.engine.checks import check_arm_capabilities
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.llamacpp.gguf_meta import read_gguf_facts
 from bakeoff.engines.llamacpp.synth import SynthSpec, synth_pair, synthesize, toy_tokenizer

@@ -25,7 +25,7 @@ from bakeoff.core.common.errors import (
 )
 from bakeoff.core.config.loader import load_bakeoff
 from bakeoff.core.config.schema import Arm, Workload
-from bakeoff.core.engine.adapter import check_arm_capabilities, read_effective
+from bakeoff.core.engine.checks import check_arm_capabilities, read_effective
 from bakeoff.core.engine.client import stream_chat
 from bakeoff.core.engine.metrics import parse_metrics
 from bakeoff.core.engine.models import cache_root

@@ -22,7 +22,7 @@ from bakeoff.core import (
     build_launch,
     read_effective,
 )
-from bakeoff.core.engine.adapter import check_arm_capabilities
+from bakeoff.core.engine.checks import check_arm_capabilities
 from bakeoff_ikllama import adapter as ik_module
 from bakeoff_ikllama import build as ik_build
 from bakeoff_ikllama.adapter import (

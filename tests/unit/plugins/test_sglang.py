@@ -31,7 +31,7 @@ from bakeoff.core import (
     resolve_launch,
 )
 from bakeoff.core.analysis.acceptance import acceptance_detail
-from bakeoff.core.engine.adapter import check_arm_capabilities
+from bakeoff.core.engine.checks import check_arm_capabilities
 from bakeoff.core.engine.compose import build_project
 from bakeoff.core.measure.definitions import request_fields
 from bakeoff_sglang import adapter as sglang_module

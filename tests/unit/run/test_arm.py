@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from bakeoff.core.config.loader import parse_bakeoff
-from bakeoff.core.engine.adapter import Effective, read_effective
+from bakeoff.core.engine.checks import read_effective
+from bakeoff.core.engine.effective import Effective
 from bakeoff.core.host.hostinfo import CpuMeter
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import read_samples
