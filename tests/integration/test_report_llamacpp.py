@@ -48,7 +48,7 @@ def test_until_ci_run_then_report(llama_server: Path, smollm2: Path, tmp_path: P
     meta = json.loads((run / "run.json").read_text())
     passes = len(meta["orders"])
     # one planned, two added: the rule's minimum, which --max-passes 3 also caps (extra_launches 0: on a busy box
-    # launches in two speed bands would draw a launch pass beyond it, tested in tests/unit/test_extra_launches.py)
+    # launches in two speed bands would draw a launch pass beyond it, tested in tests/unit/run/test_extra_launches.py)
     assert passes == 3
     samples = read_samples(run)
     assert {s.pass_index for s in samples} == set(range(passes))
@@ -65,7 +65,8 @@ def test_until_ci_run_then_report(llama_server: Path, smollm2: Path, tmp_path: P
         assert f"{c.ratio.estimate:.3f}× ({c.ratio.lo:.3f}–{c.ratio.hi:.3f}) {c.verdict}" in report.stdout
     # Identical arms: the verdict must follow its own interval, and the twin must produce the same greedy output.
     # Whether a real A/A pair comes out "not separable" depends on the machine's noise (a shared CI runner slowed
-    # one arm by 7.5 % over 8 pairs); the false-alarm rate is checked on simulated noise in tests/unit/test_stats.py.
+    # one arm by 7.5 % over 8 pairs); the false-alarm rate is checked on simulated noise in
+    # tests/unit/analysis/test_stats.py.
     twin = summarize_run(run, level=0.99, drop_foreign_load=True).comparison("spec-off-twin")
     assert twin is not None
     lo, hi = twin.ratio.lo, twin.ratio.hi

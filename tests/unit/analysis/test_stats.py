@@ -246,7 +246,7 @@ def test_stateful_speculators_warn_only_with_several_reps() -> None:
 
 
 def _coverage_module() -> object:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "ci_coverage.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "ci_coverage.py"
     spec = importlib.util.spec_from_file_location("ci_coverage", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -319,7 +319,7 @@ def test_the_readme_names_exactly_the_flags_that_keep_a_sample_out() -> None:
 
     from bakeoff.core.analysis.stats import EXCLUDING_FLAGS
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     said = re.search(r"Exactly (\w+) flags keep a sample out:\s+(.+?);", readme, re.S)
     assert said, "the README's sentence on excluding flags is gone"
     named = re.findall(r"`([a-z-]+)`", said.group(2))

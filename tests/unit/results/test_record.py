@@ -13,7 +13,7 @@ from bakeoff.core.common.errors import NewerRunRecordError, NewerSchemaError, Ru
 from bakeoff.core.results.record import RUN_SCHEMA_VERSION, RunRecord, parse_run_record
 from bakeoff.core.results.store import RunDir
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "reports" / "llamacpp-run"
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "reports" / "llamacpp-run"
 
 
 def _copy_fixture(tmp_path: Path) -> Path:
@@ -109,7 +109,7 @@ def test_an_empty_directory_reads_as_an_empty_record_and_opening_creates_nothing
     assert not missing.exists()
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 COMMITTED_RUNS = sorted(p.parent for root in ("evidence", "tests/fixtures") for p in (REPO / root).rglob("run.json"))
 
 

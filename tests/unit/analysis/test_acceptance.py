@@ -24,7 +24,7 @@ from bakeoff.engines.exllama.adapter import ExllamaAdapter
 from bakeoff.engines.llamacpp.adapter import M_PER_POS, LlamaCppAdapter
 from bakeoff.engines.vllm.adapter import VllmAdapter
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 MATCHED = FIX / "llamacpp" / "matched-draft-simple"
 
 

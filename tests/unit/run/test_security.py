@@ -19,7 +19,7 @@ from bakeoff.core.results.record import ArmAttempt, RunRecord
 from bakeoff.core.run.arm import _headers
 from bakeoff.core.run.plan import plan_run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _python_sources() -> list[Path]:

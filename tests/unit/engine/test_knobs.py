@@ -23,7 +23,7 @@ from bakeoff.core.config.schema import Arm
 from bakeoff.core.engine.checks import check_arm_capabilities
 from bakeoff.core.engine.launch import launch_fingerprint
 
-for _src in sorted((Path(__file__).resolve().parents[2] / "plugins").glob("*/src")):
+for _src in sorted((Path(__file__).resolve().parents[3] / "plugins").glob("*/src")):
     if str(_src) not in sys.path:
         sys.path.insert(0, str(_src))
 

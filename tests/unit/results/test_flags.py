@@ -18,7 +18,7 @@ from bakeoff.core.measure.definitions import account
 from bakeoff.core.results import flags as F
 from bakeoff.core.results.sample import Sample
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # every module that can put a flag on a sample: core (measure, engine, run, analysis), built-in engines, plugins
 WRITERS = sorted([*(ROOT / "core").rglob("*.py"), *(ROOT / "engines").rglob("*.py"),
                   *(ROOT / "plugins").glob("*/src/**/*.py")])

@@ -32,7 +32,7 @@ from bakeoff.core.run.live import redact
 from bakeoff.core.run.watchdog import health_problem
 from bakeoff.engines.sim import SERVER
 
-SERVICE = Path(__file__).resolve().parents[1] / "fixtures" / "live_service.py"
+SERVICE = Path(__file__).resolve().parents[2] / "fixtures" / "live_service.py"
 BAKEOFF = shutil.which("bakeoff") or str(Path(sys.executable).with_name("bakeoff"))
 
 
@@ -338,7 +338,7 @@ def test_compare_phases_pairs_each_knob_with_both_neighbours() -> None:
     assert slow.verdict == "slower"
 
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("live-*.yaml"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("live-*.yaml"))
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from compose_cli import compose_cli, compose_config
 
 from bakeoff.core import ComposeImage, LaunchInputs, compose_service, resolve_launch
 from bakeoff.core.common.errors import (
@@ -40,28 +41,11 @@ from bakeoff.core.engine.compose import (
 from bakeoff.core.engine.contract import EngineAdapter, LaunchSpec
 from bakeoff.engines.llamacpp.adapter import COMPOSE_IMAGE_CPU, COMPOSE_IMAGE_CUDA, LlamaCppAdapter
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STACKS = sorted((ROOT / "compose").glob("*/compose.yaml"))
 GPU_STACKS = {"llamacpp-cuda", "vllm-cuda", "tabbyapi", "sglang"}
 # variables the stacks require (${VAR:?...}); any value will do for validation
 STACK_ENV = {"LLAMA_MODEL": "m.gguf", "VLLM_MODEL": "m", "TABBY_MODEL": "m", "SGLANG_MODEL": "m"}
-
-
-def compose_cli() -> list[str]:
-    try:
-        return compose_command()
-    except EngineUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must validate compose files: {exc}")
-        pytest.skip(f"{exc}")
-
-
-def compose_config(cli: list[str], file: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """``compose config --format json``: the file checked against the compose specification, normalized."""
-    done = subprocess.run([*cli, "-f", str(file), "config", "--format", "json"], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=60, check=False)
-    assert done.returncode == 0, f"{file}: {done.stderr.strip()}"
-    return dict(json.loads(done.stdout))
 
 
 # -- the stacks in compose/ ----------------------------------------------------------------

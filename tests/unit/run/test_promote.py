@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_compose import compose_cli, compose_config
+from compose_cli import compose_cli, compose_config
 from test_live import LiveSim, live  # noqa: F401 - the fixture
 
 from bakeoff.core.common.errors import PromoteError
@@ -24,7 +24,7 @@ from bakeoff.core.run.live import service_commands
 from bakeoff.core.run.promote import prepare, promote, record_path, revert
 from bakeoff.core.run.watchdog import health_problem
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def recorded_run(tmp: Path, text: str) -> Path:

@@ -26,7 +26,7 @@ from bakeoff.core.measure.depth import (
 from bakeoff.core.run.plan import check_depths_before_launch
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "llamacpp"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "llamacpp"
 PROMPT = Prompt(name="q", messages=[{"role": "system", "content": "Be brief."},
                                     {"role": "user", "content": "Write a haiku about tea."}])
 

@@ -14,11 +14,11 @@ from types import ModuleType
 
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "peers"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "peers"
 
 
 def _module() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "peers.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "peers.py"
     spec = importlib.util.spec_from_file_location("peers", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

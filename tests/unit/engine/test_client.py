@@ -26,7 +26,7 @@ from bakeoff.engines.exllama import ExllamaAdapter
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.vllm import VllmAdapter
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 VLLM_CAPTURE = FIXTURES / "vllm" / "chat_stream_spec_off_continuous_usage.sse"
 
 

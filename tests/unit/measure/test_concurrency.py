@@ -30,7 +30,7 @@ from bakeoff.core.measure.points import Point, PointRunner, arm_points, is_done,
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.run.plan import check_levels_before_launch
 
-SSE = (Path(__file__).parent.parent / "fixtures" / "llamacpp" / "chat_stream_sse.txt").read_bytes()
+SSE = (Path(__file__).parents[2] / "fixtures" / "llamacpp" / "chat_stream_sse.txt").read_bytes()
 PROMPTS = [Prompt(name="a", messages=[{"role": "user", "content": "A?"}]),
            Prompt(name="b", messages=[{"role": "user", "content": "B?"}])]
 

@@ -36,7 +36,7 @@ arms:
   - {name: b, engine: sim, model: sim}
 workload: {prompts: [prose], reps: 3}
 """
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _run(path: Path, reps: int = 3, prompt: str = "prose") -> RunDir:

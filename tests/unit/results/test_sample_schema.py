@@ -20,7 +20,7 @@ from bakeoff.core.reports.export import EXPORT_NAMES, export_run
 from bakeoff.core.results.sample import SAMPLE_SECTIONS, SCHEMA_VERSION, Sample, sample_json_schema
 from bakeoff.core.results.sample_lines import parse_sample
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SAMPLE_FILES = sorted(ROOT.glob("evidence/**/samples.jsonl"))
 
 

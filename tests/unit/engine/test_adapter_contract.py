@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from bakeoff.core import Arm, EngineAdapter, LaunchInputs, LaunchSpec, NoOptions, build_launch
 from bakeoff.engines.llamacpp.adapter import LlamaCppAdapter, LlamaCppOptions
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PLUGIN_SRC = sorted(str(p) for p in (ROOT / "plugins").glob("*/src"))
 
 

@@ -12,7 +12,7 @@ from bakeoff.core.results.store import RunDir
 
 
 def _module() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "time_to_verdict.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "time_to_verdict.py"
     spec = importlib.util.spec_from_file_location("time_to_verdict", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
