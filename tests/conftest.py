@@ -16,12 +16,16 @@ import time
 import uuid
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))  # hostile_server, importable from every tier
 from hostile_server import HostileServer
+
+if TYPE_CHECKING:
+    from bakeoff.core.engine.contract import EngineAdapter
 
 # The tests read tables and long lines whole: they run 200 columns wide, as bakeoff piped once did by default (80
 # today); tests/unit/cli/test_screen_width.py holds every command's default output to 80 columns
@@ -119,6 +123,41 @@ def hostile_server() -> Iterator[HostileServer]:
 # -- the real-engine tier cannot skip silently in CI (AUDIT H3) -----------------------------------------------
 REAL_ENGINE_MARKERS = ("integration", "vllm")  # tests that need llama-server, vLLM or Chromium
 _REAL_ENGINE_LINE = pytest.StashKey[str]()
+
+
+# A launch command a fake gives instead of the sim server's: a list, or built from the arm and the launch inputs
+FakeArgv = list[str] | Callable[[Any, Any], list[str]]
+
+
+class FakeAdapterFactory(Protocol):
+    def __call__(self, name: str = "fake", *, argv: FakeArgv | None = None, **declared: Any) -> EngineAdapter: ...
+
+
+@pytest.fixture
+def fake_adapter() -> FakeAdapterFactory:
+    """The unit tests' one fake engine: the sim's adapter (engines/sim) under another name, with what a test declares.
+
+    ``fake_adapter(name, capabilities=..., reader=..., ...)`` gives an instance of a subclass of ``SimAdapter`` whose
+    class attributes are the ones given (declarations, not state: the contract keeps none on the adapter), so the
+    shortest fake is the sim itself and every other is the sim with one declaration changed. ``argv`` replaces the
+    sim server's command line where a test launches something else, or nothing (``["true"]``).
+    """
+    from bakeoff.core.engine.contract import LaunchSpec
+    from bakeoff.engines.sim import SimAdapter
+
+    def make(name: str = "fake", *, argv: FakeArgv | None = None, **declared: Any) -> EngineAdapter:
+        body: dict[str, Any] = {"name": name, **declared}
+        if argv is not None:
+            command = argv
+
+            def launch_spec(self: EngineAdapter, arm: Any, launch: Any) -> LaunchSpec:
+                return LaunchSpec(argv=command(arm, launch) if callable(command) else list(command))
+
+            body["launch_spec"] = launch_spec
+        adapter: EngineAdapter = type(f"Fake_{name.replace('-', '_')}", (SimAdapter,), body)()
+        return adapter
+
+    return make
 
 
 def _needs_real_engine(item: pytest.Item) -> bool:

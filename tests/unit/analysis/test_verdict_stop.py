@@ -7,13 +7,12 @@ each pass, as ``bakeoff run --until-ci`` asks it; the target is out of reach, so
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import pytest
 
-from bakeoff.core import LaunchInputs
 from bakeoff.core.analysis.stats import (
     MIN_ADAPTIVE_PASSES,
     VERDICT_ALPHA,
@@ -23,8 +22,7 @@ from bakeoff.core.analysis.stats import (
 )
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
-from bakeoff.core.config.schema import Arm
-from bakeoff.core.engine.contract import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
+from bakeoff.core.engine.contract import Capabilities, EngineAdapter, MethodKnobs
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.run import plan as plan_module
 from bakeoff.core.run.session import run_bakeoff
@@ -117,8 +115,8 @@ def test_stop_on_verdict_without_until_ci_is_refused_before_anything_runs(tmp_pa
     assert not (tmp_path / "runs").exists()
 
 
-def test_the_run_hands_the_option_to_the_rule_after_each_pass(monkeypatch: pytest.MonkeyPatch,
-                                                                   tmp_path: Path) -> None:
+def test_the_run_hands_the_option_to_the_rule_after_each_pass(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                              fake_adapter: Callable[..., EngineAdapter]) -> None:
     from bakeoff.core.run import session
 
     asked: list[dict[str, object]] = []
@@ -134,22 +132,12 @@ def test_the_run_hands_the_option_to_the_rule_after_each_pass(monkeypatch: pytes
         return False, "stop"
 
     monkeypatch.setattr(session, "needs_more_passes", rule)
-    monkeypatch.setattr(plan_module, "load_engine", lambda name: FakeEngine())
+    engine = fake_adapter(capabilities=Capabilities(speculative={"none": MethodKnobs()}),
+                          argv=lambda arm, launch: ["true", str(arm.model)])
+    monkeypatch.setattr(plan_module, "load_engine", lambda name: engine)
     config = parse_bakeoff("name: t\nbaseline: a\narms:\n  - {name: a, engine: fake, model: a.gguf}\n"
                            "  - {name: b, engine: fake, model: b.gguf}\n"
                            "workload: {prompts: [prose], equivalence_margin: 2%}\n")
     run_bakeoff(config, tmp_path / "runs", until_ci=0.2, executor=NoEngines(), stop_on_verdict=True)
     assert asked == [{"passes": 1, "target": 0.2, "baseline": "a", "seed": config.workload.seed,
                       "stop_on_verdict": True, "margin": 0.02}]
-
-
-class FakeEngine(EngineAdapter):
-    name: ClassVar[str] = "fake"
-    capabilities: ClassVar[Capabilities] = Capabilities(speculative={"none": MethodKnobs()})
-
-    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
-        return LaunchSpec(argv=["true", str(arm.model)])
-
-
-    def model_ref(self, model: str) -> str:
-        return model  # a fake engine loads no file

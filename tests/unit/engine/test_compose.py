@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -232,22 +232,13 @@ def test_non_loopback_host_is_refused(tmp_path: Path) -> None:
         build_project(LlamaCppAdapter(), arm, 18080, "p")
 
 
-class NoComposeAdapter(EngineAdapter):
-    name = "nocompose"
-
-    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
-        return LaunchSpec(argv=["true"])
-
-    def model_ref(self, model: str) -> str:
-        return model  # a fake engine loads no file
-
-
-def test_adapters_without_the_hook_refuse_compose(tmp_path: Path) -> None:
+def test_adapters_without_the_hook_refuse_compose(tmp_path: Path, fake_adapter: Callable[..., EngineAdapter]) -> None:
     arm = Arm(name="x", engine="nocompose", model="m", launch="compose")
+    no_compose = fake_adapter("nocompose")  # declares no compose image
     with pytest.raises(CapabilityNotSupported, match="launch: compose"):
-        _service(NoComposeAdapter(), arm, 1)
+        _service(no_compose, arm, 1)
     with pytest.raises(CapabilityNotSupported, match="launch 'compose' is not available"):
-        check_arm_capabilities(NoComposeAdapter(), arm)
+        check_arm_capabilities(no_compose, arm)
 
 
 # -- the lifecycle, against a fake compose CLI ---------------------------------------------

@@ -4,6 +4,7 @@ slot checks, fixed work checked, and the points an arm runs."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +12,11 @@ import httpx
 import pytest
 from sse_fakes import split_events
 
-from bakeoff.core import LaunchInputs
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm, Prompt, Settings, Workload
 from bakeoff.core.engine.client import StreamResult
-from bakeoff.core.engine.contract import Capabilities, EngineAdapter, LaunchSpec
+from bakeoff.core.engine.contract import Capabilities, EngineAdapter
 from bakeoff.core.engine.effective import Effective
 from bakeoff.core.engine.pieces import Reader
 from bakeoff.core.measure.concurrency import (
@@ -108,12 +108,12 @@ def test_points_and_resume_keys() -> None:
     assert samples_expected(Workload(reps=3), 2, 1) == 6
 
 
-def test_fixed_work_and_thinking_the_engines_way() -> None:
+def test_fixed_work_and_thinking_the_engines_way(fake_adapter: Callable[..., EngineAdapter]) -> None:
     """Core sets fixed length (tracking the request's own max_tokens) and thinking, as each engine declares."""
     arm = Arm(name="a", engine="x", model="m")
 
     def fields(workload: Workload, max_tokens: int | None = 64, **caps: Any) -> dict[str, Any]:
-        adapter = type("Declared", (Fake,), {"capabilities": Capabilities(**caps)})()
+        adapter = fake_adapter(capabilities=Capabilities(**caps))
         return request_fields(arm, adapter, workload, max_tokens)
 
     assert fields(Workload(), fixed_length_field="min_tokens") == {"min_tokens": 64}
@@ -132,41 +132,37 @@ class WordCounter(Reader):
         return 10 + sum(len(m["content"].split()) for m in messages)
 
 
-class Fake(EngineAdapter):
-    name = "fake"
-    capabilities = Capabilities(fixed_length_field="min_tokens", token_counts="one_per_event")
-    reader = WordCounter()
-
-    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
-        return LaunchSpec(argv=["true"])
-
-    def model_ref(self, model: str) -> str:
-        return model  # a fake engine loads no file
+@pytest.fixture
+def counting(fake_adapter: Callable[..., EngineAdapter]) -> EngineAdapter:
+    """An engine that counts a prompt's tokens by its words (what depth padding asks) and takes min_tokens."""
+    return fake_adapter(capabilities=Capabilities(fixed_length_field="min_tokens", token_counts="one_per_event"),
+                        reader=WordCounter())
 
 
-def _runner(workload: Workload, eff: Effective | None = None, warnings: list[str] | None = None) -> PointRunner:
+def _runner(adapter: EngineAdapter, workload: Workload, eff: Effective | None = None,
+            warnings: list[str] | None = None) -> PointRunner:
     http = httpx.Client(transport=httpx.MockTransport(InFlight(1)), base_url="http://engine")
     arm = Arm(name="arm", engine="fake", model="m")
-    return PointRunner(Fake(), arm, workload, http, eff or Effective(),
+    return PointRunner(adapter, arm, workload, http, eff or Effective(),
                        (warnings.append if warnings is not None else lambda m: None))
 
 
-def test_runner_refuses_what_the_engine_cannot_hold_and_warns_once() -> None:
+def test_runner_refuses_what_the_engine_cannot_hold_and_warns_once(counting: EngineAdapter) -> None:
     warnings: list[str] = []
     w = Workload(depths=[100, 4000], concurrency=[1, 4], max_tokens=64)
-    runner = _runner(w, Effective(context_tokens=2048, slots=2), warnings)
+    runner = _runner(counting, w, Effective(context_tokens=2048, slots=2), warnings)
     assert set(runner.refused) == {"depth 4000", "4 streams"}
     kept = runner.accept(arm_points(w, PROMPTS[:1], ["greedy"]))
     assert {(p.depth, p.concurrency) for p in kept} == {(100, 1)}
     assert len(warnings) == 2 and any("depth 4000 + max_tokens 64 > effective context 2048" in m for m in warnings)
 
 
-def test_runner_pads_to_depth_and_flags_what_did_not_happen() -> None:
-    runner = _runner(Workload(depths=[300], max_tokens=64))
+def test_runner_pads_to_depth_and_flags_what_did_not_happen(counting: EngineAdapter) -> None:
+    runner = _runner(counting, Workload(depths=[300], max_tokens=64))
     body: dict[str, Any] = {"max_tokens": 64, "messages": PROMPTS[0].messages}
     point = Point(PROMPTS[0], "greedy", 0, 300)
     info = runner.prepare(body, point)
-    assert info is not None and Fake().reader.count_prompt_tokens(runner.http, body["messages"]) == 300
+    assert info is not None and counting.reader.count_prompt_tokens(runner.http, body["messages"]) == 300
     result = StreamResult(t_send_ns=0, t_done_ns=1, usage={"completion_tokens": 40, "prompt_tokens": 299})
     stream = account(result, "one_per_event")
     sample = Sample(arm="arm", engine="fake", prompt="a", mode="greedy", rep=0,

@@ -10,11 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bakeoff.core import LaunchInputs
 from bakeoff.core.common.errors import CapabilityNotSupported, ConfigError, MeasurementError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import Arm, Prompt, Settings
-from bakeoff.core.engine.contract import EngineAdapter, LaunchSpec
+from bakeoff.core.engine.contract import EngineAdapter
 from bakeoff.core.engine.effective import Effective
 from bakeoff.core.measure.depth import (
     DepthBuilder,
@@ -112,23 +111,13 @@ def test_context_refusals() -> None:
     assert refused_depths([10**6], 64, None) == {}
 
 
-class NoTokenizer(EngineAdapter):
-    name = "notok"
-
-    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
-        return LaunchSpec(argv=["true"])
-
-    def model_ref(self, model: str) -> str:
-        return model  # a fake engine loads no file
-
-
-def test_before_launch_refusals_name_the_key() -> None:
+def test_before_launch_refusals_name_the_key(fake_adapter: Callable[..., EngineAdapter]) -> None:
     cfg = parse_bakeoff("arms: [{name: a, engine: llamacpp, model: m, settings: {ctx: 2048}}]\n"
                         "workload: {depths: [512, 2048], max_tokens: 64}\n")
     with pytest.raises(ConfigError, match=r"workload.depths: arm 'a': depth 2048 \+ max_tokens 64 > effective"):
         check_depths_before_launch(cfg, {"a": LlamaCppAdapter()})
     with pytest.raises(CapabilityNotSupported, match="notok cannot count prompt tokens"):
-        check_depths_before_launch(cfg, {"a": NoTokenizer()})
+        check_depths_before_launch(cfg, {"a": fake_adapter("notok")})  # a reader with no tokenizer
     with pytest.raises(ConfigError, match=r"workload\.depths"):
         parse_bakeoff("arms: [{name: a, engine: x, model: m}]\nworkload: {depths: [0]}\n")
 

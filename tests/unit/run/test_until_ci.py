@@ -2,33 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
-from bakeoff.core import LaunchInputs
 from bakeoff.core.config.loader import parse_bakeoff
-from bakeoff.core.config.schema import Arm
-from bakeoff.core.engine.contract import Capabilities, EngineAdapter, LaunchSpec, MethodKnobs
+from bakeoff.core.engine.contract import Capabilities, EngineAdapter, MethodKnobs
 from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.results.store import RunDir
 from bakeoff.core.run import plan as plan_module
 from bakeoff.core.run import protocol
 from bakeoff.core.run.events import ProtocolEvents
 from bakeoff.core.run.plan import run_record
-
-
-class StatefulFake(EngineAdapter):
-    name: ClassVar[str] = "fake"
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        speculative={"none": MethodKnobs(), "ngram/mod": MethodKnobs()}, stateful_speculators=("ngram-mod",))
-
-    def launch_spec(self, arm: Arm, launch: LaunchInputs) -> LaunchSpec:
-        return LaunchSpec(argv=["true", str(arm.model), arm.speculative.method])
-
-    def model_ref(self, model: str) -> str:
-        return model  # a fake engine loads no file
 
 
 def _config(passes: int, reps: int = 1) -> str:
@@ -38,8 +25,11 @@ def _config(passes: int, reps: int = 1) -> str:
 
 
 @pytest.fixture(autouse=True)
-def fake_engines(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plan_module, "load_engine", lambda name: StatefulFake())
+def fake_engines(monkeypatch: pytest.MonkeyPatch, fake_adapter: Callable[..., EngineAdapter]) -> None:
+    stateful = fake_adapter(capabilities=Capabilities(speculative={"none": MethodKnobs(), "ngram/mod": MethodKnobs()},
+                                                      stateful_speculators=("ngram-mod",)),
+                            argv=lambda arm, launch: ["true", str(arm.model), arm.speculative.method])
+    monkeypatch.setattr(plan_module, "load_engine", lambda name: stateful)
 
 
 def test_added_pass_has_the_order_a_longer_plan_would_have() -> None:
