@@ -9,7 +9,7 @@
         print(c.arm, f"{c.ratio.estimate:.2f}x", c.verdict)
     again = bakeoff.read_run(summary.path)  # any run directory, e.g. one `bakeoff run` made
 
-``bakeoff run`` is a thin shell over the same calls (core/run/session.py, then the reports): the same plan,
+``bakeoff run`` is a thin shell over the same calls (core/run/bakeoff.py, then the reports): the same plan,
 the same run directory, the same report files and the same summary.
 """
 
@@ -21,16 +21,16 @@ from .config.loader import load_bakeoff
 from .config.schema import BakeoffFile
 from .reports import write_reports
 from .reports.model import RunSummary, require_run_dir, summarize_run
-from .run.events import ProtocolEvents
+from .run.bakeoff import measured_nothing, run_bakeoff
+from .run.events import RunEvents
 from .run.executor import executor_for
-from .run.session import measured_nothing, run_bakeoff
 
 __all__ = ["RunSummary", "read_run", "run"]
 
 
 def run(file: str | Path | BakeoffFile, out: str | Path = "runs", *, until_ci: float | None = None,
         max_passes: int = 10, stop_on_verdict: bool = False, executor: str | None = None,
-        events: ProtocolEvents | None = None, reports: bool = True) -> RunSummary:
+        events: RunEvents | None = None, reports: bool = True) -> RunSummary:
     """Run a bakeoff file (a path, or a loaded :class:`~bakeoff.core.config.schema.BakeoffFile`) into a new run
     directory under ``out``, write its report files, and return its summary (``summary.path`` says where).
 

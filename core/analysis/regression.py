@@ -9,7 +9,7 @@ interval's upper bound is below ``1 - max_slowdown`` (the candidate is slower by
 confidence), and passes only when its lower bound is at or above that line (a slowdown beyond the limit is
 excluded). An interval that straddles the line is *inconclusive*: the machine could not tell, so the gate is
 neither green nor red, and says how many passes the observed spread would need (the gate draws more passes up
-to ``gate.max_passes`` before it says so; core/cli/gate.py).
+to ``gate.max_passes`` before it says so; core/cli/regression.py).
 
 A point with fewer paired requests than an interval needs (core/analysis/stats.py ``MIN_PAIRS``: its interval is
 only their range) is inconclusive too, never passed or failed, and draws more passes like one that straddles.

@@ -14,9 +14,9 @@ from ..config.capacity import CapacitySection
 from ..config.loader import load_bakeoff
 from ..reports import print_run
 from ..reports.terminal import print_capacity
+from ..run.bakeoff import run_bakeoff
 from ..run.capacity import CapacityExecutor, check_capacity_config
-from ..run.events import ProtocolEvents
-from ..run.session import run_bakeoff
+from ..run.events import RunEvents
 from .exit_codes import ExitCode
 from .running import console, stop_signals_as_interrupt
 
@@ -36,12 +36,12 @@ def _probe_line(p: Probe, section: CapacitySection) -> str:
            f"{worst.split(' ')[1]} {shown}{cut}"
 
 
-def _events() -> ProtocolEvents:
+def _events() -> RunEvents:
     """Plain lines, no progress bar: the search decides how many requests it sends, and says each probe."""
     def warn(msg: str) -> None:
         console.print(f"[bold yellow]WARNING[/bold yellow] {escape(msg)}", highlight=False)
 
-    return ProtocolEvents(
+    return RunEvents(
         on_run_start=lambda run, total, done: console.print(f"run directory: [bold]{run.path}[/bold]"),
         on_note=lambda msg: console.print(escape(msg), highlight=False),
         on_arm_ready=lambda arm, eff, boot: console.print(

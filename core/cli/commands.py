@@ -41,7 +41,7 @@ COMMANDS: dict[str, Command] = {
                        "gate; --revert goes back."),
     "gpu": Command("gpu", "gpu_command", "Show the GPUs and the memory bandwidth the roofline would use; changes "
                    "nothing."),
-    "gate": Command("gate", "gate_command", "Run a regression gate: the gate: section's reference and candidate "
+    "gate": Command("regression", "gate_command", "Run a regression gate: the gate: section's reference and candidate "
                     "builds, interleaved and paired on this machine, and judge whether the candidate is slower than "
                     "allowed."),
     "bundle": Command("bundle", "bundle_command", "Pack a run into one file: the run directory, a manifest of "

@@ -1,7 +1,7 @@
 """Running a loaded bakeoff from the command line: progress, signals, the closing tables and the exit code.
 
 Shared by the commands that run a bakeoff (``run``, ``calibrate``, ``demo``); the run itself is the library
-call core/run/session.py ``run_bakeoff``.
+call core/run/bakeoff.py ``run_bakeoff``.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from ..reports import completeness, print_run
 from ..results.record import failed_arms
 from ..results.sample import Sample
 from ..results.store import RunDir
-from ..run.events import ProtocolEvents
+from ..run.bakeoff import StopSignal, check_stopping_rule, measured_nothing, run_bakeoff
+from ..run.events import RunEvents
 from ..run.executor import Executor, executor_for
 from ..run.live import dry_run_lines
 from ..run.resume import Resume
-from ..run.session import StopSignal, check_stopping_rule, measured_nothing, run_bakeoff
 from .boundary import name_run_dir
 from .console import make_console
 from .exit_codes import ExitCode, run_outcome
@@ -74,7 +74,7 @@ def stop_signals_as_interrupt() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def progress_events() -> tuple[Progress, ProtocolEvents]:
+def progress_events() -> tuple[Progress, RunEvents]:
     """The progress bar (started once the run directory exists) and the run's events drawn on it."""
     # The bar appears once the run directory exists: a file refused before that is one error line, nothing more.
     progress = run_progress(console)  # a bar on a terminal, plain lines in a log
@@ -90,7 +90,7 @@ def progress_events() -> tuple[Progress, ProtocolEvents]:
     def warn(msg: str) -> None:
         progress.console.print(f"[bold yellow]WARNING[/bold yellow] {escape(msg)}", highlight=False)
 
-    events = ProtocolEvents(
+    events = RunEvents(
         on_run_start=started,
         on_note=lambda msg: progress.console.print(msg, highlight=False),
         on_pass_added=lambda n: progress.update(task, total=(progress.tasks[0].total or 0) + n),
@@ -106,7 +106,7 @@ def progress_events() -> tuple[Progress, ProtocolEvents]:
     return progress, events
 
 
-def _run_dir_made(events: ProtocolEvents) -> Callable[[], Path | None]:
+def _run_dir_made(events: RunEvents) -> Callable[[], Path | None]:
     """The run directory, once the run has made (or reopened) it: chained onto ``events.on_run_start``, since
     run_bakeoff returns it only when the run ends well."""
     made: list[Path] = []
@@ -125,7 +125,7 @@ def execute(config: BakeoffFile, out: Path, until_ci: float | None = None, max_p
             stop_on_verdict: bool = False, tables: bool = False,
             more_passes: Callable[[RunDir, int], tuple[bool, str]] | None = None,
             exit_step: Callable[[RunDir], None] | None = None, llama_bench: bool = False) -> RunDir:
-    """Run one bakeoff (core/run/session.py) with a progress bar, print its tables and write its reports, then
+    """Run one bakeoff (core/run/bakeoff.py) with a progress bar, print its tables and write its reports, then
     take the command's ``exit_step`` (its exit code, which reads every sample again: about a second on a big run);
     a stop signal anywhere in that, up to the exit, is an interruption like Ctrl-C (exit 130)."""
     with stop_signals_as_interrupt():

@@ -26,7 +26,7 @@ __all__ = [
     "check_program",
     "compose_service",
     "install_hint",
-    "launch_fingerprint",
+    "launch_identity",
     "resolve_launch",
 ]
 
@@ -35,7 +35,7 @@ PLAN_PORT = 18000
 PLAN_WORKDIR = Path("/nonexistent/bakeoff-plan")
 
 
-def launch_fingerprint(adapter: EngineAdapter, arm: Arm, workload: Workload) -> str:
+def launch_identity(adapter: EngineAdapter, arm: Arm, workload: Workload) -> str:
     """What an arm would launch and send, independent of its name and port, as one comparable string.
 
     The adapter's launch spec (or compose service) and request fields for a copy of the arm renamed to a

@@ -1,7 +1,7 @@
 """Structured requests: is the answer valid, did the stream stall, and did speculation keep drafting.
 
 A structured prompt (``response_format`` with a JSON schema, or ``tools``) is timed like any other by
-``ArmSession.measure``; after its stream, :func:`stamp_structured` (called from ``PointRunner.finish``)
+``ArmRun.measure``; after its stream, :func:`stamp_structured` (called from ``PointRunner.finish``)
 records whether the answer is valid and its longest pause, and :class:`DraftTally` (kept per engine start by
 the arm session) flags a structured answer that drafted nothing, or accepted far less, where the same engine
 drafted on free text. Validation is the ``jsonschema`` library's, never a hand-written one, within the bounds

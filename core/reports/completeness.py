@@ -3,7 +3,7 @@
 Read from what the run already holds, never a second bookkeeping: run.json ``orders`` are the passes planned
 (adaptive ones included), the workload gives the samples one arm writes per pass (the count the progress bar
 uses), the stored samples carry their pass, the arm records say which starts ended well, and run.json
-``stopped`` says why a run was cut short where bakeoff could still write it (core/run/session.py).
+``stopped`` says why a run was cut short where bakeoff could still write it (core/run/bakeoff.py).
 """
 
 from __future__ import annotations

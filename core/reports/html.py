@@ -34,7 +34,7 @@ from .tables import (
     roofline_table,
     sections,
 )
-from .verdict import Verdict, verdict_of
+from .verdict import VerdictBlock, verdict_of
 
 __all__ = ["render_html"]
 
@@ -103,7 +103,7 @@ def _calibration_html(s: RunSummary) -> list[str]:
     return parts
 
 
-def _verdict_html(v: Verdict, s: RunSummary) -> list[str]:
+def _verdict_html(v: VerdictBlock, s: RunSummary) -> list[str]:
     """The answer first: each arm against the baseline, the recommendation, the accounting, the warnings' count."""
     esc = html.escape
     rows = []

@@ -25,7 +25,7 @@ from .layout import print_rows
 from .model import RunSummary
 from .tables import count_said, fmt_bands
 
-__all__ = ["Verdict", "VerdictRow", "merge_warnings", "print_verdict", "verdict_of"]
+__all__ = ["VerdictBlock", "VerdictRow", "merge_warnings", "print_verdict", "verdict_of"]
 
 # The one colour per outcome, shared by the terminal and the HTML (a CSS class of the same name).
 STYLE = {"faster": "green", "slower": "red", "equivalent": "cyan", "not separable": "yellow", "too few pairs": "yellow",
@@ -43,7 +43,7 @@ class VerdictRow:
 
 
 @dataclass
-class Verdict:
+class VerdictBlock:
     title: str
     design: str
     incomplete: str | None  # the warning that leads the block when the run did less than it planned
@@ -259,7 +259,7 @@ def _failure_lines(s: RunSummary) -> list[str]:
             f"{arm}: failed in passes {', '.join(map(str, p))}: {error}" for (arm, error), p in passes.items()]
 
 
-def verdict_of(s: RunSummary) -> Verdict:
+def verdict_of(s: RunSummary) -> VerdictBlock:
     modes = f" × {len(s.modes)} modes" if len(s.modes) > 1 else ""
     what = "session turn(s)" if s.sessions is not None else "prompt(s)"
     per_pass = s.requests_per_pass or f"{count_said(s.reps, 'rep(s)')} × {len(s.prompts)} {what}{modes}"
@@ -279,7 +279,7 @@ def verdict_of(s: RunSummary) -> Verdict:
     names = [a.arm for a in s.arms] + [f.arm for f in s.failures]
     warnings = merge_warnings([w for w in s.warnings if w not in shown], names)
     against = s.baseline if len({c.reference for c in s.comparisons}) <= 1 else "its own run's baseline"  # a merge
-    return Verdict(title=f"{s.name}: each arm against {against}" if s.baseline else s.name, design=design,
+    return VerdictBlock(title=f"{s.name}: each arm against {against}" if s.baseline else s.name, design=design,
                    incomplete=lead,
                    baseline=s.baseline, rows=rows, recommendation=_recommendation(s), ratio_note=_ratio_note(s),
                    sessions=_session_lines(s),
@@ -287,7 +287,7 @@ def verdict_of(s: RunSummary) -> Verdict:
                    failures=merge_warnings(failures, names))
 
 
-def print_verdict(v: Verdict, out: Console, *, more: str | None = None) -> None:
+def print_verdict(v: VerdictBlock, out: Console, *, more: str | None = None) -> None:
     """The block, as rich markup; ``more`` is the closing pointer to the full tables and report files."""
     out.print(f"[bold]{escape(v.title)}[/bold]", highlight=False)
     if v.incomplete:

@@ -196,7 +196,7 @@ class ExtraLaunches(_Open):
 
 
 class StopRecord(_Open):
-    """Why a run ended before the end of its plan, written where it stopped (core/run/session.py); --resume
+    """Why a run ended before the end of its plan, written where it stopped (core/run/bakeoff.py); --resume
     clears it. Absent on a run that was killed outright (SIGKILL, power loss): nothing could write it."""
 
     at: float | None = None

@@ -1,8 +1,8 @@
 """One arm on one engine start: launch, compose or attach; read back; warm up; every timed request.
 
 This is the one place a timed request is made. Plain runs, depth and concurrency points, phase runs,
-calibration arms, Ray blocks, self-tests and live runs all open an :class:`ArmSession` and call
-:meth:`ArmSession.measure`, so every sample gets the same guards whatever the run kind: the noise guard
+calibration arms, Ray blocks, self-tests and live runs all open an :class:`ArmRun` and call
+:meth:`ArmRun.measure`, so every sample gets the same guards whatever the run kind: the noise guard
 (CPU used by foreign processes), ``settings-mismatch`` when the read-back differs from what was asked,
 the finish flags, the point's own checks (exact depth, fixed length, needle, a structured answer's
 validity and stalls), ``speculation-disengaged`` when a structured answer drafts nothing where free text
@@ -53,10 +53,10 @@ from ..results.flags import TIMEOUT
 from ..results.record import ArmAttempt, GateAnswer, WarmupRecord
 from ..results.sample import Sample
 from ..results.store import RunDir
-from .events import ProtocolEvents
+from .events import RunEvents
 from .plan import PlannedArm, server_key
 
-__all__ = ["ArmSession", "SampleLabel", "engine_for"]
+__all__ = ["ArmRun", "SampleLabel", "engine_for"]
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def _settled(rates: Sequence[float | None], tolerance: float | None) -> bool | N
     return abs(b / a - 1) <= tolerance
 
 
-class ArmSession:
+class ArmRun:
     """One arm on one engine start (launched, composed or attached), from read-back to the last request.
 
     Use as a context manager: entering starts (or reuses, through ``shared``) the engine, reads back what it
@@ -143,11 +143,11 @@ class ArmSession:
 
     def __init__(self, planned: PlannedArm, run: RunDir, pass_index: int, workload: Workload, *,
                  prompts: Sequence[Prompt], modes: Mapping[str, SamplingMode], shared: SharedEngine | None = None,
-                 events: ProtocolEvents | None = None) -> None:
+                 events: RunEvents | None = None) -> None:
         self.planned, self.arm, self.adapter = planned, planned.arm, planned.adapter
         self.run, self.pass_index, self.workload = run, pass_index, workload
         self.prompts, self.modes = list(prompts), dict(modes)
-        self.events = events or ProtocolEvents()
+        self.events = events or RunEvents()
         self._own_shared, self.shared = shared is None, shared or SharedEngine()
         self.attempt = ArmAttempt(status="ok", pass_index=pass_index)
         self.fresh = False
@@ -163,7 +163,7 @@ class ArmSession:
         self._stack = ExitStack()
 
     # -- opening ---------------------------------------------------------------------------------
-    def __enter__(self) -> ArmSession:
+    def __enter__(self) -> ArmRun:
         try:
             self._open()
         except BaseException:

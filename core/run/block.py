@@ -26,7 +26,7 @@ from ..host.hostinfo import host_info
 from ..results.record import ArmAttempt, RunRecord
 from ..results.sample import Sample
 from ..results.store import RunDir
-from .events import ProtocolEvents
+from .events import RunEvents
 from .plan import plan_run
 from .protocol import run_plan
 
@@ -110,7 +110,7 @@ def run_block(payload: dict[str, Any]) -> Iterator[Message]:
     def measure() -> None:
         error = None
         try:
-            run_plan(plan, run, ProtocolEvents(on_warning=lambda msg: out.put(("warning", f"{host}: {msg}"))), done)
+            run_plan(plan, run, RunEvents(on_warning=lambda msg: out.put(("warning", f"{host}: {msg}"))), done)
             run.ship_files()
         except BaseException as exc:
             error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"

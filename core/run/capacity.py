@@ -15,7 +15,7 @@ replicate). While bracketing, the arms probe the same loads. A replicate that is
 backlog cut) ends its load at once, recorded failing.
 
 :class:`CapacityExecutor` runs it on engines (``bakeoff capacity``, through the run loop's executor
-seam): one :class:`~bakeoff.core.run.arm.ArmSession` per arm, all up for the whole search (started one after
+seam): one :class:`~bakeoff.core.run.arm.ArmRun` per arm, all up for the whole search (started one after
 another, warmed up, then probed in turn; an idle engine beside the one probed costs little), every request
 stored as a normal sample (``concurrency`` or ``rate`` set, ``rep`` the replicate, ``pass_index`` 0: one start),
 and the result in the run's ``capacity.json``. A file with structured requests (``workload.structured``, or
@@ -48,8 +48,8 @@ from ..measure.concurrency import effective_slots
 from ..measure.points import DoneKeys, Point
 from ..results.sample import Sample
 from ..results.store import RunDir
-from .arm import ArmSession
-from .events import ProtocolEvents
+from .arm import ArmRun
+from .events import RunEvents
 from .plan import Plan
 
 __all__ = ["ArmSearch", "ProbeFn", "search", "probe_from_samples", "CapacityExecutor",
@@ -215,7 +215,7 @@ class _Prober:
     over-saturation cut. Closed loop sends the kind's first prompt N times (a batch is one prompt); open loop
     sends the kind's prompts in turn."""
 
-    def __init__(self, sessions: dict[str, ArmSession], config: BakeoffFile, section: CapacitySection,
+    def __init__(self, sessions: dict[str, ArmRun], config: BakeoffFile, section: CapacitySection,
                  kind: Kind = "plain") -> None:
         self.sessions, self.config, self.section, self.kind = sessions, config, section, kind
 
@@ -263,14 +263,14 @@ class CapacityExecutor:
         self.on_probe = on_probe
         self.result: CapacityResult | None = None
 
-    def run(self, plan: Plan, run: RunDir, events: ProtocolEvents, done: DoneKeys) -> None:
+    def run(self, plan: Plan, run: RunDir, events: RunEvents, done: DoneKeys) -> None:
         config = plan.config
         section = check_capacity_config(config)
         with ExitStack() as stack:
-            sessions: dict[str, ArmSession] = {}
+            sessions: dict[str, ArmRun] = {}
             for planned in plan.arms:
                 events.on_arm_start(planned.arm.name, 0)
-                session = stack.enter_context(ArmSession(planned, run, 0, config.workload, prompts=plan.prompts,
+                session = stack.enter_context(ArmRun(planned, run, 0, config.workload, prompts=plan.prompts,
                                                          modes=plan.modes, events=events))
                 session.warm_up()
                 sessions[planned.arm.name] = session

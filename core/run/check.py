@@ -35,7 +35,6 @@ from ..engine.contract import EngineAdapter
 from ..engine.models import builtin_cached, resolve_model
 from ..engine.registry import KNOWN_PLUGINS, load_engine
 from ..measure.points import factors_text, request_factors, samples_expected
-from .gate import gate_config
 from .plan import (
     check_depths_before_launch,
     check_levels_before_launch,
@@ -45,6 +44,7 @@ from .plan import (
     server_key,
     stateful_warning,
 )
+from .regression import gate_config
 
 __all__ = ["SYNTHESIZED", "ArmPlan", "CheckResult", "Lack", "check_config", "check_file"]
 

@@ -9,11 +9,11 @@ from ..engine.effective import Effective
 from ..results.sample import Sample
 from ..results.store import RunDir
 
-__all__ = ["ProtocolEvents"]
+__all__ = ["RunEvents"]
 
 
 @dataclass
-class ProtocolEvents:
+class RunEvents:
     """Callbacks for progress display; all optional."""
 
     on_run_start: Callable[[RunDir, int, int], None] = lambda run, requests, done: None

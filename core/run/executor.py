@@ -15,7 +15,7 @@ from ..common.errors import ConfigError
 from ..config.schema import BakeoffFile
 from ..measure.points import DoneKeys
 from ..results.store import RunDir
-from .events import ProtocolEvents
+from .events import RunEvents
 from .plan import Plan
 from .protocol import run_plan
 
@@ -27,7 +27,7 @@ RAY_INSTALL_HINT = "pip install -e '.[ray]' in the bakeoff checkout"  # not 'bak
 class Executor(Protocol):
     name: str
 
-    def run(self, plan: Plan, run: RunDir, events: ProtocolEvents, done: DoneKeys) -> None:
+    def run(self, plan: Plan, run: RunDir, events: RunEvents, done: DoneKeys) -> None:
         """Run every arm of ``plan`` not in ``done`` into ``run``."""
 
 
@@ -36,7 +36,7 @@ class LocalExecutor:
 
     name = "local"
 
-    def run(self, plan: Plan, run: RunDir, events: ProtocolEvents, done: DoneKeys) -> None:
+    def run(self, plan: Plan, run: RunDir, events: RunEvents, done: DoneKeys) -> None:
         run_plan(plan, run, events, done)
 
 

@@ -18,7 +18,7 @@ from ..analysis.launches import launches_to_draw
 from ..measure.points import DoneKeys
 from ..results.record import ExtraLaunches as ExtraLaunchesRecord
 from ..results.store import RunDir
-from .events import ProtocolEvents
+from .events import RunEvents
 from .executor import Executor
 from .plan import Plan
 from .protocol import run_extra_pass
@@ -38,7 +38,7 @@ class PassPolicy(Protocol):
         """The pass ``index`` is drawn (``plan.orders[index]``) and about to run: record or say what it is for."""
 
 
-def run_passes(plan: Plan, run: RunDir, events: ProtocolEvents, executor: Executor, done: DoneKeys,
+def run_passes(plan: Plan, run: RunDir, events: RunEvents, executor: Executor, done: DoneKeys,
                policies: list[PassPolicy]) -> None:
     """The planned passes through ``executor`` (less what ``done`` holds), then each policy's passes in turn."""
     executor.run(plan, run, events, done)
@@ -46,14 +46,14 @@ def run_passes(plan: Plan, run: RunDir, events: ProtocolEvents, executor: Execut
         add_passes(plan, run, events, policy)
 
 
-def add_passes(plan: Plan, run: RunDir, events: ProtocolEvents, policy: PassPolicy) -> None:
+def add_passes(plan: Plan, run: RunDir, events: RunEvents, policy: PassPolicy) -> None:
     """Run the passes ``policy`` asks for, one at a time, each decided after the one before has run."""
     while (arms := policy.next_pass(run, plan)) is not None:
         run_extra_pass(plan, run, events, arms=arms,
                        drawn=lambda index: _drawn(plan, run, events, policy, index))
 
 
-def _drawn(plan: Plan, run: RunDir, events: ProtocolEvents, policy: PassPolicy, index: int) -> None:
+def _drawn(plan: Plan, run: RunDir, events: RunEvents, policy: PassPolicy, index: int) -> None:
     policy.drawn(run, plan, index)
     events.on_pass_added(plan.pass_requests(plan.orders[index]))
 
@@ -61,7 +61,7 @@ def _drawn(plan: Plan, run: RunDir, events: ProtocolEvents, policy: PassPolicy, 
 class UntilDecided:
     """Another pass of every arm while ``rule(run, passes done)`` says so; each answer's line is a note.
 
-    The rule of ``--until-ci`` (core/run/session.py) and of the regression gate (core/cli/gate.py)."""
+    The rule of ``--until-ci`` (core/run/bakeoff.py) and of the regression gate (core/cli/regression.py)."""
 
     def __init__(self, rule: Callable[[RunDir, int], tuple[bool, str]], say: Callable[[str], None]) -> None:
         self.rule, self.say = rule, say
@@ -85,7 +85,7 @@ class ExtraLaunches:
     None when no arm asked for more. Attached arms (``url:``) are never relaunched by bakeoff, so they draw nothing.
     """
 
-    def __init__(self, events: ProtocolEvents) -> None:
+    def __init__(self, events: RunEvents) -> None:
         self.events = events
         self.record: ExtraLaunchesRecord | None = None
         self._want: dict[str, str] = {}
@@ -125,10 +125,10 @@ class ExtraLaunches:
                             f"({', '.join(plan.orders[index])}): {record.why[-1]}")
 
 
-def run_extra_launches(plan: Plan, run: RunDir, events: ProtocolEvents | None = None
+def run_extra_launches(plan: Plan, run: RunDir, events: RunEvents | None = None
                        ) -> ExtraLaunchesRecord | None:
     """The launch-state passes alone (after the planned ones have run): :class:`ExtraLaunches`' record."""
-    events = events or ProtocolEvents()
+    events = events or RunEvents()
     policy = ExtraLaunches(events)
     add_passes(plan, run, events, policy)
     return policy.record

@@ -28,8 +28,8 @@ from ..host.telemetry import open_monitor
 from ..measure.points import Point
 from ..results.record import PhaseRecord
 from ..results.store import RunDir
-from .arm import ArmSession, SampleLabel
-from .events import ProtocolEvents
+from .arm import ArmRun, SampleLabel
+from .events import RunEvents
 from .plan import Plan, effective_workload
 from .watchdog import Guard, health_problem, run_command, shown
 
@@ -126,10 +126,10 @@ def _knob(guard: Guard, phases: Phases, setting: str, phase: str, log: Path, rec
                               f"the setting may still be applied (log: {log})")
 
 
-def run_phases(plan: Plan, run: RunDir, events: ProtocolEvents, guard: Guard) -> list[PhaseRecord]:
+def run_phases(plan: Plan, run: RunDir, events: RunEvents, guard: Guard) -> list[PhaseRecord]:
     """Run every phase against the server arm; returns the phase records also written to run.json ``phases``.
 
-    The server arm is one :class:`~bakeoff.core.run.arm.ArmSession` for the whole run: every phase's requests
+    The server arm is one :class:`~bakeoff.core.run.arm.ArmRun` for the whole run: every phase's requests
     go through its ``measure``, so phase samples carry the same guards and flags as any other sample.
     """
     config = plan.config
@@ -144,7 +144,7 @@ def run_phases(plan: Plan, run: RunDir, events: ProtocolEvents, guard: Guard) ->
     log = guard.log_path
     known = _kernel_lines(phases.kernel_log, phases.command_timeout_s) if phases.kernel_log else set()
     events.on_arm_start(arm.name, 0)
-    session = ArmSession(planned, run, 0, w, prompts=plan.prompts, modes=plan.modes, events=events)
+    session = ArmRun(planned, run, 0, w, prompts=plan.prompts, modes=plan.modes, events=events)
     try:
         with session:
             base = str(session.http.base_url).rstrip("/")
@@ -169,7 +169,7 @@ def run_phases(plan: Plan, run: RunDir, events: ProtocolEvents, guard: Guard) ->
     return records
 
 
-def _measure(p: _Phase, phases: Phases, session: ArmSession, plan: Plan, health: str, known: set[str],
+def _measure(p: _Phase, phases: Phases, session: ArmRun, plan: Plan, health: str, known: set[str],
              probes_path: Path) -> None:
     """Requests until the phase's duration ends (at least one round), with the probe thread running."""
     prober = Prober(p.phase, health, phases.probe_interval_s, phases.kernel_log, known, probes_path)

@@ -33,7 +33,7 @@ from ..engine.checks import check_arm_capabilities, check_structured, method_key
 from ..engine.contract import EngineAdapter
 from ..engine.fingerprint import arm_fingerprint
 from ..engine.hardware import hardware_record
-from ..engine.launch import check_program, launch_fingerprint
+from ..engine.launch import check_program, launch_identity
 from ..engine.launcher import port_is_free
 from ..engine.pieces import Reader
 from ..engine.registry import load_engine
@@ -184,7 +184,7 @@ def refuse_ineffective_arms(arms: Sequence[tuple[Arm, EngineAdapter]], workload:
     for arm, adapter in arms:
         if arm.attached:
             continue
-        fingerprint = launch_fingerprint(adapter, arm, effective_workload(workload, arm))
+        fingerprint = launch_identity(adapter, arm, effective_workload(workload, arm))
         first = seen.setdefault(fingerprint, arm)
         differ = _differences(first, arm) if first is not arm else {}
         if differ:

@@ -21,16 +21,16 @@ from ..engine.launcher import CANNOT_LOAD, SharedEngine
 from ..measure.points import DoneKeys, arm_points, is_done
 from ..results.record import ArmAttempt
 from ..results.store import RunDir
-from .arm import ArmSession
-from .events import ProtocolEvents
+from .arm import ArmRun
+from .events import RunEvents
 from .plan import Plan, PlannedArm, add_pass, effective_workload, plan_warnings
 
 __all__ = ["run_plan", "run_extra_pass"]
 
 
-def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, events: ProtocolEvents,
+def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, events: RunEvents,
              done: DoneKeys, shared: SharedEngine | None = None) -> ArmAttempt:
-    """One arm in one pass: its points not yet stored, measured through one ArmSession; a failure is recorded."""
+    """One arm in one pass: its points not yet stored, measured through one ArmRun; a failure is recorded."""
     arm = planned.arm
     w = effective_workload(plan.config.workload, arm)
     points = arm_points(w, plan.prompts, plan.modes, plan.sessions)
@@ -42,7 +42,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
     if not todo:
         return ArmAttempt(status="skipped (already complete)", pass_index=pass_index)
     events.on_arm_start(arm.name, pass_index)
-    session = ArmSession(planned, run, pass_index, w, prompts=plan.prompts, modes=plan.modes, shared=shared,
+    session = ArmRun(planned, run, pass_index, w, prompts=plan.prompts, modes=plan.modes, shared=shared,
                          events=events)
     try:
         with session:
@@ -77,13 +77,13 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
     return session.attempt
 
 
-def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
+def run_plan(plan: Plan, run: RunDir, events: RunEvents | None = None,
              done: DoneKeys | None = None, start_pass: int = 0) -> dict[str, list[ArmAttempt]]:
     """Run every pass of the plan into ``run``; returns the per-arm records also written to run.json.
 
     ``start_pass`` skips the passes before it (adaptive passes run only the one :func:`add_pass` added).
     """
-    events = events or ProtocolEvents()
+    events = events or RunEvents()
     done = done or set()
     for msg in plan_warnings(plan) if start_pass == 0 else []:
         events.on_warning(msg)
@@ -112,7 +112,7 @@ def run_plan(plan: Plan, run: RunDir, events: ProtocolEvents | None = None,
     return arm_records
 
 
-def run_extra_pass(plan: Plan, run: RunDir, events: ProtocolEvents | None = None, done: DoneKeys | None = None,
+def run_extra_pass(plan: Plan, run: RunDir, events: RunEvents | None = None, done: DoneKeys | None = None,
                    arms: Collection[str] | None = None, drawn: Callable[[int], None] | None = None) -> int:
     """Run one more pass (``arms``, default every arm, relaunched in a fresh order) and record it in run.json
     ``orders``; ``drawn(index)`` is told of the pass before it runs. The pass loop's one step

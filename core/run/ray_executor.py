@@ -27,7 +27,7 @@ from ..results.record import ArmAttempt
 from ..results.sample import Sample
 from ..results.store import RunDir
 from .block import APPENDED, Message, run_block
-from .events import ProtocolEvents
+from .events import RunEvents
 from .plan import Plan
 
 __all__ = ["RayExecutor"]
@@ -45,7 +45,7 @@ class RayExecutor:
         self.address = address
         self.failed_hosts: dict[str, str] = {}
 
-    def run(self, plan: Plan, run: RunDir, events: ProtocolEvents, done: DoneKeys) -> None:
+    def run(self, plan: Plan, run: RunDir, events: RunEvents, done: DoneKeys) -> None:
         config = plan.config
         if not config.hosts:
             raise ConfigError("--executor ray: the file has no hosts: section saying which node runs which "
@@ -93,7 +93,7 @@ class RayExecutor:
             if started_here:
                 ray.shutdown()
 
-    def _drain(self, block: Block, stream: Any, run: RunDir, events: ProtocolEvents, hosts: dict[str, Any],
+    def _drain(self, block: Block, stream: Any, run: RunDir, events: RunEvents, hosts: dict[str, Any],
                lock: threading.Lock) -> None:
         """Land one block's messages as they arrive; a lost node or task ends the block, not the run."""
         name = block.host.name
@@ -110,7 +110,7 @@ class RayExecutor:
                 events.on_warning(f"host {name}: its block stopped ({type(exc).__name__}: {why}); its finished "
                                   f"samples are stored; `bakeoff run --resume {run.path}` measures the rest")
 
-    def _land(self, block: Block, message: Message, run: RunDir, events: ProtocolEvents,
+    def _land(self, block: Block, message: Message, run: RunDir, events: RunEvents,
               hosts: dict[str, Any]) -> None:
         kind, name = message[0], block.host.name
         if kind == "sample":

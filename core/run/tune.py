@@ -1,7 +1,7 @@
 """``bakeoff tune FILE``: race the candidates of ``tune.space`` against spec-off, verify the winner, compile it.
 
-The race is an ordinary run (:func:`~bakeoff.core.run.session.run_bakeoff`: one run directory, every request
-through ArmSession) whose pass policy (core/run/passes.py) is the race: after each pass a look
+The race is an ordinary run (:func:`~bakeoff.core.run.bakeoff.run_bakeoff`: one run directory, every request
+through ArmRun) whose pass policy (core/run/passes.py) is the race: after each pass a look
 (core/analysis/racing.py) drops the candidates separably slower than the current best, and the next pass runs
 only the baseline and the candidates left, in the order :func:`~bakeoff.core.run.plan.add_pass` draws from the
 seed. It ends when one candidate is left and told apart
@@ -62,9 +62,9 @@ from ..engine.launch import build_launch
 from ..engine.registry import load_engine
 from ..results.sample import Sample
 from ..results.store import RunDir
-from .events import ProtocolEvents
+from .bakeoff import run_bakeoff
+from .events import RunEvents
 from .plan import Plan
-from .session import run_bakeoff
 
 __all__ = ["TUNE_FILE", "TuneOutcome", "compile_schedule", "engine_config", "n_max_arms", "promote_winner", "read_tune",
            "run_tune"]
@@ -148,7 +148,7 @@ class _Race:
     left and told apart from spec-off, every one is dropped, ``tune.max_passes``, or the budget. Who was dropped
     when and against whom, and why it stopped, stay here for the result."""
 
-    def __init__(self, arms: TuneArms, seed: int, tune: TuneSection, events: ProtocolEvents,
+    def __init__(self, arms: TuneArms, seed: int, tune: TuneSection, events: RunEvents,
                  clock: Callable[[], float]) -> None:
         self.arms, self.seed, self.max_passes, self.budget_s = arms, seed, tune.max_passes, tune.budget_s
         self.events, self.clock, self.started = events, clock, clock()
@@ -236,7 +236,7 @@ def _candidates(race: _Race, run: RunDir, plateau: list[str], named: str, margin
     return out
 
 
-def _verify(config: BakeoffFile, arms: list[Arm], out: Path, events: ProtocolEvents) -> TuneVerify:
+def _verify(config: BakeoffFile, arms: list[Arm], out: Path, events: RunEvents) -> TuneVerify:
     """Winner (and runner-up) against spec-off at each level of ``tune.verify_streams``: the paired ratio of
     per-stream decode rates at that level, as the report's concurrency table reads it (same pairs, same draws)."""
     vconfig = verify_config(config, arms)
@@ -312,7 +312,7 @@ def _levels_text(levels: list[ScheduleLevel]) -> str:
     return ", ".join(f"{lv.streams} stream(s): {lv.n_max}" for lv in levels)
 
 
-def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events: ProtocolEvents | None = None,
+def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events: RunEvents | None = None,
              verify: bool = True, promote: bool = False, clock: Callable[[], float] = time.monotonic
              ) -> TuneOutcome:
     """Race, compile, verify (and with ``promote`` put the verified winner live); returns both run directories
@@ -320,7 +320,7 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
 
     :raises ConfigError: no tune: section, a space that makes invalid arms, ``promote`` without a live: section.
     """
-    events = events or ProtocolEvents()
+    events = events or RunEvents()
     say = events.on_note
     if promote and config.live is None:
         raise ConfigError("tune --promote: the file has no live: section naming the service to switch "

@@ -29,7 +29,7 @@ from rich.console import Console
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import RunDir, read_samples
-from bakeoff.core.run.events import ProtocolEvents
+from bakeoff.core.run.events import RunEvents
 from bakeoff.core.run.plan import plan_run, run_record
 from bakeoff.core.run.protocol import run_plan
 
@@ -45,12 +45,12 @@ class Recorder:
         self.ready: list[str] = []
         self.on_ready: Callable[[str], None] = lambda arm: None
 
-    def events(self) -> ProtocolEvents:
+    def events(self) -> RunEvents:
         def ready(arm: str, eff: Any, boot: float | None) -> None:
             self.ready.append(arm)
             self.on_ready(arm)
 
-        return ProtocolEvents(on_sample=self.samples.append, on_arm_failed=self.failed.__setitem__,
+        return RunEvents(on_sample=self.samples.append, on_arm_failed=self.failed.__setitem__,
                               on_arm_ready=ready)
 
 

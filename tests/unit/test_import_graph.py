@@ -198,7 +198,7 @@ CLI_HELPERS = {"cli", "cli.boundary", "cli.console", "cli.exit_codes", "cli.runn
 
 
 def test_a_command_imports_no_other_command_and_no_run_loop() -> None:
-    """The CLI is a shell: one module per command over the library (core/run/session.py, core/api.py); a
+    """The CLI is a shell: one module per command over the library (core/run/bakeoff.py, core/api.py); a
     command that imported another, or drove a run loop itself, would be orchestration in the CLI again."""
     graph = _core_graph()
     commands = [m for m in graph if m.startswith("cli.") and m not in CLI_HELPERS]

@@ -1,4 +1,4 @@
-"""The regression gate's verdict (core/analysis/regression.py) and its plan (core/run/gate.py)."""
+"""The regression gate's verdict (core/analysis/regression.py) and its plan (core/run/regression.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from bakeoff.core.analysis.stats import MIN_PAIRS, Comparison, Interval, passes_
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.schema import parse_share
-from bakeoff.core.run.gate import GATE_PASSES, gate_config
+from bakeoff.core.run.regression import GATE_PASSES, gate_config
 
 
 def _c(estimate: float, lo: float, hi: float, comparable: bool = True, n: int = 12) -> Comparison:

@@ -25,7 +25,7 @@ from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.engine.contract import Capabilities, EngineAdapter, MethodKnobs
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.run import plan as plan_module
-from bakeoff.core.run.session import run_bakeoff
+from bakeoff.core.run.bakeoff import run_bakeoff
 
 N_BOOT = 1000
 MAX_PASSES = 6
@@ -117,7 +117,7 @@ def test_stop_on_verdict_without_until_ci_is_refused_before_anything_runs(tmp_pa
 
 def test_the_run_hands_the_option_to_the_rule_after_each_pass(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                               fake_adapter: Callable[..., EngineAdapter]) -> None:
-    from bakeoff.core.run import session
+    from bakeoff.core.run import bakeoff as bakeoff_run
 
     asked: list[dict[str, object]] = []
 
@@ -131,7 +131,7 @@ def test_the_run_hands_the_option_to_the_rule_after_each_pass(monkeypatch: pytes
         asked.append({"passes": passes, "target": target, **kw})
         return False, "stop"
 
-    monkeypatch.setattr(session, "needs_more_passes", rule)
+    monkeypatch.setattr(bakeoff_run, "needs_more_passes", rule)
     engine = fake_adapter(capabilities=Capabilities(speculative={"none": MethodKnobs()}),
                           argv=lambda arm, launch: ["true", str(arm.model)])
     monkeypatch.setattr(plan_module, "load_engine", lambda name: engine)

@@ -156,7 +156,7 @@ def test_check_refuses_what_the_run_refuses(tmp_path: Path, bare_machine: Path) 
     import socket
 
     from bakeoff.core.config.loader import load_bakeoff
-    from bakeoff.core.run.gate import gate_config
+    from bakeoff.core.run.regression import gate_config
 
     missing = tmp_path / "model.gguf"
     f = tmp_path / "m.yaml"

@@ -55,7 +55,7 @@ def test_an_identical_build_passes(tmp_path: Path) -> None:
 def test_an_interval_across_the_limit_draws_passes_up_to_its_budget_then_exits_inconclusive(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from bakeoff.core.analysis.stats import Comparison, Interval
-    from bakeoff.core.cli import gate as gate_cli
+    from bakeoff.core.cli import regression as gate_cli
 
     # every read of the run straddles the 10 % line (0.95x, 0.70-1.20): the spread a busy machine leaves
     across = Comparison(arm="new", reference="old", verdict="not separable",
@@ -87,7 +87,7 @@ def test_arms_that_differ_in_their_configuration_are_refused(tmp_path: Path) -> 
 
 def test_the_gate_reads_each_depth() -> None:
     from bakeoff.core.analysis.stats import Comparison, Interval
-    from bakeoff.core.cli.gate import gate_points
+    from bakeoff.core.cli.regression import gate_points
     from bakeoff.core.reports.model import RunSummary
     from bakeoff.core.reports.points import PointRow, PointTable
 

@@ -26,9 +26,9 @@ from bakeoff.core.reports import summarize_run
 from bakeoff.core.reports.completeness import run_progress
 from bakeoff.core.results.record import ArmAttempt, RunRecord
 from bakeoff.core.run import arm as arm_module
+from bakeoff.core.run.bakeoff import StopSignal
 from bakeoff.core.run.executor import LocalExecutor
 from bakeoff.core.run.protocol import run_plan
-from bakeoff.core.run.session import StopSignal
 
 runner = CliRunner()
 

@@ -21,7 +21,7 @@ from bakeoff.core import KNOBS, EngineAdapter, Workload
 from bakeoff.core.common.errors import CapabilityNotSupported
 from bakeoff.core.config.schema import Arm
 from bakeoff.core.engine.checks import check_arm_capabilities
-from bakeoff.core.engine.launch import launch_fingerprint
+from bakeoff.core.engine.launch import launch_identity
 
 for _src in sorted((Path(__file__).resolve().parents[3] / "plugins").glob("*/src")):
     if str(_src) not in sys.path:
@@ -121,18 +121,18 @@ def test_every_declared_knob_changes_the_launch_or_the_request(tmp_path: Path, e
     declared = adapter.capabilities.speculative[key]
     base = make(_base_spec(adapter, key))
     check_arm_capabilities(adapter, base)
-    seen = {launch_fingerprint(adapter, base, WORKLOAD): "without"}
+    seen = {launch_identity(adapter, base, WORKLOAD): "without"}
     for knob in declared.knobs:
         for value in VALUES[knob]:
             a = make({**_base_spec(adapter, key), knob: value})
             check_arm_capabilities(adapter, a)
-            fingerprint = launch_fingerprint(adapter, a, WORKLOAD)
+            fingerprint = launch_identity(adapter, a, WORKLOAD)
             assert fingerprint not in seen, f"{engine} {key}: {knob}={value} launches as {seen.get(fingerprint)}"
             seen[fingerprint] = f"{knob}={value}"
     if declared.draft_model == "optional":
         a = make({**_base_spec(adapter, key), "draft_model": "<draft>"})
         check_arm_capabilities(adapter, a)
-        assert launch_fingerprint(adapter, a, WORKLOAD) not in seen, f"{engine} {key}: draft_model has no effect"
+        assert launch_identity(adapter, a, WORKLOAD) not in seen, f"{engine} {key}: draft_model has no effect"
 
 
 @pytest.mark.parametrize(("engine", "key"), _cases())

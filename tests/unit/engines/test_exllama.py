@@ -496,7 +496,7 @@ def replay_with_usage(label: str, **details: int) -> httpx.Client:
 
 
 def measured(tmp_path: Path, tabby: Path, http: httpx.Client, log: str) -> tuple[ServerStats, Sample]:
-    """One request the way ArmSession makes it: the replayed stream, the adapter's stats, the one Sample."""
+    """One request the way ArmRun makes it: the replayed stream, the adapter's stats, the one Sample."""
     result = stream_chat(http, {"stream": True}, 30)
     adapter = ExllamaAdapter()
     stats = adapter.reader.server_stats(http, result.final, None, EngineLog(log))

@@ -21,9 +21,9 @@ from bakeoff.core.config.schema import Arm, Workload
 from bakeoff.core.engine import contract, pieces
 from bakeoff.core.engine.client import stream_chat
 from bakeoff.core.engine.contract import RETIRED_HOOKS, Capabilities, EngineAdapter
-from bakeoff.core.engine.launch import launch_fingerprint
+from bakeoff.core.engine.launch import launch_identity
 from bakeoff.core.run import arm as arm_module
-from bakeoff.core.run.session import run_bakeoff
+from bakeoff.core.run.bakeoff import run_bakeoff
 from bakeoff.engines.exllama import ExllamaAdapter
 from bakeoff.engines.llamacpp import LlamaCppAdapter
 from bakeoff.engines.openai import OpenAICompatAdapter
@@ -187,8 +187,8 @@ ARM = Arm(name="a", engine="vllm", model="Qwen/Qwen3-0.6B", options={"witness_ev
 def test_an_adapter_keeps_no_state_through_the_launch_identity_and_the_read_back() -> None:
     adapter = LlamaCppAdapter()
     arm = Arm(name="a", engine="llamacpp", model="m.gguf", url="http://127.0.0.1:1")
-    first = launch_fingerprint(adapter, arm, Workload())
-    assert launch_fingerprint(adapter, arm, Workload()) == first
+    first = launch_identity(adapter, arm, Workload())
+    assert launch_identity(adapter, arm, Workload()) == first
     http = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(500)), base_url="http://x")
     adapter.reader.server_stats(http, {"timings": {"predicted_n": 4}}, None, EngineLog(""), arm=arm)
     assert vars(adapter) == {} and vars(adapter.reader) == {}
@@ -201,7 +201,7 @@ def test_the_witness_asks_on_one_request_in_every_and_its_rate_is_part_of_the_la
     assert pieces.Witness().for_request(ARM, 0) == {}  # the default asks nothing
     attached = ARM.model_copy(update={"url": "http://127.0.0.1:1"})
     other = attached.model_copy(update={"options": {"witness_every": 3}})
-    assert launch_fingerprint(vllm, attached, Workload()) != launch_fingerprint(vllm, other, Workload())
+    assert launch_identity(vllm, attached, Workload()) != launch_identity(vllm, other, Workload())
 
 
 class _EveryOther(pieces.Witness):

@@ -16,7 +16,7 @@ from bakeoff.core.host.hostinfo import CpuMeter
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import read_samples
 from bakeoff.core.run import arm as arm_module
-from bakeoff.core.run.session import run_bakeoff
+from bakeoff.core.run.bakeoff import run_bakeoff
 
 # The sim streams max_tokens tokens but reports usage 3 short: a short output under fixed length.
 SIM = "{name: s, engine: sim, model: sim, options: {usage: wrong, usage_offset: -3, itl_ms: 5}}"

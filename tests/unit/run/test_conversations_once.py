@@ -11,7 +11,7 @@ import pytest
 
 from bakeoff.core.config import sessions as sessions_module
 from bakeoff.core.config.loader import load_bakeoff
-from bakeoff.core.run.session import run_bakeoff
+from bakeoff.core.run.bakeoff import run_bakeoff
 
 
 def _conversation(name: str) -> str:

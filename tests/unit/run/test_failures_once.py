@@ -17,8 +17,8 @@ from bakeoff.core.cli.exit_codes import ExitCode
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.reports.model import summarize_run
 from bakeoff.core.reports.verdict import verdict_of
-from bakeoff.core.run.events import ProtocolEvents
-from bakeoff.core.run.session import run_bakeoff
+from bakeoff.core.run.bakeoff import run_bakeoff
+from bakeoff.core.run.events import RunEvents
 
 LOAD_ERROR = "error while loading shared libraries: libcuda.so.1"
 
@@ -33,7 +33,7 @@ def _file(crash_exit: int, with_baseline: bool = True, passes: int = 3) -> str:
 def _run(tmp_path: Path, text: str) -> tuple[list[int], list[str]]:
     """The passes in which cand was started, and the warnings the run gave."""
     warnings: list[str] = []
-    run = run_bakeoff(parse_bakeoff(text), tmp_path / "runs", events=ProtocolEvents(on_warning=warnings.append))
+    run = run_bakeoff(parse_bakeoff(text), tmp_path / "runs", events=RunEvents(on_warning=warnings.append))
     return [a.pass_index for a in run.arm_records()["cand"]], warnings
 
 

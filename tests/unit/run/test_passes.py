@@ -14,7 +14,7 @@ from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.results.store import RunDir
 from bakeoff.core.run import protocol
-from bakeoff.core.run.events import ProtocolEvents
+from bakeoff.core.run.events import RunEvents
 from bakeoff.core.run.executor import LocalExecutor
 from bakeoff.core.run.passes import run_passes
 from bakeoff.core.run.plan import Plan, plan_run, run_record
@@ -56,7 +56,7 @@ def test_each_policy_adds_its_passes_of_its_arms_in_turn(monkeypatch: pytest.Mon
     run.write_record(run_record(plan))
     added: list[int] = []
     first, second = Twice(["base", "b"]), Twice(["a"])
-    run_passes(plan, run, ProtocolEvents(on_pass_added=added.append), LocalExecutor(), set(), [first, second])
+    run_passes(plan, run, RunEvents(on_pass_added=added.append), LocalExecutor(), set(), [first, second])
     assert first.drawn_at == [2, 3] and second.drawn_at == [4, 5]
     assert [sorted(order) for order in plan.orders[2:]] == [["b", "base"], ["b", "base"], ["a"], ["a"]]
     assert run.read_record().orders == plan.orders

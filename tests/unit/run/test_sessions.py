@@ -189,12 +189,12 @@ def test_a_resumed_sessions_run_stores_each_turn_once_and_rebuilds_the_prefix_un
     from bakeoff.core.measure import definitions as measure
     from bakeoff.core.results.store import RunDir, read_samples
     from bakeoff.core.run import arm as arm_module
+    from bakeoff.core.run.bakeoff import run_bakeoff
     from bakeoff.core.run.resume import load_resume
-    from bakeoff.core.run.session import run_bakeoff
 
     path = _file(tmp_path, "{synthetic: {sessions: 2, turns: 4, tool_result_tokens: 20, reply_tokens: 4}}")
     config = load_bakeoff(path)
-    real = measure.make_sample  # what ArmSession calls
+    real = measure.make_sample  # what ArmRun calls
 
     def interrupted_at_s1_turn_2(arm: object, adapter: object, result: object, stats: object, run_id: str,
                                  prompt: str, *rest: object, **kw: object) -> Sample:
@@ -212,13 +212,13 @@ def test_a_resumed_sessions_run_stores_each_turn_once_and_rebuilds_the_prefix_un
 
     monkeypatch.setattr(arm_module, "make_sample", real)
     untimed: list[str] = []
-    replay = arm_module.ArmSession._untimed_turn
+    replay = arm_module.ArmRun._untimed_turn
 
-    def counted(self: arm_module.ArmSession, point: object) -> int | None:
+    def counted(self: arm_module.ArmRun, point: object) -> int | None:
         untimed.append(point.prompt.name)  # type: ignore[attr-defined]
         return replay(self, point)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(arm_module.ArmSession, "_untimed_turn", counted)
+    monkeypatch.setattr(arm_module.ArmRun, "_untimed_turn", counted)
     resume = load_resume(run.path)
     run_bakeoff(resume.config, tmp_path / "runs", resume=resume)
     assert untimed == ["s1/t0", "s1/t1"]  # s1's stored turns sent again, untimed, in order; s0 not at all
@@ -241,8 +241,8 @@ def test_a_raw_line_separator_inside_a_json_string_stays_in_its_line(tmp_path: P
 
 
 def test_resuming_a_run_whose_conversations_file_changed_is_refused_naming_the_file(tmp_path: Path) -> None:
+    from bakeoff.core.run.bakeoff import run_bakeoff
     from bakeoff.core.run.resume import load_resume
-    from bakeoff.core.run.session import run_bakeoff
 
     conv = tmp_path / "c.jsonl"
     conv.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]) + "\n")

@@ -1,4 +1,4 @@
-"""Structured requests through the one spine (ArmSession): an engine that stops drafting under a grammar is
+"""Structured requests through the one spine (ArmRun): an engine that stops drafting under a grammar is
 flagged ``speculation-disengaged`` with its counts, and a stream that pauses mid-answer is flagged ``stall``.
 
 The sim engine stands in for both faults (engines/sim/server.py: ``drafts_under_grammar: false`` drafts
@@ -22,7 +22,7 @@ from bakeoff.core.reports.model import summarize_run
 from bakeoff.core.reports.verdict import verdict_of
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.results.store import read_samples
-from bakeoff.core.run.session import run_bakeoff
+from bakeoff.core.run.bakeoff import run_bakeoff
 
 WORKLOAD = ("workload: {prompts: [code_python], structured: {kinds: [json_schema, tool_call]}, max_tokens: 10, "
             "reps: 1, warmup: 0, gates: []}\n")

@@ -16,7 +16,7 @@ from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.tune import candidate_settings, simplicity, tune_arms
 from bakeoff.core.reports import write_reports
 from bakeoff.core.reports.model import summarize_run
-from bakeoff.core.run.events import ProtocolEvents
+from bakeoff.core.run.events import RunEvents
 from bakeoff.core.run.tune import TUNE_FILE, engine_config, promote_winner, read_tune, run_tune
 
 WORKLOAD = "workload: {prompts: [prose], max_tokens: 16, reps: 2, warmup: 0, gates: [], seed: 3}\n"
@@ -193,7 +193,7 @@ def test_a_budget_too_small_for_a_look_keeps_spec_off_and_says_undecided(tmp_pat
     config = parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim, options: {itl_ms: 20}}\n" + WORKLOAD +
                            "tune: {space: {options.itl_ms: [8, 10]}, budget_s: 0.1}\n")
     warnings: list[str] = []
-    result = run_tune(config, tmp_path, events=ProtocolEvents(on_warning=warnings.append)).result
+    result = run_tune(config, tmp_path, events=RunEvents(on_warning=warnings.append)).result
     assert result.passes == 1 and result.stopped.startswith("budget")
     assert result.winner["arm"] == "spec-off" and result.winner["chosen_by"].startswith("undecided")
     assert sorted(result.undecided) == ["tune-itl_ms10", "tune-itl_ms8"]

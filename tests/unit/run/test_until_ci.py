@@ -14,7 +14,7 @@ from bakeoff.core.results.record import ArmAttempt
 from bakeoff.core.results.store import RunDir
 from bakeoff.core.run import plan as plan_module
 from bakeoff.core.run import protocol
-from bakeoff.core.run.events import ProtocolEvents
+from bakeoff.core.run.events import RunEvents
 from bakeoff.core.run.plan import run_record
 
 
@@ -65,7 +65,7 @@ def test_run_extra_pass_runs_only_the_new_pass_and_records_its_order(monkeypatch
 def test_stateful_speculator_with_reps_warns_at_plan_time(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(protocol, "_run_arm", lambda *a, **k: ArmAttempt(status="ok", pass_index=0))
     warnings: list[str] = []
-    events = ProtocolEvents(on_warning=warnings.append)
+    events = RunEvents(on_warning=warnings.append)
     plan = plan_module.plan_run(parse_bakeoff(_config(1, reps=3)))
     protocol.run_plan(plan, RunDir(tmp_path / "a"), events)
     assert len(warnings) == 1 and warnings[0].startswith("ngram: the ngram-mod speculator")

@@ -22,7 +22,7 @@ from ..config.schema import BakeoffFile
 from ..engine.launcher import stop_leftover_engines
 from ..results.record import StopRecord
 from ..results.store import RunDir, new_run_dir
-from .events import ProtocolEvents
+from .events import RunEvents
 from .executor import Executor, LocalExecutor
 from .live import LiveRun
 from .passes import ExtraLaunches, PassPolicy, UntilDecided, run_passes
@@ -100,7 +100,7 @@ def _until_ci(config: BakeoffFile, until_ci: float, max_passes: int, stop_on_ver
                              margin=config.workload.equivalence_margin)
 
 
-def _policies(config: BakeoffFile, executor: Executor, events: ProtocolEvents, until_ci: float | None,
+def _policies(config: BakeoffFile, executor: Executor, events: RunEvents, until_ci: float | None,
               max_passes: int, stop_on_verdict: bool,
               more_passes: Callable[[RunDir, int], tuple[bool, str]] | None) -> list[PassPolicy]:
     """The passes after the planned ones that the arguments of :func:`run_bakeoff` ask for, in this order."""
@@ -117,7 +117,7 @@ def _policies(config: BakeoffFile, executor: Executor, events: ProtocolEvents, u
 
 def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None, max_passes: int = 10,
                 resume: Resume | None = None, executor: Executor | None = None, stop_on_verdict: bool = False,
-                events: ProtocolEvents | None = None,
+                events: RunEvents | None = None,
                 more_passes: Callable[[RunDir, int], tuple[bool, str]] | None = None,
                 policy: PassPolicy | None = None) -> RunDir:
     """Plan and run one bakeoff (or finish ``resume``'s) into a new run directory under ``out``.
@@ -126,13 +126,13 @@ def run_bakeoff(config: BakeoffFile, out: Path, *, until_ci: float | None = None
     :param stop_on_verdict: with ``until_ci``, also stop once every verdict is clear.
     :param events: progress callbacks; ``on_warning`` also receives the adaptive-pass decisions.
     :param more_passes: a caller's own stopping rule, asked after the planned passes with the run and the passes
-        done: (another pass?, the line saying why); the regression gate's "until decided" (core/cli/gate.py).
+        done: (another pass?, the line saying why); the regression gate's "until decided" (core/cli/regression.py).
     :param policy: the one policy that adds passes after the planned ones (core/run/passes.py), in place of those
         the arguments above and the launch states add: the tuning race (core/run/tune.py).
     :raises ConfigError: a file or flag combination that cannot run, before any engine starts.
     """
     executor = executor or LocalExecutor()
-    events = events or ProtocolEvents()
+    events = events or RunEvents()
     check_stopping_rule(until_ci, max_passes, stop_on_verdict)
     if until_ci is not None and executor.name != "local":
         raise ConfigError("--until-ci adds passes on this machine; it cannot be combined with --executor ray")

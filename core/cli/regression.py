@@ -17,7 +17,7 @@ from ..reports import report_dir, summarize_run
 from ..reports.model import RunSummary
 from ..results.store import RunDir
 from ..run.executor import LocalExecutor
-from ..run.gate import gate_config
+from ..run.regression import gate_config
 from .console import make_console
 from .exit_codes import ExitCode
 from .running import execute, finish
