@@ -5,7 +5,9 @@ in the same passes). After each pass from the third on, the current best is the 
 against the baseline (the baseline itself counts, at 1.0), and each other candidate is compared with it at the
 level :func:`~bakeoff.core.analysis.stats.verdict_stop_level` gives that look: the error budget
 ``--stop-on-verdict`` spends over its looks, so re-reading the intervals after every pass does not multiply false
-drops. A candidate is dropped only when that interval excludes it (its ratio to the best is separably below 1).
+drops. A candidate is dropped only when that interval lies below 1 and is not within the equivalence margin of it:
+separably slower than the best, and not shown to be as good as it (a tight interval at 0.99× is equivalent, not a
+loss; dropping it would call the other of two identical settings the winner).
 The control is per compared pair, as ``--stop-on-verdict``'s is per arm: with many candidates, the chance that
 *some* identical candidate is dropped grows with their number (docs/tune.md).
 
@@ -23,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from ..results.sample import Sample
 from .stats import (
+    EQUIVALENCE_MARGIN,
     MIN_ADAPTIVE_PASSES,
     MIN_PAIRS,
     N_BOOT,
@@ -185,9 +188,10 @@ class Look(BaseModel):
 
 
 def look(samples: Sequence[Sample], alive: Sequence[str], baseline: str, passes_done: int, max_passes: int, *,
-         seed: int = 0, n_boot: int = N_BOOT) -> Look:
+         margin: float = EQUIVALENCE_MARGIN, seed: int = 0, n_boot: int = N_BOOT) -> Look:
     """The look after ``passes_done`` passes over the ``alive`` candidates (the baseline is never dropped: it is
-    what every ratio is read against)."""
+    what every ratio is read against). ``margin``: ``workload.equivalence_margin``; a candidate whose interval
+    against the best lies within 1 - margin and 1 stays."""
     groups = _by_arm(samples)
     estimates = {baseline: 1.0}
     for name in alive:
@@ -203,7 +207,7 @@ def look(samples: Sequence[Sample], alive: Sequence[str], baseline: str, passes_
         if name == best:
             continue
         ci = paired_ratio(groups.get(name, []), groups.get(best, []), level=level, seed=seed, n_boot=n_boot)
-        if ci is not None and ci.hi < 1:
+        if ci is not None and ci.hi < 1 and ci.lo < 1 - margin:
             dropped[name] = ci
     return Look(passes=passes_done, level=level, best=best, dropped=dropped)
 

@@ -18,6 +18,7 @@ from ..run.bakeoff import run_bakeoff
 from ..run.capacity import CapacityExecutor, check_capacity_config
 from ..run.events import RunEvents
 from .exit_codes import ExitCode
+from .progress import warning_printer
 from .running import console, stop_signals_as_interrupt
 
 __all__ = ["capacity_command"]
@@ -38,9 +39,7 @@ def _probe_line(p: Probe, section: CapacitySection) -> str:
 
 def _events() -> RunEvents:
     """Plain lines, no progress bar: the search decides how many requests it sends, and says each probe."""
-    def warn(msg: str) -> None:
-        console.print(f"[bold yellow]WARNING[/bold yellow] {escape(msg)}", highlight=False)
-
+    warn = warning_printer(console)
     return RunEvents(
         on_run_start=lambda run, total, done: console.print(f"run directory: [bold]{run.path}[/bold]"),
         on_note=lambda msg: console.print(escape(msg), highlight=False),

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-__all__ = ["ETA_AFTER", "RATE_WINDOW", "Pace", "PlainProgress", "run_progress"]
+__all__ = ["ETA_AFTER", "RATE_WINDOW", "Pace", "PlainProgress", "run_progress", "warning_printer"]
 
 RATE_WINDOW = 5  # requests per arm the live decode rate is the median of
 ETA_AFTER = 2  # requests done before an ETA is said
@@ -114,3 +115,15 @@ def run_progress(console: Console) -> Progress:
                         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("{task.fields[eta]}"),
                         console=console, transient=False)
     return PlainProgress(console)
+
+
+def warning_printer(console: Console) -> Callable[[str], None]:
+    """Print a run's warnings, each distinct one once: an engine start says the same thing in every pass (a
+    server that reports no slots, a refused depth), which the run's reader needs only the first time."""
+    said: set[str] = set()
+
+    def warn(msg: str) -> None:
+        if msg not in said:
+            said.add(msg)
+            console.print(f"[bold yellow]WARNING[/bold yellow] {escape(msg)}", highlight=False)
+    return warn

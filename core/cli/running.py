@@ -32,7 +32,7 @@ from ..run.resume import Resume
 from .boundary import name_run_dir
 from .console import make_console
 from .exit_codes import ExitCode, run_outcome
-from .progress import Pace, run_progress, sample_done
+from .progress import Pace, run_progress, sample_done, warning_printer
 
 __all__ = ["TABLES_HELP", "execute", "finish", "percent", "progress_events", "run_loaded",
            "stop_signals_as_interrupt"]
@@ -87,9 +87,7 @@ def progress_events() -> tuple[Progress, RunEvents]:
         pace.start()
         progress.start()
 
-    def warn(msg: str) -> None:
-        progress.console.print(f"[bold yellow]WARNING[/bold yellow] {escape(msg)}", highlight=False)
-
+    warn = warning_printer(progress.console)
     events = RunEvents(
         on_run_start=started,
         on_note=lambda msg: progress.console.print(msg, highlight=False),

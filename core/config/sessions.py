@@ -131,10 +131,31 @@ def _conversations_bytes(p: Path) -> bytes:
         raise ConfigError(f"workload.sessions.file: cannot read {p}: {exc}") from None
 
 
+# What this process read of each conversations file: resolved path -> (mtime_ns, size, SHA-256, sessions). A run
+# reads its file once (load, plan, check and every arm and pass share that read); a file whose size or mtime
+# changed since is read, hashed and parsed again, so an edit is still seen (a resume refuses it by its hash).
+_READ: dict[Path, tuple[int, int, str, list[Session]]] = {}
+
+
+def _read_file(p: Path) -> tuple[str, list[Session]]:
+    """The file's SHA-256 and its sessions, read once while it stays unchanged."""
+    try:
+        st, key = p.stat(), p.resolve()
+    except OSError as exc:
+        raise ConfigError(f"workload.sessions.file: cannot read {p}: {exc}") from None
+    hit = _READ.get(key)
+    if hit is not None and hit[:2] == (st.st_mtime_ns, st.st_size):
+        return hit[2], list(hit[3])
+    data = _conversations_bytes(p)
+    sha, sessions = hashlib.sha256(data).hexdigest(), _parse_conversations(data, p)
+    _READ[key] = (st.st_mtime_ns, st.st_size, sha, sessions)
+    return sha, list(sessions)
+
+
 def conversations_sha256(path: str | Path) -> str:
     """The SHA-256 of a conversations file's bytes: what a run records so that its resume replays the same
-    sessions. :raises ConfigError: the file cannot be read."""
-    return hashlib.sha256(_conversations_bytes(Path(path))).hexdigest()
+    sessions. :raises ConfigError: the file cannot be read, or a session in it is malformed."""
+    return _read_file(Path(path))[0]
 
 
 def read_conversations(path: str | Path, sha256: str | None = None) -> list[Session]:
@@ -145,11 +166,15 @@ def read_conversations(path: str | Path, sha256: str | None = None) -> list[Sess
     :raises ConfigError: naming file, line and session; or the file changed since the run recorded it.
     """
     p = Path(path)
-    data = _conversations_bytes(p)
-    if sha256 is not None and (now := hashlib.sha256(data).hexdigest()) != sha256:
+    now, sessions = _read_file(p)
+    if sha256 is not None and now != sha256:
         raise ConfigError(f"workload.sessions.file: {p} changed since the run started (SHA-256 {sha256[:16]} "
                           f"recorded, {now[:16]} now); the run replays the sessions it started with: put that "
                           "file back, or start a new run")
+    return sessions
+
+
+def _parse_conversations(data: bytes, p: Path) -> list[Session]:
     try:
         # JSONL lines end at \n alone: str.splitlines() would also split a line at a raw U+2028, U+0085 or form
         # feed inside a JSON string, where each is legal (the \r of a \r\n ending is JSON whitespace)

@@ -125,6 +125,16 @@ def _first_flag(samples: Sequence[Sample], flags: Sequence[Flag],
     return None
 
 
+def _flag_failure(cid: str, samples: Sequence[Sample], flags: Sequence[Flag], read: int,
+                  keep: Callable[[str], bool] = lambda f: True) -> Check | None:
+    """The check failed, on the first sample carrying one of ``flags`` (quoted with where it is); None: none does."""
+    bad = _first_flag(samples, flags, keep)
+    if bad is None:
+        return None
+    s, flag = bad
+    return _check(cid, "fail", f"{_where(s)}: {flag}", read)
+
+
 def _where(sample: Sample) -> str:
     turn = f" turn {sample.turn}" if sample.turn is not None else ""
     return f"{sample.prompt}{turn} #{sample.rep}"
@@ -143,11 +153,11 @@ def _include_usage(ok: Sequence[Sample]) -> Check:
 
 
 def _usage_witness(ok: Sequence[Sample]) -> Check:
-    bad = _first_flag(ok, (COUNT_WITNESS_MISMATCH, TEXT_WITNESS_MISMATCH, SERVER_COUNT_MISMATCH))
+    failed = _flag_failure("usage-witness", ok, (COUNT_WITNESS_MISMATCH, TEXT_WITNESS_MISMATCH,
+                                                 SERVER_COUNT_MISMATCH), len(ok))
+    if failed is not None:
+        return failed
     witnessed = [s for s in ok if s.witness_tokens is not None]
-    if bad is not None:
-        s, flag = bad
-        return _check("usage-witness", "fail", f"{_where(s)}: {flag}", len(ok))
     if not witnessed:
         return _check("usage-witness", "n/a", "no witness: the stream named no token one by one and the engine "
                       "has no tokenizer endpoint", len(ok))
@@ -158,10 +168,9 @@ def _usage_witness(ok: Sequence[Sample]) -> Check:
 
 
 def _events_tokens(ok: Sequence[Sample]) -> Check:
-    bad = _first_flag(ok, (TOKEN_EVENTS_MISMATCH,))
-    if bad is not None:
-        s, flag = bad
-        return _check("events-tokens", "fail", f"{_where(s)}: {flag}", len(ok))
+    failed = _flag_failure("events-tokens", ok, (TOKEN_EVENTS_MISMATCH,), len(ok))
+    if failed is not None:
+        return failed
     plain = [s for s in ok if s.completion_tokens is not None]
     if not plain:
         return _check("events-tokens", "n/a", "no answer with a token count", len(ok))
@@ -175,10 +184,9 @@ def _events_tokens(ok: Sequence[Sample]) -> Check:
 
 
 def _reasoning(ok: Sequence[Sample]) -> Check:
-    bad = _first_flag(ok, (COUNTER_INVARIANT,), lambda f: "reasoning_tokens" in f)
-    if bad is not None:
-        s, flag = bad
-        return _check("reasoning", "fail", f"{_where(s)}: {flag}", len(ok))
+    failed = _flag_failure("reasoning", ok, (COUNTER_INVARIANT,), len(ok), keep=lambda f: "reasoning_tokens" in f)
+    if failed is not None:
+        return failed
     told = [s for s in ok if s.reasoning_tokens is not None]
     if not told:
         return _check("reasoning", "n/a", "no answer reported reasoning_tokens (thinking off)", len(ok))
@@ -188,10 +196,10 @@ def _reasoning(ok: Sequence[Sample]) -> Check:
 
 
 def _accepted(drafting: Sequence[Sample]) -> Check:
-    bad = _first_flag(drafting, (COUNTER_INVARIANT,), lambda f: (flag_detail(f) or "").startswith("accepted"))
-    if bad is not None:
-        s, flag = bad
-        return _check("accepted", "fail", f"{_where(s)}: {flag}", len(drafting))
+    failed = _flag_failure("accepted", drafting, (COUNTER_INVARIANT,), len(drafting),
+                           keep=lambda f: (flag_detail(f) or "").startswith("accepted"))
+    if failed is not None:
+        return failed
     s = drafting[0]
     return _check("accepted", "pass", f"{len(drafting)} answers: accepted {s.accepted} of drafted {s.drafted}, "
                   f"completion {s.completion_tokens} (first)", len(drafting))
@@ -215,10 +223,9 @@ def _drafted(drafting: Sequence[Sample], n_max: int | None) -> Check:
 
 
 def _acceptance_sources(drafting: Sequence[Sample]) -> Check:
-    bad = _first_flag(drafting, _ACCEPTANCE_DISAGREE)
-    if bad is not None:
-        s, flag = bad
-        return _check("acceptance-sources", "fail", f"{_where(s)}: {flag}", len(drafting))
+    failed = _flag_failure("acceptance-sources", drafting, _ACCEPTANCE_DISAGREE, len(drafting))
+    if failed is not None:
+        return failed
     crossed = [s for s in drafting if not _has(s, ACCEPTANCE_CROSSCHECK_MISSING)]
     if not crossed:
         why = _has(drafting[0], ACCEPTANCE_CROSSCHECK_MISSING) or ACCEPTANCE_CROSSCHECK_MISSING.name
@@ -237,10 +244,9 @@ def _cache_hit(turns: Sequence[Sample]) -> Check:
     if all(s.cached_tokens is None for s in later):  # nothing claimed, so nothing to contradict
         return _check("cache-hit", "n/a", "the engine reports no cached_tokens (usage or its own counter) on a "
                       "repeated prefix", len(later))
-    bad = _first_flag(later, (CACHE_MISS, CACHE_IMPOSSIBLE, CACHE_UNREPORTED))
-    if bad is not None:
-        s, flag = bad
-        return _check("cache-hit", "fail", f"{_where(s)}: {flag}", len(later))
+    failed = _flag_failure("cache-hit", later, (CACHE_MISS, CACHE_IMPOSSIBLE, CACHE_UNREPORTED), len(later))
+    if failed is not None:
+        return failed
     zero = next((s for s in later if not s.cached_tokens), None)
     if zero is not None:
         return _check("cache-hit", "fail", f"{_where(zero)}: cached_tokens {zero.cached_tokens} of "
@@ -252,10 +258,9 @@ def _cache_hit(turns: Sequence[Sample]) -> Check:
 
 def _cache_counter(turns: Sequence[Sample]) -> Check:
     ok = [s for s in turns if s.status == "ok"]
-    bad = _first_flag(ok, (CACHE_COUNT_MISMATCH,))
-    if bad is not None:
-        s, flag = bad
-        return _check("cache-counter", "fail", f"{_where(s)}: {flag}", len(ok))
+    failed = _flag_failure("cache-counter", ok, (CACHE_COUNT_MISMATCH,), len(ok))
+    if failed is not None:
+        return failed
     both = [s for s in ok if s.server_cached_tokens is not None and s.cached_tokens is not None and s.turn]
     if not both:
         return _check("cache-counter", "n/a", "the engine has no cache counter of its own per request", len(ok))
@@ -270,10 +275,9 @@ def _drafting_structured(ok: Sequence[Sample], speculative: bool) -> Check:
         return _check("drafting-structured", "n/a", "speculation off", len(structured))
     if not structured:
         return _check("drafting-structured", "n/a", "no structured answer (the engine or arm refused them)", 0)
-    bad = _first_flag(structured, (SPECULATION_DISENGAGED,))
-    if bad is not None:
-        s, flag = bad
-        return _check("drafting-structured", "fail", f"{_where(s)}: {flag}", len(structured))
+    failed = _flag_failure("drafting-structured", structured, (SPECULATION_DISENGAGED,), len(structured))
+    if failed is not None:
+        return failed
     plain = next((s for s in ok if s.structured is None and s.drafted), None)
     uncounted = next((s for s in structured if s.drafted is None), None)
     if plain is not None and uncounted is not None:

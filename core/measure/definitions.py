@@ -46,7 +46,7 @@ from ..results.flags import (
 from ..results.sample import Sample
 from .invariants import counter_flags, reasoning_tokens, witness_flag
 
-__all__ = ["build_request", "request_fields", "account", "make_sample", "StreamAccount"]
+__all__ = ["build_request", "request_fields", "account", "make_sample", "prefill_rate", "StreamAccount"]
 
 BURST_WINDOW_SHARE = 0.1  # burst-delivery: a decode window under this share of send-to-last-token
 HARNESS_LAG_SHARE = 0.01  # a reader away for 1 % of the decode window could have moved the rate by as much
@@ -95,7 +95,6 @@ class StreamAccount:
     decode_s: float | None = None
     decode_tps: float | None = None
     event_count_decode_tps: float | None = None
-    prefill_tps: float | None = None
 
     def apply(self, sample: Sample) -> None:
         """Write this account onto ``sample``: every field above, the flags replacing the sample's."""
@@ -111,7 +110,7 @@ class StreamAccount:
         sample.max_tokens_per_event = self.max_tokens_per_event
         sample.mean_tokens_per_event = self.mean_tokens_per_event
         sample.ttft_s, sample.decode_s, sample.e2e_s = self.ttft_s, self.decode_s, self.e2e_s
-        sample.decode_tps, sample.prefill_tps = self.decode_tps, self.prefill_tps
+        sample.decode_tps = self.decode_tps
         sample.event_count_decode_tps = self.event_count_decode_tps
 
 
@@ -219,12 +218,15 @@ def account(result: StreamResult, token_counts: TokenCounts) -> StreamAccount:
         why = ("usage missing" if n is None else "one token event, no decode window" if len(per_event) == 1
                else "all token events arrived at once")
         out.flags.append(NO_RATE.line(why))
-    uncached = out.prompt_tokens
-    if uncached is not None and out.cached_tokens:
-        uncached -= out.cached_tokens
-    if uncached and uncached > 0 and out.ttft_s:
-        out.prefill_tps = uncached / out.ttft_s
     return out
+
+
+def prefill_rate(prompt_tokens: int | None, cached_tokens: int | None, ttft_s: float | None) -> float | None:
+    """The client's prefill rate: the prompt tokens the server computed (not read from its cache) over TTFT;
+    None without a prompt count, a TTFT, or a prompt left to compute. Read once the cached count is settled
+    (usage's, else the server's own)."""
+    uncached = (prompt_tokens or 0) - (cached_tokens or 0)
+    return uncached / ttft_s if prompt_tokens is not None and uncached > 0 and ttft_s else None
 
 
 def request_fields(arm: Arm, adapter: EngineAdapter, workload: Workload, max_tokens: int | None) -> dict[str, Any]:
@@ -309,8 +311,7 @@ def make_sample(arm: Arm, adapter: EngineAdapter, result: StreamResult, stats: S
                                                f"server's own counter {stats.cached_tokens}"))
     if sample.cached_tokens is None and stats.cached_tokens is not None:  # llama.cpp: timings.cache_n
         sample.cached_tokens = stats.cached_tokens
-        uncached = (sample.prompt_tokens or 0) - stats.cached_tokens
-        sample.prefill_tps = uncached / sample.ttft_s if uncached > 0 and sample.ttft_s else None
+    sample.prefill_tps = prefill_rate(sample.prompt_tokens, sample.cached_tokens, sample.ttft_s)
     if stats.completion_tokens is not None and sample.completion_tokens is not None \
             and stats.completion_tokens != sample.completion_tokens:
         flags.append(SERVER_COUNT_MISMATCH.line(f"server {stats.completion_tokens}, usage {sample.completion_tokens}"))

@@ -13,6 +13,7 @@ import textwrap
 from typing import Any
 
 from ..analysis.capacity import ArmBoundary, CapacityResult
+from .layout import plain_table
 
 __all__ = ["capacity_lines", "capacity_markdown", "capacity_rows", "boundary_text", "merge_capacity"]
 
@@ -71,11 +72,7 @@ def capacity_lines(r: CapacityResult, width: int = WIDTH) -> list[str]:
         tpj = f"{a.tokens_per_joule:.3g}" if a.tokens_per_joule is not None else "–"
         rows.append((a.arm, *((a.kind,) if kind else ()), boundary_text(a, r.load), bracket,
                      (a.binding or "–").split(" ≤")[0].split(" ≥")[0], a.shape, tpj))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    name_w = max(4, min(widths[0], width - sum(widths[1:]) - 2 * (len(widths) - 1)))
-    for row in rows:
-        cells = [row[0][:name_w].ljust(name_w)] + [c.ljust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-        lines.append("  ".join(cells).rstrip()[:width])
+    lines += plain_table(rows, width)
     for c in r.comparisons:
         lines += textwrap.wrap(c.text, width)
     for note in _notes(r):

@@ -13,9 +13,22 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["print_rows"]
+__all__ = ["plain_table", "print_rows"]
 
 _UNBOUNDED = 1_000_000  # measure a table's own minimum, not the console's width it would be clamped to
+
+
+def plain_table(rows: Sequence[Sequence[str]], width: int) -> list[str]:
+    """``rows`` (the header first) as left-aligned plain-text columns two spaces apart, each line at most
+    ``width`` characters with no trailing space: the first column (the arm's name) is cut to what the others
+    leave, never below 4 characters (report.md and summary.json keep the whole name)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    name_w = max(4, min(widths[0], width - sum(widths[1:]) - 2 * (len(widths) - 1)))
+    out = []
+    for row in rows:
+        cells = [row[0][:name_w].ljust(name_w)] + [c.ljust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        out.append("  ".join(cells).rstrip()[:width])
+    return out
 
 
 def print_rows(out: Console, title: str | None, header: Sequence[str], rows: Sequence[Sequence[str]], *,

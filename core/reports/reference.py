@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 
 from ..analysis.reference import BenchReference
+from .layout import plain_table
 
 __all__ = ["reference_lines", "reference_markdown"]
 
@@ -46,13 +47,7 @@ def reference_lines(refs: dict[str, BenchReference], width: int = WIDTH) -> list
     """The section as plain lines of at most ``width`` characters ([] without references)."""
     if not refs:
         return []
-    rows = [HEADER, *(_row(r) for r in refs.values())]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
-    name_w = max(4, min(widths[0], width - sum(widths[1:]) - 2 * (len(widths) - 1)))
-    lines = textwrap.wrap(TITLE, width)
-    for row in rows:
-        cells = [row[0][:name_w].ljust(name_w)] + [c.ljust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-        lines.append("  ".join(cells).rstrip()[:width])
+    lines = textwrap.wrap(TITLE, width) + plain_table([HEADER, *(_row(r) for r in refs.values())], width)
     for note in _notes(refs):
         lines += textwrap.wrap(note, width, subsequent_indent="  ", break_on_hyphens=False)
     return lines

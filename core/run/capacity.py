@@ -173,7 +173,7 @@ def probe_from_samples(arm: str, level: float, replicate: int, rnd: int, samples
     if section.goodput is not None:
         tier = tiers[section.goodput.slo]
         met = [meets(s, tier) and _served(s) for s in samples]
-    tokens = sum(s.completion_tokens or 0 for s in samples if s.status == "ok")
+    tokens = sum(s.completion_tokens or 0 for s in samples if _served(s))  # tok/J: an invalid answer serves no one
     wall = max((s.batch_wall_s or 0.0 for s in samples), default=0.0)
     return Probe(arm=arm, level=level, replicate=replicate, round=rnd, values=_constraint_values(samples, section),
                  met=met, cut=cut, tokens=tokens, energy_j=energy_j, wall_s=wall, kind=kind)

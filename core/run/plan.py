@@ -63,8 +63,8 @@ class Plan:
     orders: list[list[str]]  # arm names per pass
     # a sessions workload's conversations, read once here for the whole run (every arm, every pass)
     sessions: list[Session] | None = None
-    # arms whose engine cannot load (core/engine/launcher.py CANNOT_LOAD) -> why, until the later passes that skip
-    # them have said so (then ""); this process's starts only, so a resume tries them again
+    # arms whose start failed for a reason a relaunch meets again (core/run/protocol.py NOT_RELAUNCHED) -> why,
+    # until the later passes that skip them have said so (then ""); this process's starts only: a resume retries
     unloadable: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -4,9 +4,9 @@ For each pass, every arm runs once, in an order shuffled per pass from the recor
 engine is launched (or attached to), warmed up untimed, asked every prompt × mode × rep one request at
 a time, and stopped — always, also on error and Ctrl-C (core/run/arm.py owns one arm's start and every
 timed request). An arm that fails to start, or whose engine dies, is recorded as failed with its log
-tail and the run moves on to the next arm; one whose engine cannot load (a missing binary or library) is not
-relaunched in the later passes, which would fail the same way. The passes after the planned ones are decided in
-core/run/passes.py.
+tail and the run moves on to the next arm; one whose start failed for a reason a relaunch does not change (a
+missing binary or library, a fixed port another process holds) is not relaunched in the later passes. The
+passes after the planned ones are decided in core/run/passes.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,14 @@ from .arm import ArmRun
 from .events import RunEvents
 from .plan import Plan, PlannedArm, add_pass, effective_workload, plan_warnings
 
-__all__ = ["run_plan", "run_extra_pass"]
+__all__ = ["NOT_RELAUNCHED", "run_plan", "run_extra_pass"]
+
+# Start failures that a relaunch in the next pass would meet again, seconds later: the arm is skipped after them,
+# with what to do. A crash, a timeout or a dead engine may pass; those are retried every pass.
+NOT_RELAUNCHED = {
+    CANNOT_LOAD: "its engine cannot load",
+    "port-in-use": "its fixed port is held by another process (free it, or leave settings.port out)",
+}
 
 
 def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, events: RunEvents,
@@ -96,15 +103,14 @@ def run_plan(plan: Plan, run: RunDir, events: RunEvents | None = None,
             for name in order:
                 if name in plan.unloadable:  # a relaunch would fail the same way: said once, no attempt recorded
                     if why := plan.unloadable[name]:
-                        events.on_warning(f"arm {name}: not relaunched in pass {pass_index + 1} or later: its "
-                                          f"engine cannot load ({why})")
+                        events.on_warning(f"arm {name}: not relaunched in pass {pass_index + 1} or later: {why}")
                         plan.unloadable[name] = ""
                     continue
                 attempt = _run_arm(plan, by_name[name], run, pass_index, events, done, shared)
                 arm_records.setdefault(name, []).append(attempt)
                 run.append_attempt(name, attempt)  # one line per arm: no rewrite of run.json per arm
-                if attempt.failed and attempt.reason == CANNOT_LOAD:
-                    plan.unloadable[name] = f"it failed in pass {pass_index + 1}"
+                if attempt.failed and attempt.reason in NOT_RELAUNCHED:
+                    plan.unloadable[name] = f"{NOT_RELAUNCHED[attempt.reason]} (it failed in pass {pass_index + 1})"
             shared.close()
     finally:
         shared.close()

@@ -149,8 +149,9 @@ class _Race:
     when and against whom, and why it stopped, stay here for the result."""
 
     def __init__(self, arms: TuneArms, seed: int, tune: TuneSection, events: RunEvents,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], margin: float) -> None:
         self.arms, self.seed, self.max_passes, self.budget_s = arms, seed, tune.max_passes, tune.budget_s
+        self.margin = margin  # workload.equivalence_margin: within it of the best, a candidate stays
         self.events, self.clock, self.started = events, clock, clock()
         self.baseline = arms.baseline.name
         self.alive = [a.name for a in arms.candidates]
@@ -194,7 +195,7 @@ class _Race:
             self.alive.remove(name)
             self.dropped[name] = {"after": 0, "pass": passes, "vs": "failed (no valid request)"}
             say(f"tune: {name} dropped: no valid request in pass {passes}")
-        lk = look(samples, self.alive, self.baseline, passes, self.max_passes, seed=self.seed)
+        lk = look(samples, self.alive, self.baseline, passes, self.max_passes, margin=self.margin, seed=self.seed)
         self.best = lk.best
         for name, ci in lk.dropped.items():
             self.alive.remove(name)
@@ -209,7 +210,7 @@ class _Race:
 
 
 def _plateau(race: _Race, run: RunDir, passes: int) -> list[str]:
-    """The best arm and every arm no look told apart from it (spec-off included when it is not read_tune, separable)."""
+    """The best arm and every arm no look told apart from it (spec-off included when it is not separable from it)."""
     samples = run.samples()
     best = race.best
     out = [best] + [n for n in race.alive if n != best]
@@ -329,7 +330,7 @@ def run_tune(config: BakeoffFile, out: Path, *, source: str = "<config>", events
     tune = config.tune
     assert tune is not None
     race_file = race_config(config, arms)
-    race = _Race(arms, race_file.workload.seed, tune, events, clock)
+    race = _Race(arms, race_file.workload.seed, tune, events, clock, race_file.workload.equivalence_margin)
 
     def started(run: RunDir, requests: int, done: int) -> None:  # every candidate checked on paper by then
         events.on_run_start(run, requests, done)

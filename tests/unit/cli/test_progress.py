@@ -68,3 +68,17 @@ def test_a_piped_run_prints_rate_and_eta_lines(tmp_path: Path) -> None:
     assert re.fullmatch(r"\[0:\d\d:\d\d\] a: request 1 of 4, [\d.]+ tok/s", said[0]), said
     assert all(re.fullmatch(r"\[0:\d\d:\d\d\] [ab]: request \d of 4, [\d.]+ tok/s, about 0:\d\d:\d\d left", line)
                for line in said[1:]), said
+
+
+def test_a_warning_every_engine_start_gives_is_printed_once_per_run(tmp_path: Path) -> None:
+    # the sim reports no slots: each of the 2 passes' starts warns that concurrency levels are unchecked
+    (tmp_path / "f.yaml").write_text(
+        "arms:\n  - {name: a, engine: sim, model: sim, options: {itl_ms: 1}}\n"
+        "workload: {prompts: [prose], max_tokens: 4, reps: 1, warmup: 0, passes: 2, concurrency: [1, 2], "
+        "gates: []}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "BAKEOFF_WIDTH")}
+    done = subprocess.run([sys.executable, "-m", "bakeoff", "run", "f.yaml", "--out", "runs"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env={**env, "NO_COLOR": "1"})
+    assert done.returncode in (0, 4), done.stdout[-2000:] + done.stderr[-2000:]
+    said = [line for line in done.stdout.splitlines() if "does not report its slots" in line]
+    assert len(said) == 1 and said[0].startswith("WARNING a: the engine does not report its slots"), said

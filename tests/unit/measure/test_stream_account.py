@@ -50,8 +50,10 @@ def test_every_field_of_the_account_reaches_the_sample() -> None:
 
 def test_the_account_covers_the_stream_and_output_sections_and_only_sample_fields() -> None:
     names = {f.name for f in dataclasses.fields(StreamAccount)} - {"flags"}
-    # reasoning_tokens is read from usage by make_sample, beside the server's counts (bakeoff conform's check)
-    stream_and_output = (set(SampleStream.model_fields) | set(SampleOutput.model_fields)) - {"reasoning_tokens"}
+    # reasoning_tokens is read from usage by make_sample, beside the server's counts (bakeoff conform's check);
+    # prefill_tps there too, once the cached count is settled (usage's, else the server's own)
+    stream_and_output = (set(SampleStream.model_fields) | set(SampleOutput.model_fields)) - {"reasoning_tokens",
+                                                                                             "prefill_tps"}
     assert stream_and_output <= names
     assert names - stream_and_output <= set(SampleHarness.model_fields)  # the reader's own cost and clock
 
@@ -63,3 +65,11 @@ def test_an_account_of_a_stream_without_tokens_is_typed_and_says_why() -> None:
     assert (acc.completion_tokens, acc.prompt_tokens, acc.token_events, acc.usage_present) == (0, 7, 0, True)
     assert acc.decode_tps is None and acc.ttft_s is None and acc.e2e_s == 0.002
     assert len(acc.flags) == 2 and acc.flags[1].startswith(NO_RATE.name)  # no output tokens, hence no rate
+
+
+def test_the_prefill_rate_is_read_once_the_cached_count_is_settled() -> None:
+    from bakeoff.core.measure.definitions import prefill_rate
+    assert prefill_rate(100, 40, 0.5) == 120.0  # 60 computed prompt tokens in half a second
+    assert prefill_rate(100, None, 0.5) == 200.0
+    assert prefill_rate(100, 100, 0.5) is None  # all from the cache: nothing computed to time
+    assert prefill_rate(None, 0, 0.5) is None and prefill_rate(100, 0, None) is None

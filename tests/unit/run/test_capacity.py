@@ -202,13 +202,15 @@ def test_an_invalid_structured_answer_fails_its_slo() -> None:
     goodput tier, as the structured section does not count it fast."""
     s = section(goodput={"slo": "fast", "min_share": "50%"})
     tiers = {"fast": Slo(ttft_s=0.5)}
-    samples = [sample(ttft_s=0.1, structured="json_schema", valid=True),
-               sample(ttft_s=0.1, structured="json_schema", valid=False, invalid_reason="not JSON"),
-               sample(ttft_s=0.1)]  # plain: valid stays None
+    samples = [sample(ttft_s=0.1, structured="json_schema", valid=True, completion_tokens=10),
+               sample(ttft_s=0.1, structured="json_schema", valid=False, invalid_reason="not JSON",
+                      completion_tokens=40),
+               sample(ttft_s=0.1, completion_tokens=5)]  # plain: valid stays None
     probe = probe_from_samples("a", 3, 0, 0, samples, s, tiers, kind="structured")
     assert probe.kind == "structured"
     assert probe.values[LABEL] == [0.1, math.inf, 0.1]
     assert probe.met == [True, False, True]
+    assert probe.tokens == 15  # tok/J counts served tokens: the invalid answer's 40 are no work done
 
 
 def test_sessions_are_refused_naming_the_field(tmp_path: Path) -> None:

@@ -23,10 +23,10 @@ from bakeoff.core.run.events import RunEvents
 LOAD_ERROR = "error while loading shared libraries: libcuda.so.1"
 
 
-def _file(crash_exit: int, with_baseline: bool = True, passes: int = 3) -> str:
+def _file(crash_exit: int, with_baseline: bool = True, passes: int = 3, error: str = LOAD_ERROR) -> str:
     base = "  - {name: base, engine: sim, model: x}\n" if with_baseline else ""
     return (f"name: t\narms:\n{base}  - {{name: cand, engine: sim, model: x, options: {{crash_on_start: "
-            f"'{LOAD_ERROR}', crash_exit_code: {crash_exit}}}}}\n"
+            f"'{error}', crash_exit_code: {crash_exit}}}}}\n"
             f"workload: {{prompts: [prose], max_tokens: 8, reps: 1, warmup: 0, passes: {passes}, gates: []}}\n")
 
 
@@ -42,6 +42,15 @@ def test_an_engine_that_cannot_load_is_started_once_and_the_skip_said_once(tmp_p
     assert started == [0]
     skips = [w for w in warnings if "not relaunched" in w]
     assert skips == ["arm cand: not relaunched in pass 2 or later: its engine cannot load (it failed in pass 1)"]
+
+
+def test_a_fixed_port_held_by_another_process_is_not_relaunched_either(tmp_path: Path) -> None:
+    # the port was free when the run was planned (plan.py refuses a taken one) and taken by its first start
+    started, warnings = _run(tmp_path, _file(crash_exit=1, error="bind on 127.0.0.1: Address already in use"))
+    assert started == [0]
+    assert [w for w in warnings if "not relaunched" in w] == [
+        "arm cand: not relaunched in pass 2 or later: its fixed port is held by another process (free it, or leave "
+        "settings.port out) (it failed in pass 1)"]
 
 
 def test_a_start_that_may_succeed_next_time_is_retried_every_pass_and_its_failure_listed_once(

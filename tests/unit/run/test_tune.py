@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bakeoff.core.analysis.racing import RaceCandidate, Status, tune_decision
+from bakeoff.core.analysis.racing import RaceCandidate, Status, look, tune_decision
 from bakeoff.core.cli.full_app import app
 from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.loader import parse_bakeoff
 from bakeoff.core.config.tune import candidate_settings, simplicity, tune_arms
 from bakeoff.core.reports import write_reports
 from bakeoff.core.reports.model import summarize_run
+from bakeoff.core.results.sample import Sample
 from bakeoff.core.run.events import RunEvents
 from bakeoff.core.run.tune import TUNE_FILE, engine_config, promote_winner, read_tune, run_tune
 
@@ -50,6 +51,24 @@ def test_a_bad_space_key_is_named() -> None:
         tune_arms(invalid, "f.yaml")
     with pytest.raises(ConfigError, match="no 'tune:' section"):
         tune_arms(parse_bakeoff("arms:\n  - {name: spec-off, engine: sim, model: sim}\n"))
+
+
+def _paired(arm: str, rate: float, passes: int = 4, reps: int = 3) -> list[Sample]:
+    """One arm's requests, pass by pass, at a decode rate with a fixed ±0.2 % wobble (tight intervals)."""
+    return [Sample(arm=arm, engine="sim", prompt="prose", mode="chat", rep=r, pass_index=p, concurrency=1,
+                   decode_tps=rate * (1 + 0.002 * ((p * reps + r) % 3 - 1)))
+            for p in range(passes) for r in range(reps)]
+
+
+def test_a_look_keeps_a_candidate_within_the_margin_of_the_best_and_drops_one_beyond_it() -> None:
+    # separably slower than the best by 1 % on a tight interval: within the 3 % margin, it stays on the plateau
+    # (the old rule dropped it and made its identical twin the "winner"); 10 % slower: dropped
+    samples = _paired("spec-off", 100) + _paired("a", 150) + _paired("b", 148.5) + _paired("c", 135)
+    lk = look(samples, ["a", "b", "c"], "spec-off", passes_done=4, max_passes=4, margin=0.03)
+    assert lk.best == "a"
+    assert set(lk.dropped) == {"c"}
+    b = look(samples, ["a", "b"], "spec-off", passes_done=4, max_passes=4, margin=0.0)
+    assert set(b.dropped) == {"b"}  # with no margin, separably slower is enough
 
 
 def test_identical_candidates_stay_a_plateau_and_the_simplest_is_named(tmp_path: Path) -> None:
