@@ -1,7 +1,7 @@
-"""FAULTS-2 (issue 33) R9 and R19: the report written at the end of a run.
+"""Issue 33: the report written at the end of a run.
 
-R9: SIGTERM or SIGHUP while ``bakeoff run`` writes its report, or reads its exit code after it, is an interruption
-(exit 130), not death by the signal. R19: a report that cannot be written (a full disk) is one error line and a
+SIGTERM or SIGHUP while ``bakeoff run`` writes its report, or reads its exit code after it, is an interruption
+(exit 130), not death by the signal. A report that cannot be written (a full disk) is one error line and a
 non-zero exit, and leaves the previous report files whole and the samples untouched.
 """
 

@@ -1,5 +1,5 @@
-"""FAULTS-2 (issue 33) faults seen only through the command line: a run directory that vanishes mid-run (R3),
-and a reader that goes away (``bakeoff run … | head``, R8). Sim engines only."""
+"""Issue 33: faults seen only through the command line: a run directory that vanishes mid-run,
+and a reader that goes away (``bakeoff run … | head``). Sim engines only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FAULTS-2 (issue 33) R2/R7: secret masking is linear in the text, and a masked output line stays JSON."""
+"""Issue 33: secret masking is linear in the text, and a masked output line stays JSON."""
 
 from __future__ import annotations
 

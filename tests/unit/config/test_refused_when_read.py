@@ -1,4 +1,4 @@
-"""FAULTS-2 (issue 33) R10, R11, R12: bakeoff files that crashed or failed only after an engine was launched are
+"""Issue 33: bakeoff files that crashed or failed only after an engine was launched are
 refused when they are read, with the file, the line and the field named."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def refused(text: str) -> str:
     return str(info.value)
 
 
-# -- R10: a lone surrogate cannot be stored (UTF-8) -----------------------------------------------------------
+# -- a lone surrogate cannot be stored (UTF-8) -----------------------------------------------------------
 @pytest.mark.parametrize("text, line", [
     ('name: "run \\uDC80"\n' + ARM, 1),
     (ARM + 'workload:\n  suite: [{name: "\\uD800x", messages: [{role: user, content: hi}]}]\n', 4),
@@ -36,7 +36,7 @@ def test_a_surrogate_pair_is_one_character_and_fine() -> None:
     assert parse_bakeoff('name: "run \\uD83D\\uDE00"\n' + ARM).name == "run \U0001F600"
 
 
-# -- R11: nesting deeper than Python's stack ------------------------------------------------------------------
+# -- nesting deeper than Python's stack ------------------------------------------------------------------
 @pytest.mark.parametrize("depth", [600, 5000])
 def test_deep_nesting_is_a_config_error_not_a_recursion_error(depth: int) -> None:
     msg = refused(ARM.replace("model: x", "model: x, options: {x: " + "[" * depth + "]" * depth + "}"))
@@ -52,7 +52,7 @@ def test_ordinary_nesting_is_fine() -> None:
     assert config.arms[0].name == "a"
 
 
-# -- R12: values that used to fail only at launch or request time ---------------------------------------------
+# -- values that used to fail only at launch or request time ---------------------------------------------
 @pytest.mark.parametrize("mode, field", [
     ("{temperature: .nan}", "temperature"),
     ("{temperature: .inf}", "temperature"),

@@ -1,4 +1,4 @@
-"""FAULTS-2 (issue 33) R17: an engine behind a wrapper that does not ``exec`` is stopped by the next bakeoff,
+"""Issue 33: an engine behind a wrapper that does not ``exec`` is stopped by the next bakeoff,
 although the wrapper (the recorded group leader) is gone."""
 
 from __future__ import annotations

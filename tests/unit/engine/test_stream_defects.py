@@ -1,5 +1,5 @@
-"""FAULTS-2 (issue 33) stream defects read from replayed recordings: two disagreeing usage reports (R13), a BOM
-before the first event (R14), two streamed choices where one was asked (R15)."""
+"""Issue 33: stream defects read from replayed recordings: two disagreeing usage reports, a BOM
+before the first event, two streamed choices where one was asked."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FAULTS-2 (issue 33) wire defects, each reproduced against a loopback server that scripts every byte."""
+"""Issue 33: wire defects, each reproduced against a loopback server that scripts every byte."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ BODY = {"model": "m", "messages": [], "max_tokens": 16, "stream": True}
 
 
 def _header_trickle() -> Iterator[bytes | float]:
-    """The status line, then one header byte every 0.2 s, for a minute (R1: STR-30/38/41)."""
+    """The status line, then one header byte every 0.2 s, for a minute (STR-30/38/41)."""
     yield b"HTTP/1.1 200 OK\r\n"
     for _ in range(300):
         yield b"X"
@@ -94,7 +94,7 @@ def test_normal_stream_still_reads_through_the_trace_hook() -> None:
 
 
 def test_url_credentials_are_sent_on_the_direct_socket_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A basic-auth reverse proxy in front of an engine: ``http://user:pass@host`` (R4: every request got 401)."""
+    """A basic-auth reverse proxy in front of an engine: ``http://user:pass@host`` (every request got 401)."""
     import socket
 
     import sse_fakes
@@ -122,7 +122,7 @@ def _sse_body(n: int = 4) -> bytes:
 
 @pytest.mark.parametrize("framing", ["content-length", "chunked-end-alone"])
 def test_a_complete_answer_on_a_kept_open_connection_is_not_a_stall(framing: str) -> None:
-    """The server ignores ``Connection: close`` and keeps the socket open after a complete answer (R16)."""
+    """The server ignores ``Connection: close`` and keeps the socket open after a complete answer."""
     body = _sse_body()
 
     def script() -> Iterator[bytes | float]:

@@ -1,4 +1,4 @@
-"""FAULTS-2 (issue 33) R18: a run directory is held by one bakeoff at a time."""
+"""Issue 33: a run directory is held by one bakeoff at a time."""
 
 from __future__ import annotations
 
