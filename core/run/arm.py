@@ -1,8 +1,9 @@
 """One arm on one engine start: launch, compose or attach; read back; warm up; every timed request.
 
-This is the one place a timed request is made. Plain runs, depth and concurrency points, phase runs,
-calibration arms, Ray blocks, self-tests and live runs all open an :class:`ArmSession` and call
-:meth:`ArmSession.measure`, so every sample gets the same guards whatever the run kind: the noise guard
+This is the one place a timed request is made. Plain runs, depth and concurrency points, session turns (one
+replay at a time, or N at once for a sessions capacity probe), phase runs, calibration arms, Ray blocks,
+self-tests and live runs all open an :class:`ArmSession` and call :meth:`ArmSession.measure` (N replays at once:
+:meth:`ArmSession.measure_replays`), so every sample gets the same guards whatever the run kind: the noise guard
 (CPU used by foreign processes), ``settings-mismatch`` when the read-back differs from what was asked,
 the finish flags, the point's own checks (exact depth, fixed length, needle, a structured answer's
 validity and stalls), ``speculation-disengaged`` when a structured answer drafts nothing where free text
@@ -288,8 +289,9 @@ class ArmSession:
         its turns in order on its own stream, a sample per turn, flagged, stored and announced as :meth:`measure`
         does. Each replay draws its own salt, so no replay finds another's prefix in the cache, and keeps the
         prefix cache on, so it reuses its own. As in a batch, server stats come from each response only
-        (``/metrics`` deltas, log lines and the request's own meters would mix the overlapping turns); a turn's
-        usage (cached tokens included) is its own, and its prefix floor is the turn before it."""
+        (``/metrics`` deltas and log lines would mix the overlapping turns) and the foreign-CPU meter spans the
+        whole probe; a turn's usage (cached tokens included) is its own, and its prefix floor is the turn before
+        it in its replay."""
         salts: set[str] = set()
         while len(salts) < len(replays):  # distinct: two replays with one salt would share a prefix
             salts.add(_new_replay_salt())
