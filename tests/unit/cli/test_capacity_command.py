@@ -198,7 +198,7 @@ def test_capacity_of_sessions_counts_agents_replayed_at_once(tmp_path: Path) -> 
     assert cmp["ratio"]["lo"] <= 5 / 3 <= cmp["ratio"]["hi"]
     section = result.output[result.output.index("Capacity at"):result.output.index("capacity: ")]
     assert "large carries" in section and "the concurrent sessions at TTFT p90" in section.replace("\n", " ")
-    assert "small sessions at 4 sessions at once (replicate 1): fails" in result.output
+    assert "small at 4 sessions at once (replicate 1): fails" in result.output
     assert "| large | sessions | 5 (" in (run / "report" / "report.md").read_text()
     summary = json.loads((run / "report" / "summary.json").read_text())
     assert [a["kind"] for a in summary["capacity"]["arms"]] == ["sessions", "sessions"]
