@@ -52,7 +52,7 @@ TREND_SPAN = 4.0  # the trend is fitted over the held loads within this factor b
 
 Shape = Literal["cliff", "smooth", "unknown"]
 Censored = Literal["below", "above"]
-Kind = Literal["plain", "structured", "sessions"]  # what a probe's requests are (sessions: not searched yet)
+Kind = Literal["plain", "structured", "sessions"]  # what a probe's requests are (sessions: turns of replays)
 
 
 @dataclass
@@ -377,6 +377,8 @@ def _compare(a: ArmBoundary, base: ArmBoundary, brackets: Mapping[str, np.ndarra
     """:param name_kind: not plain prompts alone, so every line says which kind it is about."""
     of = f"{a.kind} " if name_kind else ""
     what = f"the {of}streams" if section.load == "streams" else f"the {of}request rate"
+    if a.kind == "sessions":  # its load: sessions (agents) replayed at once
+        what = "the concurrent sessions"
     at = " and ".join(section.labels)
     if a.estimate is None or base.estimate is None or a.censored or base.censored:
         why = {"below": "fails at the first load", "above": "holds up to capacity.max"}

@@ -28,11 +28,13 @@ def _probe_line(p: Probe, section: CapacitySection) -> str:
     margins, values = level_margins([p], section)
     worst = min(margins, key=lambda k: margins[k])
     unit = "streams" if section.load == "streams" else "req/s"
+    if p.kind == "sessions":  # the unit names the kind
+        unit = "sessions at once"
     held = "holds" if margins[worst] >= 0 else "fails"
     value = values[worst]
     shown = f"{value:.0%}" if worst.startswith("goodput") else f"{value:.3g} s"
     cut = f"; cut: {p.cut}" if p.cut else ""
-    who = p.arm if p.kind == "plain" else f"{p.arm} {p.kind}"
+    who = p.arm if p.kind in ("plain", "sessions") else f"{p.arm} {p.kind}"
     return f"  {who} at {p.level:g} {unit} (replicate {p.replicate + 1}): {held}, {worst.split(' ')[0]} " \
            f"{worst.split(' ')[1]} {shown}{cut}"
 

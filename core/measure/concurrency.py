@@ -24,7 +24,7 @@ from ..config.schema import Arm
 from ..engine.client import StreamResult, stream_chat
 from ..engine.effective import Effective
 
-__all__ = ["Batch", "run_batch", "effective_slots", "refused_levels"]
+__all__ = ["Batch", "run_batch", "run_replays", "effective_slots", "refused_levels"]
 
 
 @dataclass
@@ -51,26 +51,37 @@ def run_batch(http: httpx.Client, bodies: list[dict[str, Any]], timeout_s: float
     Streams are released together by a barrier, so the batch measures N requests in flight, not N
     requests started one thread start-up apart. httpx's connection pool is shared safely by threads.
     """
-    results: list[StreamResult | None] = [None] * len(bodies)
-    barrier = threading.Barrier(len(bodies))
+    return run_replays(http, [[body] for body in bodies], timeout_s, chunk_count)
+
+
+def run_replays(http: httpx.Client, replays: list[list[dict[str, Any]]], timeout_s: float,
+                chunk_count: Callable[[dict[str, Any]], object] | None = None) -> Batch:
+    """Every replay at once, each on its own thread, its bodies sent one after another (the next as soon as
+    the last closed: an agent with no think time); ``results`` replay by replay, each replay's in order. A
+    batch is N replays of one body. The threads are released together by a barrier, as a batch's are."""
+    results: list[list[StreamResult]] = [[] for _ in replays]
+    barrier = threading.Barrier(len(replays))
 
     def one(i: int) -> None:
         barrier.wait()
-        t_send = time.perf_counter_ns()
-        try:
-            results[i] = (stream_chat(http, bodies[i], timeout_s, chunk_count) if chunk_count
-                          else stream_chat(http, bodies[i], timeout_s))
-        except Exception as exc:
-            results[i] = StreamResult(t_send_ns=t_send, t_done_ns=time.perf_counter_ns(),
-                                      error=f"stream failed: {type(exc).__name__}: {str(exc)[:300]}")
+        for body in replays[i]:
+            t_send = time.perf_counter_ns()
+            try:
+                results[i].append(stream_chat(http, body, timeout_s, chunk_count) if chunk_count
+                                  else stream_chat(http, body, timeout_s))
+            except Exception as exc:
+                results[i].append(StreamResult(t_send_ns=t_send, t_done_ns=time.perf_counter_ns(),
+                                               error=f"stream failed: {type(exc).__name__}: {str(exc)[:300]}"))
 
-    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(bodies))]
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(replays))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    done = [r if r is not None else StreamResult(t_send_ns=time.perf_counter_ns(), error="stream thread failed")
-            for r in results]
+    done: list[StreamResult] = []
+    for got, bodies in zip(results, replays, strict=True):  # a thread that died leaves its turns unanswered
+        done += got + [StreamResult(t_send_ns=time.perf_counter_ns(), error="stream thread failed")
+                       for _ in bodies[len(got):]]
     start = min(r.t_send_ns for r in done)
     end = max(r.t_done_ns or r.t_send_ns for r in done)
     return Batch(uuid.uuid4().hex[:12], done, (end - start) / 1e9)

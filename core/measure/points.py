@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -35,7 +35,7 @@ from .concurrency import effective_slots, refused_levels
 from .depth import DepthBuilder, DepthInfo, effective_context, needle_found, refused_depths
 from .structured import stamp_structured
 
-__all__ = ["cache_flags", "DoneKeys", "Point", "arm_points", "turn_points", "is_done",
+__all__ = ["cache_flags", "DoneKeys", "Point", "arm_points", "turn_points", "concurrent_replays", "is_done",
            "samples_expected", "request_factors", "factors_text", "PointRunner"]
 
 # Resume keys of the samples a run already holds (core/results/db.py done_key): points to skip.
@@ -93,6 +93,20 @@ def turn_points(sessions: Sequence[Session], modes: Collection[str], reps: int) 
                     prompt = Prompt(name=f"{s.id}/t{index}", kind="session", messages=[dict(m) for m in history])
                     out.append(Point(prompt, mode, rep, session=s.id, turn=index))
                     history.append({"role": "assistant", "content": turn.reply})
+    return out
+
+
+def concurrent_replays(sessions: Sequence[Session], mode: str, rep: int, n: int) -> list[list[Point]]:
+    """``n`` session replays to run at once (a sessions capacity probe, core/run/capacity.py): replay ``j`` is
+    session ``j`` mod the sessions there are, its turns in order as :func:`turn_points` gives them, each turn a
+    point of ``n`` concurrent streams. Each replay is its own conversation, named ``<session>@<n>#<j>`` (replay
+    j of n at once; the arm session salts each apart), so the same session replayed twice at one load, or at
+    two loads, is never read as one replay; the same name on every arm pairs the same load's replays."""
+    out = []
+    for j in range(n):
+        s = sessions[j % len(sessions)]
+        out.append([replace(p, rep=rep, session=f"{s.id}@{n}#{j}", concurrency=n)
+                    for p in turn_points([s], [mode], 1)])
     return out
 
 
@@ -225,6 +239,8 @@ class PointRunner:
             self._template_kwargs = body.get("chat_template_kwargs")
             body["messages"], info = self._builder.messages(point.prompt, point.depth, salt)
             return info
+        if point.session is not None:  # a replay is salted once, at its start: its turns reuse their own prefix
+            return None
         if point.concurrency is not None or point.rate is not None:  # copies of a prompt must not share a cache
             body["messages"] = _salted(body["messages"], salt)
         return None

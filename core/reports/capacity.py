@@ -29,6 +29,8 @@ def _load(value: float | None, load: str) -> str:
 def boundary_text(a: ArmBoundary, load: str) -> str:
     """``40 (40–41)``, ``< 1`` (failed at the first load) or ``≥ 256`` (held at max)."""
     unit = " streams" if load == "streams" else " req/s"
+    if a.kind == "sessions":  # its load: sessions replayed at once
+        unit = " sessions"
     if a.censored == "below":
         return f"< {_load(a.failed, load)}{unit}"
     if a.censored == "above":
@@ -38,6 +40,8 @@ def boundary_text(a: ArmBoundary, load: str) -> str:
 
 def _header(r: CapacityResult) -> str:
     kind = "closed loop, streams" if r.load == "streams" else "open loop, req/s"
+    if r.kinds == ["sessions"]:
+        kind = "closed loop, concurrent sessions"
     return (f"Capacity at {' and '.join(r.constraints)} ({kind}; {r.strategy}; {r.levels} loads, "
             f"{r.probes} probes, {r.level:.0%} intervals)")
 

@@ -1,8 +1,9 @@
 """One arm on one engine start: launch, compose or attach; read back; warm up; every timed request.
 
-This is the one place a timed request is made. Plain runs, depth and concurrency points, phase runs,
-calibration arms, Ray blocks, self-tests and live runs all open an :class:`ArmRun` and call
-:meth:`ArmRun.measure`, so every sample gets the same guards whatever the run kind: the noise guard
+This is the one place a timed request is made. Plain runs, depth and concurrency points, session turns (one
+replay at a time, or N at once for a sessions capacity probe), phase runs, calibration arms, Ray blocks,
+self-tests and live runs all open an :class:`ArmRun` and call :meth:`ArmRun.measure` (N replays at once:
+:meth:`ArmRun.measure_replays`), so every sample gets the same guards whatever the run kind: the noise guard
 (CPU used by foreign processes), ``settings-mismatch`` when the read-back differs from what was asked,
 the finish flags, the point's own checks (exact depth, fixed length, needle, a structured answer's
 validity and stalls), ``speculation-disengaged`` when a structured answer drafts nothing where free text
@@ -42,7 +43,7 @@ from ..engine.readback import EngineLog
 from ..host.hostinfo import CpuMeter
 from ..host.telemetry import GpuMonitor, open_monitor
 from ..measure.arrivals import run_open_loop, schedule
-from ..measure.concurrency import Batch, run_batch
+from ..measure.concurrency import Batch, run_batch, run_replays
 from ..measure.definitions import account, build_request, make_sample, request_fields
 from ..measure.gates import run_gates
 from ..measure.invariants import TOKENIZE_SOURCE, reasoning_tokens
@@ -75,6 +76,19 @@ def _headers(arm: Arm) -> dict[str, str]:
         if key.get_secret_value():
             return {"Authorization": f"Bearer {key.get_secret_value()}"}
     return {}
+
+
+def _new_replay_salt() -> str:
+    """A session replay's salt, drawn at its first turn: the same digit count every time (the same token count on
+    every arm), never the same twice, so no replay finds another's prefix in the cache."""
+    return f"(session {random.SystemRandom().randrange(10**7, 10**8)})\n"
+
+
+def _salted_turn(point: Point, salt: str, floor: int | None) -> Point:
+    """A turn with its replay's salt at the start of its first message, and the prefix floor it is held to."""
+    messages = [dict(m) for m in point.prompt.messages]
+    messages[0]["content"] = salt + messages[0]["content"]
+    return replace(point, prompt=point.prompt.model_copy(update={"messages": messages}), prefix_floor=floor)
 
 
 @contextmanager
@@ -267,6 +281,47 @@ class ArmRun:
             samples = self._batch(point, mode)
         else:
             samples = [self._single(point, mode)]
+        stored = self._store(samples, label)
+        if point.session is not None:  # the next turn's floor: this turn's whole prompt, when it was answered
+            self._prefix_floor = stored[-1].prompt_tokens if stored and stored[-1].status == "ok" else None
+        return stored
+
+    def measure_replays(self, replays: Sequence[Sequence[Point]]) -> list[Sample]:
+        """Session replays at once (core/measure/points.py ``concurrent_replays``: a sessions capacity probe), each
+        its turns in order on its own stream, a sample per turn, flagged, stored and announced as :meth:`measure`
+        does. Each replay draws its own salt, so no replay finds another's prefix in the cache, and keeps the
+        prefix cache on, so it reuses its own. As in a batch, server stats come from each response only
+        (``/metrics`` deltas and log lines would mix the overlapping turns) and the foreign-CPU meter spans the
+        whole probe; a turn's usage (cached tokens included) is its own, and its prefix floor is the turn before
+        it in its replay."""
+        salts: set[str] = set()
+        while len(salts) < len(replays):  # distinct: two replays with one salt would share a prefix
+            salts.add(_new_replay_salt())
+        salted = [[_salted_turn(p, salt, None) for p in turns] for turns, salt in zip(replays, salts, strict=True)]
+        mode = self.modes[salted[0][0].mode]
+        bodies = [[self._turn_body(p, mode) for p in turns] for turns in salted]
+        started_at = time.time()
+        self._meter.start()
+        batch = run_replays(self.http, bodies, self.workload.request_timeout_s, self._counts)
+        foreign = self._meter.stop()
+        first_send = min(r.t_send_ns for r in batch.results)
+        results = iter(batch.results)
+        samples = []
+        for turns, turn_bodies in zip(salted, bodies, strict=True):
+            floor: int | None = None
+            for point, body in zip(turns, turn_bodies, strict=True):
+                result = next(results)
+                at = replace(point, prefix_floor=floor)
+                sample = self._sample(at, result, EngineLog(), None,
+                                      started_at + (result.t_send_ns - first_send) / 1e9, foreign)
+                sample = self.runner.finish(sample, at, body, result, None)
+                sample.batch_id, sample.batch_wall_s = batch.batch_id, batch.wall_s
+                samples.append(sample)
+                floor = sample.prompt_tokens if sample.status == "ok" else None
+        return self._store(samples, None)
+
+    def _store(self, samples: Sequence[Sample], label: SampleLabel | None) -> list[Sample]:
+        """Every sample flagged, stored and announced; then the engine checked (dead or stalled ends the arm)."""
         stored = []
         for sample in samples:
             if label is not None:
@@ -277,8 +332,6 @@ class ArmRun:
             stored.append(self.run.append(sample))
             self.events.on_sample(stored[-1])
         self._check_engine(stored)
-        if point.session is not None:  # the next turn's floor: this turn's whole prompt, when it was answered
-            self._prefix_floor = stored[-1].prompt_tokens if stored and stored[-1].status == "ok" else None
         return stored
 
     def _in_replay(self, point: Point) -> Point:
@@ -288,12 +341,9 @@ class ArmRun:
         in the cache: each session starts cold and warms only itself. The previous turn's prompt is the floor
         the cached count is held to."""
         if point.turn == 0:
-            self._replay_salt = f"(session {random.SystemRandom().randrange(10**7, 10**8)})\n"
+            self._replay_salt = _new_replay_salt()
             self._prefix_floor = None
-        messages = [dict(m) for m in point.prompt.messages]
-        messages[0]["content"] = self._replay_salt + messages[0]["content"]
-        return replace(point, prompt=point.prompt.model_copy(update={"messages": messages}),
-                       prefix_floor=self._prefix_floor)
+        return _salted_turn(point, self._replay_salt, self._prefix_floor)
 
     def resend(self, point: Point) -> None:
         """A turn a resumed run already stores: sent again untimed, to rebuild the prefix the next turn reuses,
@@ -303,9 +353,7 @@ class ArmRun:
     def _untimed_turn(self, point: Point) -> int | None:
         """A turn a resumed run already stored, sent again with the prefix cache on so the engine holds what the
         next turn reuses; nothing is stored. Its prompt tokens (the next turn's floor), None if it failed."""
-        body = self._request(point.prompt, self.modes[point.mode],
-                             self.effective.model_id)
-        body.update(self.adapter.prefix_cache.request_fields(self.arm))
+        body = self._turn_body(point, self.modes[point.mode])
         result = stream_chat(self.http, body, self.workload.request_timeout_s, self._counts)
         prompt = (result.usage or {}).get("prompt_tokens")
         return prompt if result.error is None and isinstance(prompt, int) else None
@@ -339,11 +387,16 @@ class ArmRun:
         if (n := self.adapter.witness.count_output_tokens(self.http, result.text)) is not None:
             result.witness_tokens, result.witness_source = n, TOKENIZE_SOURCE
 
-    def _single(self, point: Point, mode: SamplingMode) -> Sample:
+    def _turn_body(self, point: Point, mode: SamplingMode) -> dict[str, Any]:
+        """A session turn's request: the prefix cache on, through the engine's own switch; recorded."""
         body = self._request(point.prompt, mode, self.effective.model_id)
-        if point.session is not None:  # the prefix cache on, through the engine's own switch; recorded
-            self.attempt.prefix_cache = self.adapter.prefix_cache.request_fields(self.arm)
-            body.update(self.attempt.prefix_cache)
+        self.attempt.prefix_cache = self.adapter.prefix_cache.request_fields(self.arm)
+        body.update(self.attempt.prefix_cache)
+        return body
+
+    def _single(self, point: Point, mode: SamplingMode) -> Sample:
+        body = (self._turn_body(point, mode) if point.session is not None
+                else self._request(point.prompt, mode, self.effective.model_id))
         depth_info = self.runner.prepare(body, point)
         before = self.adapter.reader.before_request(self.http)
         self._log.read_new()

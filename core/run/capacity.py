@@ -21,7 +21,11 @@ stored as a normal sample (``concurrency`` or ``rate`` set, ``rep`` the replicat
 and the result in the run's ``capacity.json``. A file with structured requests (``workload.structured``, or
 suite prompts with ``response_format``/``tools``) is searched once per kind, plain then structured, each kind's
 probes sending only its own prompts; a structured answer that is not valid counts as a failed request, as it
-does in the structured section (a fast invalid answer is not a fast answer).
+does in the structured section (a fast invalid answer is not a fast answer). A file with ``workload.sessions``
+is searched as the sessions kind: the load is N sessions (agents) replayed at once, each its own salted
+conversation with its turns in order, every turn a request the SLOs judge; the boundary is how many concurrent
+agents hold the SLOs. ``load: rate`` is refused for sessions (a turn waits for the last one's answer: there is no
+arrival schedule).
 """
 
 from __future__ import annotations
@@ -44,8 +48,9 @@ from ..analysis.load import latency, meets
 from ..common.errors import ConfigError
 from ..config.capacity import CapacitySection
 from ..config.schema import BakeoffFile, Prompt, Slo
+from ..config.sessions import Session
 from ..measure.concurrency import effective_slots
-from ..measure.points import DoneKeys, Point
+from ..measure.points import DoneKeys, Point, concurrent_replays
 from ..results.sample import Sample
 from ..results.store import RunDir
 from .arm import ArmRun
@@ -188,14 +193,13 @@ def check_capacity_config(config: BakeoffFile) -> CapacitySection:
     if section.goodput is not None and section.goodput.slo not in w.slo:
         raise ConfigError(f"capacity.goodput.slo {section.goodput.slo!r} is not a workload.slo tier "
                           f"(tiers: {', '.join(w.slo) or 'none'})")
+    if w.sessions is not None and section.load == "rate":
+        raise ConfigError("capacity.load: rate with workload.sessions is not searched: a session's next turn waits "
+                          "for the last one's answer, so sessions have no arrival schedule; use load: streams (the "
+                          "number of sessions replayed at once)")
     if section.load == "rate" and w.arrival is None:
         raise ConfigError("capacity.load: rate needs workload.arrival (its distribution, seed and requests or "
                           "duration_s; its rates are not used: the search picks them)")
-    if w.sessions is not None:
-        raise ConfigError("capacity: workload.sessions is not searched yet. Its load would be sessions replayed at "
-                          "once, each turn judged by the SLOs, but an arm replays one session at a time (each turn "
-                          "reads the engine's log and meters as its own, which concurrent sessions would mix); "
-                          "search the plain or structured prompts here, and replay sessions with bakeoff run")
     if w.concurrency or w.depths:
         raise ConfigError("capacity: leave workload.concurrency and depths out; the search picks the loads")
     return section
@@ -213,18 +217,23 @@ def _unsent_note(prompts: Sequence[Prompt], kind: Kind, section: CapacitySection
 class _Prober:
     """The engine side of a probe: one arm's session measuring one load of one kind's prompts, and its
     over-saturation cut. Closed loop sends the kind's first prompt N times (a batch is one prompt); open loop
-    sends the kind's prompts in turn."""
+    sends the kind's prompts in turn; the sessions kind replays N conversations at once
+    (:meth:`~bakeoff.core.run.arm.ArmRun.measure_replays`)."""
 
     def __init__(self, sessions: dict[str, ArmRun], config: BakeoffFile, section: CapacitySection,
-                 kind: Kind = "plain") -> None:
+                 kind: Kind = "plain", conversations: Sequence[Session] = ()) -> None:
         self.sessions, self.config, self.section, self.kind = sessions, config, section, kind
+        self.conversations = list(conversations)
 
     def __call__(self, arm: str, level: float, replicate: int, rnd: int) -> Probe:
         session = self.sessions[arm]
         w = self.config.workload
+        mode = next(iter(w.modes))
+        if self.kind == "sessions":
+            return self._replays(session, arm, level, replicate, rnd, mode)
         every = session.prompts
         mine = [p for p in every if prompt_kind(p) == self.kind]
-        prompt, mode = mine[0], next(iter(w.modes))
+        prompt = mine[0]
         cut: list[str] = []
         if self.section.load == "streams":
             point = Point(prompt, mode, replicate, concurrency=int(level))
@@ -252,6 +261,21 @@ class _Prober:
         return probe_from_samples(arm, level, replicate, rnd, samples, self.section, dict(w.slo),
                                   cut[0] if cut else None, gpu.energy_j if gpu is not None else None, self.kind)
 
+    def _replays(self, session: ArmRun, arm: str, level: float, replicate: int, rnd: int,
+                 mode: str) -> Probe:
+        """N sessions replayed at once, every turn a request the SLOs judge. Closed loop: at most N turns are ever
+        in flight, so no backlog can grow and nothing is cut mid-probe; a replicate far over a limit still ends
+        its load at once (the search's ``hopeless`` stop)."""
+        monitor = session.monitor
+        if monitor is not None:
+            monitor.start()
+        try:
+            samples = session.measure_replays(concurrent_replays(self.conversations, mode, replicate, int(level)))
+        finally:
+            gpu = monitor.stop() if monitor is not None else None
+        return probe_from_samples(arm, level, replicate, rnd, samples, self.section, dict(self.config.workload.slo),
+                                  None, gpu.energy_j if gpu is not None else None, "sessions")
+
 
 class CapacityExecutor:
     """Runs a planned bakeoff as a capacity search instead of passes (``bakeoff capacity``): every arm started
@@ -276,11 +300,12 @@ class CapacityExecutor:
                 sessions[planned.arm.name] = session
             probes: list[Probe] = []
             try:  # kind after kind, each its own search over every arm (kinds are never compared)
-                for kind in kinds_of(plan.prompts):
+                kinds: list[Kind] = ["sessions"] if plan.sessions is not None else kinds_of(plan.prompts)
+                for kind in kinds:
                     if note := _unsent_note(plan.prompts, kind, section):
                         events.on_note(note)
-                    probes += search(list(sessions), section, _Prober(sessions, config, section, kind),
-                                     self.on_probe)
+                    probes += search(list(sessions), section,
+                                     _Prober(sessions, config, section, kind, plan.sessions or ()), self.on_probe)
             finally:
                 for name, session in sessions.items():
                     run.append_attempt(name, session.attempt)

@@ -193,7 +193,7 @@ def test_the_graph_reader_sees_late_and_relative_imports() -> None:
     assert "cli.lazy" in graph["cli"] and "config.schema" in graph[""]  # a package's own modules, and its __init__
 
 
-CLI_HELPERS = {"cli", "cli.boundary", "cli.console", "cli.exit_codes", "cli.running",  # what commands share
+CLI_HELPERS = {"cli", "cli.boundary", "cli.console", "cli.exit_codes", "cli.running", "cli.progress",  # shared
                "cli.commands", "cli.lazy", "cli.full_app", "cli.root"}  # the command line itself, not a command
 
 

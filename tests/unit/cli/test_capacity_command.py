@@ -155,3 +155,64 @@ def test_capacity_per_kind_finds_plain_and_structured_boundaries(tmp_path: Path)
     kinds = {(r["arm"], r["kind"], r.get("verdict") is not None) for r in rows_out if r.get("table") == "capacity"}
     assert kinds == {("small", "plain", False), ("small", "structured", False), ("large", "plain", False),
                      ("large", "structured", False), ("large", "plain", True), ("large", "structured", True)}
+
+
+SESSIONS = """name: cap-sessions
+arms:
+  - {name: small, engine: sim, model: sim, options: {itl_ms: 1, ttft_ms: 20, capacity_streams: 3, capacity_cliff: 5,
+                                                    admission_ms: 30}}
+  - {name: large, engine: sim, model: sim, options: {itl_ms: 1, ttft_ms: 20, capacity_streams: 5, capacity_cliff: 5,
+                                                    admission_ms: 30}}
+workload:
+  sessions: {synthetic: {sessions: 2, turns: 2, tool_result_tokens: 20, reply_tokens: 4}}
+  max_tokens: 8
+  reps: 1
+  warmup: 0
+  gates: []
+  text_witness: false
+baseline: small
+capacity:
+  constraints: [{metric: ttft_s, percentile: 90, max_s: 0.09}]
+  start: 1
+  max: 16
+  replicates: 2
+"""
+
+
+def test_capacity_of_sessions_counts_agents_replayed_at_once(tmp_path: Path) -> None:
+    """workload.sessions: the load is N sessions replayed at once, every turn a request the SLOs judge. The sim's
+    cliff above 3 and 5 requests in flight is met by 4 and 6 concurrent replays (their turns overlap), so the
+    brackets are the planted capacities, the paired interval covers 5/3, and every format names the kind."""
+    path = tmp_path / "sessions.yaml"
+    path.write_text(SESSIONS)
+    result = CliRunner().invoke(app, ["capacity", str(path), "--out", str(tmp_path / "runs")],
+                                env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    (run,) = (tmp_path / "runs").iterdir()
+    cap = json.loads((run / "capacity.json").read_text())
+    assert cap["kinds"] == ["sessions"] and cap["schema_version"] == 2
+    brackets = {(a["arm"], a["kind"]): (a["held"], a["failed"]) for a in cap["arms"]}
+    assert brackets == {("small", "sessions"): (3, 4), ("large", "sessions"): (5, 6)}
+    (cmp,) = cap["comparisons"]
+    assert cmp["kind"] == "sessions" and cmp["verdict"] == "carries more"
+    assert cmp["ratio"]["lo"] <= 5 / 3 <= cmp["ratio"]["hi"]
+    section = result.output[result.output.index("Capacity at"):result.output.index("capacity: ")]
+    assert "large carries" in section and "the concurrent sessions at TTFT p90" in section.replace("\n", " ")
+    assert "small at 4 sessions at once (replicate 1): fails" in result.output
+    assert "| large | sessions | 5 (" in (run / "report" / "report.md").read_text()
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    assert [a["kind"] for a in summary["capacity"]["arms"]] == ["sessions", "sessions"]
+
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert samples and all(s["session"] is not None and s["turn"] in (0, 1) for s in samples)
+    at4 = [s for s in samples if s["arm"] == "large" and s["concurrency"] == 4 and s["rep"] == 0]
+    # 4 replays of the 2 sessions, each its own conversation (named apart), each with both turns, in order
+    replays = {s["session"] for s in at4}
+    assert replays == {"s0@4#0", "s1@4#1", "s0@4#2", "s1@4#3"} and len(at4) == 8
+    for name in replays:
+        turns = sorted((s for s in at4 if s["session"] == name), key=lambda s: s["turn"])
+        assert [t["turn"] for t in turns] == [0, 1]
+        assert turns[0]["started_at"] + turns[0]["e2e_s"] <= turns[1]["started_at"] + 1e-3  # a replay waits
+    # really at once: some moment has all 4 replays' turns in flight
+    spans = [(s["started_at"], s["started_at"] + s["e2e_s"]) for s in at4]
+    assert max(sum(a <= t < b for a, b in spans) for t, _ in spans) == 4

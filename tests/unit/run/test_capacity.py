@@ -29,7 +29,9 @@ from bakeoff.core.common.errors import ConfigError
 from bakeoff.core.config.capacity import CapacitySection
 from bakeoff.core.config.loader import load_bakeoff
 from bakeoff.core.config.prompts import resolve_prompts
-from bakeoff.core.config.schema import Slo, Workload
+from bakeoff.core.config.schema import Slo, SyntheticSessions, Workload
+from bakeoff.core.config.sessions import synthetic_sessions
+from bakeoff.core.measure.points import concurrent_replays
 from bakeoff.core.results.sample import Sample
 from bakeoff.core.run.capacity import (
     ProbeFn,
@@ -193,8 +195,46 @@ def test_planted_gap_per_kind_is_found_over_seeds() -> None:
     assert min(covered.values()) >= 19, covered
 
 
+SESSIONS = synthetic_sessions(SyntheticSessions(sessions=3, turns=3, tool_result_tokens=4, reply_tokens=2))
+
+
+def sessions_prober(arms: Mapping[str, Mapping[str, Any]], seed: int) -> ProbeFn:
+    """:func:`prober` for the sessions kind: at load N the N replays ``concurrent_replays`` names run at once, so
+    every turn meets N requests in flight (the sim's in-flight count); a sample per turn, judged as the engine's
+    samples are (:func:`probe_from_samples`)."""
+    rng = random.Random(f"{seed}:sessions")
+    s = section()
+
+    def probe(arm: str, level: float, replicate: int, rnd: int) -> Probe:
+        n = int(level)
+        turns = [t for replay in concurrent_replays(SESSIONS, "greedy", replicate, n) for t in replay]
+        assert len(turns) == n * 3 and len({t.session for t in turns}) == n
+        samples = [sample(prompt=t.prompt.name, session=t.session, turn=t.turn, concurrency=n, status="ok",
+                          ttft_s=ttft_s(arms[arm], n) * rng.lognormvariate(0, 0.08)) for t in turns]
+        return probe_from_samples(arm, level, replicate, rnd, samples, s, {}, kind="sessions")
+    return probe
+
+
+def test_planted_gap_on_sessions_is_covered_over_seeds() -> None:
+    """Sessions replayed at once, planted cliffs at 40 and 46 concurrent sessions (15 %): the sessions kind's
+    paired interval covers the gap in at least 19 of 20 seeds, and the brackets hold the planted capacities."""
+    s, covered = section(), 0
+    for seed in range(20):
+        probes = search(list(ARMS), s, sessions_prober(ARMS, seed))
+        result = analyze_capacity(probes, s, list(ARMS), "spec-off", n_boot=300, seed=seed)
+        assert result.kinds == ["sessions"] and {a.kind for a in result.arms} == {"sessions"}
+        for a in result.arms:
+            cap = ARMS[a.arm]["capacity_streams"]
+            assert a.held is not None and a.failed is not None and a.held <= cap < a.failed, a
+        (cmp,) = result.comparisons
+        assert cmp.ratio is not None and cmp.verdict == "carries more" and cmp.kind == "sessions"
+        assert "the concurrent sessions at" in cmp.text
+        covered += cmp.ratio.lo <= 46 / 40 <= cmp.ratio.hi
+    assert covered >= 19, covered
+
+
 def sample(**kw: Any) -> Sample:
-    return Sample(arm="a", engine="sim", prompt="p", mode="greedy", rep=0, **kw)
+    return Sample.model_validate({"arm": "a", "engine": "sim", "prompt": "p", "mode": "greedy", "rep": 0} | kw)
 
 
 def test_an_invalid_structured_answer_fails_its_slo() -> None:
@@ -213,12 +253,14 @@ def test_an_invalid_structured_answer_fails_its_slo() -> None:
     assert probe.tokens == 15  # tok/J counts served tokens: the invalid answer's 40 are no work done
 
 
-def test_sessions_are_refused_naming_the_field(tmp_path: Path) -> None:
+def test_sessions_are_searched_closed_loop_and_rate_is_refused_naming_the_field(tmp_path: Path) -> None:
     path = tmp_path / "cap.yaml"
     path.write_text("arms: [{name: a, engine: sim, model: sim}]\n"
                     "workload: {sessions: {synthetic: {sessions: 2, turns: 2}}, gates: []}\n"
                     "capacity: {constraints: [{metric: ttft_s, max_s: 1}]}\n")
-    with pytest.raises(ConfigError, match=r"workload\.sessions is not searched yet.*one session at a time"):
+    assert check_capacity_config(load_bakeoff(path)).load == "streams"
+    path.write_text(path.read_text().replace("capacity: {", "capacity: {load: rate, "))
+    with pytest.raises(ConfigError, match=r"capacity\.load: rate with workload\.sessions is not searched"):
         check_capacity_config(load_bakeoff(path))
 
 
