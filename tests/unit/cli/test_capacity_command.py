@@ -42,6 +42,8 @@ def test_capacity_finds_both_boundaries_on_the_sim(tmp_path: Path) -> None:
     (cmp,) = cap["comparisons"]
     assert cmp["verdict"] == "carries more" and cmp["ratio"]["lo"] <= 5 / 3 <= cmp["ratio"]["hi"]
     assert "large carries" in result.output and "the streams at TTFT p90 ≤ 90 ms" in result.output
+    # what the user reads first is the search's answer, not a ratio of decode rates pooled over its probes
+    assert "recommendation large carries" in " ".join(result.output.split()), result.output
     section = result.output[result.output.index("Capacity at"):result.output.index("capacity: ")]
     assert all(len(line) <= 80 for line in section.splitlines()), section
     summary = json.loads((run / "report" / "summary.json").read_text())
