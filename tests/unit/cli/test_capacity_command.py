@@ -201,6 +201,7 @@ def test_capacity_of_sessions_counts_agents_replayed_at_once(tmp_path: Path) -> 
     section = result.output[result.output.index("Capacity at"):result.output.index("capacity: ")]
     assert "large carries" in section and "the concurrent sessions at TTFT p90" in section.replace("\n", " ")
     assert "small at 4 sessions at once (replicate 1): fails" in result.output
+    assert "small at 1 session at once (replicate 1): holds" in result.output
     assert "| large | sessions | 5 (" in (run / "report" / "report.md").read_text()
     summary = json.loads((run / "report" / "summary.json").read_text())
     assert [a["kind"] for a in summary["capacity"]["arms"]] == ["sessions", "sessions"]
