@@ -159,26 +159,11 @@ def test_capacity_per_kind_finds_plain_and_structured_boundaries(tmp_path: Path)
                      ("large", "structured", False), ("large", "plain", True), ("large", "structured", True)}
 
 
-SESSIONS = """name: cap-sessions
-arms:
-  - {name: small, engine: sim, model: sim, options: {itl_ms: 1, ttft_ms: 20, capacity_streams: 3, capacity_cliff: 5,
-                                                    admission_ms: 30}}
-  - {name: large, engine: sim, model: sim, options: {itl_ms: 1, ttft_ms: 20, capacity_streams: 5, capacity_cliff: 5,
-                                                    admission_ms: 30}}
-workload:
-  sessions: {synthetic: {sessions: 2, turns: 2, tool_result_tokens: 20, reply_tokens: 4}}
-  max_tokens: 8
-  reps: 1
-  warmup: 0
-  gates: []
-  text_witness: false
-baseline: small
-capacity:
-  constraints: [{metric: ttft_s, percentile: 90, max_s: 0.09}]
-  start: 1
-  max: 16
-  replicates: 2
-"""
+# the same two sim arms, the load being sessions replayed at once
+SESSIONS = FILE.replace("workload: {prompts: [prose], max_tokens: 8,",
+                        "workload: {sessions: {synthetic: {sessions: 2, turns: 2, tool_result_tokens: 20, "
+                        "reply_tokens: 4}}, max_tokens: 8,")
+assert SESSIONS != FILE
 
 
 def test_capacity_of_sessions_counts_agents_replayed_at_once(tmp_path: Path) -> None:
