@@ -197,8 +197,9 @@ class ArmStats(BaseModel):
     n: int = Field(0, description="Successful samples with a decode rate.")
     errors: int = 0
     flagged: int = Field(0, description="Samples carrying at least one accounting or noise flag.")
-    busy: int = Field(0, description="Samples during which the machine was busy (foreign-load, harness-lag, GPU "
-                                     "throttle): the machine, not the engine, may have set their speed.")
+    busy: int = Field(0, description="Of the n samples, those during which the machine was busy (foreign-load, "
+                                     "harness-lag, GPU throttle): the machine, not the engine, may have set "
+                                     "their speed.")
     passes: int = Field(0, description="Passes (engine starts) that produced samples.")
     median: Interval | None = None
     mean: float | None = None
@@ -577,7 +578,7 @@ def describe_arm(name: str, samples: Sequence[Sample], prompts: Sequence[str] = 
     rates = [_rate(s) for s in ok]
     stats = ArmStats(arm=name, engine=samples[0].engine if samples else "?", n=len(ok),
                      errors=sum(s.status == "error" for s in samples), flagged=sum(bool(s.flags) for s in samples),
-                     busy=sum(busy_machine(s) for s in samples), passes=len({s.pass_index for s in ok}),
+                     busy=sum(busy_machine(s) for s in ok), passes=len({s.pass_index for s in ok}),
                      boot_s_median=median_or_none([b for b in boot_s if b]))
     if rates:
         stats.median = bootstrap_ci(rates, [s.pass_index for s in ok], n_boot=n_boot, level=level, seed=seed,

@@ -27,9 +27,10 @@ __all__ = ["capacity_command"]
 def _probe_line(p: Probe, section: CapacitySection) -> str:
     margins, values = level_margins([p], section)
     worst = min(margins, key=lambda k: margins[k])
-    unit = "streams" if section.load == "streams" else "req/s"
+    one = p.level == 1
+    unit = ("stream" if one else "streams") if section.load == "streams" else "req/s"
     if p.kind == "sessions":  # the unit names the kind
-        unit = "sessions at once"
+        unit = "session at once" if one else "sessions at once"
     held = "holds" if margins[worst] >= 0 else "fails"
     value = values[worst]
     shown = f"{value:.0%}" if worst.startswith("goodput") else f"{value:.3g} s"

@@ -106,8 +106,11 @@ def _too_few(pairs: dict[str, int]) -> str:
 
 
 def _recommendation(s: RunSummary) -> list[str]:
-    """The decision map's line per category over all its requests; a calibration's break-even acceptances; else
-    the fastest separable arm, or none."""
+    """A capacity search's paired boundaries; the decision map's line per category over all its requests; a
+    calibration's break-even acceptances; else the fastest separable arm, or none."""
+    if s.capacity is not None:  # a capacity search's answer is its boundaries: the pooled decode rates are not it
+        return ([c.text for c in s.capacity.comparisons]
+                or ["no recommendation: no paired capacity boundary (the capacity table says why)"])
     if s.calibration is not None and s.calibration.break_even:
         return [f"{b.engine} {b.method} n_max {b.n_max}: {_break_even(b)}" for b in s.calibration.break_even]
     if s.sessions is not None and s.baseline:  # a sessions workload is judged on session time

@@ -26,7 +26,7 @@ def test_capacity_search_on_llamacpp(llama_server: Path, smollm2: Path, tmp_path
     cap = json.loads((run / "capacity.json").read_text())
     arms = {a["arm"]: a for a in cap["arms"]}
     assert set(arms) == {"2-slots", "4-slots"}
-    probes = "\n".join(line for line in proc.stdout.splitlines() if "streams (replicate" in line or "flagged" in line)
+    probes = "\n".join(line for line in proc.stdout.splitlines() if "(replicate" in line or "flagged" in line)
     for a in arms.values():
         assert a["censored"] is None and a["held"] is not None and a["failed"] is not None, f"{a}\n{probes}"
         assert a["binding"] in cap["constraints"]

@@ -336,3 +336,15 @@ def test_a_ratio_interval_is_rounded_outward_and_a_bound_never_reads_as_the_null
     assert ratio_text(1.0, 0.9549, 1.0201) == "1.00× (0.95–1.03)"
     assert ratio_text(1.004, 1.0003, 1.01, "x") == "1.004x (1.0003–1.01)"  # a decided estimate is not 1.00 either
     assert ratio_text(1.0, 1.0, 1.0) == "1.00× (1.00–1.00)"
+
+
+def test_busy_counts_among_the_samples_behind_the_estimate() -> None:
+    # a busy sample without a rate (an error, a burst) is not one of n: "busy on 3 of 2 samples" read once
+    from bakeoff.core.analysis.stats import describe_arm
+    from bakeoff.core.results.sample import Sample
+
+    def s(rate: float | None, status: str = "ok") -> Sample:
+        return Sample(arm="a", engine="sim", prompt="p", mode="chat", rep=0, status=status, decode_tps=rate,
+                      flags=["foreign-load: 1.2 cores used by other processes"])
+    stats = describe_arm("a", [s(10.0), s(11.0), s(None), s(None, "error")], n_boot=200)
+    assert (stats.n, stats.busy) == (2, 2)

@@ -42,6 +42,8 @@ def test_capacity_finds_both_boundaries_on_the_sim(tmp_path: Path) -> None:
     (cmp,) = cap["comparisons"]
     assert cmp["verdict"] == "carries more" and cmp["ratio"]["lo"] <= 5 / 3 <= cmp["ratio"]["hi"]
     assert "large carries" in result.output and "the streams at TTFT p90 ≤ 90 ms" in result.output
+    # what the user reads first is the search's answer, not a ratio of decode rates pooled over its probes
+    assert "recommendation large carries" in " ".join(result.output.split()), result.output
     section = result.output[result.output.index("Capacity at"):result.output.index("capacity: ")]
     assert all(len(line) <= 80 for line in section.splitlines()), section
     summary = json.loads((run / "report" / "summary.json").read_text())
@@ -157,26 +159,11 @@ def test_capacity_per_kind_finds_plain_and_structured_boundaries(tmp_path: Path)
                      ("large", "structured", False), ("large", "plain", True), ("large", "structured", True)}
 
 
-SESSIONS = """name: cap-sessions
-arms:
-  - {name: small, engine: sim, model: sim, options: {itl_ms: 1, ttft_ms: 20, capacity_streams: 3, capacity_cliff: 5,
-                                                    admission_ms: 30}}
-  - {name: large, engine: sim, model: sim, options: {itl_ms: 1, ttft_ms: 20, capacity_streams: 5, capacity_cliff: 5,
-                                                    admission_ms: 30}}
-workload:
-  sessions: {synthetic: {sessions: 2, turns: 2, tool_result_tokens: 20, reply_tokens: 4}}
-  max_tokens: 8
-  reps: 1
-  warmup: 0
-  gates: []
-  text_witness: false
-baseline: small
-capacity:
-  constraints: [{metric: ttft_s, percentile: 90, max_s: 0.09}]
-  start: 1
-  max: 16
-  replicates: 2
-"""
+# the same two sim arms, the load being sessions replayed at once
+SESSIONS = FILE.replace("workload: {prompts: [prose], max_tokens: 8,",
+                        "workload: {sessions: {synthetic: {sessions: 2, turns: 2, tool_result_tokens: 20, "
+                        "reply_tokens: 4}}, max_tokens: 8,")
+assert SESSIONS != FILE
 
 
 def test_capacity_of_sessions_counts_agents_replayed_at_once(tmp_path: Path) -> None:
@@ -199,6 +186,7 @@ def test_capacity_of_sessions_counts_agents_replayed_at_once(tmp_path: Path) -> 
     section = result.output[result.output.index("Capacity at"):result.output.index("capacity: ")]
     assert "large carries" in section and "the concurrent sessions at TTFT p90" in section.replace("\n", " ")
     assert "small at 4 sessions at once (replicate 1): fails" in result.output
+    assert "small at 1 session at once (replicate 1): holds" in result.output
     assert "| large | sessions | 5 (" in (run / "report" / "report.md").read_text()
     summary = json.loads((run / "report" / "summary.json").read_text())
     assert [a["kind"] for a in summary["capacity"]["arms"]] == ["sessions", "sessions"]

@@ -54,14 +54,19 @@ def test_a_resumed_run_paces_only_what_it_measures() -> None:
     assert pace.eta(92, 100) == "about 0:00:24 left"
 
 
+def _piped_run(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``bakeoff run f.yaml`` in ``tmp_path`` with its output piped (no terminal width given)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "BAKEOFF_WIDTH")}
+    return subprocess.run([sys.executable, "-m", "bakeoff", "run", "f.yaml", "--out", "runs"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env={**env, "NO_COLOR": "1"})
+
+
 def test_a_piped_run_prints_rate_and_eta_lines(tmp_path: Path) -> None:
     (tmp_path / "f.yaml").write_text(
         "arms:\n  - {name: a, engine: sim, model: sim, options: {itl_ms: 1}}\n"
         "  - {name: b, engine: sim, model: sim, options: {itl_ms: 1}}\n"
         "workload: {prompts: [prose], max_tokens: 8, reps: 2, warmup: 0, gates: []}\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "BAKEOFF_WIDTH")}
-    done = subprocess.run([sys.executable, "-m", "bakeoff", "run", "f.yaml", "--out", "runs"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env={**env, "NO_COLOR": "1"})
+    done = _piped_run(tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     said = [line for line in done.stdout.splitlines() if re.match(r"\[\d:\d\d:\d\d\] .*: request ", line)]
     assert len(said) == 4, said
@@ -76,9 +81,7 @@ def test_a_warning_every_engine_start_gives_is_printed_once_per_run(tmp_path: Pa
         "arms:\n  - {name: a, engine: sim, model: sim, options: {itl_ms: 1}}\n"
         "workload: {prompts: [prose], max_tokens: 4, reps: 1, warmup: 0, passes: 2, concurrency: [1, 2], "
         "gates: []}\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "BAKEOFF_WIDTH")}
-    done = subprocess.run([sys.executable, "-m", "bakeoff", "run", "f.yaml", "--out", "runs"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env={**env, "NO_COLOR": "1"})
+    done = _piped_run(tmp_path)
     assert done.returncode in (0, 4), done.stdout[-2000:] + done.stderr[-2000:]
     said = [line for line in done.stdout.splitlines() if "does not report its slots" in line]
     assert len(said) == 1 and said[0].startswith("WARNING a: the engine does not report its slots"), said
