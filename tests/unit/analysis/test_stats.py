@@ -6,6 +6,7 @@ import importlib.util
 import math
 import sys
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -343,7 +344,7 @@ def test_busy_counts_among_the_samples_behind_the_estimate() -> None:
     from bakeoff.core.analysis.stats import describe_arm
     from bakeoff.core.results.sample import Sample
 
-    def s(rate: float | None, status: str = "ok") -> Sample:
+    def s(rate: float | None, status: Literal["ok", "error"] = "ok") -> Sample:
         return Sample(arm="a", engine="sim", prompt="p", mode="chat", rep=0, status=status, decode_tps=rate,
                       flags=["foreign-load: 1.2 cores used by other processes"])
     stats = describe_arm("a", [s(10.0), s(11.0), s(None), s(None, "error")], n_boot=200)
