@@ -298,7 +298,8 @@ def _warnings(record: RunRecord, data: RunData, summary: RunSummary) -> list[str
     for a in summary.arms:
         if a.flagged:
             kinds = Counter(flag_name(f) for s in data.samples if s.arm == a.arm for f in set(s.flags))
-            named = ", ".join(f"{kind} ×{n}" for kind, n in kinds.most_common())
+            # most frequent first, ties by name: a set's order changes with each process's string hashing
+            named = ", ".join(f"{kind} ×{n}" for kind, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
             out.append(f"{a.arm}: {a.flagged} sample(s) flagged ({named}; {FLAG_GLOSSARY})")
     return out
 
