@@ -283,11 +283,11 @@ def verdict_of(s: RunSummary) -> VerdictBlock:
     warnings = merge_warnings([w for w in s.warnings if w not in shown], names)
     against = s.baseline if len({c.reference for c in s.comparisons}) <= 1 else "its own run's baseline"  # a merge
     return VerdictBlock(title=f"{s.name}: each arm against {against}" if s.baseline else s.name, design=design,
-                   incomplete=lead,
-                   baseline=s.baseline, rows=rows, recommendation=_recommendation(s), ratio_note=_ratio_note(s),
-                   sessions=_session_lines(s),
-                   accounting=_accounting(s), notes=_gate_notes(s), structured=_structured(s), warnings=warnings,
-                   failures=merge_warnings(failures, names))
+                        incomplete=lead,
+                        baseline=s.baseline, rows=rows, recommendation=_recommendation(s), ratio_note=_ratio_note(s),
+                        sessions=_session_lines(s),
+                        accounting=_accounting(s), notes=_gate_notes(s), structured=_structured(s),
+                        warnings=warnings, failures=merge_warnings(failures, names))
 
 
 def print_verdict(v: VerdictBlock, out: Console, *, more: str | None = None) -> None:

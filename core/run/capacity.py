@@ -218,7 +218,8 @@ class _Prober:
     """The engine side of a probe: one arm's session measuring one load of one kind's prompts, and its
     over-saturation cut. Closed loop sends the kind's first prompt N times (a batch is one prompt); open loop
     sends the kind's prompts in turn; the sessions kind replays N conversations at once
-    (:meth:`~bakeoff.core.run.arm.ArmRun.measure_replays`)."""
+    (:meth:`~bakeoff.core.run.arm.ArmRun.measure_replays`). A replicate far over a limit still ends its load at
+    once (the search's ``hopeless`` stop)."""
 
     def __init__(self, sessions: dict[str, ArmRun], config: BakeoffFile, section: CapacitySection,
                  kind: Kind = "plain", conversations: Sequence[Session] = ()) -> None:
@@ -227,18 +228,34 @@ class _Prober:
 
     def __call__(self, arm: str, level: float, replicate: int, rnd: int) -> Probe:
         session = self.sessions[arm]
-        w = self.config.workload
-        mode = next(iter(w.modes))
-        if self.kind == "sessions":
-            return self._replays(session, arm, level, replicate, rnd, mode)
+        mode = next(iter(self.config.workload.modes))
+        cut: list[str] = []
+        if self.kind == "sessions":  # N conversations at once: at most N turns in flight, no backlog to cut
+            def measure() -> list[Sample]:
+                return session.measure_replays(concurrent_replays(self.conversations, mode, replicate, int(level)))
+        else:
+            measure = self._point(session, level, replicate, mode, cut)
+        monitor = session.monitor
+        if monitor is not None:
+            monitor.start()
+        try:  # one engine start: every sample is of pass 0; the probe keeps its round for the pairing
+            samples = measure()
+        finally:
+            gpu = monitor.stop() if monitor is not None else None
+        return probe_from_samples(arm, level, replicate, rnd, samples, self.section, dict(self.config.workload.slo),
+                                  cut[0] if cut else None, gpu.energy_j if gpu is not None else None, self.kind)
+
+    def _point(self, session: ArmRun, level: float, replicate: int, mode: str,
+               cut: list[str]) -> Callable[[], list[Sample]]:
+        """One point of this kind's prompts at the load (closed loop: its first prompt N times at once; open loop:
+        its prompts in turn, cut into ``cut`` when the backlog outgrows the slots)."""
         every = session.prompts
         mine = [p for p in every if prompt_kind(p) == self.kind]
-        prompt = mine[0]
-        cut: list[str] = []
+        stop: Callable[[int, float], bool] | None = None
         if self.section.load == "streams":
-            point = Point(prompt, mode, replicate, concurrency=int(level))
+            point = Point(mine[0], mode, replicate, concurrency=int(level))
         else:
-            point = Point(prompt, mode, replicate, rate=level)
+            point = Point(mine[0], mode, replicate, rate=level)
             slots = effective_slots(session.effective, session.arm) or 1
             limit = self.section.backlog * slots
 
@@ -248,33 +265,15 @@ class _Prober:
                                f"slots after {elapsed_s:.1f} s")
                     return True
                 return False
-            session.open_loop_stop = stop
-        monitor = session.monitor
-        if monitor is not None:
-            monitor.start()
-        session.prompts = mine  # the open-loop schedule draws from the session's prompts: this kind's only
-        try:  # one engine start: every sample is of pass 0; the probe keeps its round for the pairing
-            samples = session.measure(point)
-        finally:
-            session.open_loop_stop, session.prompts = None, every
-            gpu = monitor.stop() if monitor is not None else None
-        return probe_from_samples(arm, level, replicate, rnd, samples, self.section, dict(w.slo),
-                                  cut[0] if cut else None, gpu.energy_j if gpu is not None else None, self.kind)
 
-    def _replays(self, session: ArmRun, arm: str, level: float, replicate: int, rnd: int,
-                 mode: str) -> Probe:
-        """N sessions replayed at once, every turn a request the SLOs judge. Closed loop: at most N turns are ever
-        in flight, so no backlog can grow and nothing is cut mid-probe; a replicate far over a limit still ends
-        its load at once (the search's ``hopeless`` stop)."""
-        monitor = session.monitor
-        if monitor is not None:
-            monitor.start()
-        try:
-            samples = session.measure_replays(concurrent_replays(self.conversations, mode, replicate, int(level)))
-        finally:
-            gpu = monitor.stop() if monitor is not None else None
-        return probe_from_samples(arm, level, replicate, rnd, samples, self.section, dict(self.config.workload.slo),
-                                  None, gpu.energy_j if gpu is not None else None, "sessions")
+        def measure() -> list[Sample]:
+            # the open-loop schedule draws from the session's prompts: this kind's only, for this probe
+            session.prompts, session.open_loop_stop = mine, stop
+            try:
+                return session.measure(point)
+            finally:
+                session.open_loop_stop, session.prompts = None, every
+        return measure
 
 
 class CapacityExecutor:
@@ -295,7 +294,7 @@ class CapacityExecutor:
             for planned in plan.arms:
                 events.on_arm_start(planned.arm.name, 0)
                 session = stack.enter_context(ArmRun(planned, run, 0, config.workload, prompts=plan.prompts,
-                                                         modes=plan.modes, events=events))
+                                                     modes=plan.modes, events=events))
                 session.warm_up()
                 sessions[planned.arm.name] = session
             probes: list[Probe] = []

@@ -65,7 +65,7 @@ class Plan:
     sessions: list[Session] | None = None
     # arms whose start failed for a reason a relaunch meets again (core/run/protocol.py NOT_RELAUNCHED) -> why,
     # until the later passes that skip them have said so (then ""); this process's starts only: a resume retries
-    unloadable: dict[str, str] = field(default_factory=dict)
+    not_relaunched: dict[str, str] = field(default_factory=dict)
 
     @property
     def requests_total(self) -> int:

@@ -50,7 +50,7 @@ def _run_arm(plan: Plan, planned: PlannedArm, run: RunDir, pass_index: int, even
         return ArmAttempt(status="skipped (already complete)", pass_index=pass_index)
     events.on_arm_start(arm.name, pass_index)
     session = ArmRun(planned, run, pass_index, w, prompts=plan.prompts, modes=plan.modes, shared=shared,
-                         events=events)
+                     events=events)
     try:
         with session:
             todo = session.accept(todo)
@@ -101,16 +101,16 @@ def run_plan(plan: Plan, run: RunDir, events: RunEvents | None = None,
     try:
         for pass_index, order in list(enumerate(plan.orders))[start_pass:]:
             for name in order:
-                if name in plan.unloadable:  # a relaunch would fail the same way: said once, no attempt recorded
-                    if why := plan.unloadable[name]:
+                if name in plan.not_relaunched:  # a relaunch would fail the same way: said once, no attempt recorded
+                    if why := plan.not_relaunched[name]:
                         events.on_warning(f"arm {name}: not relaunched in pass {pass_index + 1} or later: {why}")
-                        plan.unloadable[name] = ""
+                        plan.not_relaunched[name] = ""
                     continue
                 attempt = _run_arm(plan, by_name[name], run, pass_index, events, done, shared)
                 arm_records.setdefault(name, []).append(attempt)
                 run.append_attempt(name, attempt)  # one line per arm: no rewrite of run.json per arm
                 if attempt.failed and attempt.reason in NOT_RELAUNCHED:
-                    plan.unloadable[name] = f"{NOT_RELAUNCHED[attempt.reason]} (it failed in pass {pass_index + 1})"
+                    plan.not_relaunched[name] = f"{NOT_RELAUNCHED[attempt.reason]} (it failed in pass {pass_index + 1})"
             shared.close()
     finally:
         shared.close()

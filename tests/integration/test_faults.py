@@ -51,7 +51,7 @@ class Recorder:
             self.on_ready(arm)
 
         return RunEvents(on_sample=self.samples.append, on_arm_failed=self.failed.__setitem__,
-                              on_arm_ready=ready)
+                         on_arm_ready=ready)
 
 
 def run_yaml(tmp_path: Path, text: str, recorder: Recorder | None = None) -> tuple[RunDir, dict[str, Any], Recorder]:
